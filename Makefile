@@ -1,0 +1,62 @@
+# culedger build entry points. See README.md.
+#   make        release build of everything (library, CLI, simulated CUDA stack, C scenarios)
+#   make test   everything CI runs
+#   make demo   the main job on the simulated stack
+#   make bench  the benchmarks
+CARGO   ?= cargo
+PYTHON  ?= python3
+CC      ?= cc
+REL     := target/release
+SIM     := target/sim
+HDR     := target/cuda-headers/include
+CFLAGS  ?= -O1 -g -Wall -Wextra -Werror
+C_SRCS  := $(wildcard shim-tests/c/*.c)
+C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
+
+.PHONY: all build lib cli sim headers cprogs test demo bench clean
+all: build sim
+
+build:
+	$(CARGO) build --release --workspace --all-targets
+
+lib:
+	$(CARGO) build --release -p culedger
+
+cli:
+	$(CARGO) build --release -p culedger-cli
+
+headers: $(HDR)/cuda.h
+$(HDR)/cuda.h:
+	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
+
+# The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
+# plus the C scenario programs compiled against the official CUDA 12.9 headers.
+sim: headers
+	$(CARGO) build --release -p fakecuda -p fakecudart
+	mkdir -p $(SIM)/lib $(SIM)/bin
+	cp -f $(REL)/libfakecuda.so $(SIM)/lib/libcuda.so.1
+	ln -sf libcuda.so.1 $(SIM)/lib/libcuda.so
+	cp -f $(REL)/libfakecudart.so $(SIM)/lib/libcudart.so.12
+	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
+	$(MAKE) cprogs
+
+cprogs: $(C_BINS)
+
+# drv_*.c talk to the driver directly; everything else links the runtime.
+$(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcuda.so.1
+	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
+	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+
+test: all
+	$(CARGO) test --release --workspace
+
+demo: all
+	scripts/demo.sh
+
+bench: all
+	@if [ -x scripts/bench.sh ]; then scripts/bench.sh; else echo "bench: no benchmarks yet"; fi
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,3 @@
+fn main() {
+    println!("culedger {}", env!("CARGO_PKG_VERSION"));
+}

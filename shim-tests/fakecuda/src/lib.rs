@@ -1,0 +1,1 @@
+//! Simulated CUDA driver (libcuda.so.1).

@@ -1,0 +1,1 @@
+//! Shared helpers for scenario programs and integration tests.

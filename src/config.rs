@@ -1,0 +1,1 @@
+//! Settings from CULEDGER_* environment variables.

@@ -1,0 +1,1 @@
+//! The C ABI face: symbol table, wrappers, and the three resolution paths.

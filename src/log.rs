@@ -1,0 +1,1 @@
+//! Logging to stderr, only when asked (CULEDGER_LOG).
