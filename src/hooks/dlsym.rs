@@ -1,0 +1,180 @@
+//! The `dlsym` path.
+//!
+//! We export `dlsym`. Its entry is a few instructions of assembly that ask
+//! [`dlsym_hook`] whether the lookup is for a hooked CUDA symbol; if not, they restore the
+//! arguments and TAIL-JUMP into the real `dlsym`, so the real one sees the original
+//! caller's return address. That matters: `dlsym(RTLD_NEXT, name)` searches "after the
+//! object that called dlsym", which glibc derives from the return address; an ordinary
+//! Rust call would make libculedger the caller and break every other interposer (and
+//! OpenMP's tool loader under `import torch`).
+//!
+//! The Rust side touches no thread-local storage, takes no lock and allocates nothing:
+//! it runs inside the dynamic loader's callers, before anything else is initialised.
+//! The real `dlsym` is found with `dlvsym` over the glibc versions that define it.
+
+use super::real::{claim, is_ours, note_runtime_handle, resolve_next};
+use super::table::{by_name, exported, Kind};
+use libc::{c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+pub const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
+
+/// The real `dlsym`; the assembly entry jumps through it.
+static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// What `dlsym_hook` tells the assembly entry when the answer is "not found" and the
+/// real dlsym must not be asked again (it would find our own export).
+const RETURN_NULL: usize = 1;
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc versions of `dlsym`: 2.34 moved it into libc; before that it lived in libdl.
+#[cfg(target_arch = "x86_64")]
+const DLSYM_VERSIONS: &[&[u8]] = &[b"GLIBC_2.34\0", b"GLIBC_2.2.5\0"];
+#[cfg(target_arch = "aarch64")]
+const DLSYM_VERSIONS: &[&[u8]] = &[b"GLIBC_2.34\0", b"GLIBC_2.17\0"];
+
+fn resolve_real_dlsym() -> usize {
+    let p = REAL_DLSYM.load(Ordering::Acquire);
+    if p != 0 {
+        return p;
+    }
+    for v in DLSYM_VERSIONS {
+        let f = unsafe { libc::dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr() as *const c_char) };
+        if !f.is_null() {
+            REAL_DLSYM.store(f as usize, Ordering::Release);
+            return f as usize;
+        }
+    }
+    0
+}
+
+/// Call the real `dlsym` from inside libculedger (for our own lookups: `RTLD_NEXT` then
+/// means "after libculedger", which is what we want).
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let p = resolve_real_dlsym();
+    if p == 0 {
+        return std::ptr::null_mut();
+    }
+    let f: DlsymFn = std::mem::transmute::<usize, DlsymFn>(p);
+    f(handle, name)
+}
+
+/// Decide a `dlsym` call. Returns 0 to let the real dlsym answer (tail jump),
+/// [`RETURN_NULL`] to answer NULL, anything else is the address to return.
+extern "C" fn dlsym_hook(handle: *mut c_void, name: *const c_char) -> usize {
+    // Never unwind into the loader's caller.
+    match std::panic::catch_unwind(|| unsafe { decide(handle, name) }) {
+        Ok(v) => v,
+        Err(_) => {
+            resolve_real_dlsym();
+            0
+        }
+    }
+}
+
+unsafe fn decide(handle: *mut c_void, name: *const c_char) -> usize {
+    if resolve_real_dlsym() == 0 {
+        // Cannot happen with glibc; without a real dlsym we must not jump to 0.
+        return RETURN_NULL;
+    }
+    if handle == RTLD_NEXT || name.is_null() {
+        return 0;
+    }
+    let bytes = std::ffi::CStr::from_ptr(name).to_bytes();
+    let Some(entry) = by_name(bytes) else { return 0 };
+    let found = real_dlsym(handle, name);
+    if found.is_null() {
+        return 0; // let the real dlsym fail again for the caller, setting dlerror
+    }
+    if is_ours(found) {
+        // A global-scope lookup (RTLD_DEFAULT, dlopen(NULL)) found our own export first.
+        // Hand it out only if a real definition exists behind it.
+        return if resolve_next(entry.sym) != 0 {
+            exported(entry.sym) as usize
+        } else {
+            // Ask again for the caller's dlerror() state, then answer NULL.
+            let _ = real_dlsym(RTLD_NEXT, name);
+            RETURN_NULL
+        };
+    }
+    if entry.kind == Kind::Runtime {
+        note_runtime_handle(handle);
+    }
+    match claim(entry.sym, found) {
+        Some(w) => w as usize,
+        None => {
+            crate::ledger::global().note_unwrapped(entry.name);
+            found as usize
+        }
+    }
+}
+
+/// The exported `dlsym` (a naked function: no prologue, so the tail jump leaves the
+/// caller's return address in place for the real one).
+///
+/// # Safety
+/// Called by C code as glibc's `dlsym(void *handle, const char *name)`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        // Keep the caller's arguments; 16-byte alignment for the call (entry rsp = 8 mod 16).
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {hook}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "cmp rax, 1",
+        "je 3f",
+        "ret",
+        "3:",
+        "xor eax, eax",
+        "ret",
+        "2:",
+        // Tail jump: the real dlsym returns straight to our caller and sees its address.
+        "jmp qword ptr [rip + {real}]",
+        hook = sym dlsym_hook,
+        real = sym REAL_DLSYM,
+    )
+}
+
+/// aarch64 form of the same entry.
+///
+/// # Safety
+/// Called by C code as glibc's `dlsym(void *handle, const char *name)`.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "stp x29, x30, [sp, #-32]!",
+        "mov x29, sp",
+        "stp x0, x1, [sp, #16]",
+        "bl {hook}",
+        "mov x9, x0",
+        "ldp x0, x1, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "cbz x9, 2f",
+        "cmp x9, #1",
+        "b.eq 3f",
+        "mov x0, x9",
+        "ret",
+        "3:",
+        "mov x0, #0",
+        "ret",
+        "2:",
+        // x30 holds the caller's return address again: the real dlsym sees the caller.
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "br x16",
+        hook = sym dlsym_hook,
+        real = sym REAL_DLSYM,
+    )
+}

@@ -1,0 +1,141 @@
+//! Device allocations and frees (runtime and driver), and host-to-device copies.
+
+use super::{allocation, api, free, on_success, out};
+use crate::hooks::table::*;
+use crate::hooks::types::*;
+use crate::ledger::MemKind;
+use libc::{c_int, c_uint, c_void};
+
+pub unsafe fn cuda_malloc(sym: Sym, real: cudaMalloc::Real, p: *mut VoidPtr, size: usize) -> c_int {
+    allocation(sym, MemKind::Device, size as u64, || real(p, size), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cuda_malloc_async(sym: Sym, real: cudaMallocAsync::Real, p: *mut VoidPtr, size: usize, s: cudaStream_t) -> c_int {
+    allocation(sym, MemKind::Async, size as u64, || real(p, size, s), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cuda_malloc_managed(sym: Sym, real: cudaMallocManaged::Real, p: *mut VoidPtr, size: usize, flags: c_uint) -> c_int {
+    allocation(sym, MemKind::Managed, size as u64, || real(p, size, flags), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cuda_malloc_pitch(sym: Sym, real: cudaMallocPitch::Real, p: *mut VoidPtr, pitch: *mut usize, w: usize, h: usize) -> c_int {
+    let want = (w as u64).saturating_mul(h as u64);
+    allocation(sym, MemKind::Pitch, want, || real(p, pitch, w, h), || {
+        let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
+        out(p).map(|a| (a, size))
+    })
+}
+
+pub unsafe fn cuda_free(sym: Sym, real: cudaFree::Real, p: VoidPtr) -> c_int {
+    free(sym, p as u64, || real(p))
+}
+
+pub unsafe fn cuda_free_async(sym: Sym, real: cudaFreeAsync::Real, p: VoidPtr, s: cudaStream_t) -> c_int {
+    free(sym, p as u64, || real(p, s))
+}
+
+pub unsafe fn cu_mem_alloc(sym: Sym, real: cuMemAlloc_v2::Real, p: *mut CUdeviceptr, size: usize) -> c_int {
+    allocation(sym, MemKind::Device, size as u64, || real(p, size), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cu_mem_alloc_managed(sym: Sym, real: cuMemAllocManaged::Real, p: *mut CUdeviceptr, size: usize, flags: c_uint) -> c_int {
+    allocation(sym, MemKind::Managed, size as u64, || real(p, size, flags), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cu_mem_alloc_pitch(
+    sym: Sym,
+    real: cuMemAllocPitch_v2::Real,
+    p: *mut CUdeviceptr,
+    pitch: *mut usize,
+    w: usize,
+    h: usize,
+    elem: c_uint,
+) -> c_int {
+    let want = (w as u64).saturating_mul(h as u64);
+    allocation(sym, MemKind::Pitch, want, || real(p, pitch, w, h, elem), || {
+        let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
+        out(p).map(|a| (a, size))
+    })
+}
+
+pub unsafe fn cu_mem_alloc_async(sym: Sym, real: cuMemAllocAsync::Real, p: *mut CUdeviceptr, size: usize, s: CUstream) -> c_int {
+    allocation(sym, MemKind::Async, size as u64, || real(p, size, s), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cu_mem_alloc_from_pool_async(
+    sym: Sym,
+    real: cuMemAllocFromPoolAsync::Real,
+    p: *mut CUdeviceptr,
+    size: usize,
+    pool: CUmemoryPool,
+    s: CUstream,
+) -> c_int {
+    allocation(sym, MemKind::Async, size as u64, || real(p, size, pool, s), || out(p).map(|a| (a, size as u64)))
+}
+
+pub unsafe fn cu_mem_free(sym: Sym, real: cuMemFree_v2::Real, p: CUdeviceptr) -> c_int {
+    free(sym, p, || real(p))
+}
+
+pub unsafe fn cu_mem_free_async(sym: Sym, real: cuMemFreeAsync::Real, p: CUdeviceptr, s: CUstream) -> c_int {
+    free(sym, p, || real(p, s))
+}
+
+/// Bytes copied from host memory into a tracked allocation: a fact for classification
+/// (weights are loaded this way). `cudaMemcpyDefault` counts when the destination is a
+/// tracked device allocation and the source is not.
+fn host_to_device(sym: Sym, rc: c_int, dst: u64, src: u64, count: usize, kind: c_int) {
+    if rc != 0 || count == 0 {
+        return;
+    }
+    crate::hooks::record(api(sym), |l| {
+        if kind == CUDA_MEMCPY_HOST_TO_DEVICE || (kind == CUDA_MEMCPY_DEFAULT && l.lookup(src).is_none()) {
+            l.add_h2d(dst, count as u64);
+        }
+    });
+}
+
+/// Copies only record host-to-device traffic; everything else is a plain forward.
+#[inline]
+fn copy(sym: Sym, dst: u64, src: u64, count: usize, kind: c_int, call: impl FnOnce() -> c_int) -> c_int {
+    if kind != CUDA_MEMCPY_HOST_TO_DEVICE && kind != CUDA_MEMCPY_DEFAULT {
+        return call();
+    }
+    let depth = crate::hooks::Depth::enter();
+    let rc = call();
+    if depth.outer {
+        host_to_device(sym, rc, dst, src, count, kind);
+    }
+    rc
+}
+
+pub unsafe fn cuda_memcpy(sym: Sym, real: cudaMemcpy::Real, dst: VoidPtr, src: *const c_void, n: usize, kind: c_int) -> c_int {
+    copy(sym, dst as u64, src as u64, n, kind, || real(dst, src, n, kind))
+}
+
+pub unsafe fn cuda_memcpy_async(
+    sym: Sym,
+    real: cudaMemcpyAsync::Real,
+    dst: VoidPtr,
+    src: *const c_void,
+    n: usize,
+    kind: c_int,
+    s: cudaStream_t,
+) -> c_int {
+    copy(sym, dst as u64, src as u64, n, kind, || real(dst, src, n, kind, s))
+}
+
+pub unsafe fn cu_memcpy_htod(sym: Sym, real: cuMemcpyHtoD_v2::Real, dst: CUdeviceptr, src: *const c_void, n: usize) -> c_int {
+    on_success(sym, || real(dst, src, n), |l| l.add_h2d(dst, n as u64))
+}
+
+pub unsafe fn cu_memcpy_htod_async(
+    sym: Sym,
+    real: cuMemcpyHtoDAsync_v2::Real,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    s: CUstream,
+) -> c_int {
+    on_success(sym, || real(dst, src, n, s), |l| l.add_h2d(dst, n as u64))
+}

@@ -1,0 +1,25 @@
+//! Free-memory queries: every one is a probe, with what the program was told.
+
+use super::{api, out};
+use crate::hooks::real::current_device;
+use crate::hooks::table::*;
+use crate::hooks::{record, Depth};
+use libc::c_int;
+
+/// `cudaMemGetInfo` and `cuMemGetInfo_v2` (same ABI). Either out-pointer may be NULL:
+/// the real function decides what that means; we read back only what it filled.
+pub unsafe fn mem_get_info(sym: Sym, real: cudaMemGetInfo::Real, free: *mut usize, total: *mut usize) -> c_int {
+    let depth = Depth::enter();
+    let rc = real(free, total);
+    if depth.outer {
+        let (f, t) = if rc == 0 { (out(free), out(total)) } else { (None, None) };
+        record(api(sym), |l| {
+            let dev = current_device();
+            if let Some(t) = t {
+                l.set_total(dev, t);
+            }
+            l.probe(dev, api(sym), f, t, rc);
+        });
+    }
+    rc
+}

@@ -1,0 +1,76 @@
+//! Virtual memory management: `cuMemCreate` is physical memory on `prop.location.id`
+//! until `cuMemRelease`; maps tie virtual ranges to handles so pointer lookups work.
+
+use super::{api, on_success, out};
+use crate::hooks::real::current_device;
+use crate::hooks::table::*;
+use crate::hooks::types::*;
+use crate::hooks::{record, Depth};
+use libc::c_int;
+
+pub unsafe fn cu_mem_create(
+    sym: Sym,
+    real: cuMemCreate::Real,
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationPropHead,
+    flags: u64,
+) -> c_int {
+    let depth = Depth::enter();
+    let rc = real(handle, size, prop, flags);
+    if !depth.outer || prop.is_null() {
+        return rc;
+    }
+    let location = (*prop).location;
+    let name = api(sym);
+    record(name, |l| {
+        if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            // Host-located VMM memory is not device memory.
+            return;
+        }
+        let dev = if location.id >= 0 { location.id } else { current_device() };
+        if rc == 0 {
+            if let Some(h) = out(handle) {
+                l.vmm_create(dev, h, size as u64, name);
+            }
+        } else {
+            l.failure(dev, name, size as u64, rc, error_name(TABLE[sym as usize].kind, rc));
+        }
+    });
+    rc
+}
+
+pub unsafe fn cu_mem_release(sym: Sym, real: cuMemRelease::Real, handle: CUmemGenericAllocationHandle) -> c_int {
+    on_success(sym, || real(handle), |l| {
+        l.vmm_release(handle);
+    })
+}
+
+pub unsafe fn cu_mem_map(
+    sym: Sym,
+    real: cuMemMap::Real,
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> c_int {
+    on_success(sym, || real(ptr, size, offset, handle, flags), |l| l.vmm_map(ptr, size as u64, offset as u64, handle))
+}
+
+pub unsafe fn cu_mem_unmap(sym: Sym, real: cuMemUnmap::Real, ptr: CUdeviceptr, size: usize) -> c_int {
+    on_success(sym, || real(ptr, size), |l| l.vmm_unmap(ptr, size as u64))
+}
+
+pub unsafe fn cu_mem_export_to_shareable_handle(
+    sym: Sym,
+    real: cuMemExportToShareableHandle::Real,
+    shareable: VoidPtr,
+    handle: CUmemGenericAllocationHandle,
+    handle_type: c_int,
+    flags: u64,
+) -> c_int {
+    on_success(sym, || real(shareable, handle, handle_type, flags), |l| {
+        l.vmm_export(handle);
+    })
+}
