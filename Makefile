@@ -12,6 +12,8 @@ HDR     := target/cuda-headers/include
 CFLAGS  ?= -O1 -g -Wall -Wextra -Werror
 C_SRCS  := $(wildcard shim-tests/c/*.c)
 C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
+SO_SRCS := $(wildcard shim-tests/interposers/*.c)
+SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 
 .PHONY: all build lib cli sim headers cprogs test demo bench clean
 all: build sim
@@ -40,7 +42,11 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS)
+cprogs: $(C_BINS) $(SO_LIBS)
+
+# Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
+$(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
+	$(CC) $(CFLAGS) -fPIC -shared -I$(HDR) -o $@ $< -ldl
 
 # drv_*.c talk to the driver directly; everything else links the runtime.
 $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcuda.so.1
