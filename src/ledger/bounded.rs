@@ -126,6 +126,9 @@ impl Timeline {
         self.samples.push(sample);
         // Keep the stored samples strictly below the cap so the pending one always fits.
         if self.samples.len() >= TIMELINE_CAP {
+            // Keep the samples at even positions; the newest (at an odd position, the cap
+            // being even) stays as the pending current state.
+            self.pending = self.samples.last().copied();
             let mut i = 0;
             self.samples.retain(|_| {
                 i += 1;
