@@ -1,6 +1,8 @@
 //! Rendering of the `devices`, `host` and `health` parts of the report (docs/schema.md).
 //! Each device is copied out under its lock and rendered after the lock is released.
 
+use std::sync::atomic::Ordering;
+
 use serde_json::{json, Map, Value};
 
 use super::device::{Alloc, DeviceStats, Failure, Probe};
@@ -152,13 +154,16 @@ pub(super) fn render(l: &Ledger) -> Value {
             "unregistered_count": h.registered.removed,
         })
     };
-    let health = &l.health;
+    let h = &l.health;
+    // One lock at a time: copy each list out.
+    let unwrapped = h.unwrapped.lock().clone();
+    let warnings = h.warnings.lock().clone();
     let health = json!({
-        "lost_events": health.lost_events.load(std::sync::atomic::Ordering::Relaxed),
-        "unknown_frees": health.unknown_frees.load(std::sync::atomic::Ordering::Relaxed),
-        "unwrapped_symbols": *health.unwrapped.lock(),
-        "warnings": *health.warnings.lock(),
-        "warnings_dropped": health.warnings_dropped.load(std::sync::atomic::Ordering::Relaxed),
+        "lost_events": h.lost_events.load(Ordering::Relaxed),
+        "unknown_frees": h.unknown_frees.load(Ordering::Relaxed),
+        "unwrapped_symbols": unwrapped,
+        "warnings": warnings,
+        "warnings_dropped": h.warnings_dropped.load(Ordering::Relaxed),
     });
     json!({"devices": devices, "host": host, "health": health})
 }

@@ -154,9 +154,11 @@ impl Ledger {
 
     /// Run `f` on the shard of `dev` under its lock, with the current time, and count a change.
     fn on_device<R>(&self, dev: i32, api: &str, f: impl FnOnce(&mut DeviceLedger, u64) -> R) -> Option<R> {
-        let shard = self.shard(dev, api)?;
+        let mut d = self.shard(dev, api)?.lock();
+        // Read the clock under the lock so each device's timeline is in time order.
         let now = self.t_ms();
-        let r = f(&mut shard.lock(), now);
+        let r = f(&mut d, now);
+        drop(d);
         self.bump();
         Some(r)
     }
@@ -211,9 +213,10 @@ impl Ledger {
         if ptr == 0 {
             return Freed::Unknown;
         }
-        let now = self.t_ms();
         for (dev, shard) in self.shards() {
-            let freed = shard.lock().remove(Key::Addr(ptr), now);
+            let mut d = shard.lock();
+            let freed = d.remove(Key::Addr(ptr), self.t_ms());
+            drop(d);
             if let Some(bytes) = freed {
                 self.bump();
                 return Freed::Known { dev, bytes };
@@ -362,9 +365,8 @@ impl Ledger {
         if self.on_device(dev, api, |d, now| d.capture_end(stream, api, now)) == Some(true) {
             return;
         }
-        let now = self.t_ms();
         for (other, shard) in self.shards() {
-            if other != dev && shard.lock().capture_end(stream, api, now) {
+            if other != dev && shard.lock().capture_end(stream, api, self.t_ms()) {
                 self.bump();
                 return;
             }
@@ -470,6 +472,12 @@ impl Ledger {
         json::render(self)
     }
 }
+
+// The ledger is shared by every thread through `global()`.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Ledger>();
+};
 
 /// The process-wide ledger, or null before first use.
 static GLOBAL: AtomicPtr<Ledger> = AtomicPtr::new(ptr::null_mut());
