@@ -14,9 +14,9 @@ mod bounded;
 mod device;
 mod host;
 mod json;
-mod vmm;
 #[cfg(test)]
 mod tests;
+mod vmm;
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -58,7 +58,6 @@ pub enum Freed {
     Known { dev: i32, bytes: u64 },
     Unknown,
 }
-
 
 /// Warnings kept in the report.
 const WARNINGS_KEPT: usize = 64;
@@ -141,7 +140,9 @@ impl Ledger {
         match usize::try_from(dev).ok().and_then(|i| self.devices.get(i)) {
             Some(cell) => Some(cell.get_or_init(Default::default)),
             None => {
-                self.note_loss(&format!("{api}: device ordinal {dev} is outside 0..{MAX_DEVICES}"));
+                self.note_loss(&format!(
+                    "{api}: device ordinal {dev} is outside 0..{MAX_DEVICES}"
+                ));
                 None
             }
         }
@@ -149,11 +150,19 @@ impl Ledger {
 
     /// Devices that saw an event, in index order.
     fn shards(&self) -> impl Iterator<Item = (i32, &Mutex<DeviceLedger>)> {
-        self.devices.iter().enumerate().filter_map(|(i, c)| c.get().map(|m| (i as i32, m)))
+        self.devices
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.get().map(|m| (i as i32, m)))
     }
 
     /// Run `f` on the shard of `dev` under its lock, with the current time, and count a change.
-    fn on_device<R>(&self, dev: i32, api: &str, f: impl FnOnce(&mut DeviceLedger, u64) -> R) -> Option<R> {
+    fn on_device<R>(
+        &self,
+        dev: i32,
+        api: &str,
+        f: impl FnOnce(&mut DeviceLedger, u64) -> R,
+    ) -> Option<R> {
         let mut d = self.shard(dev, api)?.lock();
         // Read the clock under the lock so each device's timeline is in time order.
         let now = self.t_ms();
@@ -170,7 +179,15 @@ impl Ledger {
         for (dev, shard) in self.shards() {
             let mut d = shard.lock();
             if let Some((base, bytes)) = d.containing(ptr) {
-                return Some(f(&mut d, Hit { dev, key: Key::Addr(base), base, bytes }));
+                return Some(f(
+                    &mut d,
+                    Hit {
+                        dev,
+                        key: Key::Addr(base),
+                        base,
+                        bytes,
+                    },
+                ));
             }
         }
         let (m, dev) = {
@@ -180,10 +197,26 @@ impl Ledger {
         };
         let mut d = self.devices.get(usize::try_from(dev).ok()?)?.get()?.lock();
         let key = Key::Handle(m.handle);
-        d.has(key).then(|| f(&mut d, Hit { dev, key, base: m.va, bytes: m.size }))
+        d.has(key).then(|| {
+            f(
+                &mut d,
+                Hit {
+                    dev,
+                    key,
+                    base: m.va,
+                    bytes: m.size,
+                },
+            )
+        })
     }
 
-    fn warn_displaced(&self, api: &str, dev: i32, at: std::fmt::Arguments<'_>, d: device::Displaced) {
+    fn warn_displaced(
+        &self,
+        api: &str,
+        dev: i32,
+        at: std::fmt::Arguments<'_>,
+        d: device::Displaced,
+    ) {
         if d.count > 0 {
             self.note_warning(&format!(
                 "{api}: {at} on device {dev} replaced {} live record(s) ({} bytes) whose free was missed; counted as freed",
@@ -196,12 +229,24 @@ impl Ledger {
     /// A successful allocation of `bytes` at `ptr` on device `dev`. If a capture is active on
     /// `dev`, the allocation is flagged captured. Live allocations overlapping the new one
     /// (frees we missed) are replaced and counted as implicit frees, with a warning.
-    pub fn alloc(&self, dev: i32, ptr: u64, bytes: u64, kind: MemKind, api: &'static str, facts: Facts) {
+    pub fn alloc(
+        &self,
+        dev: i32,
+        ptr: u64,
+        bytes: u64,
+        kind: MemKind,
+        api: &'static str,
+        facts: Facts,
+    ) {
         if ptr == 0 {
-            self.note_warning(&format!("{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"));
+            self.note_warning(&format!(
+                "{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"
+            ));
             return;
         }
-        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)) {
+        if let Some(d) = self.on_device(dev, api, |d, now| {
+            d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)
+        }) {
             self.warn_displaced(api, dev, format_args!("allocation at 0x{ptr:x}"), d);
         }
     }
@@ -242,7 +287,9 @@ impl Ledger {
     /// `mark_exported`, naming the exporting entry point in the event list.
     pub fn mark_exported_by(&self, ptr: u64, api: &'static str) -> bool {
         let now = self.t_ms();
-        let found = self.at_ptr(ptr, |d, h| d.mark_exported(h.key, api, now)).unwrap_or(false);
+        let found = self
+            .at_ptr(ptr, |d, h| d.mark_exported(h.key, api, now))
+            .unwrap_or(false);
         if found {
             self.bump();
         }
@@ -254,7 +301,11 @@ impl Ledger {
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
         let now = self.t_ms();
         let add = |f: &mut Facts| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes);
-        if self.at_ptr(ptr, |d, h| d.update_facts(h.key, now, add)).flatten().is_some() {
+        if self
+            .at_ptr(ptr, |d, h| d.update_facts(h.key, now, add))
+            .flatten()
+            .is_some()
+        {
             self.bump();
         }
     }
@@ -268,25 +319,43 @@ impl Ledger {
         let previous = self.vmm.lock().create(handle, dev);
         if let Some(old_dev) = previous.filter(|&d| d != dev) {
             // The handle value was live on another device: its release was missed.
-            let gone = self.on_device(old_dev, api, |d, now| d.remove(Key::Handle(handle), now)).flatten();
-            let displaced = device::Displaced { count: 1, bytes: gone.unwrap_or(0) };
+            let gone = self
+                .on_device(old_dev, api, |d, now| d.remove(Key::Handle(handle), now))
+                .flatten();
+            let displaced = device::Displaced {
+                count: 1,
+                bytes: gone.unwrap_or(0),
+            };
             self.warn_displaced(api, old_dev, format_args!("handle 0x{handle:x}"), displaced);
         }
         let kind = MemKind::VmmPhysical;
-        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Handle(handle), bytes, kind, api, Facts::default(), now)) {
+        if let Some(d) = self.on_device(dev, api, |d, now| {
+            d.insert(Key::Handle(handle), bytes, kind, api, Facts::default(), now)
+        }) {
             self.warn_displaced(api, dev, format_args!("handle 0x{handle:x}"), d);
         }
     }
 
     /// Physical memory `handle` released; false when it is unknown.
     pub fn vmm_release(&self, handle: u64) -> bool {
-        let Some(dev) = self.vmm.lock().release(handle) else { return false };
-        self.on_device(dev, "vmm_release", |d, now| d.remove(Key::Handle(handle), now)).flatten().is_some()
+        let Some(dev) = self.vmm.lock().release(handle) else {
+            return false;
+        };
+        self.on_device(dev, "vmm_release", |d, now| {
+            d.remove(Key::Handle(handle), now)
+        })
+        .flatten()
+        .is_some()
     }
 
     /// Virtual range [va, va+size) now maps `handle` at `offset`.
     pub fn vmm_map(&self, va: u64, size: u64, offset: u64, handle: u64) {
-        self.vmm.lock().map(Mapping { va, size, offset, handle });
+        self.vmm.lock().map(Mapping {
+            va,
+            size,
+            offset,
+            handle,
+        });
         self.bump();
     }
 
@@ -295,7 +364,9 @@ impl Ledger {
         let removed = self.vmm.lock().unmap(va, size);
         self.bump();
         if removed == 0 {
-            self.note_warning(&format!("unmap of 0x{va:x} ({size} bytes): no mapping recorded there"));
+            self.note_warning(&format!(
+                "unmap of 0x{va:x} ({size} bytes): no mapping recorded there"
+            ));
         }
     }
 
@@ -311,19 +382,40 @@ impl Ledger {
 
     /// `vmm_export`, naming the exporting entry point in the event list.
     pub fn vmm_export_by(&self, handle: u64, api: &'static str) -> bool {
-        let Some(dev) = self.vmm.lock().device_of(handle) else { return false };
-        self.on_device(dev, api, |d, now| d.mark_exported(Key::Handle(handle), api, now)).unwrap_or(false)
+        let Some(dev) = self.vmm.lock().device_of(handle) else {
+            return false;
+        };
+        self.on_device(dev, api, |d, now| {
+            d.mark_exported(Key::Handle(handle), api, now)
+        })
+        .unwrap_or(false)
     }
 
     // ---- queries, failures -----------------------------------------------------
     /// A free-memory query; `free`/`total` None when not known (NULL pointer, failed call).
-    pub fn probe(&self, dev: i32, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32) {
+    pub fn probe(
+        &self,
+        dev: i32,
+        api: &'static str,
+        free: Option<u64>,
+        total: Option<u64>,
+        error: i32,
+    ) {
         self.on_device(dev, api, |d, now| d.probe(api, free, total, error, now));
     }
 
     /// A failed allocation of `bytes`.
-    pub fn failure(&self, dev: i32, api: &'static str, bytes: u64, error: i32, error_name: &'static str) {
-        self.on_device(dev, api, |d, now| d.failure(api, bytes, error, error_name, now));
+    pub fn failure(
+        &self,
+        dev: i32,
+        api: &'static str,
+        bytes: u64,
+        error: i32,
+        error_name: &'static str,
+    ) {
+        self.on_device(dev, api, |d, now| {
+            d.failure(api, bytes, error, error_name, now)
+        });
     }
 
     /// The device memory size, known from a property query.
@@ -335,7 +427,9 @@ impl Ledger {
     /// A peer buffer opened at `ptr` (size if known: the handle's allocation size).
     pub fn ipc_import(&self, dev: i32, ptr: u64, bytes: Option<u64>, api: &'static str) {
         if self.on_device(dev, api, |d, now| d.ipc_import(ptr, bytes, api, now)) == Some(true) {
-            self.note_warning(&format!("{api}: 0x{ptr:x} opened again on device {dev} without a close"));
+            self.note_warning(&format!(
+                "{api}: 0x{ptr:x} opened again on device {dev} without a close"
+            ));
         }
     }
 
@@ -355,7 +449,9 @@ impl Ledger {
     // ---- capture, graphs, hidden costs ----------------------------------------------
     pub fn capture_begin(&self, dev: i32, stream: u64, api: &'static str) {
         if self.on_device(dev, api, |d, now| d.capture_begin(stream, api, now)) == Some(false) {
-            self.note_warning(&format!("{api}: stream 0x{stream:x} on device {dev} was already capturing"));
+            self.note_warning(&format!(
+                "{api}: stream 0x{stream:x} on device {dev} was already capturing"
+            ));
         }
     }
 
@@ -371,12 +467,17 @@ impl Ledger {
                 return;
             }
         }
-        self.note_warning(&format!("{api}: stream 0x{stream:x} (device {dev}) ended a capture it never began"));
+        self.note_warning(&format!(
+            "{api}: stream 0x{stream:x} (device {dev}) ended a capture it never began"
+        ));
     }
 
     /// Whether a capture is active on `dev`.
     pub fn capturing(&self, dev: i32) -> bool {
-        let cell = usize::try_from(dev).ok().and_then(|i| self.devices.get(i)).and_then(OnceCell::get);
+        let cell = usize::try_from(dev)
+            .ok()
+            .and_then(|i| self.devices.get(i))
+            .and_then(OnceCell::get);
         cell.is_some_and(|m| m.lock().capturing())
     }
 
@@ -392,7 +493,13 @@ impl Ledger {
 
     // ---- host ---------------------------------------------------------------------------
     /// Add a host range to one pool, warning when it replaces a live one.
-    fn host_add(&self, pool: fn(&mut HostLedger) -> &mut host::HostPool, ptr: u64, bytes: u64, api: &str) {
+    fn host_add(
+        &self,
+        pool: fn(&mut HostLedger) -> &mut host::HostPool,
+        ptr: u64,
+        bytes: u64,
+        api: &str,
+    ) {
         let replaced = pool(&mut self.host.lock()).add(ptr, bytes);
         self.bump();
         if let Some(old) = replaced {
