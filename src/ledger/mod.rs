@@ -1,14 +1,18 @@
 //! Per-device ledgers: pure Rust, no FFI. See docs/schema.md for what they render to.
 //!
-//! API CONTRACT (used by src/hooks and src/report). Bodies are filled by the ledger work.
-//! Every method takes `&self`: the ledger is shared by all threads; each device is a
-//! separate shard behind its own lock, held only for the bookkeeping itself.
+//! API CONTRACT (used by src/hooks and src/report). Every method takes `&self`: the ledger
+//! is shared by all threads; each device is a separate shard behind its own lock, held
+//! only for the bookkeeping itself.
 //!
-//! Locking: device shards, the VMM table and the host ledger each have their own
-//! `parking_lot::Mutex`, and no method ever holds two of them at once (a search over
-//! devices locks one shard at a time). The health lists are leaf locks: they may be taken
-//! while another lock is held, and nothing is locked while holding them. No method calls
-//! out of this module while holding a lock, and none panics on any input.
+//! Locking: the device shards, the VMM table, the host ledger and the two health lists
+//! each have their own `parking_lot::Mutex`, and no method ever holds two of them at once
+//! (a search over devices locks one shard at a time; warnings are noted after the shard
+//! lock is released). Counters are atomics. Nothing here calls out of the module while
+//! holding a lock, and nothing panics on any input.
+//!
+//! Layout: `device` (one shard's bookkeeping), `vmm` (handles to devices, virtual
+//! mappings), `host` (pinned and registered host memory), `bounded` (first/last lists,
+//! decimated timeline), `json` (rendering).
 
 mod bounded;
 mod device;
@@ -148,6 +152,11 @@ impl Ledger {
         }
     }
 
+    /// The shard of `dev` if it saw an event (queries create nothing).
+    fn existing(&self, dev: i32) -> Option<&Mutex<DeviceLedger>> {
+        self.devices.get(usize::try_from(dev).ok()?)?.get()
+    }
+
     /// Devices that saw an event, in index order.
     fn shards(&self) -> impl Iterator<Item = (i32, &Mutex<DeviceLedger>)> {
         self.devices
@@ -195,7 +204,7 @@ impl Ledger {
             let m = vmm.mapping_at(ptr)?;
             (m, vmm.device_of(m.handle)?)
         };
-        let mut d = self.devices.get(usize::try_from(dev).ok()?)?.get()?.lock();
+        let mut d = self.existing(dev)?.lock();
         let key = Key::Handle(m.handle);
         d.has(key).then(|| {
             f(
@@ -458,11 +467,15 @@ impl Ledger {
     /// The capture on `stream` ended. Looked up on `dev` first, then on the other devices
     /// (the current device may have changed since the capture began).
     pub fn capture_end(&self, dev: i32, stream: u64, api: &'static str) {
-        if self.on_device(dev, api, |d, now| d.capture_end(stream, api, now)) == Some(true) {
-            return;
-        }
-        for (other, shard) in self.shards() {
-            if other != dev && shard.lock().capture_end(stream, api, self.t_ms()) {
+        let others = self
+            .shards()
+            .filter(|&(other, _)| other != dev)
+            .map(|(_, s)| s);
+        for shard in self.existing(dev).into_iter().chain(others) {
+            let mut d = shard.lock();
+            let ended = d.capture_end(stream, api, self.t_ms());
+            drop(d);
+            if ended {
                 self.bump();
                 return;
             }
@@ -474,11 +487,7 @@ impl Ledger {
 
     /// Whether a capture is active on `dev`.
     pub fn capturing(&self, dev: i32) -> bool {
-        let cell = usize::try_from(dev)
-            .ok()
-            .and_then(|i| self.devices.get(i))
-            .and_then(OnceCell::get);
-        cell.is_some_and(|m| m.lock().capturing())
+        self.existing(dev).is_some_and(|m| m.lock().capturing())
     }
 
     /// A graph instantiated; `measured` = device-memory delta, None when not measured.

@@ -337,6 +337,8 @@ fn allocations_during_capture_are_flagged() {
         1,
         "end of a capture never begun is a warning"
     );
+    l.capture_end(7, 0xabc, "cudaStreamEndCapture");
+    assert!(l.devices[7].get().is_none(), "an unknown end creates no device");
     assert!(l.free(0x1000, "cudaFree") != Freed::Unknown);
     assert_eq!(stats(&l, 0).graphs.captured_bytes, 64, "cumulative");
     let d = device_json(&l, 0);
