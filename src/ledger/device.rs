@@ -268,8 +268,8 @@ impl DeviceLedger {
         }
     }
 
-    /// Base of the addressed allocation containing `ptr`: the greatest base <= ptr whose
-    /// end is past `ptr`.
+    /// (base, bytes) of the addressed allocation containing `ptr`: the one with the
+    /// greatest base <= ptr, if its end is past `ptr`.
     pub(crate) fn containing(&self, ptr: u64) -> Option<(u64, u64)> {
         let (&base, a) = self.allocs.range(..=ptr).next_back()?;
         (a.end() > ptr).then_some((base, a.bytes))
