@@ -37,6 +37,8 @@ impl Category {
 }
 
 /// Built-in rules (this issue): exported -> ipc, captured -> graphs, else other.
+/// The ledger calls this whenever an allocation's facts change and moves its bytes to the
+/// returned category, so every classification rule belongs here.
 pub fn classify(facts: &crate::ledger::Facts) -> Category {
     if facts.exported {
         Category::Ipc
@@ -44,5 +46,38 @@ pub fn classify(facts: &crate::ledger::Facts) -> Category {
         Category::Graphs
     } else {
         Category::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Facts;
+
+    #[test]
+    fn builtin_rules_in_priority_order() {
+        let facts = |exported, captured| Facts {
+            exported,
+            captured,
+            ..Facts::default()
+        };
+        assert_eq!(classify(&facts(false, false)), Category::Other);
+        assert_eq!(classify(&facts(false, true)), Category::Graphs);
+        assert_eq!(classify(&facts(true, false)), Category::Ipc);
+        assert_eq!(
+            classify(&facts(true, true)),
+            Category::Ipc,
+            "exported wins over captured"
+        );
+    }
+
+    #[test]
+    fn names_and_indices_follow_report_order() {
+        let names: Vec<&str> = ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            ["weights", "kv_pool", "ipc", "graphs", "comm", "other"]
+        );
+        assert!(ALL.iter().enumerate().all(|(i, c)| c.index() == i));
     }
 }

@@ -1,0 +1,231 @@
+//! Bounded containers used by the device ledgers: they never grow past a fixed size, so a
+//! long-running process keeps a report of constant size.
+
+use std::collections::VecDeque;
+
+/// Keeps the first `N` items pushed and counts the rest.
+#[derive(Clone, Debug)]
+pub(crate) struct FirstN<T, const N: usize> {
+    items: Vec<T>,
+    total: u64,
+}
+
+impl<T, const N: usize> Default for FirstN<T, N> {
+    fn default() -> Self {
+        FirstN {
+            items: Vec::new(),
+            total: 0,
+        }
+    }
+}
+
+impl<T, const N: usize> FirstN<T, N> {
+    /// Whether the next push would be stored (callers skip building the item otherwise).
+    pub(crate) fn has_room(&self) -> bool {
+        self.items.len() < N
+    }
+
+    /// Count one item, and keep it if there is still room.
+    pub(crate) fn push_with(&mut self, make: impl FnOnce() -> T) {
+        self.total += 1;
+        if self.has_room() {
+            self.items.push(make());
+        }
+    }
+
+    pub(crate) fn items(&self) -> &[T] {
+        &self.items
+    }
+
+    /// Everything ever pushed, kept or not.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+/// Keeps the first `N` and the last `N` items pushed (a ring for the latter) and counts all.
+#[derive(Clone, Debug)]
+pub(crate) struct FirstLast<T, const N: usize> {
+    first: Vec<T>,
+    last: VecDeque<T>,
+    total: u64,
+}
+
+impl<T, const N: usize> Default for FirstLast<T, N> {
+    fn default() -> Self {
+        FirstLast {
+            first: Vec::new(),
+            last: VecDeque::new(),
+            total: 0,
+        }
+    }
+}
+
+impl<T, const N: usize> FirstLast<T, N> {
+    pub(crate) fn push(&mut self, item: T) {
+        self.total += 1;
+        if self.first.len() < N {
+            self.first.push(item);
+            return;
+        }
+        if self.last.len() == N {
+            self.last.pop_front();
+        }
+        self.last.push_back(item);
+    }
+
+    /// The kept items in push order: the first ones, then the most recent ones.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(self.last.iter())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.first.len() + self.last.len()
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+/// One timeline sample: a device's live bytes, total and per category, at `t_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sample {
+    pub t_ms: u64,
+    pub live: u64,
+    pub cats: [u64; 6],
+}
+
+/// At most this many timeline samples are rendered.
+pub(crate) const TIMELINE_CAP: usize = 2048;
+
+/// A time series bounded by decimation: one sample per change while there is room; when
+/// full, every other sample is dropped and later changes are sampled at half the rate. The
+/// latest state is kept aside when it was not sampled, so the rendered series always ends
+/// with the current state.
+#[derive(Clone, Debug)]
+pub(crate) struct Timeline {
+    samples: Vec<Sample>,
+    /// Record one change out of `stride`.
+    stride: u64,
+    /// Changes seen since the last recorded one.
+    skipped: u64,
+    /// The latest state when it was not recorded.
+    pending: Option<Sample>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            samples: Vec::new(),
+            stride: 1,
+            skipped: 0,
+            pending: None,
+        }
+    }
+}
+
+impl Timeline {
+    pub(crate) fn push(&mut self, sample: Sample) {
+        self.skipped += 1;
+        if self.skipped < self.stride {
+            self.pending = Some(sample);
+            return;
+        }
+        self.skipped = 0;
+        self.pending = None;
+        self.samples.push(sample);
+        // Keep the stored samples strictly below the cap so the pending one always fits.
+        if self.samples.len() >= TIMELINE_CAP {
+            // Keep the samples at even positions; the newest (at an odd position, the cap
+            // being even) stays as the pending current state.
+            self.pending = self.samples.last().copied();
+            let mut i = 0;
+            self.samples.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.stride = self.stride.saturating_mul(2);
+        }
+    }
+
+    /// The samples to render, ending with the current state; at most `TIMELINE_CAP`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Sample> {
+        self.samples.iter().chain(self.pending.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_last_keeps_both_ends() {
+        let mut b: FirstLast<u32, 4> = FirstLast::default();
+        for i in 0..100 {
+            b.push(i);
+        }
+        assert_eq!(b.total(), 100);
+        assert_eq!(b.len(), 8);
+        assert_eq!(
+            b.iter().copied().collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 96, 97, 98, 99]
+        );
+    }
+
+    #[test]
+    fn first_n_counts_all_keeps_first() {
+        let mut b: FirstN<u32, 3> = FirstN::default();
+        let mut built = 0;
+        for i in 0..10 {
+            b.push_with(|| {
+                built += 1;
+                i
+            });
+        }
+        assert_eq!(b.items(), &[0, 1, 2]);
+        assert_eq!(b.total(), 10);
+        assert_eq!(built, 3, "items past the bound are never built");
+    }
+
+    fn sample(i: u64) -> Sample {
+        Sample {
+            t_ms: i,
+            live: i,
+            cats: [0, 0, 0, 0, 0, i],
+        }
+    }
+
+    #[test]
+    fn timeline_bounded_and_ends_with_current_state() {
+        let mut t = Timeline::default();
+        for n in 1..=20_000u64 {
+            t.push(sample(n));
+            let v: Vec<_> = t.iter().copied().collect();
+            assert!(
+                v.len() <= TIMELINE_CAP,
+                "{} samples after {n} changes",
+                v.len()
+            );
+            assert_eq!(
+                *v.last().unwrap(),
+                sample(n),
+                "last sample is the current state"
+            );
+            if n % 997 == 0 {
+                assert!(
+                    v.windows(2).all(|w| w[0].t_ms < w[1].t_ms),
+                    "samples in order"
+                );
+            }
+        }
+        let v: Vec<_> = t.iter().collect();
+        assert!(
+            v.len() > TIMELINE_CAP / 2,
+            "decimation keeps at least half: {}",
+            v.len()
+        );
+        assert_eq!(v[0].t_ms, 1, "the first change is kept");
+    }
+}

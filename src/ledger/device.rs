@@ -1,0 +1,610 @@
+//! One device's ledger (a shard): live allocations, exact totals and peaks per category,
+//! probes, failures, IPC imports, captures, hidden driver costs, timeline and events.
+//!
+//! Everything here is plain bookkeeping on `&mut self`; the caller holds the shard lock
+//! and supplies the current time. Methods report what happened (replaced records, unknown
+//! keys) instead of logging, so the caller can warn after the lock is released.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+use super::bounded::{FirstLast, FirstN, Sample, Timeline};
+use super::{Facts, MemKind};
+use crate::classify::{self, Category};
+
+/// Probes kept at each end of the run.
+pub(crate) const PROBES_KEPT: usize = 256;
+/// Failures kept (the first ones).
+pub(crate) const FAILURES_KEPT: usize = 256;
+/// Events kept (the first ones).
+pub(crate) const EVENTS_KEPT: usize = 1024;
+/// Largest live allocations rendered per device.
+pub(crate) const TOP_ALLOCATIONS: usize = 32;
+
+/// One live allocation (or VMM physical handle).
+#[derive(Clone, Debug)]
+pub(crate) struct Alloc {
+    /// Base address; for VMM physical memory, the handle.
+    pub base: u64,
+    pub bytes: u64,
+    pub kind: MemKind,
+    pub api: &'static str,
+    pub t_ms: u64,
+    pub facts: Facts,
+    pub category: Category,
+}
+
+impl Alloc {
+    fn end(&self) -> u64 {
+        self.base.saturating_add(self.bytes)
+    }
+}
+
+/// Where a record lives in a shard: addressed allocations are keyed by base address,
+/// VMM physical memory by handle (handles are not addresses and may collide with them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Key {
+    Addr(u64),
+    Handle(u64),
+}
+
+/// Live bytes, their peak, and the live allocation count of one category.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CatStats {
+    pub live: u64,
+    pub peak: u64,
+    pub allocs: u64,
+}
+
+impl CatStats {
+    fn add(&mut self, bytes: u64) {
+        self.live = self.live.saturating_add(bytes);
+        self.allocs += 1;
+        self.peak = self.peak.max(self.live);
+    }
+
+    fn sub(&mut self, bytes: u64) {
+        self.live = self.live.saturating_sub(bytes);
+        self.allocs = self.allocs.saturating_sub(1);
+    }
+}
+
+/// A free-memory query and the ledger at that moment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Probe {
+    pub t_ms: u64,
+    pub api: &'static str,
+    pub free: Option<u64>,
+    pub total: Option<u64>,
+    pub error: i32,
+    pub live: u64,
+    pub cats: [u64; 6],
+}
+
+/// A failed allocation, the ledger at that moment and the last probe before it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Failure {
+    pub t_ms: u64,
+    pub api: &'static str,
+    pub bytes: u64,
+    pub error: i32,
+    pub error_name: &'static str,
+    pub live: u64,
+    pub cats: [u64; 6],
+    pub last_probe: Option<Probe>,
+}
+
+/// Kinds of timeline events, as named in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    Probe,
+    Failure,
+    CaptureBegin,
+    CaptureEnd,
+    Instantiate,
+    IpcExport,
+    IpcImport,
+    DriverCost,
+}
+
+impl EventKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            EventKind::Probe => "probe",
+            EventKind::Failure => "failure",
+            EventKind::CaptureBegin => "capture_begin",
+            EventKind::CaptureEnd => "capture_end",
+            EventKind::Instantiate => "instantiate",
+            EventKind::IpcExport => "ipc_export",
+            EventKind::IpcImport => "ipc_import",
+            EventKind::DriverCost => "driver_cost",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Event {
+    pub t_ms: u64,
+    pub kind: EventKind,
+    pub api: &'static str,
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IpcStats {
+    pub exported_count: u64,
+    pub exported_bytes: u64,
+    pub imported_count: u64,
+    pub imported_bytes: u64,
+    pub imported_live_count: u64,
+    pub imported_live_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GraphStats {
+    pub captures: u64,
+    pub captures_active: u64,
+    pub captured_allocs: u64,
+    pub captured_bytes: u64,
+    pub instantiations: u64,
+    /// Instantiations whose device-memory delta was measured.
+    pub instantiate_measured: u64,
+    pub instantiate_bytes: i64,
+}
+
+/// Hidden driver memory of one API, summed over its calls.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DriverCost {
+    pub api: &'static str,
+    pub calls: u64,
+    pub bytes: i64,
+}
+
+/// Everything a device renders except the live maps; cloned out under the lock so the
+/// JSON is built without holding it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeviceStats {
+    pub total_bytes: Option<u64>,
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    pub peak_t_ms: Option<u64>,
+    pub alloc_count: u64,
+    pub free_count: u64,
+    pub cats: [CatStats; 6],
+    pub probes: FirstLast<Probe, PROBES_KEPT>,
+    pub last_probe: Option<Probe>,
+    pub failures: FirstN<Failure, FAILURES_KEPT>,
+    pub untracked: Option<i64>,
+    pub untracked_max: Option<i64>,
+    pub ipc: IpcStats,
+    pub graphs: GraphStats,
+    pub driver_costs: Vec<DriverCost>,
+    pub timeline: Timeline,
+    pub events: FirstN<Event, EVENTS_KEPT>,
+}
+
+impl DeviceStats {
+    fn cat_live(&self) -> [u64; 6] {
+        self.cats.map(|c| c.live)
+    }
+
+    /// Count `bytes` live in `cat`, updating the peaks.
+    fn add_live(&mut self, cat: Category, bytes: u64, now: u64) {
+        self.live_bytes = self.live_bytes.saturating_add(bytes);
+        if self.live_bytes > self.peak_bytes {
+            self.peak_bytes = self.live_bytes;
+            self.peak_t_ms = Some(now);
+        }
+        self.cats[cat.index()].add(bytes);
+    }
+
+    fn sub_live(&mut self, cat: Category, bytes: u64) {
+        self.live_bytes = self.live_bytes.saturating_sub(bytes);
+        self.cats[cat.index()].sub(bytes);
+    }
+
+    /// Record the current totals on the timeline (after any change of them).
+    fn sample(&mut self, now: u64) {
+        let s = Sample {
+            t_ms: now,
+            live: self.live_bytes,
+            cats: self.cat_live(),
+        };
+        self.timeline.push(s);
+    }
+
+    /// Reclassify `a` from its facts, moving its bytes between categories. The device
+    /// total does not change, so neither does the device peak.
+    fn reclassify(&mut self, a: &mut Alloc, now: u64) {
+        let cat = classify::classify(&a.facts);
+        if cat != a.category {
+            self.cats[a.category.index()].sub(a.bytes);
+            self.cats[cat.index()].add(a.bytes);
+            a.category = cat;
+            self.sample(now);
+        }
+    }
+
+    fn event(
+        &mut self,
+        now: u64,
+        kind: EventKind,
+        api: &'static str,
+        detail: impl FnOnce() -> String,
+    ) {
+        self.events.push_with(|| Event {
+            t_ms: now,
+            kind,
+            api,
+            detail: detail(),
+        });
+    }
+}
+
+/// What an insert displaced: records still live at an overlapping address or the same
+/// handle, whose frees we missed. They were counted as implicit frees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Displaced {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// One device's shard.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceLedger {
+    pub stats: DeviceStats,
+    allocs: BTreeMap<u64, Alloc>,
+    phys: HashMap<u64, Alloc>,
+    /// Open IPC imports: pointer to bytes.
+    imports: HashMap<u64, u64>,
+    /// Streams with an active capture (few; a vector beats a set).
+    captures: Vec<u64>,
+}
+
+impl DeviceLedger {
+    fn get(&self, key: Key) -> Option<&Alloc> {
+        match key {
+            Key::Addr(base) => self.allocs.get(&base),
+            Key::Handle(h) => self.phys.get(&h),
+        }
+    }
+
+    /// (base, bytes) of the addressed allocation containing `ptr`: the one with the
+    /// greatest base <= ptr, if its end is past `ptr`.
+    pub(crate) fn containing(&self, ptr: u64) -> Option<(u64, u64)> {
+        let (&base, a) = self.allocs.range(..=ptr).next_back()?;
+        (a.end() > ptr).then_some((base, a.bytes))
+    }
+
+    pub(crate) fn has(&self, key: Key) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// A live addressed allocation overlapping [base, end) (or at `base` when empty).
+    fn overlapping(&self, base: u64, end: u64) -> Option<u64> {
+        if let Some((&b, a)) = self.allocs.range(..=base).next_back() {
+            if b == base || a.end() > base {
+                return Some(b);
+            }
+        }
+        self.allocs.range(base..end).next().map(|(&b, _)| b)
+    }
+
+    /// Remove a record and account the free.
+    fn take(&mut self, key: Key) -> Option<Alloc> {
+        let a = match key {
+            Key::Addr(base) => self.allocs.remove(&base),
+            Key::Handle(h) => self.phys.remove(&h),
+        }?;
+        self.stats.sub_live(a.category, a.bytes);
+        self.stats.free_count += 1;
+        Some(a)
+    }
+
+    /// A new allocation under `key`. Records it displaces are counted as implicit frees.
+    /// While a capture is active the allocation is flagged captured.
+    pub(crate) fn insert(
+        &mut self,
+        key: Key,
+        bytes: u64,
+        kind: MemKind,
+        api: &'static str,
+        mut facts: Facts,
+        now: u64,
+    ) -> Displaced {
+        let mut displaced = Displaced::default();
+        let mut displace = |d: &mut DeviceLedger, k: Key| {
+            if let Some(old) = d.take(k) {
+                displaced.count += 1;
+                displaced.bytes = displaced.bytes.saturating_add(old.bytes);
+            }
+        };
+        let base = match key {
+            Key::Addr(base) => {
+                let end = base.saturating_add(bytes);
+                while let Some(old) = self.overlapping(base, end) {
+                    displace(self, Key::Addr(old));
+                }
+                base
+            }
+            Key::Handle(h) => {
+                displace(self, key);
+                h
+            }
+        };
+        if !self.captures.is_empty() {
+            facts.captured = true;
+        }
+        if facts.captured {
+            self.stats.graphs.captured_allocs += 1;
+            self.stats.graphs.captured_bytes =
+                self.stats.graphs.captured_bytes.saturating_add(bytes);
+        }
+        let category = classify::classify(&facts);
+        self.stats.add_live(category, bytes, now);
+        self.stats.alloc_count += 1;
+        self.stats.sample(now);
+        let a = Alloc {
+            base,
+            bytes,
+            kind,
+            api,
+            t_ms: now,
+            facts,
+            category,
+        };
+        match key {
+            Key::Addr(b) => self.allocs.insert(b, a),
+            Key::Handle(h) => self.phys.insert(h, a),
+        };
+        displaced
+    }
+
+    /// Free the record under `key`; its bytes, or None when unknown.
+    pub(crate) fn remove(&mut self, key: Key, now: u64) -> Option<u64> {
+        let a = self.take(key)?;
+        self.stats.sample(now);
+        Some(a.bytes)
+    }
+
+    /// Change the facts of a record and reclassify it. Returns what `change` returned,
+    /// or None when the record is unknown.
+    pub(crate) fn update_facts<R>(
+        &mut self,
+        key: Key,
+        now: u64,
+        change: impl FnOnce(&mut Facts) -> R,
+    ) -> Option<R> {
+        let a = match key {
+            Key::Addr(base) => self.allocs.get_mut(&base),
+            Key::Handle(h) => self.phys.get_mut(&h),
+        }?;
+        let r = change(&mut a.facts);
+        self.stats.reclassify(a, now);
+        Some(r)
+    }
+
+    /// Flag a record exported and reclassify it; counted in `ipc.exported_*` only the
+    /// first time. False when the record is unknown.
+    pub(crate) fn mark_exported(&mut self, key: Key, api: &'static str, now: u64) -> bool {
+        let Some(newly) =
+            self.update_facts(key, now, |f| !std::mem::replace(&mut f.exported, true))
+        else {
+            return false;
+        };
+        if newly {
+            let (base, bytes) = self.get(key).map_or((0, 0), |a| (a.base, a.bytes));
+            let ipc = &mut self.stats.ipc;
+            ipc.exported_count += 1;
+            ipc.exported_bytes = ipc.exported_bytes.saturating_add(bytes);
+            self.stats.event(now, EventKind::IpcExport, api, || {
+                format!("0x{base:x} {bytes} bytes")
+            });
+        }
+        true
+    }
+
+    pub(crate) fn probe(
+        &mut self,
+        api: &'static str,
+        free: Option<u64>,
+        total: Option<u64>,
+        error: i32,
+        now: u64,
+    ) {
+        let s = &mut self.stats;
+        let p = Probe {
+            t_ms: now,
+            api,
+            free,
+            total,
+            error,
+            live: s.live_bytes,
+            cats: s.cat_live(),
+        };
+        s.probes.push(p);
+        s.last_probe = Some(p);
+        if error == 0 {
+            if let Some(t) = total {
+                s.total_bytes = Some(t);
+            }
+            if let (Some(f), Some(t)) = (free, total) {
+                let used = i128::from(t) - i128::from(f) - i128::from(s.live_bytes);
+                let untracked = used.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+                s.untracked = Some(untracked);
+                s.untracked_max = Some(s.untracked_max.map_or(untracked, |m| m.max(untracked)));
+            }
+        }
+        s.event(now, EventKind::Probe, api, || {
+            let show = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |v| v.to_string());
+            format!("free={} total={} error={error}", show(free), show(total))
+        });
+    }
+
+    pub(crate) fn failure(
+        &mut self,
+        api: &'static str,
+        bytes: u64,
+        error: i32,
+        error_name: &'static str,
+        now: u64,
+    ) {
+        let s = &mut self.stats;
+        let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
+        s.failures.push_with(|| Failure {
+            t_ms: now,
+            api,
+            bytes,
+            error,
+            error_name,
+            live,
+            cats,
+            last_probe,
+        });
+        s.event(now, EventKind::Failure, api, || {
+            format!("{bytes} bytes: {error_name} ({error})")
+        });
+    }
+
+    pub(crate) fn set_total(&mut self, total: u64) {
+        self.stats.total_bytes = Some(total);
+    }
+
+    /// A peer buffer opened at `ptr`. True when `ptr` was already open (the earlier open is
+    /// replaced: we missed its close).
+    pub(crate) fn ipc_import(
+        &mut self,
+        ptr: u64,
+        bytes: Option<u64>,
+        api: &'static str,
+        now: u64,
+    ) -> bool {
+        let b = bytes.unwrap_or(0);
+        let old = self.imports.insert(ptr, b);
+        let ipc = &mut self.stats.ipc;
+        ipc.imported_count += 1;
+        ipc.imported_bytes = ipc.imported_bytes.saturating_add(b);
+        if let Some(old) = old {
+            ipc.imported_live_bytes = ipc.imported_live_bytes.saturating_sub(old);
+        } else {
+            ipc.imported_live_count += 1;
+        }
+        ipc.imported_live_bytes = ipc.imported_live_bytes.saturating_add(b);
+        self.stats
+            .event(now, EventKind::IpcImport, api, || match bytes {
+                Some(b) => format!("0x{ptr:x} {b} bytes"),
+                None => format!("0x{ptr:x} size unknown"),
+            });
+        old.is_some()
+    }
+
+    /// Close the import opened at `ptr`; false when it is not open here.
+    pub(crate) fn ipc_close(&mut self, ptr: u64) -> bool {
+        let Some(b) = self.imports.remove(&ptr) else {
+            return false;
+        };
+        let ipc = &mut self.stats.ipc;
+        ipc.imported_live_count = ipc.imported_live_count.saturating_sub(1);
+        ipc.imported_live_bytes = ipc.imported_live_bytes.saturating_sub(b);
+        true
+    }
+
+    /// A capture begun on `stream`. False when one was already active there.
+    pub(crate) fn capture_begin(&mut self, stream: u64, api: &'static str, now: u64) -> bool {
+        let fresh = !self.captures.contains(&stream);
+        if fresh {
+            self.captures.push(stream);
+        }
+        let g = &mut self.stats.graphs;
+        g.captures += 1;
+        g.captures_active = self.captures.len() as u64;
+        self.stats.event(now, EventKind::CaptureBegin, api, || {
+            format!("stream 0x{stream:x}")
+        });
+        fresh
+    }
+
+    /// The capture on `stream` ended. False when none was active there.
+    pub(crate) fn capture_end(&mut self, stream: u64, api: &'static str, now: u64) -> bool {
+        let Some(i) = self.captures.iter().position(|&s| s == stream) else {
+            return false;
+        };
+        self.captures.swap_remove(i);
+        self.stats.graphs.captures_active = self.captures.len() as u64;
+        self.stats.event(now, EventKind::CaptureEnd, api, || {
+            format!("stream 0x{stream:x}")
+        });
+        true
+    }
+
+    pub(crate) fn capturing(&self) -> bool {
+        !self.captures.is_empty()
+    }
+
+    pub(crate) fn graph_instantiate(&mut self, api: &'static str, measured: Option<i64>, now: u64) {
+        let g = &mut self.stats.graphs;
+        g.instantiations += 1;
+        if let Some(m) = measured {
+            g.instantiate_measured += 1;
+            g.instantiate_bytes = g.instantiate_bytes.saturating_add(m);
+        }
+        self.stats
+            .event(now, EventKind::Instantiate, api, || match measured {
+                Some(m) => format!("{m} bytes"),
+                None => "not measured".to_string(),
+            });
+    }
+
+    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, now: u64) {
+        let costs = &mut self.stats.driver_costs;
+        match costs.iter_mut().find(|c| c.api == api) {
+            Some(c) => {
+                c.calls += 1;
+                c.bytes = c.bytes.saturating_add(bytes);
+            }
+            None => costs.push(DriverCost {
+                api,
+                calls: 1,
+                bytes,
+            }),
+        }
+        self.stats
+            .event(now, EventKind::DriverCost, api, || format!("{bytes} bytes"));
+    }
+
+    /// Up to `TOP_ALLOCATIONS` largest live records, largest first (ties: lower base first).
+    pub(crate) fn top_allocations(&self) -> Vec<Alloc> {
+        // A min-heap of the best so far, keyed so that the smallest sits on top.
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, bool)>> =
+            BinaryHeap::new();
+        let all = self
+            .allocs
+            .values()
+            .map(|a| (a, false))
+            .chain(self.phys.values().map(|a| (a, true)));
+        for (a, phys) in all {
+            let k = std::cmp::Reverse((a.bytes, std::cmp::Reverse(a.base), phys));
+            if heap.len() < TOP_ALLOCATIONS {
+                heap.push(k);
+            } else if heap.peek().is_some_and(|top| k < *top) {
+                heap.pop();
+                heap.push(k);
+            }
+        }
+        heap.into_sorted_vec()
+            .into_iter()
+            .filter_map(|std::cmp::Reverse((_, std::cmp::Reverse(base), phys))| {
+                self.get(if phys {
+                    Key::Handle(base)
+                } else {
+                    Key::Addr(base)
+                })
+                .cloned()
+            })
+            .collect()
+    }
+
+    /// Everything to render, copied out so the lock can be released.
+    pub(crate) fn snapshot(&self) -> (DeviceStats, Vec<Alloc>) {
+        (self.stats.clone(), self.top_allocations())
+    }
+}

@@ -1,0 +1,1102 @@
+//! Ledger tests: exact accounting against a model, range lookups, reclassification,
+//! VMM, bounded lists, IPC, concurrency, JSON shape, fork reset.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::device::DeviceStats;
+use super::*;
+use crate::classify::{Category, ALL};
+
+const OTHER: usize = 5;
+const IPC: usize = 2;
+const GRAPHS: usize = 3;
+
+fn stats(l: &Ledger, dev: i32) -> DeviceStats {
+    l.devices[dev as usize]
+        .get()
+        .expect("device shard exists")
+        .lock()
+        .stats
+        .clone()
+}
+
+fn alloc(l: &Ledger, dev: i32, ptr: u64, bytes: u64) {
+    l.alloc(
+        dev,
+        ptr,
+        bytes,
+        MemKind::Device,
+        "cudaMalloc",
+        Facts::default(),
+    );
+}
+
+fn device_json(l: &Ledger, dev: i64) -> Value {
+    let j = l.to_json();
+    j["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["index"] == dev)
+        .cloned()
+        .unwrap_or_else(|| panic!("device {dev} in {j}"))
+}
+
+fn warnings(l: &Ledger) -> Vec<String> {
+    l.health.warnings.lock().clone()
+}
+
+/// Deterministic xorshift64* generator.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The simple model of one device: what the ledger must agree with exactly.
+#[derive(Default)]
+struct Model {
+    live: u64,
+    peak: u64,
+    cat_live: [u64; 6],
+    cat_peak: [u64; 6],
+    cat_allocs: [u64; 6],
+    allocs: u64,
+    frees: u64,
+}
+
+impl Model {
+    fn add(&mut self, cat: usize, bytes: u64) {
+        self.live += bytes;
+        self.peak = self.peak.max(self.live);
+        self.cat_live[cat] += bytes;
+        self.cat_allocs[cat] += 1;
+        self.cat_peak[cat] = self.cat_peak[cat].max(self.cat_live[cat]);
+    }
+    fn sub(&mut self, cat: usize, bytes: u64) {
+        self.live -= bytes;
+        self.cat_live[cat] -= bytes;
+        self.cat_allocs[cat] -= 1;
+    }
+    fn check(&self, s: &DeviceStats, step: usize) {
+        assert_eq!(s.live_bytes, self.live, "live at step {step}");
+        assert_eq!(s.peak_bytes, self.peak, "peak at step {step}");
+        assert_eq!(s.alloc_count, self.allocs, "alloc_count at step {step}");
+        assert_eq!(s.free_count, self.frees, "free_count at step {step}");
+        for i in 0..6 {
+            assert_eq!(
+                s.cats[i].live, self.cat_live[i],
+                "cat {i} live at step {step}"
+            );
+            assert_eq!(
+                s.cats[i].peak, self.cat_peak[i],
+                "cat {i} peak at step {step}"
+            );
+            assert_eq!(
+                s.cats[i].allocs, self.cat_allocs[i],
+                "cat {i} allocs at step {step}"
+            );
+        }
+    }
+}
+
+#[test]
+fn random_sequences_give_exact_totals_and_peaks() {
+    let l = Ledger::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut models: Vec<Model> = (0..3).map(|_| Model::default()).collect();
+    // slot -> (device, bytes, category index)
+    let mut live: HashMap<u64, (i32, u64, usize)> = HashMap::new();
+    let slot_base = |slot: u64| 0x7f00_0000_0000 + slot * 0x10_0000;
+    for step in 0..20_000 {
+        let slot = rng.below(300);
+        let base = slot_base(slot);
+        match rng.below(10) {
+            0..=4 => {
+                let dev = rng.below(3) as i32;
+                let bytes = 1 + rng.below(0x10_0000 - 1);
+                if let Some((odev, obytes, ocat)) = live.remove(&slot) {
+                    // The driver reused an address we missed a free for.
+                    if odev == dev {
+                        models[odev as usize].sub(ocat, obytes);
+                        models[odev as usize].frees += 1;
+                    } else {
+                        // Other device: free it properly first, as a program would.
+                        assert_eq!(
+                            l.free(base, "cudaFree"),
+                            Freed::Known {
+                                dev: odev,
+                                bytes: obytes
+                            }
+                        );
+                        models[odev as usize].sub(ocat, obytes);
+                        models[odev as usize].frees += 1;
+                    }
+                }
+                alloc(&l, dev, base, bytes);
+                models[dev as usize].add(OTHER, bytes);
+                models[dev as usize].allocs += 1;
+                live.insert(slot, (dev, bytes, OTHER));
+            }
+            5..=8 => {
+                let got = l.free(base, "cudaFree");
+                match live.remove(&slot) {
+                    Some((dev, bytes, cat)) => {
+                        assert_eq!(got, Freed::Known { dev, bytes }, "step {step}");
+                        models[dev as usize].sub(cat, bytes);
+                        models[dev as usize].frees += 1;
+                    }
+                    None => assert_eq!(got, Freed::Unknown, "step {step}"),
+                }
+            }
+            _ => {
+                // Export through an interior pointer.
+                let inside = base + rng.below(0x10_0000);
+                let found = l.mark_exported(inside);
+                match live.get_mut(&slot) {
+                    Some((dev, bytes, cat)) if inside < base + *bytes => {
+                        assert!(found, "step {step}");
+                        if *cat != IPC {
+                            let m = &mut models[*dev as usize];
+                            m.sub(*cat, *bytes);
+                            m.add(IPC, *bytes);
+                            *cat = IPC;
+                        }
+                    }
+                    _ => assert!(!found, "step {step}: 0x{inside:x} is in no allocation"),
+                }
+            }
+        }
+        if step % 499 == 0 {
+            for (dev, m) in models.iter().enumerate() {
+                if l.devices[dev].get().is_some() {
+                    m.check(&stats(&l, dev as i32), step);
+                }
+            }
+        }
+    }
+    for (dev, m) in models.iter().enumerate() {
+        m.check(&stats(&l, dev as i32), usize::MAX);
+        let d = device_json(&l, dev as i64);
+        assert_eq!(d["live_bytes"], m.live);
+        let sum: u64 = ALL
+            .iter()
+            .map(|c| d["categories"][c.name()]["live_bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, m.live, "categories sum to live_bytes");
+    }
+}
+
+#[test]
+fn range_lookups() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x1000, 0x1000);
+    alloc(&l, 0, 0x2000, 0x100);
+    alloc(&l, 1, 0x9000, 0x10);
+    alloc(&l, 0, 0x5000, 0);
+    assert_eq!(l.lookup(0x1000), Some((0, 0x1000, 0x1000)), "at base");
+    assert_eq!(l.lookup(0x1fff), Some((0, 0x1000, 0x1000)), "last byte");
+    assert_eq!(
+        l.lookup(0x2000),
+        Some((0, 0x2000, 0x100)),
+        "end of one is the next base"
+    );
+    assert_eq!(l.lookup(0x2100), None, "one past the end");
+    assert_eq!(l.lookup(0x3000), None, "between allocations");
+    assert_eq!(l.lookup(0xfff), None, "before the first");
+    assert_eq!(
+        l.lookup(0x5000),
+        None,
+        "an empty allocation contains nothing"
+    );
+    assert_eq!(l.lookup(0x900f), Some((1, 0x9000, 0x10)), "other device");
+    assert_eq!(l.lookup(u64::MAX), None);
+    assert_eq!(
+        l.free(0x1800, "cudaFree"),
+        Freed::Unknown,
+        "free needs the exact base"
+    );
+    assert_eq!(l.health.unknown_frees.load(Ordering::Relaxed), 1);
+    assert_eq!(l.free(0, "cudaFree"), Freed::Unknown);
+    assert_eq!(
+        l.health.unknown_frees.load(Ordering::Relaxed),
+        1,
+        "free(NULL) is not an unknown free"
+    );
+}
+
+#[test]
+fn export_reclassifies_and_keeps_peaks_right() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x10000, 100);
+    alloc(&l, 0, 0x20000, 50);
+    assert!(l.mark_exported(0x10000 + 99));
+    assert!(l.mark_exported(0x10000), "exporting again still finds it");
+    let s = stats(&l, 0);
+    assert_eq!(
+        (s.cats[IPC].live, s.cats[IPC].peak, s.cats[IPC].allocs),
+        (100, 100, 1)
+    );
+    assert_eq!(
+        (s.cats[OTHER].live, s.cats[OTHER].peak, s.cats[OTHER].allocs),
+        (50, 150, 1)
+    );
+    assert_eq!(
+        (s.live_bytes, s.peak_bytes),
+        (150, 150),
+        "moving bytes keeps the device total"
+    );
+    assert_eq!(
+        (s.ipc.exported_count, s.ipc.exported_bytes),
+        (1, 100),
+        "counted once"
+    );
+    assert_eq!(
+        l.free(0x10000, "cudaFree"),
+        Freed::Known { dev: 0, bytes: 100 }
+    );
+    let s = stats(&l, 0);
+    assert_eq!(
+        (s.cats[IPC].live, s.cats[IPC].peak, s.cats[IPC].allocs),
+        (0, 100, 0)
+    );
+    assert_eq!(
+        (s.ipc.exported_count, s.ipc.exported_bytes),
+        (1, 100),
+        "cumulative"
+    );
+    assert!(!l.mark_exported(0x10000), "freed");
+    let d = device_json(&l, 0);
+    let last = d["timeline"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (
+            last["live_bytes"].as_u64(),
+            last["ipc"].as_u64(),
+            last["other"].as_u64()
+        ),
+        (Some(50), Some(0), Some(50))
+    );
+    let kinds: Vec<&str> = d["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ipc_export"]);
+}
+
+#[test]
+fn h2d_bytes_accumulate_on_the_containing_allocation() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x10000, 1000);
+    l.add_h2d(0x10000 + 10, 300);
+    l.add_h2d(0x10000 + 500, 200);
+    l.add_h2d(0x90000, 7);
+    let d = device_json(&l, 0);
+    assert_eq!(d["top_allocations"][0]["h2d_bytes"], 500);
+    assert_eq!(d["top_allocations"][0]["category"], "other");
+}
+
+#[test]
+fn allocations_during_capture_are_flagged() {
+    let l = Ledger::new();
+    l.capture_begin(0, 0xabc, "cudaStreamBeginCapture");
+    assert!(l.capturing(0));
+    assert!(!l.capturing(1));
+    assert!(
+        !l.capturing(-3) && !l.capturing(1000),
+        "out of range is simply false"
+    );
+    alloc(&l, 0, 0x1000, 64);
+    alloc(&l, 1, 0x2000, 32);
+    // The capture ends while device 1 is current: found by stream on device 0.
+    l.capture_end(1, 0xabc, "cudaStreamEndCapture");
+    assert!(!l.capturing(0));
+    alloc(&l, 0, 0x3000, 16);
+    let s0 = stats(&l, 0);
+    assert_eq!((s0.cats[GRAPHS].live, s0.cats[OTHER].live), (64, 16));
+    assert_eq!(
+        (s0.graphs.captured_allocs, s0.graphs.captured_bytes),
+        (1, 64)
+    );
+    assert_eq!((s0.graphs.captures, s0.graphs.captures_active), (1, 0));
+    assert_eq!(stats(&l, 1).cats[OTHER].live, 32);
+    assert!(warnings(&l).is_empty(), "{:?}", warnings(&l));
+    l.capture_end(0, 0xabc, "cudaStreamEndCapture");
+    assert_eq!(
+        warnings(&l).len(),
+        1,
+        "end of a capture never begun is a warning"
+    );
+    l.capture_end(7, 0xabc, "cudaStreamEndCapture");
+    assert!(l.devices[7].get().is_none(), "an unknown end creates no device");
+    assert!(l.free(0x1000, "cudaFree") != Freed::Unknown);
+    assert_eq!(stats(&l, 0).graphs.captured_bytes, 64, "cumulative");
+    let d = device_json(&l, 0);
+    let top = &d["top_allocations"][0];
+    assert_eq!(
+        (top["captured"].as_bool(), top["ptr"].as_str()),
+        (Some(false), Some("0x3000"))
+    );
+}
+
+#[test]
+fn vmm_create_map_export_unmap_release() {
+    let l = Ledger::new();
+    let (h, va) = (0x1000_u64, 0x7f00_0000_0000_u64);
+    l.vmm_create(1, h, 1 << 21, "cuMemCreate");
+    alloc(&l, 1, 0x1000, 64); // an address equal to the handle value: no collision
+    let s = stats(&l, 1);
+    assert_eq!(
+        (s.live_bytes, s.cats[OTHER].allocs, s.alloc_count),
+        ((1 << 21) + 64, 2, 2)
+    );
+    assert_eq!(l.lookup(va), None, "not mapped yet");
+    l.vmm_map(va, 1 << 20, 0, h);
+    l.vmm_map(va + (1 << 20), 1 << 20, 1 << 20, h);
+    assert_eq!(
+        stats(&l, 1).live_bytes,
+        (1 << 21) + 64,
+        "mapping adds no bytes"
+    );
+    assert_eq!(l.vmm_handle_at(va + (1 << 20) + 5), Some(h));
+    assert_eq!(
+        l.lookup(va + (1 << 20) + 5),
+        Some((1, va + (1 << 20), 1 << 20))
+    );
+    assert!(l.mark_exported(va + 7));
+    assert!(l.vmm_export(h), "exporting the handle again finds it");
+    l.add_h2d(va + 3, 4096);
+    let s = stats(&l, 1);
+    assert_eq!(
+        (s.cats[IPC].live, s.ipc.exported_count, s.ipc.exported_bytes),
+        (1 << 21, 1, 1 << 21)
+    );
+    let d = device_json(&l, 1);
+    let top = &d["top_allocations"][0];
+    assert_eq!(
+        (
+            top["kind"].as_str(),
+            top["h2d_bytes"].as_u64(),
+            top["exported"].as_bool()
+        ),
+        (Some("vmm_physical"), Some(4096), Some(true))
+    );
+    l.vmm_unmap(va, 1 << 21);
+    assert_eq!(
+        (l.lookup(va), l.vmm_handle_at(va + (1 << 20))),
+        (None, None)
+    );
+    assert_eq!(
+        l.free(0x1000, "cudaFree"),
+        Freed::Known { dev: 1, bytes: 64 },
+        "free does not touch handles"
+    );
+    assert!(l.vmm_release(h));
+    assert!(!l.vmm_release(h), "second release");
+    assert!(!l.vmm_export(h));
+    let s = stats(&l, 1);
+    assert_eq!(
+        (s.live_bytes, s.peak_bytes, s.free_count, s.cats[IPC].live),
+        (0, (1 << 21) + 64, 2, 0)
+    );
+    assert!(warnings(&l).is_empty(), "{:?}", warnings(&l));
+    l.vmm_unmap(va, 4096);
+    assert_eq!(warnings(&l).len(), 1, "unmapping nothing is a warning");
+}
+
+#[test]
+fn vmm_handle_recreated_on_another_device_moves() {
+    let l = Ledger::new();
+    l.vmm_create(0, 9, 100, "cuMemCreate");
+    l.vmm_create(2, 9, 30, "cuMemCreate");
+    assert_eq!((stats(&l, 0).live_bytes, stats(&l, 0).free_count), (0, 1));
+    assert_eq!(stats(&l, 2).live_bytes, 30);
+    assert_eq!(warnings(&l).len(), 1);
+}
+
+#[test]
+fn missed_frees_are_replaced_by_overlapping_allocations() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x1000, 0x1000);
+    alloc(&l, 0, 0x3000, 0x1000);
+    alloc(&l, 0, 0x1800, 0x2000); // overlaps both: both frees were missed
+    let s = stats(&l, 0);
+    assert_eq!(
+        (
+            s.live_bytes,
+            s.alloc_count,
+            s.free_count,
+            s.cats[OTHER].allocs
+        ),
+        (0x2000, 3, 2, 1)
+    );
+    alloc(&l, 0, 0x1800, 0x10); // same base
+    assert_eq!(stats(&l, 0).live_bytes, 0x10);
+    assert_eq!(warnings(&l).len(), 2);
+    alloc(&l, 0, 0, 10);
+    assert_eq!(
+        stats(&l, 0).alloc_count,
+        4,
+        "NULL allocations are not recorded"
+    );
+}
+
+#[test]
+fn probes_are_bounded_and_compute_untracked() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x1000, 1000);
+    l.probe(0, "cudaMemGetInfo", Some(4000), Some(10_000), 0);
+    let s = stats(&l, 0);
+    assert_eq!(
+        (s.total_bytes, s.untracked, s.untracked_max),
+        (Some(10_000), Some(5000), Some(5000))
+    );
+    alloc(&l, 0, 0x10000, 7000);
+    l.probe(0, "cuMemGetInfo_v2", Some(3000), Some(10_000), 0);
+    let s = stats(&l, 0);
+    assert_eq!(
+        (s.untracked, s.untracked_max),
+        (Some(-1000), Some(5000)),
+        "may be negative"
+    );
+    l.probe(0, "cudaMemGetInfo", None, Some(10_000), 0);
+    l.probe(0, "cudaMemGetInfo", Some(1), Some(2), 2);
+    let s = stats(&l, 0);
+    assert_eq!(
+        s.untracked,
+        Some(-1000),
+        "NULL outputs and failed calls do not update untracked"
+    );
+    assert_eq!(s.probes.total(), 4);
+    for i in 0..996u64 {
+        l.probe(0, "cudaMemGetInfo", Some(i), Some(10_000), 0);
+    }
+    let d = device_json(&l, 0);
+    let probes = d["probes"].as_array().unwrap();
+    assert_eq!(
+        (probes.len(), d["probes_total"].as_u64()),
+        (512, Some(1000))
+    );
+    assert_eq!(probes[0]["free_bytes"], 4000, "the first ones are kept");
+    assert_eq!(probes[2]["free_bytes"], Value::Null);
+    assert_eq!(probes[3]["error"], 2);
+    assert_eq!(probes[511]["free_bytes"], 995, "the last ones are kept");
+    assert_eq!(probes[256]["free_bytes"], 995 - 255);
+    assert_eq!(
+        (
+            probes[1]["live_bytes"].as_u64(),
+            probes[1]["categories"]["other"].as_u64()
+        ),
+        (Some(8000), Some(8000))
+    );
+    let events = d["events"].as_array().unwrap();
+    assert_eq!(
+        (events.len(), d["events_total"].as_u64()),
+        (1000, Some(1000)),
+        "one event per probe"
+    );
+}
+
+#[test]
+fn events_are_bounded() {
+    let l = Ledger::new();
+    for i in 0..3000 {
+        l.driver_cost(
+            0,
+            if i % 2 == 0 {
+                "cuModuleLoadData"
+            } else {
+                "cuCtxEnablePeerAccess"
+            },
+            10,
+        );
+    }
+    let d = device_json(&l, 0);
+    assert_eq!(
+        (
+            d["events"].as_array().unwrap().len(),
+            d["events_total"].as_u64()
+        ),
+        (1024, Some(3000))
+    );
+    let costs = d["driver_costs"].as_array().unwrap();
+    assert_eq!(costs.len(), 2);
+    assert_eq!(
+        (
+            costs[0]["api"].as_str(),
+            costs[0]["calls"].as_u64(),
+            costs[0]["bytes"].as_i64()
+        ),
+        (Some("cuModuleLoadData"), Some(1500), Some(15_000))
+    );
+}
+
+#[test]
+fn failures_snapshot_the_ledger_and_last_probe() {
+    let l = Ledger::new();
+    l.failure(0, "cudaMalloc", 1 << 40, 2, "cudaErrorMemoryAllocation");
+    alloc(&l, 0, 0x1000, 1000);
+    l.probe(0, "cudaMemGetInfo", Some(123), Some(456), 0);
+    l.failure(0, "cuMemAlloc_v2", 1 << 40, 2, "CUDA_ERROR_OUT_OF_MEMORY");
+    for _ in 0..300 {
+        l.failure(0, "cudaMalloc", 1, 2, "cudaErrorMemoryAllocation");
+    }
+    let d = device_json(&l, 0);
+    let f = d["failures"].as_array().unwrap();
+    assert_eq!((f.len(), d["failures_total"].as_u64()), (256, Some(302)));
+    assert_eq!(
+        (f[0]["live_bytes"].as_u64(), f[0]["last_probe"].is_null()),
+        (Some(0), true)
+    );
+    assert_eq!(f[1]["error_name"], "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(
+        (f[1]["bytes"].as_u64(), f[1]["error"].as_i64()),
+        (Some(1 << 40), Some(2))
+    );
+    assert_eq!(
+        (
+            f[1]["live_bytes"].as_u64(),
+            f[1]["categories"]["other"].as_u64()
+        ),
+        (Some(1000), Some(1000))
+    );
+    assert_eq!(f[1]["last_probe"]["free_bytes"], 123);
+}
+
+#[test]
+fn ipc_imports_are_not_local_memory() {
+    let l = Ledger::new();
+    l.ipc_import(2, 0x5000, Some(1000), "cudaIpcOpenMemHandle");
+    l.ipc_import(2, 0x9000, None, "cuIpcOpenMemHandle");
+    let s = stats(&l, 2);
+    assert_eq!(s.live_bytes, 0);
+    assert_eq!(
+        (
+            s.ipc.imported_count,
+            s.ipc.imported_bytes,
+            s.ipc.imported_live_count,
+            s.ipc.imported_live_bytes
+        ),
+        (2, 1000, 2, 1000)
+    );
+    assert_eq!(l.lookup(0x5000), None);
+    assert!(l.ipc_close(0x5000));
+    assert!(!l.ipc_close(0x5000), "double close");
+    let s = stats(&l, 2);
+    assert_eq!(
+        (
+            s.ipc.imported_count,
+            s.ipc.imported_bytes,
+            s.ipc.imported_live_count,
+            s.ipc.imported_live_bytes
+        ),
+        (2, 1000, 1, 0)
+    );
+    assert_eq!(warnings(&l).len(), 1);
+}
+
+#[test]
+fn timeline_is_bounded_and_ends_with_current_state() {
+    let l = Ledger::new();
+    for i in 0..6000u64 {
+        alloc(&l, 0, 0x1000 + i * 0x100, 0x10);
+        if i % 3 == 0 {
+            l.free(0x1000 + i * 0x100, "cudaFree");
+        }
+    }
+    l.mark_exported(0x1000 + 5999 * 0x100);
+    let d = device_json(&l, 0);
+    let t = d["timeline"].as_array().unwrap();
+    assert!(t.len() <= 2048 && t.len() > 1024, "{}", t.len());
+    let last = t.last().unwrap();
+    assert_eq!(last["live_bytes"], d["live_bytes"]);
+    for c in ALL {
+        assert_eq!(
+            last[c.name()],
+            d["categories"][c.name()]["live_bytes"],
+            "{}",
+            c.name()
+        );
+    }
+    assert_eq!(last["ipc"], 0x10);
+}
+
+#[test]
+fn many_threads_give_exact_totals() {
+    let l = Ledger::new();
+    let threads = 8u64;
+    let per = 5000u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let l = &l;
+            s.spawn(move || {
+                let dev = (t % 2) as i32;
+                let base = 0x1_0000_0000 * (t + 1);
+                for i in 0..per {
+                    alloc(l, dev, base + i * 0x1000, i % 97 + 1);
+                    if i % 2 == 1 {
+                        assert_eq!(
+                            l.free(base + (i - 1) * 0x1000, "cudaFree"),
+                            Freed::Known {
+                                dev,
+                                bytes: (i - 1) % 97 + 1
+                            }
+                        );
+                    }
+                    if i % 100 == 0 {
+                        l.probe(dev, "cudaMemGetInfo", Some(1), Some(2), 0);
+                    }
+                }
+            });
+        }
+        // A reader renders concurrently.
+        s.spawn(|| {
+            for _ in 0..20 {
+                let _ = l.to_json();
+            }
+        });
+    });
+    for dev in 0..2 {
+        let s = stats(&l, dev);
+        let kept: u64 = (0..per).filter(|i| i % 2 == 1).map(|i| i % 97 + 1).sum();
+        assert_eq!(s.live_bytes, kept * threads / 2);
+        assert_eq!(
+            (s.alloc_count, s.free_count),
+            (per * threads / 2, per / 2 * threads / 2)
+        );
+        assert_eq!(s.cats[OTHER].allocs, per / 2 * threads / 2);
+    }
+}
+
+#[test]
+fn out_of_range_devices_are_losses() {
+    let l = Ledger::new();
+    alloc(&l, -1, 0x1000, 10);
+    alloc(&l, MAX_DEVICES as i32, 0x2000, 10);
+    l.probe(i32::MIN, "cudaMemGetInfo", None, None, 0);
+    assert_eq!(l.health.lost_events.load(Ordering::Relaxed), 3);
+    assert_eq!(l.lookup(0x1000), None);
+    let j = l.to_json();
+    assert_eq!(j["devices"].as_array().unwrap().len(), 0);
+    assert_eq!(j["health"]["lost_events"], 3);
+    assert_eq!(j["health"]["warnings"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn warnings_are_bounded_and_deduplicated() {
+    let l = Ledger::new();
+    for i in 0..100 {
+        l.note_warning(&format!("warning {i}\nsecond line"));
+        l.note_warning("same");
+    }
+    l.note_unwrapped("cudaMalloc");
+    l.note_unwrapped("cudaMalloc");
+    let j = l.to_json();
+    let w = j["health"]["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 64);
+    assert_eq!(w[0], "warning 0 second line");
+    assert_eq!(w[1], "same");
+    assert_eq!(j["health"]["warnings_dropped"], 100 - 63);
+    assert_eq!(
+        j["health"]["unwrapped_symbols"],
+        serde_json::json!(["cudaMalloc"])
+    );
+}
+
+#[test]
+fn host_pinned_and_registered() {
+    let l = Ledger::new();
+    l.host_alloc(0x1000, 100, "cudaMallocHost");
+    l.host_alloc(0x2000, 50, "cuMemHostAlloc");
+    assert!(l.host_free(0x1000));
+    assert!(!l.host_free(0x1000));
+    l.host_register(0x9000, 4096, "cudaHostRegister");
+    assert!(l.host_unregister(0x9000));
+    assert!(!l.host_unregister(0x9000));
+    let j = l.to_json();
+    let h = &j["host"];
+    let got: Vec<u64> = [
+        "pinned_live_bytes",
+        "pinned_peak_bytes",
+        "pinned_alloc_count",
+        "pinned_free_count",
+        "registered_live_bytes",
+        "registered_peak_bytes",
+        "registered_count",
+        "unregistered_count",
+    ]
+    .iter()
+    .map(|k| h[*k].as_u64().unwrap_or_else(|| panic!("{k}")))
+    .collect();
+    assert_eq!(got, [50, 150, 2, 1, 0, 4096, 1, 1]);
+    assert_eq!(j["health"]["unknown_frees"], 1);
+    assert_eq!(
+        j["devices"].as_array().unwrap().len(),
+        0,
+        "host memory is no device"
+    );
+}
+
+#[test]
+fn graphs_and_generation() {
+    let l = Ledger::new();
+    let g0 = l.generation();
+    l.graph_instantiate(0, "cudaGraphInstantiate", Some(4096));
+    l.graph_instantiate(0, "cuGraphInstantiateWithFlags", None);
+    l.graph_instantiate(0, "cudaGraphInstantiate", Some(-96));
+    assert!(l.generation() >= g0 + 3);
+    let g1 = l.generation();
+    let _ = (l.lookup(1), l.capturing(0), l.to_json());
+    assert_eq!(l.generation(), g1, "queries change nothing");
+    let d = device_json(&l, 0);
+    assert_eq!(
+        (
+            d["graphs"]["instantiations"].as_u64(),
+            d["graphs"]["instantiate_bytes"].as_i64()
+        ),
+        (Some(3), Some(4000))
+    );
+}
+
+type Check = fn(&Value) -> bool;
+const INT: Check = |v| v.is_i64() || v.is_u64();
+const UINT: Check = |v| v.is_u64();
+const STR: Check = |v| v.is_string();
+const BOOL: Check = |v| v.is_boolean();
+const ARR: Check = |v| v.is_array();
+const OBJ: Check = |v| v.is_object();
+const OPT_UINT: Check = |v| v.is_null() || v.is_u64();
+const OPT_INT: Check = |v| v.is_null() || INT(v);
+const OPT_STR: Check = |v| v.is_null() || v.is_string();
+const OPT_OBJ: Check = |v| v.is_null() || v.is_object();
+
+fn check_fields(what: &str, v: &Value, fields: &[(&str, Check)]) {
+    for (name, ok) in fields {
+        let f = v
+            .get(name)
+            .unwrap_or_else(|| panic!("{what}: missing {name} in {v}"));
+        assert!(ok(f), "{what}.{name} has the wrong type: {f}");
+    }
+}
+
+fn check_categories(what: &str, v: &Value, each: Check) {
+    let m = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{what}: not an object: {v}"));
+    assert_eq!(m.len(), 6, "{what}: {v}");
+    for c in ALL {
+        assert!(each(&m[c.name()]), "{what}.{}: {v}", c.name());
+    }
+}
+
+#[test]
+fn json_has_every_documented_field() {
+    let l = Ledger::new();
+    l.set_total(0, 1 << 30);
+    l.probe(0, "cudaMemGetInfo", Some(1 << 29), Some(1 << 30), 0);
+    l.capture_begin(0, 1, "cudaStreamBeginCapture");
+    l.alloc(
+        0,
+        0x1000,
+        4096,
+        MemKind::Async,
+        "cudaMallocAsync",
+        Facts {
+            caller: Some("model.py:10".into()),
+            ..Facts::default()
+        },
+    );
+    l.capture_end(0, 1, "cudaStreamEndCapture");
+    alloc(&l, 0, 0x9000, 10);
+    l.mark_exported(0x9000);
+    l.failure(0, "cudaMalloc", 1 << 40, 2, "cudaErrorMemoryAllocation");
+    l.graph_instantiate(0, "cudaGraphInstantiate", Some(1));
+    l.ipc_import(0, 0xa0000, Some(5), "cudaIpcOpenMemHandle");
+    l.driver_cost(0, "cuDevicePrimaryCtxRetain", 300 << 20);
+    l.vmm_create(3, 0x42, 1 << 21, "cuMemCreate");
+    l.host_alloc(0x1, 1, "cudaMallocHost");
+    l.note_unwrapped("cuMemAlloc");
+    let j = l.to_json();
+    let top = j.as_object().unwrap();
+    assert_eq!(
+        top.keys().collect::<Vec<_>>(),
+        ["devices", "health", "host"]
+    );
+    check_fields(
+        "health",
+        &j["health"],
+        &[
+            ("lost_events", UINT),
+            ("unknown_frees", UINT),
+            ("unwrapped_symbols", ARR),
+            ("warnings", ARR),
+        ],
+    );
+    check_fields(
+        "host",
+        &j["host"],
+        &[
+            ("pinned_live_bytes", UINT),
+            ("pinned_peak_bytes", UINT),
+            ("pinned_alloc_count", UINT),
+            ("pinned_free_count", UINT),
+            ("registered_live_bytes", UINT),
+            ("registered_peak_bytes", UINT),
+            ("registered_count", UINT),
+            ("unregistered_count", UINT),
+        ],
+    );
+    let devices = j["devices"].as_array().unwrap();
+    assert_eq!(
+        devices
+            .iter()
+            .map(|d| d["index"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [0, 3],
+        "sorted, only used devices"
+    );
+    for d in devices {
+        check_fields(
+            "device",
+            d,
+            &[
+                ("index", INT),
+                ("total_bytes", OPT_UINT),
+                ("live_bytes", UINT),
+                ("peak_bytes", UINT),
+                ("peak_t_ms", OPT_UINT),
+                ("alloc_count", UINT),
+                ("free_count", UINT),
+                ("categories", OBJ),
+                ("probes", ARR),
+                ("probes_total", UINT),
+                ("failures", ARR),
+                ("failures_total", UINT),
+                ("untracked_bytes", OPT_INT),
+                ("untracked_max_bytes", OPT_INT),
+                ("ipc", OBJ),
+                ("graphs", OBJ),
+                ("driver_costs", ARR),
+                ("top_allocations", ARR),
+                ("timeline", ARR),
+                ("events", ARR),
+            ],
+        );
+        check_categories("categories", &d["categories"], |c| {
+            [&c["live_bytes"], &c["peak_bytes"], &c["allocs"]]
+                .iter()
+                .all(|v| v.is_u64())
+        });
+        check_fields(
+            "ipc",
+            &d["ipc"],
+            &[
+                ("exported_count", UINT),
+                ("exported_bytes", UINT),
+                ("imported_count", UINT),
+                ("imported_bytes", UINT),
+                ("imported_live_count", UINT),
+                ("imported_live_bytes", UINT),
+            ],
+        );
+        check_fields(
+            "graphs",
+            &d["graphs"],
+            &[
+                ("captures", UINT),
+                ("captures_active", UINT),
+                ("captured_allocs", UINT),
+                ("captured_bytes", UINT),
+                ("instantiations", UINT),
+                ("instantiate_bytes", INT),
+            ],
+        );
+        for p in d["probes"].as_array().unwrap() {
+            check_fields(
+                "probe",
+                p,
+                &[
+                    ("t_ms", UINT),
+                    ("api", STR),
+                    ("free_bytes", OPT_UINT),
+                    ("total_bytes", OPT_UINT),
+                    ("error", INT),
+                    ("live_bytes", UINT),
+                    ("categories", OBJ),
+                ],
+            );
+            check_categories("probe.categories", &p["categories"], UINT);
+        }
+        for f in d["failures"].as_array().unwrap() {
+            check_fields(
+                "failure",
+                f,
+                &[
+                    ("t_ms", UINT),
+                    ("api", STR),
+                    ("bytes", UINT),
+                    ("error", INT),
+                    ("error_name", STR),
+                    ("live_bytes", UINT),
+                    ("categories", OBJ),
+                    ("last_probe", OPT_OBJ),
+                ],
+            );
+            check_categories("failure.categories", &f["categories"], UINT);
+        }
+        for c in d["driver_costs"].as_array().unwrap() {
+            check_fields(
+                "driver_cost",
+                c,
+                &[
+                    ("api", STR),
+                    ("calls", UINT),
+                    ("bytes", INT),
+                    ("approximate", BOOL),
+                ],
+            );
+            assert_eq!(c["approximate"], true);
+        }
+        for a in d["top_allocations"].as_array().unwrap() {
+            check_fields(
+                "allocation",
+                a,
+                &[
+                    ("ptr", STR),
+                    ("bytes", UINT),
+                    ("api", STR),
+                    ("t_ms", UINT),
+                    ("category", STR),
+                    ("exported", BOOL),
+                    ("captured", BOOL),
+                    ("h2d_bytes", UINT),
+                    ("caller", OPT_STR),
+                ],
+            );
+            assert!(a["ptr"].as_str().unwrap().starts_with("0x"));
+        }
+        for t in d["timeline"].as_array().unwrap() {
+            let mut fields: Vec<(&str, Check)> = vec![("t_ms", UINT), ("live_bytes", UINT)];
+            fields.extend(ALL.iter().map(|c| (c.name(), UINT)));
+            check_fields("timeline", t, &fields);
+        }
+        for e in d["events"].as_array().unwrap() {
+            check_fields(
+                "event",
+                e,
+                &[("t_ms", UINT), ("kind", STR), ("api", STR), ("detail", STR)],
+            );
+        }
+    }
+    let d0 = &devices[0];
+    let kinds: Vec<&str> = d0["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "probe",
+            "capture_begin",
+            "capture_end",
+            "ipc_export",
+            "failure",
+            "instantiate",
+            "ipc_import",
+            "driver_cost"
+        ]
+    );
+    let top: Vec<(&str, &str)> = d0["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["ptr"].as_str().unwrap(), a["category"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        top,
+        [("0x1000", "graphs"), ("0x9000", "ipc")],
+        "largest first"
+    );
+    assert_eq!(d0["top_allocations"][0]["caller"], "model.py:10");
+    assert_eq!(d0["top_allocations"][1]["caller"], Value::Null);
+    assert_eq!(d0["untracked_bytes"], 1u64 << 29);
+    let d3 = &devices[1];
+    assert_eq!(
+        (
+            d3["total_bytes"].clone(),
+            d3["untracked_bytes"].clone(),
+            d3["peak_t_ms"].is_u64()
+        ),
+        (Value::Null, Value::Null, true)
+    );
+}
+
+#[test]
+fn top_allocations_are_the_32_largest() {
+    let l = Ledger::new();
+    for i in 0..100u64 {
+        // Sizes in a scrambled order, all distinct.
+        alloc(&l, 0, 0x1000 * (i + 1), (i * 37) % 100 + 1);
+    }
+    let d = device_json(&l, 0);
+    let sizes: Vec<u64> = d["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, (69..=100).rev().collect::<Vec<_>>());
+}
+
+#[test]
+fn reset_after_fork_gives_an_empty_ledger() {
+    // Other tests in this binary may use the global ledger too: only device 63 and this
+    // address are this test's.
+    let dev = MAX_DEVICES as i32 - 1;
+    let before = global();
+    assert!(std::ptr::eq(before, global()), "one ledger");
+    before.alloc(
+        dev,
+        0xdead_0000,
+        77,
+        MemKind::Device,
+        "cudaMalloc",
+        Facts::default(),
+    );
+    assert_eq!(global().lookup(0xdead_0000), Some((dev, 0xdead_0000, 77)));
+    reset_global_after_fork();
+    let after = global();
+    assert!(!std::ptr::eq(before, after));
+    assert_eq!(after.lookup(0xdead_0000), None);
+    assert!(
+        after.devices[dev as usize].get().is_none(),
+        "no shard carried over"
+    );
+    assert_eq!(after.free(0xdead_0000, "cudaFree"), Freed::Unknown);
+    assert_eq!(
+        before.lookup(0xdead_0000),
+        Some((dev, 0xdead_0000, 77)),
+        "the old one is leaked, not freed"
+    );
+}
+
+#[test]
+fn classify_is_consistent_with_categories() {
+    assert_eq!(ALL.map(Category::index), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(
+        (ALL[IPC], ALL[GRAPHS], ALL[OTHER]),
+        (Category::Ipc, Category::Graphs, Category::Other)
+    );
+}
