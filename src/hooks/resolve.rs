@@ -8,7 +8,7 @@
 //! `cuMemAlloc` below 3020 is the 32-bit v1 ABI and passes through untouched.
 
 use super::real::{claim, is_ours};
-use super::table::{Entry, Sym, TABLE, UNWRAPPED_VARIANTS};
+use super::table::{Entry, Kind, Sym, TABLE, UNWRAPPED_VARIANTS};
 use super::types::VoidPtr;
 use libc::{c_char, c_int, c_uint, c_ulonglong};
 use std::ffi::CStr;
@@ -26,16 +26,15 @@ pub fn select(base: &[u8], version: u32, flags: u64) -> Option<&'static Entry> {
     let per_thread = flags & PER_THREAD != 0;
     // Newest introduction version <= `version` over every variant the driver has for this
     // base, per-thread ones only in per-thread mode.
-    let hooked = TABLE.iter().filter(|e| e.base.as_bytes() == base).map(|e| (e.version, e.per_thread));
+    let rows = || TABLE.iter().filter(|e| e.kind == Kind::Driver && e.base.as_bytes() == base);
+    let hooked = rows().map(|e| (e.version, e.per_thread));
     let unwrapped = UNWRAPPED_VARIANTS.iter().filter(|v| v.0.as_bytes() == base).map(|v| (v.1, v.2));
     let newest = hooked
         .chain(unwrapped)
         .filter(|&(v, pt)| v <= version && (per_thread || !pt))
         .map(|(v, _)| v)
         .max()?;
-    let at = |pt: bool| {
-        TABLE.iter().find(|e| e.base.as_bytes() == base && e.version == newest && e.per_thread == pt)
-    };
+    let at = |pt: bool| rows().find(|e| e.version == newest && e.per_thread == pt);
     let unwrapped_at = |pt: bool| UNWRAPPED_VARIANTS.iter().any(|v| v.0.as_bytes() == base && v.1 == newest && v.2 == pt);
     if per_thread {
         if let Some(e) = at(true) {

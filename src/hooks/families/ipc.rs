@@ -9,7 +9,7 @@ use libc::{c_int, c_uint};
 
 fn export(sym: Sym, ptr: u64, call: impl FnOnce() -> c_int) -> c_int {
     on_success(sym, call, |l| {
-        if !l.mark_exported(ptr) {
+        if !l.mark_exported_by(ptr, api(sym)) {
             l.note_warning(&format!("{}: 0x{ptr:x} is not a tracked allocation", api(sym)));
         }
     })

@@ -71,6 +71,6 @@ pub unsafe fn cu_mem_export_to_shareable_handle(
     flags: u64,
 ) -> c_int {
     on_success(sym, || real(shareable, handle, handle_type, flags), |l| {
-        l.vmm_export(handle);
+        l.vmm_export_by(handle, api(sym));
     })
 }
