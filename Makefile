@@ -43,13 +43,11 @@ sim: headers
 cprogs: $(C_BINS)
 
 # drv_*.c talk to the driver directly; everything else links the runtime.
-# shim-tests/c/compat comes after the official headers: it only supplies crt/host_defines.h,
-# which the runtime wheel lacks (a real one wins when present).
 $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcuda.so.1
-	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -Ishim-tests/c/compat -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
-$(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h shim-tests/c/compat/crt/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
-	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -Ishim-tests/c/compat -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+$(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
+	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
 test: all
 	$(CARGO) test --release --workspace
