@@ -1,4 +1,5 @@
 /* Runtime basics: malloc/free, meminfo accounting, memcpy/memset round trip, strict errors, OOM.
+ * Exits 3 (after RESULT init_error=... malloc_error=...) when there is no usable driver.
  * RESULT keys: free0 free1 total alloc_delta copy_ok oom_error oom_last_error last_after_get
  *              bad_free_error zero_size_ptr runtime_version driver_version device_count */
 #include <stdint.h>
@@ -10,8 +11,14 @@ int main(void) {
     int n = 0, rtv = 0, drv = 0;
     RT(cudaRuntimeGetVersion(&rtv));
     RT(cudaDriverGetVersion(&drv));
-    RT(cudaGetDeviceCount(&n));
-    RESULT("runtime_version=%d driver_version=%d device_count=%d", rtv, drv, n);
+    cudaError_t init = cudaGetDeviceCount(&n);
+    RESULT("runtime_version=%d driver_version=%d device_count=%d init_error=%d", rtv, drv, n, (int)init);
+    if (init != cudaSuccess) {
+        /* No usable driver: every later call reports the same error, and nothing crashed. */
+        void *p = NULL;
+        RESULT("malloc_error=%d last_error=%d", (int)cudaMalloc(&p, MIB), (int)cudaGetLastError());
+        return 3;
+    }
     RT(cudaSetDevice(0));
 
     size_t free0 = 0, free1 = 0, total = 0;

@@ -11,8 +11,9 @@
 //!    version of their per-thread variant, into a second table.
 //!
 //! This happens once, lazily, at the first API call that needs the driver (never at load time).
-//! If `FAKECUDA_TRACE` names a file, the steps the driver cannot see (dlopen, dlsym, cuInit's result)
-//! are appended to it as `rt ...` lines next to the driver's own `getproc` lines.
+//! If `FAKECUDA_TRACE` names a file, the steps the driver cannot see (`rt dlopen libcuda.so.1 -> ok`,
+//! `rt dlsym cuGetProcAddress_v2 -> ok`, or `-> fail`) are appended to it next to the driver's own
+//! `getproc ...` and `init ...` lines.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -248,7 +249,6 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
     let mut probe: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
     let res = bootstrap(b"\0".as_ptr().cast(), &mut probe, CUDART_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &mut status);
-    trace(&format!("rt probe \"\" -> {res} status={status}"));
     if res == CUDA_SUCCESS {
         warn("libcuda.so.1 resolved the empty symbol name; treating the driver as unusable");
         return Err(cudaErrorInsufficientDriver);
@@ -261,7 +261,6 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
     // SAFETY: PFN_cuInit_v2000 is `CUresult (unsigned int)`.
     let init = std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_uint) -> CUresult>(init);
     let init_res = init(0);
-    trace(&format!("rt cuInit 0 -> {init_res}"));
 
     // cuGetProcAddress through itself: the 11.3 form (resolved, like the real runtime) and the 12.0 one.
     let _v11030 = resolve_one(bootstrap, "cuGetProcAddress\0", 11030, CU_GET_PROC_ADDRESS_DEFAULT);
