@@ -17,13 +17,13 @@ struct GetProc {
 }
 
 fn parse_getproc(line: &str) -> Option<GetProc> {
-    // Split on single spaces: the probe's empty name leaves an empty field.
+    // The driver writes the probe's empty name as `""`.
     let f: Vec<&str> = line.split(' ').collect();
     if f.len() != 7 || f[0] != "getproc" || f[4] != "->" {
         return None;
     }
     Some(GetProc {
-        name: f[1].to_string(),
+        name: if f[1] == "\"\"" { String::new() } else { f[1].to_string() },
         version: f[2].parse().ok()?,
         flags: f[3].parse().ok()?,
         result: f[5].parse().ok()?,
