@@ -1,7 +1,8 @@
 /* Runtime basics: malloc/free, meminfo accounting, memcpy/memset round trip, strict errors, OOM.
  * Exits 3 (after RESULT init_error=... malloc_error=...) when there is no usable driver.
  * RESULT keys: free0 free1 total alloc_delta copy_ok oom_error oom_last_error last_after_get
- *              bad_free_error zero_size_ptr runtime_version driver_version device_count */
+ *              bad_free_error zero_size_ptr runtime_version driver_version device_count peer_error
+ *              peer_again_error peer_self_error peer_flags_error reset_error after_reset_ok */
 #include <stdint.h>
 #include <string.h>
 #include <cuda_runtime_api.h>
@@ -67,5 +68,21 @@ int main(void) {
     size_t free2 = 0;
     RT(cudaMemGetInfo(&free2, &total));
     RESULT("free_end=%zu", free2);
+
+    /* Peer access from device 0 to device 1 (hidden cost charged by the driver). */
+    if (n > 1) {
+        RESULT("peer_error=%d", (int)cudaDeviceEnablePeerAccess(1, 0));
+        RESULT("peer_again_error=%d", (int)cudaDeviceEnablePeerAccess(1, 0));
+        RESULT("peer_self_error=%d", (int)cudaDeviceEnablePeerAccess(0, 0));
+        RESULT("peer_flags_error=%d", (int)cudaDeviceEnablePeerAccess(1, 1));
+        (void)cudaGetLastError();
+    }
+
+    /* cudaDeviceReset drops the primary context; the next call builds a new one. */
+    RESULT("reset_error=%d", (int)cudaDeviceReset());
+    void *c = NULL;
+    RT(cudaMalloc(&c, 2 * MIB));
+    RT(cudaFree(c));
+    RESULT("after_reset_ok=1");
     return 0;
 }

@@ -15,6 +15,9 @@
 //! `rt dlsym cuGetProcAddress_v2 -> ok`, or `-> fail`) are appended to it next to the driver's own
 //! `getproc ...` and `init ...` lines.
 
+// NUL-terminated byte strings rather than `c""` literals: the workspace's MSRV is 1.75.
+#![allow(clippy::manual_c_str_literals)]
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -128,7 +131,12 @@ driver_table! {
 
 /// Asks the driver for one entry; `None` when it has none (the caller then reports
 /// `cudaErrorCallRequiresNewerDriver` if the entry is ever needed).
-unsafe fn resolve_one(get_proc: GetProcV2, base: &str, version: c_int, flags: u64) -> Option<*mut c_void> {
+unsafe fn resolve_one(
+    get_proc: GetProcV2,
+    base: &str,
+    version: c_int,
+    flags: u64,
+) -> Option<*mut c_void> {
     let mut pfn: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
     let res = get_proc(base.as_ptr().cast(), &mut pfn, version, flags, &mut status);
@@ -230,14 +238,20 @@ pub(crate) fn check(res: CUresult) -> Result<(), cudaError_t> {
 /// The one-time load (see the module documentation for the steps).
 unsafe fn load() -> Result<Driver, cudaError_t> {
     let handle = libc::dlopen(b"libcuda.so.1\0".as_ptr().cast(), libc::RTLD_NOW);
-    trace(&format!("rt dlopen libcuda.so.1 -> {}", if handle.is_null() { "fail" } else { "ok" }));
+    trace(&format!(
+        "rt dlopen libcuda.so.1 -> {}",
+        if handle.is_null() { "fail" } else { "ok" }
+    ));
     if handle.is_null() {
         warn("libcuda.so.1 could not be loaded; CUDA calls fail with cudaErrorInsufficientDriver");
         return Err(cudaErrorInsufficientDriver);
     }
     // The ONLY dlsym: through the global symbol, as an interposer of dlsym expects.
     let sym = libc::dlsym(handle, b"cuGetProcAddress_v2\0".as_ptr().cast());
-    trace(&format!("rt dlsym cuGetProcAddress_v2 -> {}", if sym.is_null() { "fail" } else { "ok" }));
+    trace(&format!(
+        "rt dlsym cuGetProcAddress_v2 -> {}",
+        if sym.is_null() { "fail" } else { "ok" }
+    ));
     if sym.is_null() {
         warn("libcuda.so.1 has no cuGetProcAddress_v2; CUDA calls fail with cudaErrorInsufficientDriver");
         return Err(cudaErrorInsufficientDriver);
@@ -248,7 +262,13 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
     // Probe: the empty name is never a symbol; a driver that says otherwise is not trusted further.
     let mut probe: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
-    let res = bootstrap(b"\0".as_ptr().cast(), &mut probe, CUDART_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &mut status);
+    let res = bootstrap(
+        b"\0".as_ptr().cast(),
+        &mut probe,
+        CUDART_VERSION,
+        CU_GET_PROC_ADDRESS_DEFAULT,
+        &mut status,
+    );
     if res == CUDA_SUCCESS {
         warn("libcuda.so.1 resolved the empty symbol name; treating the driver as unusable");
         return Err(cudaErrorInsufficientDriver);
@@ -263,8 +283,18 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
     let init_res = init(0);
 
     // cuGetProcAddress through itself: the 11.3 form (resolved, like the real runtime) and the 12.0 one.
-    let _v11030 = resolve_one(bootstrap, "cuGetProcAddress\0", 11030, CU_GET_PROC_ADDRESS_DEFAULT);
-    let get_proc = match resolve_one(bootstrap, "cuGetProcAddress\0", 12000, CU_GET_PROC_ADDRESS_DEFAULT) {
+    let _v11030 = resolve_one(
+        bootstrap,
+        "cuGetProcAddress\0",
+        11030,
+        CU_GET_PROC_ADDRESS_DEFAULT,
+    );
+    let get_proc = match resolve_one(
+        bootstrap,
+        "cuGetProcAddress\0",
+        12000,
+        CU_GET_PROC_ADDRESS_DEFAULT,
+    ) {
         // SAFETY: PFN_cuGetProcAddress_v12000 is the five-argument ABI.
         Some(p) => std::mem::transmute::<*mut c_void, GetProcV2>(p),
         None => bootstrap,
@@ -275,7 +305,11 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
         core: Core::resolve(get_proc, CU_GET_PROC_ADDRESS_DEFAULT),
         legacy: Streamed::resolve(get_proc, CU_GET_PROC_ADDRESS_DEFAULT),
         per_thread: Streamed::resolve(get_proc, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
-        init_error: if init_res == CUDA_SUCCESS { cudaSuccess } else { from_driver(init_res) },
+        init_error: if init_res == CUDA_SUCCESS {
+            cudaSuccess
+        } else {
+            from_driver(init_res)
+        },
         primary: Mutex::new(HashMap::new()),
     })
 }
@@ -288,14 +322,21 @@ pub(crate) fn warn(msg: &str) {
 /// Appends one line to `$FAKECUDA_TRACE` (one `write` with `O_APPEND`, so lines of concurrent
 /// processes do not interleave). Only used during the one-time load.
 fn trace(line: &str) {
-    let Some(path) = std::env::var_os("FAKECUDA_TRACE") else { return };
-    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())) else {
+    let Some(path) = std::env::var_os("FAKECUDA_TRACE") else {
+        return;
+    };
+    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+    else {
         return;
     };
     let text = format!("{line}\n");
     // SAFETY: plain POSIX calls on a NUL-terminated path and an owned buffer.
     unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC, 0o644);
+        let fd = libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
+            0o644,
+        );
         if fd >= 0 {
             let _ = libc::write(fd, text.as_ptr().cast(), text.len());
             libc::close(fd);

@@ -51,17 +51,42 @@ pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
 
 type R = c_int;
 
-/// The VMM entry points (and `cuMemGetInfo_v2` to observe usage).
-pub struct Vmm {
-    granularity: unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, c_int) -> R,
-    create: unsafe extern "C" fn(*mut u64, usize, *const CUmemAllocationProp, u64) -> R,
-    release: unsafe extern "C" fn(u64) -> R,
-    reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> R,
-    address_free: unsafe extern "C" fn(u64, usize) -> R,
-    map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> R,
-    unmap: unsafe extern "C" fn(u64, usize) -> R,
-    set_access: unsafe extern "C" fn(u64, usize, *const CUmemAccessDesc, usize) -> R,
-    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> R,
+/// Declares [`Vmm`]: one typed field per entry point, resolved by base name and version.
+macro_rules! vmm_entries {
+    ($($field:ident: $base:literal @ $ver:literal => fn($($arg:ty),*);)*) => {
+        /// The VMM entry points (and `cuMemGetInfo_v2` to observe usage).
+        pub struct Vmm {
+            $($field: unsafe extern "C" fn($($arg),*) -> R,)*
+        }
+
+        impl Vmm {
+            /// Resolves every entry with `lookup(base_name, cuda_version)`, which returns NULL if absent.
+            ///
+            /// # Safety
+            /// `lookup` must return driver entry points with the ABI of `PFN_<base>_v<version>`.
+            pub unsafe fn resolve(mut lookup: impl FnMut(&str, c_int) -> *mut c_void) -> Result<Vmm, String> {
+                Ok(Vmm { $($field: {
+                    let p = lookup($base, $ver);
+                    if p.is_null() {
+                        return Err(format!("{} is not resolved", $base));
+                    }
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> R>(p)
+                },)* })
+            }
+        }
+    };
+}
+
+vmm_entries! {
+    granularity: "cuMemGetAllocationGranularity" @ 10020 => fn(*mut usize, *const CUmemAllocationProp, c_int);
+    create: "cuMemCreate" @ 10020 => fn(*mut u64, usize, *const CUmemAllocationProp, u64);
+    release: "cuMemRelease" @ 10020 => fn(u64);
+    reserve: "cuMemAddressReserve" @ 10020 => fn(*mut u64, usize, usize, u64, u64);
+    address_free: "cuMemAddressFree" @ 10020 => fn(u64, usize);
+    map: "cuMemMap" @ 10020 => fn(u64, usize, usize, u64, u64);
+    unmap: "cuMemUnmap" @ 10020 => fn(u64, usize);
+    set_access: "cuMemSetAccess" @ 10020 => fn(u64, usize, *const CUmemAccessDesc, usize);
+    mem_get_info: "cuMemGetInfo" @ 3020 => fn(*mut usize, *mut usize);
 }
 
 /// What [`Vmm::round_trip`] observed (bytes of device usage relative to the start).
@@ -73,37 +98,12 @@ pub struct VmmReport {
 }
 
 impl Vmm {
-    /// Resolves every entry with `lookup(base_name, cuda_version)`, which returns NULL if absent.
-    ///
-    /// # Safety
-    /// `lookup` must return driver entry points with the ABI of `PFN_<base>_v<version>`.
-    pub unsafe fn resolve(mut lookup: impl FnMut(&str, c_int) -> *mut c_void) -> Result<Vmm, String> {
-        macro_rules! get {
-            ($name:literal, $ver:literal) => {{
-                let p = lookup($name, $ver);
-                if p.is_null() {
-                    return Err(format!("{} is not resolved", $name));
-                }
-                std::mem::transmute(p)
-            }};
-        }
-        Ok(Vmm {
-            granularity: get!("cuMemGetAllocationGranularity", 10020),
-            create: get!("cuMemCreate", 10020),
-            release: get!("cuMemRelease", 10020),
-            reserve: get!("cuMemAddressReserve", 10020),
-            address_free: get!("cuMemAddressFree", 10020),
-            map: get!("cuMemMap", 10020),
-            unmap: get!("cuMemUnmap", 10020),
-            set_access: get!("cuMemSetAccess", 10020),
-            mem_get_info: get!("cuMemGetInfo", 3020),
-        })
-    }
-
     fn free_bytes(&self) -> Result<i64, String> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        ck("cuMemGetInfo", unsafe { (self.mem_get_info)(&mut free, &mut total) })?;
+        ck("cuMemGetInfo", unsafe {
+            (self.mem_get_info)(&mut free, &mut total)
+        })?;
         Ok(free as i64)
     }
 
@@ -111,7 +111,10 @@ impl Vmm {
     /// reserved range with read-write access, then unmaps and releases everything.
     /// A context must be current.
     pub fn round_trip(&self, device: c_int, chunks: usize) -> Result<VmmReport, String> {
-        let location = CUmemLocation { kind: CU_MEM_LOCATION_TYPE_DEVICE, id: device };
+        let location = CUmemLocation {
+            kind: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device,
+        };
         let prop = CUmemAllocationProp {
             kind: CU_MEM_ALLOCATION_TYPE_PINNED,
             requested_handle_types: 0,
@@ -119,20 +122,32 @@ impl Vmm {
             win32_handle_meta_data: std::ptr::null_mut(),
             alloc_flags: CUmemAllocFlags::default(),
         };
-        let access = CUmemAccessDesc { location, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        let access = CUmemAccessDesc {
+            location,
+            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
         let start = self.free_bytes()?;
         // SAFETY: the entries have their PFN typedef ABIs; every pointer is valid for the call.
         unsafe {
             let mut gran = 0usize;
-            ck("cuMemGetAllocationGranularity", (self.granularity)(&mut gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))?;
+            ck(
+                "cuMemGetAllocationGranularity",
+                (self.granularity)(&mut gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            )?;
             let size = gran * chunks;
             let mut base = 0u64;
-            ck("cuMemAddressReserve", (self.reserve)(&mut base, size, 0, 0, 0))?;
+            ck(
+                "cuMemAddressReserve",
+                (self.reserve)(&mut base, size, 0, 0, 0),
+            )?;
             let mut handles = Vec::with_capacity(chunks);
             for i in 0..chunks {
                 let mut h = 0u64;
                 ck("cuMemCreate", (self.create)(&mut h, gran, &prop, 0))?;
-                ck("cuMemMap", (self.map)(base + (i * gran) as u64, gran, 0, h, 0))?;
+                ck(
+                    "cuMemMap",
+                    (self.map)(base + (i * gran) as u64, gran, 0, h, 0),
+                )?;
                 handles.push(h);
             }
             ck("cuMemSetAccess", (self.set_access)(base, size, &access, 1))?;
@@ -142,7 +157,11 @@ impl Vmm {
                 ck("cuMemRelease", (self.release)(h))?;
             }
             ck("cuMemAddressFree", (self.address_free)(base, size))?;
-            Ok(VmmReport { granularity: gran, mapped_delta, released_delta: start - self.free_bytes()? })
+            Ok(VmmReport {
+                granularity: gran,
+                mapped_delta,
+                released_delta: start - self.free_bytes()?,
+            })
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod err {
     pub const INVALID_MEMCPY_DIRECTION: u64 = 21;
     pub const INVALID_DEVICE: u64 = 101;
     pub const INVALID_RESOURCE_HANDLE: u64 = 400;
+    pub const PEER_ACCESS_ALREADY_ENABLED: u64 = 704;
     pub const HOST_MEMORY_ALREADY_REGISTERED: u64 = 712;
     pub const HOST_MEMORY_NOT_REGISTERED: u64 = 713;
     pub const STREAM_CAPTURE_UNSUPPORTED: u64 = 900;
