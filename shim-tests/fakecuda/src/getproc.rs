@@ -12,7 +12,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 
 /// Stream flavour of a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Flavor {
     /// Legacy default stream semantics.
     Legacy,
