@@ -1,6 +1,6 @@
 /* CUDA graph capture: stream-ordered alloc/memset/free captured on a stream, instantiated,
  * launched and destroyed; capture of the legacy stream is refused.
- * RESULT keys: legacy_capture_error capture_status graph_nonnull instantiate_delta launches
+ * RESULT keys: legacy_capture_error legacy_handle_capture_error per_thread_capture_error capture_status graph_nonnull instantiate_delta launches
  *              after_destroy_delta exchange_old_mode */
 #include <stdint.h>
 #include <cuda_runtime_api.h>
@@ -18,7 +18,20 @@ int main(void) {
     RT(cudaStreamCreate(&s));
 
     RESULT("legacy_capture_error=%d", (int)cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal));
+    RESULT("legacy_handle_capture_error=%d",
+           (int)cudaStreamBeginCapture(cudaStreamLegacy, cudaStreamCaptureModeGlobal));
     (void)cudaGetLastError();
+
+    /* The per-thread default stream can be captured (it reaches the driver's _ptsz entries). */
+    void *t = NULL;
+    cudaGraph_t pg = NULL;
+    RT(cudaMalloc(&t, 2 * MIB));
+    RESULT("per_thread_capture_error=%d",
+           (int)cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+    RT(cudaMemsetAsync(t, 0, 2 * MIB, cudaStreamPerThread));
+    RT(cudaStreamEndCapture(cudaStreamPerThread, &pg));
+    RT(cudaGraphDestroy(pg));
+    RT(cudaFree(t));
 
     enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
     RT(cudaThreadExchangeStreamCaptureMode(&m));

@@ -1,6 +1,6 @@
 /* Compiled with CUDA_API_PER_THREAD_DEFAULT_STREAM: the header maps the stream-ordered calls to
  * their exported _ptsz/_ptds names, and the NULL stream means the per-thread default stream.
- * RESULT keys: async_ok memcpy_ok entry_point_ok graph_launches */
+ * RESULT keys: async_ok memcpy_ok entry_point_ok graph_launches null_capture_error legacy_capture_error */
 #define CUDA_API_PER_THREAD_DEFAULT_STREAM 1
 #include <string.h>
 #include <cuda_runtime_api.h>
@@ -28,6 +28,14 @@ int main(void) {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     RT(cudaGetDriverEntryPoint("cuMemAllocAsync", &fn, cudaEnableDefault, &q)); /* _ptsz */
     RESULT("entry_point_ok=%d", fn != NULL && q == cudaDriverEntryPointSuccess);
+
+    /* Here the NULL stream is the per-thread one, which can be captured; cudaStreamLegacy cannot. */
+    cudaGraph_t pg = NULL;
+    RESULT("null_capture_error=%d", (int)cudaStreamBeginCapture(0, cudaStreamCaptureModeThreadLocal));
+    RT(cudaStreamEndCapture(0, &pg));
+    RT(cudaGraphDestroy(pg));
+    RESULT("legacy_capture_error=%d", (int)cudaStreamBeginCapture(cudaStreamLegacy, cudaStreamCaptureModeGlobal));
+    (void)cudaGetLastError();
 
     cudaStream_t s;
     void *target = NULL;

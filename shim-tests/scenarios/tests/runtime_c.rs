@@ -123,6 +123,15 @@ fn graph_capture_instantiate_launch_destroy() {
     );
     assert_eq!(run.u64("graph_nonnull"), 1);
     assert_eq!(
+        run.u64("legacy_handle_capture_error"),
+        err::STREAM_CAPTURE_UNSUPPORTED
+    );
+    assert_eq!(
+        run.u64("per_thread_capture_error"),
+        0,
+        "cudaStreamPerThread reaches the _ptsz entries"
+    );
+    assert_eq!(
         run.u64("exchange_old_mode"),
         0,
         "cudaStreamCaptureModeGlobal"
@@ -143,6 +152,12 @@ fn per_thread_default_stream_exports() {
     for key in ["async_ok", "memcpy_ok", "entry_point_ok", "graph_launches"] {
         assert_eq!(run.u64(key), 1, "{key}\n{}", run.describe());
     }
+    // NULL means the per-thread stream in the _ptsz exports; cudaStreamLegacy stays legacy.
+    assert_eq!(run.u64("null_capture_error"), 0);
+    assert_eq!(
+        run.u64("legacy_capture_error"),
+        err::STREAM_CAPTURE_UNSUPPORTED
+    );
     // Compiled with CUDA_API_PER_THREAD_DEFAULT_STREAM, the program imports the _ptsz/_ptds names.
     let info = elf::dyn_info(&culedger_scenarios::bin_dir().join("rt_ptds")).unwrap();
     for sym in [

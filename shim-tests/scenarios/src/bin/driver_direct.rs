@@ -3,7 +3,6 @@
 //! variants with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM), no runtime involved.
 //! RESULT keys: alloc_delta freed_delta async_ok vmm_granularity vmm_mapped_delta vmm_released_delta
 
-
 // NUL-terminated byte strings rather than `c""` literals: the workspace's MSRV is 1.75.
 #![allow(clippy::manual_c_str_literals)]
 
