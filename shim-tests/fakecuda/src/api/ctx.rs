@@ -1,0 +1,353 @@
+//! Initialisation, devices, contexts, peer access and error strings.
+
+use crate::config::Config;
+use crate::out;
+use crate::state::{self, with, with_init, Costly};
+use crate::types::*;
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+/// `cuDriverGetVersion` reports CUDA 12.9.
+pub const DRIVER_VERSION: c_int = 12090;
+/// Last valid `CUdevice_attribute` + 1 (`CU_DEVICE_ATTRIBUTE_MAX` in cuda.h 12.9).
+pub const DEVICE_ATTRIBUTE_MAX: c_int = 144;
+/// Flags `cuCtxCreate` accepts (scheduling, MAP_HOST, LMEM_RESIZE_TO_MAX, coredump, SYNC_MEMOPS).
+const CTX_FLAGS_ALL: c_uint = 0xff;
+
+/// Device attributes the fake reports (an H100/H200-class device); others in range read 0.
+const ATTRIBUTES: &[(c_int, c_int)] = &[
+    (1, 1024),        // MAX_THREADS_PER_BLOCK
+    (2, 1024),        // MAX_BLOCK_DIM_X
+    (3, 1024),        // MAX_BLOCK_DIM_Y
+    (4, 64),          // MAX_BLOCK_DIM_Z
+    (5, 2147483647),  // MAX_GRID_DIM_X
+    (6, 65535),       // MAX_GRID_DIM_Y
+    (7, 65535),       // MAX_GRID_DIM_Z
+    (8, 49152),       // MAX_SHARED_MEMORY_PER_BLOCK
+    (9, 65536),       // TOTAL_CONSTANT_MEMORY
+    (10, 32),         // WARP_SIZE
+    (12, 65536),      // MAX_REGISTERS_PER_BLOCK
+    (13, 1980000),    // CLOCK_RATE (kHz)
+    (16, 132),        // MULTIPROCESSOR_COUNT
+    (19, 1),          // CAN_MAP_HOST_MEMORY
+    (31, 1),          // CONCURRENT_KERNELS
+    (32, 1),          // ECC_ENABLED
+    (36, 2619000),    // MEMORY_CLOCK_RATE (kHz)
+    (37, 5120),       // GLOBAL_MEMORY_BUS_WIDTH
+    (38, 52428800),   // L2_CACHE_SIZE
+    (39, 2048),       // MAX_THREADS_PER_MULTIPROCESSOR
+    (40, 3),          // ASYNC_ENGINE_COUNT
+    (41, 1),          // UNIFIED_ADDRESSING
+    (75, 9),          // COMPUTE_CAPABILITY_MAJOR
+    (76, 0),          // COMPUTE_CAPABILITY_MINOR
+    (81, 233472),     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    (83, 1),          // MANAGED_MEMORY
+    (89, 1),          // CONCURRENT_MANAGED_ACCESS
+    (91, 0),          // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    (95, 1),          // COOPERATIVE_LAUNCH
+    (99, 1),          // HOST_REGISTER_SUPPORTED
+    (102, 1),         // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+    (103, 1),         // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+    (106, 32),        // MAX_BLOCKS_PER_MULTIPROCESSOR
+    (113, 1),         // READ_ONLY_HOST_REGISTER_SUPPORTED
+    (115, 1),         // MEMORY_POOLS_SUPPORTED
+    (116, 1),         // GPU_DIRECT_RDMA_SUPPORTED
+];
+
+/// Creates a context on `dev`, makes it current (pushed), and returns its handle.
+unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> state::R {
+    if pctx.is_null() || flags & !CTX_FLAGS_ALL != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = with_init(|p| {
+        let d = p.device(dev)?;
+        p.create_ctx(d, false)
+    })?;
+    state::push_current(h);
+    // SAFETY: checked non-NULL above.
+    unsafe { pctx.write(h as CUcontext) };
+    Ok(())
+}
+
+/// Shared body of the primary-context release ABIs.
+fn primary_release(dev: CUdevice) -> state::R {
+    with_init(|p| {
+        let d = p.device(dev)?;
+        match p.primary[d] {
+            (Some(h), refs) if refs > 0 => {
+                p.primary[d].1 -= 1;
+                if refs == 1 {
+                    p.primary[d].0 = None;
+                    p.destroy_ctx(h)?;
+                }
+                Ok(())
+            }
+            _ => Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+    })
+}
+
+/// Shared body of the context-destroy ABIs (primary contexts are refused).
+fn destroy_ctx(ctx: CUcontext) -> state::R {
+    with_init(|p| {
+        if p.ctx(ctx as u64)?.primary {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        p.destroy_ctx(ctx as u64)
+    })
+}
+
+fn push_ctx(ctx: CUcontext) -> state::R {
+    with_init(|p| p.ctx(ctx as u64).map(|_| ()))?;
+    state::push_current(ctx as u64);
+    Ok(())
+}
+
+unsafe fn pop_ctx(pctx: *mut CUcontext) -> state::R {
+    with_init(|_| Ok(()))?;
+    let h = state::pop_current().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    if !pctx.is_null() {
+        pctx.write(h as CUcontext);
+    }
+    Ok(())
+}
+
+unsafe fn error_string(error: CUresult, p_str: *mut *const c_char, name: bool) -> state::R {
+    if p_str.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    match error_cstr(error, name) {
+        Some(s) => out(p_str, s),
+        None => {
+            p_str.write(std::ptr::null());
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    }
+}
+
+entry! {
+    /// Attaches to the simulated machine (flags must be 0).
+    fn cuInit(flags: c_uint) {
+        let r = if flags != 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { with(|p| p.init()) };
+        crate::trace::line(|| format!("init cuInit {flags} -> {}", r.err().unwrap_or(CUDA_SUCCESS)));
+        r
+    }
+
+    fn cuDriverGetVersion(driver_version: *mut c_int) {
+        out(driver_version, DRIVER_VERSION)
+    }
+
+    fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) {
+        with_init(|p| p.device(ordinal).map(|_| ()))?;
+        out(device, ordinal)
+    }
+
+    fn cuDeviceGetCount(count: *mut c_int) {
+        let n = with_init(|p| Ok(p.devices as c_int))?;
+        out(count, n)
+    }
+
+    fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) {
+        let t = with_init(|p| p.device(dev).map(|d| p.mem_info(d).1))?;
+        out(bytes, t as usize)
+    }
+
+    /// 32-bit ABI: the total saturates at `UINT_MAX`.
+    fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) {
+        let t = with_init(|p| p.device(dev).map(|d| p.mem_info(d).1))?;
+        out(bytes, t.min(c_uint::MAX as u64) as c_uint)
+    }
+
+    fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) {
+        with_init(|p| p.device(dev))?;
+        if !(1..DEVICE_ATTRIBUTE_MAX).contains(&attrib) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let v = match attrib {
+            33 => dev + 1, // PCI_BUS_ID: one bus per device
+            _ => ATTRIBUTES.iter().find(|(a, _)| *a == attrib).map_or(0, |(_, v)| *v),
+        };
+        out(pi, v)
+    }
+
+    fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) {
+        with_init(|p| p.device(dev))?;
+        if name.is_null() || len <= 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let s = format!("FakeCUDA Simulated GPU {dev}");
+        let n = s.len().min(len as usize - 1);
+        std::ptr::copy_nonoverlapping(s.as_ptr(), name.cast::<u8>(), n);
+        name.add(n).write(0);
+        Ok(())
+    }
+
+    fn cuDeviceCanAccessPeer(can_access_peer: *mut c_int, dev: CUdevice, peer_dev: CUdevice) {
+        let v = with_init(|p| Ok((p.device(dev)? != p.device(peer_dev)?) as c_int))?;
+        out(can_access_peer, v)
+    }
+
+    fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
+        if pctx.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let d = p.device(dev)?;
+            let h = match p.primary[d].0 {
+                Some(h) => h,
+                None => p.create_ctx(d, true)?,
+            };
+            p.primary[d] = (Some(h), p.primary[d].1 + 1);
+            Ok(h)
+        })?;
+        out(pctx, h as CUcontext)
+    }
+
+    fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
+        primary_release(dev)
+    }
+
+    /// The 7000 ABI (same signature).
+    fn cuDevicePrimaryCtxRelease(dev: CUdevice) {
+        primary_release(dev)
+    }
+
+    fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) {
+        if flags.is_null() || active.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let on = with_init(|p| p.device(dev).map(|d| p.primary[d].0.is_some()))?;
+        flags.write(0);
+        active.write(on as c_int);
+        Ok(())
+    }
+
+    fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) {
+        create_ctx(pctx, flags, dev)
+    }
+
+    /// The 2000 ABI (same signature).
+    fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) {
+        create_ctx(pctx, flags, dev)
+    }
+
+    /// 11040 ABI: execution affinity is not supported by the fake.
+    fn cuCtxCreate_v3(pctx: *mut CUcontext, params_array: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) {
+        if num_params < 0 || (num_params > 0 && params_array.is_null()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if num_params > 0 {
+            return Err(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+        }
+        create_ctx(pctx, flags, dev)
+    }
+
+    /// 12050 ABI: affinity and CIG parameters are not supported by the fake.
+    fn cuCtxCreate_v4(pctx: *mut CUcontext, ctx_create_params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) {
+        if let Some(params) = ctx_create_params.as_ref() {
+            if params.num_exec_affinity_params != 0 || !params.cig_params.is_null() {
+                return Err(CUDA_ERROR_NOT_SUPPORTED);
+            }
+        }
+        create_ctx(pctx, flags, dev)
+    }
+
+    fn cuCtxDestroy_v2(ctx: CUcontext) {
+        destroy_ctx(ctx)
+    }
+
+    /// The 2000 ABI (same signature).
+    fn cuCtxDestroy(ctx: CUcontext) {
+        destroy_ctx(ctx)
+    }
+
+    fn cuCtxPushCurrent_v2(ctx: CUcontext) {
+        push_ctx(ctx)
+    }
+
+    fn cuCtxPushCurrent(ctx: CUcontext) {
+        push_ctx(ctx)
+    }
+
+    fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) {
+        pop_ctx(pctx)
+    }
+
+    fn cuCtxPopCurrent(pctx: *mut CUcontext) {
+        pop_ctx(pctx)
+    }
+
+    fn cuCtxSetCurrent(ctx: CUcontext) {
+        if !ctx.is_null() {
+            with_init(|p| p.ctx(ctx as u64).map(|_| ()))?;
+        } else {
+            with_init(|_| Ok(()))?;
+        }
+        state::set_current(ctx as u64);
+        Ok(())
+    }
+
+    fn cuCtxGetCurrent(pctx: *mut CUcontext) {
+        let h = with_init(|p| Ok(p.current().map_or(0, |(h, _)| h)))?;
+        out(pctx, h as CUcontext)
+    }
+
+    fn cuCtxGetDevice(device: *mut CUdevice) {
+        let d = with_init(|p| p.current().map(|(_, d)| d as CUdevice))?;
+        out(device, d)
+    }
+
+    fn cuCtxSynchronize() {
+        with_init(|p| p.current().map(|_| ()))
+    }
+
+    /// Maps the peer context's memory into the current context: costs `FAKECUDA_PEER_MIB` on the
+    /// current device until disabled (or either context is destroyed).
+    fn cuCtxEnablePeerAccess(peer_context: CUcontext, flags: c_uint) {
+        with_init(|p| {
+            if flags != 0 {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            let (me, dev) = p.current()?;
+            let peer = p.ctx(peer_context as u64)?.dev;
+            if peer == dev {
+                return Err(CUDA_ERROR_INVALID_DEVICE);
+            }
+            let key = (me, peer_context as u64);
+            if p.peers.contains_key(&key) {
+                return Err(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+            }
+            let cost = Config::get().peer_cost;
+            p.charge(dev, cost)?;
+            p.peers.insert(key, Costly { ctx: me, dev, charged: cost });
+            Ok(())
+        })
+    }
+
+    fn cuCtxDisablePeerAccess(peer_context: CUcontext) {
+        with_init(|p| {
+            let (me, _) = p.current()?;
+            p.ctx(peer_context as u64)?;
+            let c = p.peers.remove(&(me, peer_context as u64)).ok_or(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)?;
+            p.drop_costly(c);
+            Ok(())
+        })
+    }
+
+    fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) {
+        error_string(error, p_str, true)
+    }
+
+    fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) {
+        error_string(error, p_str, false)
+    }
+
+    /// The real runtime fetches private tables here; the fake has none.
+    fn cuGetExportTable(pp_export_table: *mut *const c_void, p_export_table_id: *const c_void) {
+        let _ = p_export_table_id;
+        if !pp_export_table.is_null() {
+            pp_export_table.write(std::ptr::null());
+        }
+        crate::trace::line(|| format!("init cuGetExportTable -> {CUDA_ERROR_NOT_SUPPORTED}"));
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    }
+}

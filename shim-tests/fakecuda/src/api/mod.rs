@@ -1,0 +1,9 @@
+//! The exported driver entry points, grouped by area. Every function has the exact C signature of
+//! `cuda.h` 12.9 (the `_v1` ABIs those of the `__CUDA_API_VERSION_INTERNAL` section).
+
+pub mod copy;
+pub mod ctx;
+pub mod ipc;
+pub mod mem;
+pub mod stream;
+pub mod vmm;

@@ -1,0 +1,314 @@
+//! Streams, stream capture, graphs and modules/libraries.
+
+use crate::config::Config;
+use crate::out;
+use crate::state::{self, tag, tag_of, with_init, Capture, Costly, Graph, Proc, Stream, R};
+use crate::types::*;
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+/// `cuGraphInstantiateWithFlags` flags: AUTO_FREE_ON_LAUNCH | UPLOAD | DEVICE_LAUNCH | USE_NODE_PRIORITY.
+const INSTANTIATE_FLAGS_ALL: u64 = 0x1 | 0x2 | 0x4 | 0x8;
+
+fn valid_mode(mode: c_int) -> bool {
+    (CU_STREAM_CAPTURE_MODE_GLOBAL..=CU_STREAM_CAPTURE_MODE_RELAXED).contains(&mode)
+}
+
+fn destroy_stream(h: CUstream) -> R {
+    with_init(|p| {
+        let key = h as u64;
+        if p.streams.remove(&key).is_none() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        p.captures.remove(&key);
+        Ok(())
+    })
+}
+
+fn synchronize(h: CUstream, per_thread: bool) -> R {
+    with_init(|p| {
+        let (key, _) = p.stream(h, per_thread)?;
+        match key.and_then(|k| p.captures.get_mut(&k)) {
+            Some(c) => {
+                c.invalidated = true;
+                Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+            }
+            None => Ok(()),
+        }
+    })
+}
+
+/// Starts capturing `h` into a new graph. The legacy NULL stream cannot be captured.
+fn begin_capture(h: CUstream, mode: c_int, per_thread: bool) -> R {
+    with_init(|p| {
+        if !valid_mode(mode) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (key, dev) = p.stream(h, per_thread)?;
+        let key = key.ok_or(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)?;
+        if p.captures.contains_key(&key) {
+            return Err(CUDA_ERROR_ILLEGAL_STATE);
+        }
+        let graph = p.new_handle(tag::GRAPH);
+        p.graphs.insert(graph, Graph { dev, alloc_nodes: Vec::new() });
+        p.captures.insert(key, Capture { mode, thread: state::thread_token(), graph, invalidated: false });
+        Ok(())
+    })
+}
+
+/// Ends a capture: the graph, or NULL and `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
+unsafe fn end_capture(h: CUstream, ph_graph: *mut CUgraph, per_thread: bool) -> R {
+    if ph_graph.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let r = with_init(|p| {
+        let (key, _) = p.stream(h, per_thread)?;
+        let key = key.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        let c = p.captures.get(&key).ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        if c.mode != CU_STREAM_CAPTURE_MODE_RELAXED && c.thread != state::thread_token() {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+        }
+        let c = p.captures.remove(&key).ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        if c.invalidated {
+            p.graphs.remove(&c.graph);
+            return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        }
+        Ok(c.graph)
+    });
+    ph_graph.write(r.unwrap_or(0) as CUgraph);
+    r.map(|_| ())
+}
+
+unsafe fn is_capturing(h: CUstream, status: *mut c_int, per_thread: bool) -> R {
+    let s = with_init(|p| {
+        let (key, _) = p.stream(h, per_thread)?;
+        Ok(match key.and_then(|k| p.captures.get(&k)) {
+            None => CU_STREAM_CAPTURE_STATUS_NONE,
+            Some(c) if c.invalidated => CU_STREAM_CAPTURE_STATUS_INVALIDATED,
+            Some(_) => CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        })
+    })?;
+    out(status, s)
+}
+
+/// Instantiates a graph: costs `FAKECUDA_GRAPH_MIB` on the current device until the exec is destroyed.
+unsafe fn instantiate(p_exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R {
+    if p_exec.is_null() || flags & !INSTANTIATE_FLAGS_ALL != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = with_init(|p| {
+        let (ctx, dev) = p.current()?;
+        if !p.graphs.contains_key(&(graph as u64)) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let cost = Config::get().graph_cost;
+        p.charge(dev, cost)?;
+        let h = p.new_handle(tag::EXEC);
+        p.execs.insert(h, Costly { ctx, dev, charged: cost });
+        Ok(h)
+    })?;
+    p_exec.write(h as CUgraphExec);
+    Ok(())
+}
+
+/// The 10000/11000 ABIs: no error node, empty log.
+unsafe fn instantiate_with_log(p_exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char, size: usize) -> R {
+    if !err_node.is_null() {
+        err_node.write(std::ptr::null_mut());
+    }
+    if !log.is_null() && size > 0 {
+        log.write(0);
+    }
+    instantiate(p_exec, graph, 0)
+}
+
+fn launch(exec: CUgraphExec, h: CUstream, per_thread: bool) -> R {
+    with_init(|p| {
+        p.stream(h, per_thread)?;
+        if p.execs.contains_key(&(exec as u64)) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    })
+}
+
+/// Loads a module/library: costs `FAKECUDA_MODULE_MIB` on `dev` until unloaded.
+fn load_costly(p: &mut Proc, tag: u64, ctx: u64, dev: usize) -> R<u64> {
+    let cost = Config::get().module_cost;
+    p.charge(dev, cost)?;
+    let h = p.new_handle(tag);
+    p.modules.insert(h, Costly { ctx, dev, charged: cost });
+    Ok(h)
+}
+
+fn unload_costly(h: u64, tag: u64) -> R {
+    with_init(|p| {
+        if tag_of(h) != tag {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let c = p.modules.remove(&h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        p.drop_costly(c);
+        Ok(())
+    })
+}
+
+entry! {
+    fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint) {
+        if ph_stream.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let (ctx, dev) = p.current()?;
+            let h = p.new_handle(tag::STREAM);
+            p.streams.insert(h, Stream { ctx, dev });
+            Ok(h)
+        })?;
+        ph_stream.write(h as CUstream);
+        Ok(())
+    }
+
+    fn cuStreamDestroy_v2(h_stream: CUstream) {
+        destroy_stream(h_stream)
+    }
+
+    /// The 2000 ABI (same signature).
+    fn cuStreamDestroy(h_stream: CUstream) {
+        destroy_stream(h_stream)
+    }
+
+    fn cuStreamSynchronize(h_stream: CUstream) {
+        synchronize(h_stream, false)
+    }
+
+    fn cuStreamSynchronize_ptsz(h_stream: CUstream) {
+        synchronize(h_stream, true)
+    }
+
+    fn cuStreamBeginCapture_v2(h_stream: CUstream, mode: c_int) {
+        begin_capture(h_stream, mode, false)
+    }
+
+    fn cuStreamBeginCapture_v2_ptsz(h_stream: CUstream, mode: c_int) {
+        begin_capture(h_stream, mode, true)
+    }
+
+    /// The 10000 ABI: global capture mode.
+    fn cuStreamBeginCapture(h_stream: CUstream) {
+        begin_capture(h_stream, CU_STREAM_CAPTURE_MODE_GLOBAL, false)
+    }
+
+    fn cuStreamBeginCapture_ptsz(h_stream: CUstream) {
+        begin_capture(h_stream, CU_STREAM_CAPTURE_MODE_GLOBAL, true)
+    }
+
+    fn cuStreamEndCapture(h_stream: CUstream, ph_graph: *mut CUgraph) {
+        end_capture(h_stream, ph_graph, false)
+    }
+
+    fn cuStreamEndCapture_ptsz(h_stream: CUstream, ph_graph: *mut CUgraph) {
+        end_capture(h_stream, ph_graph, true)
+    }
+
+    fn cuStreamIsCapturing(h_stream: CUstream, capture_status: *mut c_int) {
+        is_capturing(h_stream, capture_status, false)
+    }
+
+    fn cuStreamIsCapturing_ptsz(h_stream: CUstream, capture_status: *mut c_int) {
+        is_capturing(h_stream, capture_status, true)
+    }
+
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) {
+        with_init(|_| Ok(()))?;
+        if mode.is_null() || !valid_mode(mode.read()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        mode.write(state::exchange_capture_mode(mode.read()));
+        Ok(())
+    }
+
+    fn cuGraphCreate(ph_graph: *mut CUgraph, flags: c_uint) {
+        if ph_graph.is_null() || flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let (_, dev) = p.current()?;
+            let h = p.new_handle(tag::GRAPH);
+            p.graphs.insert(h, Graph { dev, alloc_nodes: Vec::new() });
+            Ok(h)
+        })?;
+        ph_graph.write(h as CUgraph);
+        Ok(())
+    }
+
+    fn cuGraphDestroy(h_graph: CUgraph) {
+        with_init(|p| p.graphs.remove(&(h_graph as u64)).map(|_| ()).ok_or(CUDA_ERROR_INVALID_VALUE))
+    }
+
+    fn cuGraphInstantiateWithFlags(ph_graph_exec: *mut CUgraphExec, h_graph: CUgraph, flags: u64) {
+        instantiate(ph_graph_exec, h_graph, flags)
+    }
+
+    fn cuGraphInstantiate_v2(ph_graph_exec: *mut CUgraphExec, h_graph: CUgraph, ph_error_node: *mut CUgraphNode, log_buffer: *mut c_char, buffer_size: usize) {
+        instantiate_with_log(ph_graph_exec, h_graph, ph_error_node, log_buffer, buffer_size)
+    }
+
+    /// The 10000 ABI (same signature as `_v2`).
+    fn cuGraphInstantiate(ph_graph_exec: *mut CUgraphExec, h_graph: CUgraph, ph_error_node: *mut CUgraphNode, log_buffer: *mut c_char, buffer_size: usize) {
+        instantiate_with_log(ph_graph_exec, h_graph, ph_error_node, log_buffer, buffer_size)
+    }
+
+    fn cuGraphExecDestroy(h_graph_exec: CUgraphExec) {
+        with_init(|p| {
+            let c = p.execs.remove(&(h_graph_exec as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            p.drop_costly(c);
+            Ok(())
+        })
+    }
+
+    fn cuGraphLaunch(h_graph_exec: CUgraphExec, h_stream: CUstream) {
+        launch(h_graph_exec, h_stream, false)
+    }
+
+    fn cuGraphLaunch_ptsz(h_graph_exec: CUgraphExec, h_stream: CUstream) {
+        launch(h_graph_exec, h_stream, true)
+    }
+
+    fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) {
+        if module.is_null() || image.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let (ctx, dev) = p.current()?;
+            load_costly(p, tag::MODULE, ctx, dev)
+        })?;
+        module.write(h as CUmodule);
+        Ok(())
+    }
+
+    fn cuModuleUnload(hmod: CUmodule) {
+        unload_costly(hmod as u64, tag::MODULE)
+    }
+
+    /// Context-independent: charged to the current context's device (device 0 if none is current).
+    fn cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_options_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_int, library_option_values: *mut *mut c_void, num_library_options: c_uint) {
+        let _ = (jit_options, jit_options_values, library_options, library_option_values);
+        if library.is_null() || code.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if (num_jit_options > 0 && (jit_options.is_null() || jit_options_values.is_null()))
+            || (num_library_options > 0 && (library_options.is_null() || library_option_values.is_null()))
+        {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let dev = p.current().map_or(0, |(_, d)| d);
+            load_costly(p, tag::LIBRARY, 0, dev)
+        })?;
+        library.write(h as CUlibrary);
+        Ok(())
+    }
+
+    fn cuLibraryUnload(library: CUlibrary) {
+        unload_costly(library as u64, tag::LIBRARY)
+    }
+}

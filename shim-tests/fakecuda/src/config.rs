@@ -1,0 +1,114 @@
+//! The simulated machine's parameters, read once per process from `FAKECUDA_*` environment variables.
+//!
+//! Bad values never abort the host: they produce one warning line on stderr and the default is used.
+
+use std::sync::OnceLock;
+
+/// Most devices one simulated machine can have (bounded by the shared-file layout and address plan).
+pub const MAX_DEVICES: usize = 16;
+/// One MiB.
+pub const MIB: u64 = 1 << 20;
+/// Allocation granularity: every allocation is rounded up to this, and the rounding is charged.
+pub const GRANULARITY: u64 = 2 * MIB;
+
+/// Parameters of the simulated machine (see `shim-tests/README.md`, section "Fake driver").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `FAKECUDA_MACHINE`: name of the shared machine file `/dev/shm/fakecuda-<machine>`.
+    pub machine: String,
+    /// `FAKECUDA_DEVICES`: number of devices (1..=16).
+    pub devices: usize,
+    /// `FAKECUDA_TOTAL_MIB`: memory per device, bytes.
+    pub total: u64,
+    /// `FAKECUDA_CTX_MIB`: hidden cost of the first context on a device in a process, bytes.
+    pub ctx_cost: u64,
+    /// `FAKECUDA_PEER_MIB`: hidden cost per enabled peer mapping, bytes.
+    pub peer_cost: u64,
+    /// `FAKECUDA_GRAPH_MIB`: hidden cost per instantiated graph, bytes.
+    pub graph_cost: u64,
+    /// `FAKECUDA_MODULE_MIB`: hidden cost per loaded module/library, bytes.
+    pub module_cost: u64,
+    /// `FAKECUDA_IPC_OPEN_MIB`: hidden cost per opened IPC handle (charged to the opener), bytes.
+    pub ipc_open_cost: u64,
+    /// `FAKECUDA_RESET=1`: clear the machine's shared usage when this process attaches to it.
+    pub reset: bool,
+}
+
+impl Config {
+    /// Reads the environment (pure function of `get`, so tests can feed it a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let mib = |key: &str, default: u64, min: u64| -> u64 {
+            match get(key) {
+                None => default * MIB,
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if n >= min && n <= (1 << 30) => n * MIB,
+                    _ => {
+                        crate::warn(&format!("{key}={v:?} is not a number of MiB in [{min}, 2^30]; using {default}"));
+                        default * MIB
+                    }
+                },
+            }
+        };
+        let devices = match get("FAKECUDA_DEVICES") {
+            None => 8,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_DEVICES).contains(&n) => n,
+                _ => {
+                    crate::warn(&format!("FAKECUDA_DEVICES={v:?} is not in 1..={MAX_DEVICES}; using 8"));
+                    8
+                }
+            },
+        };
+        let machine = match get("FAKECUDA_MACHINE") {
+            None => "default".to_string(),
+            Some(v) if valid_machine_name(&v) => v,
+            Some(v) => {
+                crate::warn(&format!(
+                    "FAKECUDA_MACHINE={v:?} must be 1-100 characters of [A-Za-z0-9._-]; using \"default\""
+                ));
+                "default".to_string()
+            }
+        };
+        Config {
+            machine,
+            devices,
+            total: mib("FAKECUDA_TOTAL_MIB", 98304, 2),
+            ctx_cost: mib("FAKECUDA_CTX_MIB", 512, 0),
+            peer_cost: mib("FAKECUDA_PEER_MIB", 64, 0),
+            graph_cost: mib("FAKECUDA_GRAPH_MIB", 16, 0),
+            module_cost: mib("FAKECUDA_MODULE_MIB", 8, 0),
+            ipc_open_cost: mib("FAKECUDA_IPC_OPEN_MIB", 2, 0),
+            reset: matches!(get("FAKECUDA_RESET").as_deref().map(str::trim), Some("1")),
+        }
+    }
+
+    /// The process-wide configuration, read from the environment on first use.
+    pub fn get() -> &'static Config {
+        static CFG: OnceLock<Config> = OnceLock::new();
+        CFG.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok()))
+    }
+
+    /// Path of the shared machine file.
+    pub fn shm_path(&self) -> String {
+        format!("/dev/shm/fakecuda-{}", self.machine)
+    }
+}
+
+/// Machine names become file names: keep them to a safe alphabet.
+pub fn valid_machine_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 100
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && s != "."
+        && s != ".."
+}
+
+/// Rounds `bytes` up to the allocation granularity (None on overflow).
+pub fn round_up(bytes: u64) -> Option<u64> {
+    bytes.checked_add(GRANULARITY - 1).map(|v| v & !(GRANULARITY - 1))
+}
+
+/// FNV-1a hash of the machine name: identifies the machine inside IPC handles and shareable fds.
+pub fn machine_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}

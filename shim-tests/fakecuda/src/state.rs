@@ -1,0 +1,656 @@
+//! The process-local state of the fake driver: contexts, the allocation table, address arenas,
+//! streams, captures, graphs, modules, VMM handles, IPC mappings and the charges this process holds
+//! on its machine.
+//!
+//! Everything sits behind one mutex ([`with`]). The fake never calls back into user code, so no
+//! lock is ever held across a foreign call. After `fork()` the child starts from a fresh,
+//! uninitialised state (its inherited handles are invalid, as with the real driver).
+
+use crate::config::{round_up, Config, GRANULARITY, MAX_DEVICES};
+use crate::shm::{self, Shm};
+use crate::types::*;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Result of an entry point body: `Err` carries the `CUresult` to return.
+pub type R<T = ()> = Result<T, CUresult>;
+
+/// Start of device `dev`'s address window: `0x7000_0000_0000 + dev * 2^39` (512 GiB each).
+pub fn device_window(dev: usize) -> (u64, u64) {
+    (0x7000_0000_0000 + ((dev as u64) << 39), 1 << 39)
+}
+/// Device `dev`'s window for the 32-bit (`_v1`) ABI: `0x1000_0000 * (dev + 1)`, 256 MiB each.
+pub fn low_window(dev: usize) -> Option<(u64, u64)> {
+    (dev < 15).then(|| (0x1000_0000 * (dev as u64 + 1), 0x1000_0000))
+}
+/// Window of `cuMemAddressReserve` (16 TiB, not tied to a device: VMM is device-agnostic VA).
+pub const VMM_WINDOW: (u64, u64) = (0x6000_0000_0000, 0x1000_0000_0000);
+
+/// Handle tags (the high bits of every opaque handle, so a stream passed as a context is refused).
+pub mod tag {
+    pub const CTX: u64 = 0x0c7c;
+    pub const STREAM: u64 = 0x05e7;
+    pub const GRAPH: u64 = 0x06a4;
+    pub const EXEC: u64 = 0x0e8e;
+    pub const MODULE: u64 = 0x0d0d;
+    pub const LIBRARY: u64 = 0x0b1b;
+    pub const POOL: u64 = 0x0b00;
+    pub const PHYS: u64 = 0x0a11;
+}
+
+/// Builds a handle value from a tag and an id.
+pub fn handle(tag: u64, id: u64) -> u64 {
+    (tag << 32) | (id & 0xffff_ffff)
+}
+/// Tag of a handle value.
+pub fn tag_of(h: u64) -> u64 {
+    h >> 32
+}
+
+/// A first-fit address allocator over one window, with coalescing of freed ranges.
+#[derive(Debug, Clone)]
+pub struct Arena {
+    free: BTreeMap<u64, u64>,
+}
+
+impl Arena {
+    pub fn new((start, len): (u64, u64)) -> Arena {
+        Arena { free: BTreeMap::from([(start, len)]) }
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two).
+    pub fn alloc(&mut self, size: u64, align: u64) -> Option<u64> {
+        let (s, l, a) = self.free.iter().find_map(|(&s, &l)| {
+            let a = s.checked_add(align - 1)? & !(align - 1);
+            (a.checked_add(size)? <= s + l).then_some((s, l, a))
+        })?;
+        self.free.remove(&s);
+        if a > s {
+            self.free.insert(s, a - s);
+        }
+        if a + size < s + l {
+            self.free.insert(a + size, s + l - a - size);
+        }
+        Some(a)
+    }
+
+    /// Takes the exact range `[start, start+size)` if it is free.
+    pub fn take(&mut self, start: u64, size: u64) -> bool {
+        let Some((&s, &l)) = self.free.range(..=start).next_back() else { return false };
+        let Some(end) = start.checked_add(size) else { return false };
+        if end > s + l {
+            return false;
+        }
+        self.free.remove(&s);
+        if start > s {
+            self.free.insert(s, start - s);
+        }
+        if end < s + l {
+            self.free.insert(end, s + l - end);
+        }
+        true
+    }
+
+    /// Gives `[start, start+size)` back.
+    pub fn release(&mut self, start: u64, size: u64) {
+        let (mut s, mut e) = (start, start + size);
+        if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
+            if ps + pl == s {
+                self.free.remove(&ps);
+                s = ps;
+            }
+        }
+        if let Some(nl) = self.free.remove(&e) {
+            e += nl;
+        }
+        self.free.insert(s, e - s);
+    }
+}
+
+/// What kind of device-visible range an [`Alloc`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// `cuMemAlloc*`.
+    Device,
+    /// `cuMemAllocPitch*`.
+    Pitch,
+    /// `cuMemAllocManaged`: real host memory (the base is its host address).
+    Managed,
+    /// Stream-ordered (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`), from `pool`.
+    Async { pool: u64 },
+    /// A mapping of another process's allocation (`cuIpcOpenMemHandle`).
+    IpcOpen { slot: u32, id: u64, refs: u32 },
+    /// A VMM mapping of physical handle `phys` (`cuMemMap`).
+    VmmMap { phys: u64 },
+}
+
+/// One entry of the process's device-pointer table.
+#[derive(Debug, Clone)]
+pub struct Alloc {
+    pub base: u64,
+    /// Size as requested (the address range).
+    pub size: u64,
+    /// Bytes reserved in the address window (and charged, for owned memory).
+    pub span: u64,
+    pub dev: usize,
+    pub kind: Kind,
+    /// Context that owns it (0 for VMM mappings, which are context-independent).
+    pub ctx: u64,
+    /// Bytes charged to the machine and to which device (owned memory or hidden costs).
+    pub charge: Option<(usize, u64)>,
+    /// IPC export slot/id while exported.
+    pub export: Option<(u32, u64)>,
+    /// Set when the address came from the 32-bit window.
+    pub low: bool,
+}
+
+/// Pinned or registered host memory.
+#[derive(Debug, Clone)]
+pub struct HostRange {
+    pub base: u64,
+    pub size: u64,
+    /// `Some(mapped length)` for memory the fake allocated (`cuMemHostAlloc`), None if registered.
+    pub owned: Option<usize>,
+    pub ctx: u64,
+    pub dev: usize,
+}
+
+/// A context.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub dev: usize,
+    pub primary: bool,
+}
+
+/// A VMM physical allocation (`cuMemCreate` / `cuMemImportFromShareableHandle`).
+#[derive(Debug, Clone)]
+pub struct Phys {
+    pub dev: usize,
+    pub size: u64,
+    /// Handle references (create/import = 1, each `cuMemRetainAllocationHandle` + 1).
+    pub refs: u32,
+    /// Live mappings.
+    pub maps: u32,
+    /// Bytes charged (0 for imported memory, owned by the exporter).
+    pub charged: u64,
+    pub handle_types: i32,
+}
+
+/// A created stream.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub ctx: u64,
+    pub dev: usize,
+}
+
+/// An ongoing stream capture.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub mode: i32,
+    pub thread: u64,
+    pub graph: u64,
+    pub invalidated: bool,
+}
+
+/// A graph (captured or created) and an instantiated one.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    pub dev: usize,
+    /// Stream-ordered allocations made while capturing into this graph.
+    pub alloc_nodes: Vec<u64>,
+}
+
+/// An object whose only effect is a hidden cost (graph exec, module, library, peer mapping).
+#[derive(Debug, Clone)]
+pub struct Costly {
+    pub ctx: u64,
+    pub dev: usize,
+    pub charged: u64,
+}
+
+/// Key of a stream for capture bookkeeping (created streams: their handle; per-thread default
+/// stream: [`PER_THREAD_KEY`] | thread token).
+pub type StreamKey = u64;
+pub const PER_THREAD_KEY: u64 = 1 << 63;
+
+/// The whole process state.
+pub struct Proc {
+    pub pid: u32,
+    pub start: u64,
+    pub initialized: bool,
+    pub shm: Option<&'static Shm>,
+    pub slot: Option<usize>,
+    pub devices: usize,
+    next_id: u64,
+    pub ctxs: HashMap<u64, Ctx>,
+    /// Primary context per device: (handle if active, reference count).
+    pub primary: Vec<(Option<u64>, u32)>,
+    /// Live contexts per device (the hidden context cost is held while > 0).
+    pub ctx_count: Vec<u32>,
+    pub allocs: BTreeMap<u64, Alloc>,
+    pub host: BTreeMap<u64, HostRange>,
+    arenas: Vec<Arena>,
+    low: Vec<Option<Arena>>,
+    pub vmm_va: Arena,
+    pub reservations: BTreeMap<u64, u64>,
+    pub phys: HashMap<u64, Phys>,
+    pub streams: HashMap<u64, Stream>,
+    pub captures: HashMap<StreamKey, Capture>,
+    pub graphs: HashMap<u64, Graph>,
+    pub execs: HashMap<u64, Costly>,
+    pub modules: HashMap<u64, Costly>,
+    /// Enabled peer mappings: (context, peer context) -> cost.
+    pub peers: HashMap<(u64, u64), Costly>,
+    /// Opened IPC handles: (slot, id) -> mapped base.
+    pub ipc_opens: HashMap<(u32, u64), u64>,
+}
+
+thread_local! {
+    /// The calling thread's context stack (top = current context).
+    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The calling thread's stream capture interaction mode.
+    static CAPTURE_MODE: Cell<i32> = const { Cell::new(CU_STREAM_CAPTURE_MODE_GLOBAL) };
+    static TOKEN: u64 = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+}
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+static PROC: Mutex<Option<Proc>> = Mutex::new(None);
+
+/// A small unique number for the calling thread.
+pub fn thread_token() -> u64 {
+    TOKEN.with(|t| *t)
+}
+
+/// The calling thread's current context handle (0 if none).
+pub fn current_handle() -> u64 {
+    CTX_STACK.with(|s| s.borrow().last().copied().unwrap_or(0))
+}
+
+/// Replaces the top of the calling thread's context stack (0 pops, as cuCtxSetCurrent(NULL)).
+pub fn set_current(ctx: u64) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        s.pop();
+        if ctx != 0 {
+            s.push(ctx);
+        }
+    })
+}
+
+/// Pushes / pops the calling thread's context stack.
+pub fn push_current(ctx: u64) {
+    CTX_STACK.with(|s| s.borrow_mut().push(ctx))
+}
+pub fn pop_current() -> Option<u64> {
+    CTX_STACK.with(|s| s.borrow_mut().pop())
+}
+
+/// Exchanges the calling thread's capture mode.
+pub fn exchange_capture_mode(mode: i32) -> i32 {
+    CAPTURE_MODE.with(|m| m.replace(mode))
+}
+
+/// Runs `f` on the process state (fresh after a fork).
+pub fn with<T>(f: impl FnOnce(&mut Proc) -> T) -> T {
+    let mut g = PROC.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if g.as_ref().map_or(true, |p| p.pid != pid) {
+        *g = Some(Proc::new(pid));
+    }
+    match g.as_mut() {
+        Some(p) => f(p),
+        None => unreachable_state(),
+    }
+}
+
+#[cold]
+fn unreachable_state() -> ! {
+    // `with` has just stored Some; this cannot happen, and guard() turns it into CUDA_ERROR_UNKNOWN.
+    panic!("fakecuda: process state missing")
+}
+
+/// Like [`with`], but `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
+pub fn with_init<T>(f: impl FnOnce(&mut Proc) -> R<T>) -> R<T> {
+    with(|p| if p.initialized { f(p) } else { Err(CUDA_ERROR_NOT_INITIALIZED) })
+}
+
+/// Process exit: give this process's usage and exports back to the machine right away.
+pub fn at_exit() {
+    let Ok(mut g) = PROC.try_lock() else { return };
+    if let Some(p) = g.as_mut() {
+        if p.pid == std::process::id() {
+            if let (Some(shm), Some(slot)) = (p.shm, p.slot.take()) {
+                shm.detach(slot, p.pid);
+            }
+        }
+    }
+}
+
+impl Proc {
+    fn new(pid: u32) -> Proc {
+        Proc {
+            pid,
+            start: 0,
+            initialized: false,
+            shm: None,
+            slot: None,
+            devices: 0,
+            next_id: 0,
+            ctxs: HashMap::new(),
+            primary: Vec::new(),
+            ctx_count: Vec::new(),
+            allocs: BTreeMap::new(),
+            host: BTreeMap::new(),
+            arenas: (0..MAX_DEVICES).map(|d| Arena::new(device_window(d))).collect(),
+            low: (0..MAX_DEVICES).map(|d| low_window(d).map(Arena::new)).collect(),
+            vmm_va: Arena::new(VMM_WINDOW),
+            reservations: BTreeMap::new(),
+            phys: HashMap::new(),
+            streams: HashMap::new(),
+            captures: HashMap::new(),
+            graphs: HashMap::new(),
+            execs: HashMap::new(),
+            modules: HashMap::new(),
+            peers: HashMap::new(),
+            ipc_opens: HashMap::new(),
+        }
+    }
+
+    /// `cuInit`: attach to the machine.
+    pub fn init(&mut self) -> R {
+        if self.initialized {
+            return Ok(());
+        }
+        let _ = Config::get();
+        let shm = shm::machine().ok_or(CUDA_ERROR_UNKNOWN)?;
+        self.start = shm::self_start_time();
+        self.slot = shm.attach(self.pid, self.start);
+        self.shm = Some(shm);
+        self.devices = shm.devices();
+        self.primary = vec![(None, 0); self.devices];
+        self.ctx_count = vec![0; self.devices];
+        self.initialized = true;
+        Ok(())
+    }
+
+    /// A fresh handle with `tag`.
+    pub fn new_handle(&mut self, tag: u64) -> u64 {
+        self.next_id += 1;
+        handle(tag, self.next_id)
+    }
+
+    /// Validates a device ordinal.
+    pub fn device(&self, dev: CUdevice) -> R<usize> {
+        usize::try_from(dev).ok().filter(|d| *d < self.devices).ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// The calling thread's current context and its device (`CUDA_ERROR_INVALID_CONTEXT` if none).
+    pub fn current(&self) -> R<(u64, usize)> {
+        let h = current_handle();
+        self.ctxs.get(&h).map(|c| (h, c.dev)).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    /// Validates a context handle.
+    pub fn ctx(&self, h: u64) -> R<&Ctx> {
+        self.ctxs.get(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    /// Charges `bytes` to `dev` on the machine (`CUDA_ERROR_OUT_OF_MEMORY` if it does not fit).
+    pub fn charge(&mut self, dev: usize, bytes: u64) -> R {
+        let shm = self.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+        if bytes == 0 || shm.reserve(self.slot, dev, bytes) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        }
+    }
+
+    /// Gives `bytes` of `dev` back to the machine.
+    pub fn uncharge(&mut self, dev: usize, bytes: u64) {
+        if let (Some(shm), true) = (self.shm, bytes > 0) {
+            shm.release(self.slot, dev, bytes);
+        }
+    }
+
+    /// (free, total) of `dev` as `cuMemGetInfo` reports them.
+    pub fn mem_info(&self, dev: usize) -> (u64, u64) {
+        match self.shm {
+            Some(shm) => {
+                shm.sweep();
+                let total = shm.total(dev);
+                (total.saturating_sub(shm.used(dev)), total)
+            }
+            None => (0, 0),
+        }
+    }
+
+    /// Creates a context on `dev` (charging the hidden context cost if it is the device's first).
+    pub fn create_ctx(&mut self, dev: usize, primary: bool) -> R<u64> {
+        if self.ctx_count[dev] == 0 {
+            let cost = Config::get().ctx_cost;
+            self.charge(dev, cost)?;
+        }
+        self.ctx_count[dev] += 1;
+        let h = self.new_handle(tag::CTX);
+        self.ctxs.insert(h, Ctx { dev, primary });
+        Ok(h)
+    }
+
+    /// Destroys a context and everything it owns (allocations, host memory, streams, graph execs,
+    /// modules, peer mappings, IPC mappings), giving their memory back.
+    pub fn destroy_ctx(&mut self, h: u64) -> R {
+        let ctx = self.ctxs.remove(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let owned: Vec<u64> = self.allocs.values().filter(|a| a.ctx == h).map(|a| a.base).collect();
+        for base in owned {
+            self.remove_alloc(base);
+        }
+        let hosts: Vec<u64> = self.host.values().filter(|r| r.ctx == h).map(|r| r.base).collect();
+        for base in hosts {
+            self.remove_host(base);
+        }
+        self.streams.retain(|_, s| s.ctx != h);
+        self.captures.retain(|k, _| *k & PER_THREAD_KEY != 0 || self.streams.contains_key(k));
+        for costly in [&mut self.execs, &mut self.modules] {
+            let gone: Vec<u64> = costly.iter().filter(|(_, c)| c.ctx == h).map(|(k, _)| *k).collect();
+            for k in gone {
+                if let Some(c) = costly.remove(&k) {
+                    if let Some(shm) = self.shm {
+                        shm.release(self.slot, c.dev, c.charged);
+                    }
+                }
+            }
+        }
+        let peers: Vec<(u64, u64)> = self.peers.keys().filter(|(a, b)| *a == h || *b == h).copied().collect();
+        for k in peers {
+            if let Some(c) = self.peers.remove(&k) {
+                self.uncharge(c.dev, c.charged);
+            }
+        }
+        self.ctx_count[ctx.dev] -= 1;
+        if self.ctx_count[ctx.dev] == 0 {
+            self.uncharge(ctx.dev, Config::get().ctx_cost);
+        }
+        CTX_STACK.with(|s| s.borrow_mut().retain(|c| *c != h));
+        Ok(())
+    }
+
+    /// Reserves device address space: from the 32-bit window when `low`.
+    pub fn reserve_va(&mut self, dev: usize, span: u64, low: bool) -> R<u64> {
+        let arena = if low { self.low[dev].as_mut() } else { Some(&mut self.arenas[dev]) };
+        arena.and_then(|a| a.alloc(span, GRANULARITY)).ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+    }
+
+    fn release_va(&mut self, a: &Alloc) {
+        if a.kind == Kind::Managed {
+            return;
+        }
+        let arena = if a.low { self.low[a.dev].as_mut() } else { Some(&mut self.arenas[a.dev]) };
+        if let Some(arena) = arena {
+            arena.release(a.base, a.span);
+        }
+    }
+
+    /// Allocates owned device memory of `size` bytes on `dev` for the current context: rounds up,
+    /// charges, reserves an address (or maps real memory for managed) and records it.
+    pub fn alloc_device(&mut self, ctx: u64, dev: usize, size: u64, kind: Kind, low: bool) -> R<u64> {
+        if size == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let span = round_up(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        self.charge(dev, span)?;
+        let base = if kind == Kind::Managed { map_host(span).map(|p| p as u64) } else { self.reserve_va(dev, span, low) };
+        let base = match base {
+            Ok(b) => b,
+            Err(e) => {
+                self.uncharge(dev, span);
+                return Err(e);
+            }
+        };
+        self.allocs.insert(
+            base,
+            Alloc { base, size, span, dev, kind, ctx, charge: Some((dev, span)), export: None, low },
+        );
+        Ok(base)
+    }
+
+    /// The allocation containing `ptr`.
+    pub fn find(&self, ptr: u64) -> Option<&Alloc> {
+        self.allocs.range(..=ptr).next_back().map(|(_, a)| a).filter(|a| ptr - a.base < a.size.max(1))
+    }
+
+    /// Checks that `[ptr, ptr+len)` lies inside one live device-visible allocation.
+    pub fn check_range(&self, ptr: u64, len: u64) -> R<&Alloc> {
+        let a = self.find(ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        match ptr.checked_add(len) {
+            Some(end) if end <= a.base + a.size => Ok(a),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// True if `ptr` lies in one of the fake address windows (it must then be a live allocation).
+    pub fn in_fake_window(&self, ptr: u64) -> bool {
+        let inside = |(s, l): (u64, u64)| ptr >= s && ptr - s < l;
+        inside(VMM_WINDOW)
+            || (0..MAX_DEVICES).any(|d| inside(device_window(d)) || low_window(d).is_some_and(inside))
+    }
+
+    /// Removes an allocation: gives back its charge, address range, export and real memory.
+    pub fn remove_alloc(&mut self, base: u64) -> Option<Alloc> {
+        let a = self.allocs.remove(&base)?;
+        if let Some((dev, bytes)) = a.charge {
+            self.uncharge(dev, bytes);
+        }
+        if let (Some((slot, id)), Some(shm)) = (a.export, self.shm) {
+            shm.unexport(slot, id);
+        }
+        match a.kind {
+            Kind::Managed => unmap_host(a.base as *mut libc::c_void, a.span as usize),
+            Kind::IpcOpen { slot, id, .. } => {
+                self.ipc_opens.remove(&(slot, id));
+                self.release_va(&a);
+            }
+            Kind::VmmMap { phys } => {
+                if let Some(p) = self.phys.get_mut(&phys) {
+                    p.maps -= 1;
+                }
+                self.maybe_free_phys(phys);
+            }
+            _ => self.release_va(&a),
+        }
+        for g in self.graphs.values_mut() {
+            g.alloc_nodes.retain(|b| *b != base);
+        }
+        Some(a)
+    }
+
+    /// Frees a VMM physical allocation once it has neither handle references nor mappings.
+    pub fn maybe_free_phys(&mut self, h: u64) {
+        if let Some(p) = self.phys.get(&h) {
+            if p.refs == 0 && p.maps == 0 {
+                let (dev, charged) = (p.dev, p.charged);
+                self.phys.remove(&h);
+                self.uncharge(dev, charged);
+            }
+        }
+    }
+
+    /// The host range (pinned or registered) containing `ptr`.
+    pub fn find_host(&self, ptr: u64) -> Option<&HostRange> {
+        self.host.range(..=ptr).next_back().map(|(_, r)| r).filter(|r| ptr - r.base < r.size.max(1))
+    }
+
+    /// Removes a host range, unmapping memory the fake allocated.
+    pub fn remove_host(&mut self, base: u64) -> Option<HostRange> {
+        let r = self.host.remove(&base)?;
+        if let Some(len) = r.owned {
+            unmap_host(r.base as *mut libc::c_void, len);
+        }
+        Some(r)
+    }
+
+    /// Releases a costly object's hidden cost.
+    pub fn drop_costly(&mut self, c: Costly) {
+        self.uncharge(c.dev, c.charged);
+    }
+
+    /// Refuses a "potentially unsafe" call (synchronous allocation/free) while a capture that the
+    /// calling thread's capture mode protects is ongoing, invalidating that capture, like the real
+    /// driver (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
+    pub fn check_capture_safe(&mut self) -> R {
+        let mode = CAPTURE_MODE.with(|m| m.get());
+        if mode == CU_STREAM_CAPTURE_MODE_RELAXED {
+            return Ok(());
+        }
+        let me = thread_token();
+        let mut refused = false;
+        for c in self.captures.values_mut() {
+            let applies = c.mode != CU_STREAM_CAPTURE_MODE_RELAXED
+                && (c.thread == me || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL));
+            if applies {
+                c.invalidated = true;
+                refused = true;
+            }
+        }
+        if refused {
+            Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Resolves a stream handle: (capture key or None for the legacy stream, device).
+    /// `per_thread` is true for `_ptsz`/`_ptds` entry points, where NULL means the per-thread stream.
+    pub fn stream(&self, s: CUstream, per_thread: bool) -> R<(Option<StreamKey>, usize)> {
+        let v = s as usize;
+        let (_, dev) = self.current()?;
+        match v {
+            0 if per_thread => Ok((Some(PER_THREAD_KEY | thread_token()), dev)),
+            0 | CU_STREAM_LEGACY => Ok((None, dev)),
+            CU_STREAM_PER_THREAD => Ok((Some(PER_THREAD_KEY | thread_token()), dev)),
+            _ => self.streams.get(&(v as u64)).map(|st| (Some(v as u64), st.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE),
+        }
+    }
+}
+
+/// Maps `len` bytes of real, zeroed host memory.
+pub fn map_host(len: u64) -> R<*mut libc::c_void> {
+    let len = usize::try_from(len).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    // SAFETY: anonymous private mapping, checked for failure.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if p == libc::MAP_FAILED {
+        Err(CUDA_ERROR_OUT_OF_MEMORY)
+    } else {
+        Ok(p)
+    }
+}
+
+/// Unmaps memory from [`map_host`].
+pub fn unmap_host(p: *mut libc::c_void, len: usize) {
+    // SAFETY: p/len come from a successful map_host and are unmapped once (the table entry is gone).
+    unsafe {
+        libc::munmap(p, len);
+    }
+}
