@@ -120,15 +120,19 @@ static int do_fork(int use_exit) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        dev_alloc(10 * MiB);
-        printf("RESULT child_pid=%d\n", (int)getpid());
+        /* As with real CUDA, a forked child cannot use the context its parent initialised:
+         * the allocation fails (cudaErrorInitializationError) and is recorded as a failure
+         * in the child's own, empty ledger. */
+        void *p = NULL;
+        cudaError_t e = cudaMalloc(&p, 10 * MiB);
+        printf("RESULT child_pid=%d child_rc=%d\n", (int)getpid(), (int)e);
         fflush(stdout);
         if (use_exit) exit(0);
         _exit(0);
     }
     int st = 0;
     waitpid(pid, &st, 0);
-    printf("RESULT parent_pid=%d child_status=%d parent_live=%llu child_live=%llu\n", (int)getpid(), st, 6 * MiB,
+    printf("RESULT parent_pid=%d child_status=%d parent_live=%llu child_want=%llu\n", (int)getpid(), st, 6 * MiB,
            10 * MiB);
     return 0;
 }

@@ -1,3 +1,7 @@
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudart.so.12");
+    // Bind the library's references to its own functions at link time, as NVIDIA's
+    // libraries do: the function pointers it hands out (cuGetProcAddress answers, the
+    // runtime's internal calls) are its own, never an LD_PRELOAD interposer's export.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
 }
