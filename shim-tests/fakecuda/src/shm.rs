@@ -102,12 +102,11 @@ impl Shm {
                 return Err(std::io::Error::last_os_error());
             }
             let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstat(fd, &mut st) != 0 || (st.st_size as usize) < size {
-                if libc::ftruncate(fd, size as libc::off_t) != 0 {
-                    let e = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    return Err(e);
-                }
+            let short = libc::fstat(fd, &mut st) != 0 || (st.st_size as usize) < size;
+            if short && libc::ftruncate(fd, size as libc::off_t) != 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
             }
             let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
             libc::close(fd);

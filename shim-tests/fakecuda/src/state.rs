@@ -295,7 +295,7 @@ pub fn exchange_capture_mode(mode: i32) -> i32 {
 pub fn with<T>(f: impl FnOnce(&mut Proc) -> T) -> T {
     let mut g = PROC.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
-    if g.as_ref().map_or(true, |p| p.pid != pid) {
+    if g.as_ref().is_none_or(|p| p.pid != pid) {
         *g = Some(Proc::new(pid));
     }
     match g.as_mut() {
@@ -545,7 +545,8 @@ impl Proc {
             shm.unexport(slot, id);
         }
         match a.kind {
-            Kind::Managed => unmap_host(a.base as *mut libc::c_void, a.span as usize),
+            // SAFETY: managed memory was mapped by map_host with this span; the entry is gone now.
+            Kind::Managed => unsafe { unmap_host(a.base as *mut libc::c_void, a.span as usize) },
             Kind::IpcOpen { slot, id, .. } => {
                 self.ipc_opens.remove(&(slot, id));
                 self.release_va(&a);
@@ -584,7 +585,8 @@ impl Proc {
     pub fn remove_host(&mut self, base: u64) -> Option<HostRange> {
         let r = self.host.remove(&base)?;
         if let Some(len) = r.owned {
-            unmap_host(r.base as *mut libc::c_void, len);
+            // SAFETY: owned host memory was mapped by map_host with this length; the entry is gone now.
+            unsafe { unmap_host(r.base as *mut libc::c_void, len) };
         }
         Some(r)
     }
@@ -648,9 +650,9 @@ pub fn map_host(len: u64) -> R<*mut libc::c_void> {
 }
 
 /// Unmaps memory from [`map_host`].
-pub fn unmap_host(p: *mut libc::c_void, len: usize) {
-    // SAFETY: p/len come from a successful map_host and are unmapped once (the table entry is gone).
-    unsafe {
-        libc::munmap(p, len);
-    }
+///
+/// # Safety
+/// `p`/`len` must come from a successful [`map_host`] and be unmapped once.
+pub unsafe fn unmap_host(p: *mut libc::c_void, len: usize) {
+    libc::munmap(p, len);
 }

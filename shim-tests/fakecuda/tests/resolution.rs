@@ -12,10 +12,10 @@ use std::os::raw::{c_char, c_int, c_void};
 /// Resolves through the exported `cuGetProcAddress_v2`: (result, status, symbol name or None).
 fn getproc_v2(name: &str, version: c_int, flags: u64) -> (CUresult, c_int, Option<&'static str>) {
     let c = CString::new(name).unwrap();
-    let mut pfn: *mut c_void = 1 as *mut c_void;
+    let mut pfn: *mut c_void = std::ptr::dangling_mut::<c_void>();
     let mut status: c_int = -1;
     let r = unsafe { fakecuda::getproc::cuGetProcAddress_v2(c.as_ptr(), &mut pfn, version, flags, &mut status) };
-    let sym = TABLE.iter().find(|e| e.addr.0 == pfn as *const c_void).map(|e| e.symbol);
+    let sym = TABLE.iter().find(|e| std::ptr::eq(e.addr.0, pfn)).map(|e| e.symbol);
     if r != CUDA_SUCCESS {
         assert!(pfn.is_null(), "{name}@{version}: pfn must be NULL on failure");
     }
@@ -128,7 +128,10 @@ fn resolves_before_cuinit() {
 }
 
 /// `PFN_<base>_v<version>[_ptsz|_ptds]` typedefs of cudaTypedefs.h, and `#define PFN_<base> PFN_<x>_v<n>`.
-fn header_typedefs() -> (BTreeSet<(String, c_int, Flavor)>, BTreeMap<String, (String, c_int)>) {
+type Typedefs = BTreeSet<(String, c_int, Flavor)>;
+type Aliases = BTreeMap<String, (String, c_int)>;
+
+fn header_typedefs() -> (Typedefs, Aliases) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/cuda-headers/include/cudaTypedefs.h");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}; run `make headers` first", path.display()));

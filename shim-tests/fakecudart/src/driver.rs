@@ -50,6 +50,13 @@ macro_rules! driver_table {
         }
 
         impl $table {
+            /// Every row as (base name, version, per-thread version, number of parameters), for
+            /// the cross-check against `cudaTypedefs.h`.
+            #[cfg(test)]
+            pub(crate) const ROWS: &'static [(&'static str, c_int, Option<c_int>, usize)] = &[
+                $( ($base, $ver, driver_table!(@opt $($ptver)?), <[&str]>::len(&[$(stringify!($arg)),*])), )*
+            ];
+
             /// Resolves every row through `get_proc`; with the per-thread flag each row is asked
             /// at the version of its per-thread variant.
             unsafe fn resolve(get_proc: GetProcV2, flags: u64) -> Self {
@@ -68,6 +75,8 @@ macro_rules! driver_table {
             }
         }
     };
+    (@opt) => { None };
+    (@opt $ptver:literal) => { Some($ptver) };
     (@pt $ver:literal) => { $ver };
     (@pt $ver:literal, $ptver:literal) => { $ptver };
 }
@@ -341,5 +350,67 @@ fn trace(line: &str) {
             let _ = libc::write(fd, text.as_ptr().cast(), text.len());
             libc::close(fd);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// `PFN_<name>` typedef name -> number of parameters, from the official `cudaTypedefs.h`.
+    fn pfn_typedefs() -> HashMap<String, usize> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/cuda-headers/include/cudaTypedefs.h"
+        );
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("{path}: {e}: run `make headers` first"));
+        let mut out = HashMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.trim().strip_prefix("typedef CUresult (CUDAAPI *PFN_") else {
+                continue;
+            };
+            let Some((name, params)) = rest.split_once(")(") else {
+                continue;
+            };
+            let params = params.trim_end_matches(");");
+            let arity = if params.trim() == "void" {
+                0
+            } else {
+                params.split(',').count()
+            };
+            out.insert(name.to_string(), arity);
+        }
+        assert!(
+            out.len() > 400,
+            "cudaTypedefs.h parsed to only {} typedefs",
+            out.len()
+        );
+        out
+    }
+
+    #[test]
+    fn every_row_matches_a_pfn_typedef() {
+        let pfn = pfn_typedefs();
+        for &(base, ver, pt, arity) in Core::ROWS.iter().chain(Streamed::ROWS) {
+            let legacy = format!("{base}_v{ver}");
+            assert_eq!(
+                pfn.get(&legacy),
+                Some(&arity),
+                "no PFN_{legacy} with {arity} parameters"
+            );
+            if let Some(pt) = pt {
+                let found = ["ptsz", "ptds"]
+                    .iter()
+                    .any(|sfx| pfn.get(&format!("{base}_v{pt}_{sfx}")) == Some(&arity));
+                assert!(
+                    found,
+                    "no PFN_{base}_v{pt}_ptsz/_ptds with {arity} parameters"
+                );
+            }
+        }
+        // Stream-ordered rows all have a per-thread version.
+        assert!(Streamed::ROWS.iter().all(|r| r.2.is_some()));
     }
 }

@@ -64,6 +64,11 @@ pub fn bin_dir() -> PathBuf {
     sim_dir().join("bin")
 }
 
+/// Path of the compiled C scenario `name` (e.g. `"rt_basic"`).
+pub fn bin(name: &str) -> PathBuf {
+    bin_dir().join(name)
+}
+
 /// One simulated machine and the environment of the programs run on it.
 pub struct Sim {
     name: String,
@@ -247,6 +252,8 @@ impl Drop for Sim {
 pub struct Run {
     /// What was run (for messages).
     pub what: String,
+    /// Process id of the program (e.g. to find the `culedger-<pid>.json` it wrote).
+    pub pid: u32,
     /// Exit status (`None` if it was killed after the time limit).
     pub status: Option<ExitStatus>,
     pub stdout: String,
@@ -382,6 +389,7 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration, what: String) -> Run
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
+    let pid = child.id();
     let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
@@ -402,6 +410,7 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration, what: String) -> Run
     let results = Results::parse(&stdout);
     Run {
         what,
+        pid,
         status,
         stdout,
         stderr,

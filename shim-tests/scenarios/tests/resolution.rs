@@ -245,3 +245,26 @@ fn c_programs_link_the_right_library() {
         drv.undefined
     );
 }
+
+#[test]
+fn nothing_is_resolved_at_load_time() {
+    let mut sim = machine("load_time");
+    sim.enable_trace();
+    // Load the runtime and call only what needs no driver: no dlopen of libcuda may happen.
+    let script = "import ctypes\n\
+        rt = ctypes.CDLL('libcudart.so.12')\n\
+        v = ctypes.c_int()\n\
+        assert rt.cudaRuntimeGetVersion(ctypes.byref(v)) == 0\n\
+        rt.cudaGetErrorName.restype = ctypes.c_char_p\n\
+        print(f'RESULT version={v.value} name={rt.cudaGetErrorName(2).decode()} last={rt.cudaGetLastError()}')\n";
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let run = sim.run_ok(sim.cmd(python).args(["-c", script]));
+    assert_eq!(run.u64("version"), 12090);
+    assert_eq!(run.value("name"), "cudaErrorMemoryAllocation");
+    assert_eq!(run.u64("last"), 0);
+    assert_eq!(
+        sim.trace(),
+        "",
+        "the runtime touched the driver without need"
+    );
+}

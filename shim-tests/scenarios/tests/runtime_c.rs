@@ -83,6 +83,33 @@ fn no_driver_is_an_error_not_a_crash() {
 }
 
 #[test]
+fn driver_without_get_proc_address_is_refused() {
+    let sim = machine("rt_baddriver");
+    // A "libcuda.so.1" that loads but has no cuGetProcAddress_v2 (it is the runtime itself).
+    let dir = sim.scratch().join("lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = culedger_scenarios::lib_dir().join("libcudart.so.12");
+    std::fs::copy(&rt, dir.join("libcudart.so.12")).unwrap();
+    std::fs::copy(&rt, dir.join("libcuda.so.1")).unwrap();
+    let mut cmd = sim.cmd("rt_basic");
+    cmd.env("LD_LIBRARY_PATH", &dir);
+    let run = sim.run(&mut cmd);
+    assert_eq!(
+        run.status.and_then(|s| s.code()),
+        Some(3),
+        "{}",
+        run.describe()
+    );
+    assert_eq!(run.u64("init_error"), err::INSUFFICIENT_DRIVER);
+    assert_eq!(run.u64("malloc_error"), err::INSUFFICIENT_DRIVER);
+    assert!(
+        run.stderr.contains("cuGetProcAddress_v2"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
 fn pinned_and_managed_memory() {
     let sim = machine("rt_pinned");
     let run = sim.run_ok(&mut sim.cmd("rt_pinned"));

@@ -26,7 +26,7 @@ fn prop_device(p: &Proc, prop: *const CUmemAllocationProp) -> R<usize> {
 }
 
 fn aligned(size: usize) -> bool {
-    size > 0 && (size as u64) % GRANULARITY == 0
+    size > 0 && (size as u64).is_multiple_of(GRANULARITY)
 }
 
 /// The VMM mappings overlapping `[ptr, ptr+size)`, which must cover it exactly and contiguously.
@@ -129,7 +129,7 @@ entry! {
         let align = (alignment as u64).max(GRANULARITY);
         let base = with_init(|p| {
             let size = size as u64;
-            let hinted = addr != 0 && addr % align == 0 && p.vmm_va.take(addr, size);
+            let hinted = addr != 0 && addr.is_multiple_of(align) && p.vmm_va.take(addr, size);
             let base = if hinted { addr } else { p.vmm_va.alloc(size, align).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? };
             p.reservations.insert(base, size);
             Ok(base)
@@ -230,7 +230,7 @@ entry! {
         }
         let words = [FD_MAGIC, machine_hash(&Config::get().machine), dev as u64, size, pid as u64, handle];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let fd = libc::memfd_create(b"fakecuda-vmm\0".as_ptr().cast(), 0);
+        let fd = libc::memfd_create(c"fakecuda-vmm".as_ptr(), 0);
         if fd < 0 {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }

@@ -59,7 +59,8 @@ pub fn helper() -> Option<String> {
 
 /// `KEY=value` from a helper's `RESULT KEY=value` stdout lines.
 pub fn result(stdout: &str, key: &str) -> Option<String> {
-    stdout.lines().filter_map(|l| l.strip_prefix("RESULT ")).find_map(|kv| {
+    // libtest may print "test name ... " on the same line before the helper's output.
+    stdout.lines().filter_map(|l| l.find("RESULT ").map(|i| &l[i + 7..])).find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
         (k == key).then(|| v.to_string())
     })
