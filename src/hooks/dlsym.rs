@@ -91,7 +91,7 @@ unsafe fn decide(handle: *mut c_void, name: *const c_char) -> usize {
     if is_ours(found) {
         // A global-scope lookup (RTLD_DEFAULT, dlopen(NULL)) found our own export first.
         // Hand it out only if a real definition exists behind it.
-        return if resolve_next(entry.sym) != 0 {
+        return if resolve_next(entry.sym, true) != 0 {
             exported(entry.sym) as usize
         } else {
             // Ask again for the caller's dlerror() state, then answer NULL.

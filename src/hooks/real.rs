@@ -23,7 +23,7 @@ pub fn get<F: Copy>(sym: Sym, slot: usize) -> Option<F> {
     let cell = &REAL[sym as usize][slot.min(NSLOTS - 1)];
     let mut p = cell.load(Ordering::Acquire);
     if p == 0 && slot == 0 {
-        p = resolve_next(sym);
+        p = resolve_next(sym, false);
     }
     if p == 0 {
         None
@@ -33,15 +33,44 @@ pub fn get<F: Copy>(sym: Sym, slot: usize) -> Option<F> {
     }
 }
 
-/// Resolve slot 0 of `sym` with `RTLD_NEXT` (the definition after libculedger).
-pub fn resolve_next(sym: Sym) -> usize {
+/// Resolve slot 0 of `sym`: the definition after libculedger in the global scope
+/// (`RTLD_NEXT`). When the library defining it was loaded with `RTLD_LOCAL` (a runtime
+/// opened by ctypes, a driver opened by the runtime) and hands out the address of our
+/// export for its own symbol (symbol interposition inside that library), the definition
+/// is looked up on that library's handle instead.
+/// `global_only` keeps to the global scope (what `dlsym(RTLD_DEFAULT)` would find without
+/// us), as the dlsym path must.
+pub fn resolve_next(sym: Sym, global_only: bool) -> usize {
     let e = &TABLE[sym as usize];
-    let p = unsafe { real_dlsym(RTLD_NEXT, e.cname.as_ptr() as *const c_char) } as usize;
-    if p != 0 && !is_ours(p as *mut c_void) {
-        let _ = REAL[sym as usize][0].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
-        return REAL[sym as usize][0].load(Ordering::Acquire);
+    let name = e.cname.as_ptr() as *const c_char;
+    let mut p = unsafe { real_dlsym(RTLD_NEXT, name) };
+    if (p.is_null() || is_ours(p)) && !global_only {
+        p = unsafe { lookup_in_owner(e.kind, name) };
     }
-    0
+    if p.is_null() || is_ours(p) {
+        return 0;
+    }
+    let _ = REAL[sym as usize][0].compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Acquire);
+    REAL[sym as usize][0].load(Ordering::Acquire)
+}
+
+/// `name` in the library that owns symbols of this kind, if it is loaded.
+unsafe fn lookup_in_owner(kind: Kind, name: *const c_char) -> *mut c_void {
+    match kind {
+        Kind::Driver => {
+            let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            if h.is_null() {
+                return std::ptr::null_mut();
+            }
+            let p = real_dlsym(h, name);
+            libc::dlclose(h);
+            p
+        }
+        Kind::Runtime => match RUNTIME_HANDLE.load(Ordering::Acquire) {
+            0 => std::ptr::null_mut(),
+            h => real_dlsym(h as *mut c_void, name),
+        },
+    }
 }
 
 /// A wrapper for `sym` that forwards to `real`: the slot already holding `real`, or a
@@ -145,13 +174,9 @@ unsafe fn resolve_driver(base: &[u8], version: c_int, exported_name: &[u8]) -> u
             return out as usize;
         }
     }
-    let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-    if !h.is_null() {
-        let p = real_dlsym(h, exported_name.as_ptr() as *const c_char);
-        libc::dlclose(h);
-        if !p.is_null() && !is_ours(p) {
-            return p as usize;
-        }
+    let p = lookup_in_owner(Kind::Driver, exported_name.as_ptr() as *const c_char);
+    if !p.is_null() && !is_ours(p) {
+        return p as usize;
     }
     let p = real_dlsym(RTLD_DEFAULT, exported_name.as_ptr() as *const c_char);
     if !p.is_null() && !is_ours(p) {
