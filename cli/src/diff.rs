@@ -198,7 +198,8 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
         .filter(|(_, r)| r.delta != 0)
         .max_by_key(|(_, r)| r.delta.abs())
     {
-        parts.push(format!("{sb} uses {} {} on {}", fmt_delta(r.delta), r.name, d.device));
+        let amount = if r.delta > 0 { fmt_delta(r.delta) } else { format!("{} less", fmt_bytes(-r.delta)) };
+        parts.push(format!("{sb} uses {amount} {} on {}", r.name, d.device));
     }
     if let Some((d, p, delta)) = devices
         .iter()
@@ -226,20 +227,18 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
             parts.push(format!("{n} allocation{} failed only in {name}", if n == 1 { "" } else { "s" }));
         }
     }
-    if parts.is_empty() {
+    // "B uses ... and saw ...; N allocations failed only in B".
+    let failures: Vec<String> = parts.iter().filter(|p| p.contains("failed only")).cloned().collect();
+    let facts: Vec<String> = parts.into_iter().filter(|p| !p.contains("failed only")).collect();
+    let mut sentences: Vec<String> = Vec::new();
+    if !facts.is_empty() {
+        sentences.push(facts.join(" and "));
+    }
+    sentences.extend(failures);
+    if sentences.is_empty() {
         format!("{sa} and {sb}: no difference in tracked memory, sizing queries or failures")
     } else {
-        let mut s = parts.remove(0);
-        if !parts.is_empty() {
-            let (last, mid) = parts.split_last().expect("non-empty");
-            for m in mid {
-                s.push_str(", ");
-                s.push_str(m);
-            }
-            s.push_str(if last.contains("failed only") { "; " } else { " and " });
-            s.push_str(last);
-        }
-        s
+        sentences.join("; ")
     }
 }
 

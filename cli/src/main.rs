@@ -118,9 +118,10 @@ fn main() {
 }
 
 /// Prints a document or JSON value to stdout.
-fn emit(format: Format, doc: impl FnOnce() -> doc::Doc, json: impl FnOnce() -> serde_json::Value) -> Result<()> {
+fn emit<T: serde::Serialize>(format: Format, doc: impl FnOnce() -> doc::Doc, data: &T) -> Result<()> {
     let text = match format {
-        Format::Json => serde_json::to_string_pretty(&json()).map_err(|e| Fail::input(e.to_string()))? + "\n",
+        // Serialised from the struct itself so fields keep their documented order.
+        Format::Json => serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n",
         _ => doc().render(format, doc::use_color(std::io::stdout().is_terminal())),
     };
     let mut out = std::io::stdout().lock();
@@ -135,13 +136,13 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Report { paths, format } => {
             let run = load::load_run(&paths)?;
             let s = analysis::summarize(&run);
-            emit(format.into(), || report::document(&s), || serde_json::to_value(&s).unwrap_or_default())?;
+            emit(format.into(), || report::document(&s), &s)?;
             Ok(0)
         }
         Command::Diff { a, b, format } => {
             let (ra, rb) = (load::load_run(&[a])?, load::load_run(&[b])?);
             let d = diff::diff(&ra, &rb);
-            emit(format.into(), || diff::document(&d), || serde_json::to_value(&d).unwrap_or_default())?;
+            emit(format.into(), || diff::document(&d), &d)?;
             Ok(0)
         }
         Command::Check { path, budgets, budgets_file, no_failures } => {
