@@ -237,8 +237,10 @@ def worker(args):
         if e.code != cudaErrorMemoryAllocation:
             raise
         free, _ = rt.mem_get_info()
-        print(f"[rank {rank}] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib(half)}. "
-              f"GPU {rank} has {gib(free)} free. (KV cache pool)", file=sys.stderr, flush=True)
+        # One write, so that the ranks' messages do not interleave.
+        sys.stderr.write(f"[rank {rank}] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                         f"{gib(half)}. GPU {rank} has {gib(free)} free. (KV cache pool)\n")
+        sys.stderr.flush()
         return 1
     graphs = capture_graphs(rt, custom)
     free, _ = rt.mem_get_info()
