@@ -110,9 +110,9 @@ impl<'a> DeviceGroup<'a> {
         let mut times: Vec<i64> = Vec::new();
         for m in &self.members {
             times.extend(m.dev.timeline.iter().map(|s| m.abs(s.t_ms)));
-            let p = &m.report.process;
-            if p.exit == "exit" && p.end_unix_ms >= m.abs(m.dev.timeline.last().map_or(0, |s| s.t_ms)) {
-                times.push(p.end_unix_ms + 1);
+            // The driver frees an exited process's memory: show the drop.
+            if m.report.process.exit == "exit" {
+                times.push(m.report.process.end_unix_ms + 1);
             }
         }
         times.sort_unstable();
@@ -184,42 +184,18 @@ impl<'a> DeviceGroup<'a> {
 
     /// The largest allocation or failed attempt on the device (ties: the earliest).
     pub fn largest_allocation(&self) -> Option<LargeAlloc> {
-        let mut best: Option<LargeAlloc> = None;
+        let mut candidates: Vec<(i64, LargeAlloc)> = Vec::new();
         for m in &self.members {
-            let allocs = m.dev.top_allocations.iter().map(|a| LargeAlloc {
-                pid: m.pid(),
-                t_ms: a.t_ms,
-                bytes: a.bytes,
-                api: a.api.clone(),
-                category: Some(a.category.clone()),
-                failed: false,
-            });
-            let failures = m.dev.failures.iter().map(|f| LargeAlloc {
-                pid: m.pid(),
-                t_ms: f.t_ms,
-                bytes: f.bytes,
-                api: f.api.clone(),
-                category: None,
-                failed: true,
-            });
-            for a in allocs.chain(failures) {
-                let better = match &best {
-                    None => true,
-                    Some(b) => a.bytes > b.bytes || (a.bytes == b.bytes && m.abs(a.t_ms) < b.t_ms + self.start_of(b.pid)),
-                };
-                if better {
-                    best = Some(a);
-                }
+            for a in &m.dev.top_allocations {
+                let large = LargeAlloc { pid: m.pid(), t_ms: a.t_ms, bytes: a.bytes, api: a.api.clone(), category: Some(a.category.clone()), failed: false };
+                candidates.push((m.abs(a.t_ms), large));
+            }
+            for f in &m.dev.failures {
+                let large = LargeAlloc { pid: m.pid(), t_ms: f.t_ms, bytes: f.bytes, api: f.api.clone(), category: None, failed: true };
+                candidates.push((m.abs(f.t_ms), large));
             }
         }
-        best
-    }
-
-    fn start_of(&self, pid: i64) -> i64 {
-        self.members
-            .iter()
-            .find(|m| m.pid() == pid)
-            .map_or(0, |m| m.report.process.start_unix_ms)
+        candidates.into_iter().max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse(*at))).map(|(_, a)| a)
     }
 
     fn member(&self, pid: i64) -> Option<Member<'a>> {

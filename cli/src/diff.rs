@@ -51,7 +51,7 @@ impl Row {
 
 #[derive(Debug, Serialize)]
 pub struct ProbeDiff {
-    /// `first` or `sizing` (the last query before the largest allocation).
+    /// `first`, `sizing` (the last query before the largest allocation) or `last`.
     pub which: String,
     pub a: Option<ProbeSide>,
     pub b: Option<ProbeSide>,
@@ -84,6 +84,18 @@ fn short(label: &str) -> String {
 
 fn first_probe(g: &DeviceGroup) -> Option<ProbeSide> {
     g.probes().first().map(|(m, p)| ProbeSide {
+        pid: m.pid(),
+        t_ms: p.t_ms,
+        api: p.api.clone(),
+        free_bytes: p.free_bytes,
+        total_bytes: p.total_bytes,
+        before: None,
+        before_category: None,
+    })
+}
+
+fn last_probe(g: &DeviceGroup) -> Option<ProbeSide> {
+    g.probes().last().map(|(m, p)| ProbeSide {
         pid: m.pid(),
         t_ms: p.t_ms,
         api: p.api.clone(),
@@ -154,7 +166,7 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
         },
         categories,
         totals,
-        probes: vec![probe("first", first_probe), probe("sizing", sizing_probe)],
+        probes: vec![probe("first", first_probe), probe("sizing", sizing_probe), probe("last", last_probe)],
         // Failures present on one side only: a device that failed in both runs lists both.
         failures_a: if fb.is_empty() || !fa.is_empty() { fa } else { Vec::new() },
         failures_b: fb,
@@ -279,9 +291,11 @@ pub fn document(d: &Diff) -> Doc {
         doc.push(Block::Sub("What each side was told".into()));
         let mut t = Table::new(&["query", &sa, &sb, "free delta"], &[3]);
         for p in &dev.probes {
-            let name = match (p.which.as_str(), p.b.as_ref().or(p.a.as_ref()).and_then(|s| s.before.clone())) {
-                ("sizing", Some(why)) => format!("sizing: {why}"),
-                (w, _) => w.to_string(),
+            let category = p.b.as_ref().or(p.a.as_ref()).and_then(|s| s.before_category.clone());
+            let name = match (p.which.as_str(), category) {
+                ("sizing", Some(c)) => format!("before the largest allocation ({c})"),
+                ("sizing", None) => "before the largest allocation".into(),
+                (w, _) => format!("{w} query"),
             };
             t.row(vec![name, side(&p.a), side(&p.b), p.free_delta.map_or("-".into(), fmt_delta)]);
         }

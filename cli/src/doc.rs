@@ -126,3 +126,33 @@ impl Doc {
 pub fn use_color(is_terminal: bool) -> bool {
     is_terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Doc {
+        let mut d = Doc::default();
+        d.push(Block::Title("t".into()));
+        d.push(Block::Alert("a | b".into()));
+        let mut t = Table::new(&["k", "v"], &[1]);
+        t.row(vec!["x|y".into(), "1".into()]);
+        d.table(t);
+        d
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        assert!(sample().render(Format::Text, true).contains("\x1b[1;31ma | b\x1b[0m"));
+        assert!(!sample().render(Format::Text, false).contains('\x1b'));
+        assert!(!sample().render(Format::Markdown, true).contains('\x1b'));
+        assert!(!use_color(false));
+    }
+
+    #[test]
+    fn markdown_escapes_pipes_and_aligns_numbers() {
+        let md = sample().render(Format::Markdown, false);
+        assert!(md.contains("> **a \\| b**"), "{md}");
+        assert!(md.contains("| k | v |\n| --- | ---: |\n| x\\|y | 1 |"), "{md}");
+    }
+}

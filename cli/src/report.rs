@@ -29,7 +29,7 @@ pub fn document(s: &RunSummary) -> Doc {
             p.role.clone(),
             exit,
             fmt_ms(p.duration_ms),
-            format!("{} ({})", fmt_bytes(p.pinned_live_bytes), fmt_bytes(p.pinned_peak_bytes)),
+            host_memory(p),
         ]);
     }
     d.push(Block::Heading("Processes".into()));
@@ -52,6 +52,15 @@ pub fn document(s: &RunSummary) -> Doc {
         device_section(&mut d, dev);
     }
     d
+}
+
+/// Pinned host memory now (peak), plus registered host memory when there is any.
+fn host_memory(p: &crate::analysis::ProcSummary) -> String {
+    let mut s = format!("{} ({})", fmt_bytes(p.pinned_live_bytes), fmt_bytes(p.pinned_peak_bytes));
+    if p.registered_peak_bytes > 0 {
+        s.push_str(&format!(" + registered {} ({})", fmt_bytes(p.registered_live_bytes), fmt_bytes(p.registered_peak_bytes)));
+    }
+    s
 }
 
 /// `count(3, "process", "processes")` -> `3 processes`.
@@ -204,25 +213,21 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
     if i.exported_count + i.imported_count + g.captures + g.instantiations > 0 {
         d.push(Block::Sub("IPC and graphs".into()));
         d.para(format!(
-            "IPC: exported {} buffer{} ({}); opened {} peer buffer{} ({}), {} still open ({})",
-            i.exported_count,
-            if i.exported_count == 1 { "" } else { "s" },
+            "IPC: exported {} ({}); opened {} ({}), {} still open ({})",
+            count(i.exported_count as usize, "buffer", "buffers"),
             fmt_bytes(i.exported_bytes),
-            i.imported_count,
-            if i.imported_count == 1 { "" } else { "s" },
+            count(i.imported_count as usize, "peer buffer", "peer buffers"),
             fmt_bytes(i.imported_bytes),
             i.imported_live_count,
             fmt_bytes(i.imported_live_bytes)
         ));
         d.para(format!(
-            "Graphs: {} capture{} ({} active), {} allocations while capturing ({}), {} instantiation{} (~{})",
-            g.captures,
-            if g.captures == 1 { "" } else { "s" },
+            "Graphs: {} ({} active), {} allocations while capturing ({}), {} (~{})",
+            count(g.captures as usize, "capture", "captures"),
             g.captures_active,
             g.captured_allocs,
             fmt_bytes(g.captured_bytes),
-            g.instantiations,
-            if g.instantiations == 1 { "" } else { "s" },
+            count(g.instantiations as usize, "instantiation", "instantiations"),
             fmt_bytes(g.instantiate_bytes)
         ));
     }
