@@ -208,7 +208,7 @@ impl<'a> DeviceGroup<'a> {
     pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
         if let Some(big) = self.largest_allocation() {
             let m = self.member(big.pid)?;
-            let p = m.dev.probes.iter().filter(|p| p.t_ms <= big.t_ms).last()?;
+            let p = m.dev.probes.iter().rfind(|p| p.t_ms <= big.t_ms)?;
             let what = match (&big.category, big.failed) {
                 (_, true) => format!("failed {} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
                 (Some(c), false) => format!("{} {} of {}", c, big.api, crate::units::fmt_bytes(big.bytes)),
@@ -220,13 +220,13 @@ impl<'a> DeviceGroup<'a> {
         for m in &self.members {
             for w in m.dev.timeline.windows(2) {
                 let rise = w[1].live_bytes - w[0].live_bytes;
-                if rise > 0 && best.as_ref().map_or(true, |b| rise > b.2) {
+                if rise > 0 && !matches!(&best, Some(b) if rise <= b.2) {
                     best = Some((*m, w[1].t_ms, rise));
                 }
             }
         }
         let (m, t, rise) = best?;
-        let p = m.dev.probes.iter().filter(|p| p.t_ms <= t).last()?;
+        let p = m.dev.probes.iter().rfind(|p| p.t_ms <= t)?;
         Some((m, p, format!("before the steepest rise (+{} at {})", crate::units::fmt_bytes(rise), crate::units::fmt_ms(t))))
     }
 

@@ -174,6 +174,9 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
     }
 }
 
+/// A device's group in run A and in run B.
+type Pair<'a, 'b> = (Option<&'a DeviceGroup<'b>>, Option<&'a DeviceGroup<'b>>);
+
 /// Compares two runs. Devices are matched by host and index; when each run has a single
 /// host (the usual case: the same machine under two configurations, or two machines) they
 /// are matched by index alone.
@@ -182,7 +185,7 @@ pub fn diff(ra: &Run, rb: &Run) -> Diff {
     let hosts = |g: &[DeviceGroup]| g.iter().map(|d| d.host.clone()).collect::<BTreeSet<_>>();
     let by_index = hosts(&ga).len() <= 1 && hosts(&gb).len() <= 1;
     let key = |g: &DeviceGroup| if by_index { (String::new(), g.index) } else { (g.host.clone(), g.index) };
-    let mut keys: BTreeMap<(String, i64), (Option<&DeviceGroup>, Option<&DeviceGroup>)> = BTreeMap::new();
+    let mut keys: BTreeMap<(String, i64), Pair> = BTreeMap::new();
     for g in &ga {
         keys.entry(key(g)).or_default().0 = Some(g);
     }

@@ -124,7 +124,7 @@ impl Doc {
 
 /// Whether to colour output written to a stream: only a terminal, and never with NO_COLOR.
 pub fn use_color(is_terminal: bool) -> bool {
-    is_terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
+    is_terminal && std::env::var_os("NO_COLOR").unwrap_or_default().is_empty()
 }
 
 #[cfg(test)]

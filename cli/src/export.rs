@@ -134,13 +134,18 @@ pub struct Snapshot {
 /// The category name the viewer requires for memory it cannot attribute.
 const UNKNOWN: &str = "unknown";
 
+/// (owner, category) of synthesised memory.
+type Owned = (String, String);
+/// A synthesised allocation: (address, size).
+type Chunk = (i64, i64);
+
 /// Turns "this owner's category now holds N bytes" into alloc/free events.
 struct Synth {
     device: i64,
     next_addr: i64,
     /// (owner, category) -> live chunks (addr, size), most recent last.
-    chunks: HashMap<(String, String), Vec<(i64, i64)>>,
-    current: HashMap<(String, String), i64>,
+    chunks: HashMap<Owned, Vec<Chunk>>,
+    current: HashMap<Owned, i64>,
     trace: Vec<TraceEntry>,
 }
 
@@ -187,8 +192,7 @@ impl Synth {
     }
 
     fn segments(&self) -> Vec<Segment> {
-        let mut all: Vec<(&(String, String), &(i64, i64))> =
-            self.chunks.iter().flat_map(|(k, v)| v.iter().map(move |c| (k, c))).collect();
+        let mut all: Vec<(&Owned, &Chunk)> = self.chunks.iter().flat_map(|(k, v)| v.iter().map(move |c| (k, c))).collect();
         all.sort_by_key(|(_, (addr, _))| *addr);
         all.into_iter()
             .map(|((owner, cat), &(addr, size))| Segment {

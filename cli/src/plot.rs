@@ -107,7 +107,7 @@ fn panel(g: &DeviceGroup, i: usize, t0: i64, t1: i64) -> Group {
         grp = grp.add(text(s.x(t), y_bottom + 16.0, fmt_ms(t - t0), "middle", 11));
     }
     // Stacked areas, drawn as step functions (a sample holds until the next one).
-    if series.len() >= 1 {
+    if !series.is_empty() {
         let mut below = vec![0i64; series.len()];
         for (k, color) in COLORS.iter().enumerate() {
             let above: Vec<i64> = series.iter().zip(&below).map(|(p, b)| b + p.cats[k]).collect();
