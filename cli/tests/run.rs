@@ -154,3 +154,51 @@ fn a_command_that_cannot_start() {
     assert_eq!(o.status.code(), Some(127));
     assert!(stderr(&o).contains("/nonexistent/program: cannot run"), "{}", stderr(&o));
 }
+
+/// With the real interposer and the simulated CUDA stack built (`make all`), the demo
+/// scenario end to end in both configurations. Without them there is nothing to run this
+/// against (the CLI is built and tested on its own), and the test says so.
+#[test]
+fn real_interposer_on_the_simulated_stack() {
+    let repo = crate_dir().join("..");
+    let lib = Path::new(env!("CARGO_BIN_EXE_culedger")).with_file_name("libculedger.so");
+    let sim = repo.join("target/sim/lib");
+    if !lib.exists() || !sim.join("libcudart.so.12").exists() {
+        eprintln!("real_interposer_on_the_simulated_stack: needs {} and {} (make all): not run", lib.display(), sim.display());
+        return;
+    }
+    let d = tempdir();
+    for (cfg, expected) in [("nccl", 0), ("custom", 1)] {
+        let out = d.path().join(cfg);
+        let machine = format!("culedger-cli-test-{cfg}-{}", std::process::id());
+        let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
+            .current_dir(&repo)
+            .args(["run", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--", "python3"])
+            .args(["shim-tests/py/sglang_sim.py", "--tp", "2", "--model-mib", "1024", "--mem-fraction-static", "0.95"])
+            .args(["--allreduce", cfg])
+            .env("LD_LIBRARY_PATH", &sim)
+            .env("FAKECUDA_MACHINE", &machine)
+            .env("FAKECUDA_DEVICES", "2")
+            .env("FAKECUDA_TOTAL_MIB", "4096")
+            .env("FAKECUDA_PEER_MIB", "256")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(format!("/dev/shm/fakecuda-{machine}"));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(expected), "{cfg}: {}{err}", stdout(&o));
+        let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+        let procs = summary["processes"].as_array().unwrap();
+        assert_eq!(procs.len(), 3, "{cfg}: the launcher and two ranks: {err}");
+        let failures: i64 = procs
+            .iter()
+            .flat_map(|p| p["devices"].as_array().unwrap().iter())
+            .map(|d| d["failures_total"].as_i64().unwrap())
+            .sum();
+        assert_eq!(failures > 0, expected == 1, "{cfg}: failures recorded {failures}");
+        assert!(err.contains("== ") && err.contains("GPU 1"), "{cfg}: {err}");
+    }
+    let o = culedger(&["diff", d.path().join("nccl").to_str().unwrap(), d.path().join("custom").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).lines().next().unwrap_or_default().contains("failed only in custom/"), "{}", stdout(&o));
+}
