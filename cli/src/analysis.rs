@@ -32,12 +32,10 @@ impl Member<'_> {
         if p.exit == "exit" && at > p.end_unix_ms {
             return [0; 6];
         }
-        self.dev
-            .timeline
-            .iter()
-            .take_while(|s| self.abs(s.t_ms) <= at)
-            .last()
-            .map(|s| CATEGORIES.map(|c| s.cat(c)))
+        // Timelines are in time order: binary search for the last sample at or before `at`.
+        let n = self.dev.timeline.partition_point(|s| self.abs(s.t_ms) <= at);
+        n.checked_sub(1)
+            .map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c)))
             .unwrap_or([0; 6])
     }
 }
