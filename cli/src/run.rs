@@ -78,15 +78,16 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
             // A terminal's ^C or hangup comes from the kernel to the whole foreground process
             // group, child included: forwarding it would deliver it twice.
             if origin.cause != Cause::Kernel {
-                // SAFETY: kill(2) with the child's pid; the child is not reaped before the
-                // handle is closed below, so the pid cannot have been reused.
+                // SAFETY: kill(2) on the child's pid, which stays valid: the child is reaped
+                // only after this thread has stopped (see `wait_unreaped`).
                 unsafe { libc::kill(pid, origin.signal) };
             }
         }
     });
-    let status = child.wait().map_err(|e| Fail::input(format!("waiting for {}: {e}", command[0])))?;
+    wait_unreaped(pid);
     handle.close();
     let _ = forwarder.join();
+    let status = child.wait().map_err(|e| Fail::input(format!("waiting for {}: {e}", command[0])))?;
 
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let reports = collect(&dir, started);
@@ -113,6 +114,20 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
     eprint!("{text}");
     eprintln!("culedger: {} report(s) merged into {}", run.procs.len(), dir.join("summary.json").display());
     Ok(code)
+}
+
+/// Waits until the child has exited, leaving it unreaped (a zombie keeps its pid reserved,
+/// so forwarding a late signal cannot hit another process).
+fn wait_unreaped(pid: libc::pid_t) {
+    loop {
+        // SAFETY: waitid(2) with a zeroed siginfo_t to fill in; WNOWAIT leaves the child
+        // to be reaped by `Child::wait`.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
 }
 
 /// The run's `culedger-*.json` files (written since it started), parsed; bad ones are
