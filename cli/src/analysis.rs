@@ -33,7 +33,10 @@ impl Member<'_> {
             return [0; 6];
         }
         // Timelines are in time order: binary search for the last sample at or before `at`.
-        let n = self.dev.timeline.partition_point(|s| self.abs(s.t_ms) <= at);
+        let n = self
+            .dev
+            .timeline
+            .partition_point(|s| self.abs(s.t_ms) <= at);
         n.checked_sub(1)
             .map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c)))
             .unwrap_or([0; 6])
@@ -58,7 +61,11 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
         }
     }
     map.into_iter()
-        .map(|((host, index), members)| DeviceGroup { host, index, members })
+        .map(|((host, index), members)| DeviceGroup {
+            host,
+            index,
+            members,
+        })
         .collect()
 }
 
@@ -100,7 +107,10 @@ impl<'a> DeviceGroup<'a> {
     }
 
     pub fn cat_live(&self, name: &str) -> i64 {
-        self.members.iter().map(|m| m.dev.cat(name).live_bytes).sum()
+        self.members
+            .iter()
+            .map(|m| m.dev.cat(name).live_bytes)
+            .sum()
     }
 
     /// The device timeline: every member's samples summed as step functions.
@@ -132,21 +142,41 @@ impl<'a> DeviceGroup<'a> {
     /// Peak of the device's summed live bytes. Exact for one process (its own counter);
     /// for several, the maximum of the merged timelines (at least any member's peak).
     pub fn peak(&self) -> i64 {
-        let member_max = self.members.iter().map(|m| m.dev.peak_bytes).max().unwrap_or(0);
+        let member_max = self
+            .members
+            .iter()
+            .map(|m| m.dev.peak_bytes)
+            .max()
+            .unwrap_or(0);
         if self.members.len() == 1 {
             return member_max;
         }
-        self.series().iter().map(Point::total).max().unwrap_or(0).max(member_max)
+        self.series()
+            .iter()
+            .map(Point::total)
+            .max()
+            .unwrap_or(0)
+            .max(member_max)
     }
 
     /// Peak of one category, computed like [`Self::peak`].
     pub fn cat_peak(&self, name: &str) -> i64 {
-        let member_max = self.members.iter().map(|m| m.dev.cat(name).peak_bytes).max().unwrap_or(0);
+        let member_max = self
+            .members
+            .iter()
+            .map(|m| m.dev.cat(name).peak_bytes)
+            .max()
+            .unwrap_or(0);
         if self.members.len() == 1 {
             return member_max;
         }
         let i = CATEGORIES.iter().position(|c| *c == name).unwrap_or(5);
-        self.series().iter().map(|p| p.cats[i]).max().unwrap_or(0).max(member_max)
+        self.series()
+            .iter()
+            .map(|p| p.cats[i])
+            .max()
+            .unwrap_or(0)
+            .max(member_max)
     }
 
     /// Every probe of every member, with the member, in time order.
@@ -168,10 +198,16 @@ impl<'a> DeviceGroup<'a> {
         let mut max: Option<i64> = None;
         let mut used_last = None;
         for (m, p) in self.probes() {
-            let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) else { continue };
+            let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) else {
+                continue;
+            };
             let used = total - free;
             let at = m.abs(p.t_ms);
-            let tracked: i64 = self.members.iter().map(|o| o.live_at(at).iter().sum::<i64>()).sum();
+            let tracked: i64 = self
+                .members
+                .iter()
+                .map(|o| o.live_at(at).iter().sum::<i64>())
+                .sum();
             let untracked = used - tracked;
             last = Some(untracked);
             used_last = Some(used);
@@ -185,15 +221,32 @@ impl<'a> DeviceGroup<'a> {
         let mut candidates: Vec<(i64, LargeAlloc)> = Vec::new();
         for m in &self.members {
             for a in &m.dev.top_allocations {
-                let large = LargeAlloc { pid: m.pid(), t_ms: a.t_ms, bytes: a.bytes, api: a.api.clone(), category: Some(a.category.clone()), failed: false };
+                let large = LargeAlloc {
+                    pid: m.pid(),
+                    t_ms: a.t_ms,
+                    bytes: a.bytes,
+                    api: a.api.clone(),
+                    category: Some(a.category.clone()),
+                    failed: false,
+                };
                 candidates.push((m.abs(a.t_ms), large));
             }
             for f in &m.dev.failures {
-                let large = LargeAlloc { pid: m.pid(), t_ms: f.t_ms, bytes: f.bytes, api: f.api.clone(), category: None, failed: true };
+                let large = LargeAlloc {
+                    pid: m.pid(),
+                    t_ms: f.t_ms,
+                    bytes: f.bytes,
+                    api: f.api.clone(),
+                    category: None,
+                    failed: true,
+                };
                 candidates.push((m.abs(f.t_ms), large));
             }
         }
-        candidates.into_iter().max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse(*at))).map(|(_, a)| a)
+        candidates
+            .into_iter()
+            .max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse(*at)))
+            .map(|(_, a)| a)
     }
 
     fn member(&self, pid: i64) -> Option<Member<'a>> {
@@ -208,11 +261,27 @@ impl<'a> DeviceGroup<'a> {
             let m = self.member(big.pid)?;
             let p = m.dev.probes.iter().rfind(|p| p.t_ms <= big.t_ms)?;
             let what = match (&big.category, big.failed) {
-                (_, true) => format!("failed {} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
-                (Some(c), false) => format!("{} {} of {}", c, big.api, crate::units::fmt_bytes(big.bytes)),
+                (_, true) => format!(
+                    "failed {} of {}",
+                    big.api,
+                    crate::units::fmt_bytes(big.bytes)
+                ),
+                (Some(c), false) => format!(
+                    "{} {} of {}",
+                    c,
+                    big.api,
+                    crate::units::fmt_bytes(big.bytes)
+                ),
                 (None, false) => format!("{} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
             };
-            return Some((m, p, format!("before the largest allocation ({what} at {})", crate::units::fmt_ms(big.t_ms))));
+            return Some((
+                m,
+                p,
+                format!(
+                    "before the largest allocation ({what} at {})",
+                    crate::units::fmt_ms(big.t_ms)
+                ),
+            ));
         }
         let mut best: Option<(Member, i64, i64)> = None;
         for m in &self.members {
@@ -225,7 +294,15 @@ impl<'a> DeviceGroup<'a> {
         }
         let (m, t, rise) = best?;
         let p = m.dev.probes.iter().rfind(|p| p.t_ms <= t)?;
-        Some((m, p, format!("before the steepest rise (+{} at {})", crate::units::fmt_bytes(rise), crate::units::fmt_ms(t))))
+        Some((
+            m,
+            p,
+            format!(
+                "before the steepest rise (+{} at {})",
+                crate::units::fmt_bytes(rise),
+                crate::units::fmt_ms(t)
+            ),
+        ))
     }
 
     /// The free-memory queries worth showing: each process's first, the sizing probe, and
@@ -234,7 +311,10 @@ impl<'a> DeviceGroup<'a> {
         let mut out: Vec<(i64, KeyProbe)> = Vec::new();
         let mut add = |m: Member, p: &Probe, why: String| {
             let key = (m.pid(), p.t_ms, p.api.clone());
-            if let Some((_, k)) = out.iter_mut().find(|(_, k)| (k.pid, k.t_ms, k.api.clone()) == key) {
+            if let Some((_, k)) = out
+                .iter_mut()
+                .find(|(_, k)| (k.pid, k.t_ms, k.api.clone()) == key)
+            {
                 if !k.why.contains(&why) {
                     k.why = format!("{}; {why}", k.why);
                 }
@@ -253,7 +333,15 @@ impl<'a> DeviceGroup<'a> {
         for m in &self.members {
             for f in &m.dev.failures {
                 if let Some(p) = &f.last_probe {
-                    add(*m, p, format!("before the failed {} of {}", f.api, crate::units::fmt_bytes(f.bytes)));
+                    add(
+                        *m,
+                        p,
+                        format!(
+                            "before the failed {} of {}",
+                            f.api,
+                            crate::units::fmt_bytes(f.bytes)
+                        ),
+                    );
                 }
             }
         }
@@ -272,7 +360,10 @@ impl<'a> DeviceGroup<'a> {
     }
 
     pub fn failures_total(&self) -> i64 {
-        self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
+        self.members
+            .iter()
+            .map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64))
+            .sum()
     }
 
     pub fn driver_cost_bytes(&self) -> i64 {
@@ -488,7 +579,11 @@ pub fn summarize(run: &Run) -> RunSummary {
         })
         .collect();
     let devices = groups(run).iter().map(summarize_device).collect();
-    RunSummary { label: run.label.clone(), processes, devices }
+    RunSummary {
+        label: run.label.clone(),
+        processes,
+        devices,
+    }
 }
 
 pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
@@ -510,7 +605,12 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             })
         })
         .collect();
-    top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.t_ms.cmp(&b.t_ms)));
+    top.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.t_ms.cmp(&b.t_ms))
+    });
     top.truncate(TOP_N);
     DeviceSummary {
         host: g.host.clone(),
@@ -542,7 +642,11 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         device_used_bytes: used,
         untracked_bytes: untracked,
         untracked_max_bytes: untracked_max,
-        probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
+        probes_total: g
+            .members
+            .iter()
+            .map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64))
+            .sum(),
         key_probes: g.key_probes(),
         failures_total: g.failures_total(),
         failures: g

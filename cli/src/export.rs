@@ -12,11 +12,16 @@ use std::path::Path;
 
 /// The earliest process start of the run: time zero of the exported traces.
 fn t0(run: &Run) -> i64 {
-    run.procs.iter().map(|r| r.process.start_unix_ms).min().unwrap_or(0)
+    run.procs
+        .iter()
+        .map(|r| r.process.start_unix_ms)
+        .min()
+        .unwrap_or(0)
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
+    std::fs::write(path, bytes)
+        .map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -32,33 +37,55 @@ pub fn perfetto(run: &Run) -> Value {
     for (i, r) in run.procs.iter().enumerate() {
         let p = &r.process;
         // Processes of different hosts may share a pid: keep trace pids unique.
-        let pid = if used.insert(p.pid) { p.pid } else { 1_000_000 + i as i64 };
+        let pid = if used.insert(p.pid) {
+            p.pid
+        } else {
+            1_000_000 + i as i64
+        };
         let us = |t_ms: i64| (p.start_unix_ms + t_ms - zero) * 1000;
-        events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-            "args": {"name": format!("{} pid {} on {}", p.role(), p.pid, p.host)}}));
+        events.push(
+            json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+            "args": {"name": format!("{} pid {} on {}", p.role(), p.pid, p.host)}}),
+        );
         for d in &r.devices {
             let track = format!("GPU {}", d.index);
             for s in &d.timeline {
-                let args: Map<String, Value> = CATEGORIES.iter().map(|c| (c.to_string(), json!(s.cat(c)))).collect();
+                let args: Map<String, Value> = CATEGORIES
+                    .iter()
+                    .map(|c| (c.to_string(), json!(s.cat(c))))
+                    .collect();
                 events.push(json!({"name": track, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.t_ms), "args": args}));
             }
-            let instant = |name: String, t_ms: i64, args: Value| {
-                json!({"name": name, "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(t_ms), "cat": track, "args": args})
-            };
+            let instant = |name: String, t_ms: i64, args: Value| json!({"name": name, "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(t_ms), "cat": track, "args": args});
             for pr in &d.probes {
                 let free = pr.free_bytes.map_or("unknown".into(), fmt_bytes);
-                events.push(instant(format!("probe GPU {}: free {free}", d.index), pr.t_ms, json!({
+                events.push(instant(
+                    format!("probe GPU {}: free {free}", d.index),
+                    pr.t_ms,
+                    json!({
                     "device": d.index, "api": pr.api, "free_bytes": pr.free_bytes,
-                    "total_bytes": pr.total_bytes, "live_bytes": pr.live_bytes, "error": pr.error})));
+                    "total_bytes": pr.total_bytes, "live_bytes": pr.live_bytes, "error": pr.error}),
+                ));
             }
             for f in &d.failures {
-                events.push(instant(format!("FAILED {} {} on GPU {}", f.api, fmt_bytes(f.bytes), d.index), f.t_ms, json!({
+                events.push(instant(
+                    format!("FAILED {} {} on GPU {}", f.api, fmt_bytes(f.bytes), d.index),
+                    f.t_ms,
+                    json!({
                     "device": d.index, "api": f.api, "bytes": f.bytes, "error": f.error,
-                    "error_name": f.error_name, "live_bytes": f.live_bytes})));
+                    "error_name": f.error_name, "live_bytes": f.live_bytes}),
+                ));
             }
-            for e in d.events.iter().filter(|e| e.kind != "probe" && e.kind != "failure") {
-                events.push(instant(format!("{} {}", e.kind, e.api), e.t_ms,
-                    json!({"device": d.index, "kind": e.kind, "api": e.api, "detail": e.detail})));
+            for e in d
+                .events
+                .iter()
+                .filter(|e| e.kind != "probe" && e.kind != "failure")
+            {
+                events.push(instant(
+                    format!("{} {}", e.kind, e.api),
+                    e.t_ms,
+                    json!({"device": d.index, "kind": e.kind, "api": e.api, "detail": e.detail}),
+                ));
             }
         }
     }
@@ -152,15 +179,41 @@ struct Synth {
 impl Synth {
     fn new(device: i64) -> Self {
         // Synthetic addresses stay far below 2^53 so JavaScript numbers hold them exactly.
-        Synth { device, next_addr: 0x1_0000_0000 + (device << 40), chunks: HashMap::new(), current: HashMap::new(), trace: Vec::new() }
+        Synth {
+            device,
+            next_addr: 0x1_0000_0000 + (device << 40),
+            chunks: HashMap::new(),
+            current: HashMap::new(),
+            trace: Vec::new(),
+        }
     }
 
     fn frames(owner: &str, category: &str) -> Vec<Frame> {
-        vec![Frame { filename: "culedger".into(), line: 0, name: format!("{owner} {category}") }]
+        vec![Frame {
+            filename: "culedger".into(),
+            line: 0,
+            name: format!("{owner} {category}"),
+        }]
     }
 
-    fn emit(&mut self, action: &'static str, addr: i64, size: i64, time_us: i64, owner: &str, category: &str) {
-        self.trace.push(TraceEntry { action, addr, size, stream: 0, time_us, frames: Self::frames(owner, category), category: category.into() });
+    fn emit(
+        &mut self,
+        action: &'static str,
+        addr: i64,
+        size: i64,
+        time_us: i64,
+        owner: &str,
+        category: &str,
+    ) {
+        self.trace.push(TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us,
+            frames: Self::frames(owner, category),
+            category: category.into(),
+        });
     }
 
     fn set(&mut self, owner: &str, category: &str, time_us: i64, value: i64) {
@@ -171,18 +224,26 @@ impl Synth {
             let addr = self.next_addr;
             // 512-byte aligned like the caching allocator's blocks.
             self.next_addr += (value - now + 511) / 512 * 512;
-            self.chunks.entry(key.clone()).or_default().push((addr, value - now));
+            self.chunks
+                .entry(key.clone())
+                .or_default()
+                .push((addr, value - now));
             self.emit("alloc", addr, value - now, time_us, owner, category);
         } else if value < now {
             let mut remaining = now - value;
             while remaining > 0 {
-                let Some((addr, size)) = self.chunks.get_mut(&key).and_then(Vec::pop) else { break };
+                let Some((addr, size)) = self.chunks.get_mut(&key).and_then(Vec::pop) else {
+                    break;
+                };
                 self.emit("free_completed", addr, size, time_us, owner, category);
                 if size > remaining {
                     let keep = size - remaining;
                     let new_addr = self.next_addr;
                     self.next_addr += (keep + 511) / 512 * 512;
-                    self.chunks.entry(key.clone()).or_default().push((new_addr, keep));
+                    self.chunks
+                        .entry(key.clone())
+                        .or_default()
+                        .push((new_addr, keep));
                     self.emit("alloc", new_addr, keep, time_us, owner, category);
                 }
                 remaining -= size.min(remaining);
@@ -192,7 +253,11 @@ impl Synth {
     }
 
     fn segments(&self) -> Vec<Segment> {
-        let mut all: Vec<(&Owned, &Chunk)> = self.chunks.iter().flat_map(|(k, v)| v.iter().map(move |c| (k, c))).collect();
+        let mut all: Vec<(&Owned, &Chunk)> = self
+            .chunks
+            .iter()
+            .flat_map(|(k, v)| v.iter().map(move |c| (k, c)))
+            .collect();
         all.sort_by_key(|(_, (addr, _))| *addr);
         all.into_iter()
             .map(|((owner, cat), &(addr, size))| Segment {
@@ -207,7 +272,13 @@ impl Synth {
                 segment_pool_id: (0, 0),
                 is_expandable: false,
                 frames: Self::frames(owner, cat),
-                blocks: vec![Block { address: addr, size, requested_size: size, state: "active_allocated", frames: Self::frames(owner, cat) }],
+                blocks: vec![Block {
+                    address: addr,
+                    size,
+                    requested_size: size,
+                    state: "active_allocated",
+                    frames: Self::frames(owner, cat),
+                }],
             })
             .collect()
     }
@@ -221,7 +292,13 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
         let owner = format!("pid {}", m.pid());
         for sample in &m.dev.timeline {
             for c in CATEGORIES {
-                steps.push((us(m.abs(sample.t_ms)), order, owner.clone(), c, sample.cat(c)));
+                steps.push((
+                    us(m.abs(sample.t_ms)),
+                    order,
+                    owner.clone(),
+                    c,
+                    sample.cat(c),
+                ));
             }
         }
         let p = &m.report.process;
@@ -234,8 +311,18 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
     for (m, p) in g.probes() {
         if let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) {
             let at = m.abs(p.t_ms);
-            let tracked: i64 = g.members.iter().map(|o| o.live_at(at).iter().sum::<i64>()).sum();
-            steps.push((us(at), usize::MAX, "device".into(), UNKNOWN, total - free - tracked));
+            let tracked: i64 = g
+                .members
+                .iter()
+                .map(|o| o.live_at(at).iter().sum::<i64>())
+                .sum();
+            steps.push((
+                us(at),
+                usize::MAX,
+                "device".into(),
+                UNKNOWN,
+                total - free - tracked,
+            ));
         }
     }
     steps.sort_by_key(|(t, order, ..)| (*t, *order));
@@ -263,12 +350,28 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     for (i, t) in traces.iter_mut().enumerate() {
         if !t.is_empty() && !t.iter().any(|e| e.category == UNKNOWN) {
             let time_us = t[0].time_us;
-            t.insert(0, TraceEntry { action: "alloc", addr: 0x1000 + i as i64, size: 0, stream: 0, time_us, frames: Synth::frames("device", UNKNOWN), category: UNKNOWN.into() });
+            t.insert(
+                0,
+                TraceEntry {
+                    action: "alloc",
+                    addr: 0x1000 + i as i64,
+                    size: 0,
+                    stream: 0,
+                    time_us,
+                    frames: Synth::frames("device", UNKNOWN),
+                    category: UNKNOWN.into(),
+                },
+            );
         }
     }
     let mut categories: Vec<String> = CATEGORIES.iter().map(|c| c.to_string()).collect();
     categories.push(UNKNOWN.into());
-    Snapshot { segments, device_traces: traces, allocator_settings: BTreeMap::new(), categories }
+    Snapshot {
+        segments,
+        device_traces: traces,
+        allocator_settings: BTreeMap::new(),
+        categories,
+    }
 }
 
 pub fn write_memory_viz(run: &Run, out: &Path) -> Result<()> {

@@ -21,7 +21,11 @@ pub fn report_from_value(value: Value, origin: &Path) -> std::result::Result<Rep
     let shown = origin.display();
     let schema = match value.get("schema") {
         Some(Value::String(s)) => s.clone(),
-        Some(_) | None => return Err(format!("{shown}: not a culedger report (no \"schema\" field)")),
+        Some(_) | None => {
+            return Err(format!(
+                "{shown}: not a culedger report (no \"schema\" field)"
+            ))
+        }
     };
     if schema != SCHEMA {
         return Err(if schema.starts_with("culedger/") {
@@ -49,7 +53,11 @@ fn read_file(path: &Path) -> std::result::Result<Vec<Report>, String> {
             .get("processes")
             .and_then(Value::as_array)
             .ok_or_else(|| format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"))?;
-        return procs.iter().cloned().map(|p| report_from_value(p, path)).collect();
+        return procs
+            .iter()
+            .cloned()
+            .map(|p| report_from_value(p, path))
+            .collect();
     }
     Ok(vec![report_from_value(value, path)?])
 }
@@ -86,7 +94,11 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    let mut run = Run { label, procs: Vec::new(), sources: Vec::new() };
+    let mut run = Run {
+        label,
+        procs: Vec::new(),
+        sources: Vec::new(),
+    };
     for path in paths {
         if path.is_dir() {
             let mut files = report_files(path)?;
@@ -116,7 +128,10 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
             let reports = read_file(path).map_err(Fail::input)?;
             push(&mut run, reports, path);
         } else {
-            return Err(Fail::input(format!("{}: no such file or directory", path.display())));
+            return Err(Fail::input(format!(
+                "{}: no such file or directory",
+                path.display()
+            )));
         }
     }
     // A stable order: by host, then start time, then pid.

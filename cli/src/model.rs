@@ -236,7 +236,12 @@ impl Process {
             if !out.is_empty() {
                 out.push(' ');
             }
-            out.push_str(a.rsplit('/').next().filter(|_| a.ends_with(".py")).unwrap_or(a));
+            out.push_str(
+                a.rsplit('/')
+                    .next()
+                    .filter(|_| a.ends_with(".py"))
+                    .unwrap_or(a),
+            );
         }
         if out.is_empty() {
             self.exe.clone().unwrap_or_else(|| "?".into())

@@ -6,7 +6,12 @@ use common::*;
 
 fn case(name: &str, args: &[&str], code: i32) {
     let o = culedger(args);
-    assert_eq!(o.status.code(), Some(code), "{name}: stderr: {}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{name}: stderr: {}",
+        stderr(&o)
+    );
     golden(name, &stdout(&o));
 }
 
@@ -15,7 +20,11 @@ fn report_goldens() {
     for cfg in ["nccl", "custom-ar"] {
         let dir = format!("tests/fixtures/{cfg}");
         for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
-            case(&format!("report-{cfg}.{ext}"), &["report", &dir, "--format", fmt], 0);
+            case(
+                &format!("report-{cfg}.{ext}"),
+                &["report", &dir, "--format", fmt],
+                0,
+            );
         }
     }
 }
@@ -23,7 +32,17 @@ fn report_goldens() {
 #[test]
 fn diff_goldens() {
     for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
-        case(&format!("diff.{ext}"), &["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar", "--format", fmt], 0);
+        case(
+            &format!("diff.{ext}"),
+            &[
+                "diff",
+                "tests/fixtures/nccl",
+                "tests/fixtures/custom-ar",
+                "--format",
+                fmt,
+            ],
+            0,
+        );
     }
 }
 
@@ -31,27 +50,72 @@ fn diff_goldens() {
 fn diff_headline_names_what_changed() {
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
     let first = stdout(&o).lines().next().unwrap_or_default().to_string();
-    assert!(first.starts_with("custom-ar/ uses 35.28 GiB less kv_pool on GPU 0"), "{first}");
-    assert!(first.contains("1.02 GiB less free memory before its KV pool on GPU 1"), "{first}");
-    assert!(first.ends_with("1 allocation failed only in custom-ar/"), "{first}");
+    assert!(
+        first.starts_with("custom-ar/ uses 35.28 GiB less kv_pool on GPU 0"),
+        "{first}"
+    );
+    assert!(
+        first.contains("1.02 GiB less free memory before its KV pool on GPU 1"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("1 allocation failed only in custom-ar/"),
+        "{first}"
+    );
     // The same runs the other way round: the failure is on B's side... of A now.
     let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl"]);
     let first = stdout(&o).lines().next().unwrap_or_default().to_string();
-    assert!(first.contains("nccl/ uses +35.28 GiB kv_pool on GPU 0"), "{first}");
-    assert!(first.ends_with("1 allocation failed only in custom-ar/"), "{first}");
+    assert!(
+        first.contains("nccl/ uses +35.28 GiB kv_pool on GPU 0"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("1 allocation failed only in custom-ar/"),
+        "{first}"
+    );
     // A run compared with itself.
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/nccl"]);
-    assert!(stdout(&o).starts_with("nccl/ and nccl/: no difference"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("nccl/ and nccl/: no difference"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
 fn check_goldens_and_exit_codes() {
     let nccl = "tests/fixtures/nccl";
     let car = "tests/fixtures/custom-ar";
-    case("check-pass.txt", &["check", nccl, "--budget", "ipc<=64MiB", "--budget", "kv_pool>=40GiB", "--budget", "untracked<=2GiB", "--no-failures"], 0);
+    case(
+        "check-pass.txt",
+        &[
+            "check",
+            nccl,
+            "--budget",
+            "ipc<=64MiB",
+            "--budget",
+            "kv_pool>=40GiB",
+            "--budget",
+            "untracked<=2GiB",
+            "--no-failures",
+        ],
+        0,
+    );
     case(
         "check-breach.txt",
-        &["check", car, "--budget", "ipc<=32MiB", "--budget", "kv_pool>=40GiB", "--budget", "untracked<=2GiB", "--budget", "peak:graphs<=128MiB", "--no-failures"],
+        &[
+            "check",
+            car,
+            "--budget",
+            "ipc<=32MiB",
+            "--budget",
+            "kv_pool>=40GiB",
+            "--budget",
+            "untracked<=2GiB",
+            "--budget",
+            "peak:graphs<=128MiB",
+            "--no-failures",
+        ],
         1,
     );
 }

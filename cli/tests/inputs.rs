@@ -11,7 +11,10 @@ fn rejects(path: &Path, needle: &str) {
     assert_eq!(o.status.code(), Some(2), "stdout: {}", stdout(&o));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "one line expected: {err}");
-    assert!(err.starts_with("culedger: ") && err.contains(needle), "{err}");
+    assert!(
+        err.starts_with("culedger: ") && err.contains(needle),
+        "{err}"
+    );
     assert!(stdout(&o).is_empty());
 }
 
@@ -21,7 +24,10 @@ fn good_report() -> String {
 
 #[test]
 fn missing_file() {
-    rejects(Path::new("/nonexistent/culedger-1.json"), "no such file or directory");
+    rejects(
+        Path::new("/nonexistent/culedger-1.json"),
+        "no such file or directory",
+    );
 }
 
 #[test]
@@ -62,19 +68,31 @@ fn malformed_report() {
 #[test]
 fn empty_directory() {
     let d = tempdir();
-    rejects(d.path(), "no culedger-*.json reports or summary.json in this directory");
+    rejects(
+        d.path(),
+        "no culedger-*.json reports or summary.json in this directory",
+    );
 }
 
 #[test]
 fn bad_file_in_directory_is_skipped() {
     let d = tempdir();
     std::fs::write(d.path().join("culedger-4101.json"), good_report()).unwrap();
-    std::fs::write(d.path().join("culedger-9999.json"), "{\"schema\": \"culedger/1\", ").unwrap();
+    std::fs::write(
+        d.path().join("culedger-9999.json"),
+        "{\"schema\": \"culedger/1\", ",
+    )
+    .unwrap();
     let o = culedger(&["report", d.path().to_str().unwrap(), "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("skipping") && err.contains("culedger-9999.json") && err.contains("truncated JSON"), "{err}");
+    assert!(
+        err.contains("skipping")
+            && err.contains("culedger-9999.json")
+            && err.contains("truncated JSON"),
+        "{err}"
+    );
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["processes"].as_array().unwrap().len(), 1);
     assert_eq!(v["processes"][0]["pid"], 4101);
@@ -87,7 +105,10 @@ fn directory_of_only_bad_files() {
     let o = culedger(&["report", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
-    assert!(err.contains("skipping") && err.contains("no readable culedger/1 report"), "{err}");
+    assert!(
+        err.contains("skipping") && err.contains("no readable culedger/1 report"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -107,13 +128,31 @@ fn summary_json_is_read_when_alone() {
 fn check_bad_input_exits_2() {
     let nccl = "tests/fixtures/nccl";
     for (args, needle) in [
-        (vec!["check", nccl, "--budget", "ipc 64MiB"], "no comparison"),
-        (vec!["check", nccl, "--budget", "ipc=<64MiB"], "unknown key `ipc=`"),
-        (vec!["check", nccl, "--budget", "vram<=1GiB"], "unknown key `vram`"),
-        (vec!["check", nccl, "--budget", "ipc<=64 parsecs"], "unknown unit"),
-        (vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"], "no such file or directory"),
+        (
+            vec!["check", nccl, "--budget", "ipc 64MiB"],
+            "no comparison",
+        ),
+        (
+            vec!["check", nccl, "--budget", "ipc=<64MiB"],
+            "unknown key `ipc=`",
+        ),
+        (
+            vec!["check", nccl, "--budget", "vram<=1GiB"],
+            "unknown key `vram`",
+        ),
+        (
+            vec!["check", nccl, "--budget", "ipc<=64 parsecs"],
+            "unknown unit",
+        ),
+        (
+            vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"],
+            "no such file or directory",
+        ),
         (vec!["check", nccl], "nothing to check"),
-        (vec!["check", nccl, "--budgets", "/nonexistent/budgets.txt"], "cannot read"),
+        (
+            vec!["check", nccl, "--budgets", "/nonexistent/budgets.txt"],
+            "cannot read",
+        ),
     ] {
         let o = culedger(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -127,14 +166,36 @@ fn check_budgets_file() {
     let d = tempdir();
     let f = d.path().join("budgets.txt");
     std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nkv_pool >= 40GiB  # the pool must fit\npeak:other<=1GiB\n").unwrap();
-    let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
+    let o = culedger(&[
+        "check",
+        "tests/fixtures/nccl",
+        "--budgets",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o), "ok: 3 checks hold on 2 devices\n");
-    let o = culedger(&["check", "tests/fixtures/custom-ar", "--budgets", f.to_str().unwrap()]);
+    let o = culedger(&[
+        "check",
+        "tests/fixtures/custom-ar",
+        "--budgets",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(stdout(&o), "BREACH gpu-node-1 GPU 0: kv_pool is 35.26 GiB (budget kv_pool >= 40GiB)\n");
+    assert_eq!(
+        stdout(&o),
+        "BREACH gpu-node-1 GPU 0: kv_pool is 35.26 GiB (budget kv_pool >= 40GiB)\n"
+    );
     std::fs::write(&f, "ipc <= 64MiB\nkv_pool => 1GiB\n").unwrap();
-    let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
+    let o = culedger(&[
+        "check",
+        "tests/fixtures/nccl",
+        "--budgets",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"),
+        "{}",
+        stderr(&o)
+    );
 }
