@@ -119,3 +119,25 @@ fn check_goldens_and_exit_codes() {
         1,
     );
 }
+
+/// Colour only on a terminal (a pseudo-terminal from util-linux `script`), never with
+/// NO_COLOR, never into a pipe.
+#[test]
+fn colour_only_on_a_terminal() {
+    let bin = env!("CARGO_BIN_EXE_culedger");
+    let on_tty = |no_color: &str| {
+        let cmd = format!("{bin} report tests/fixtures/nccl/culedger-4100.json");
+        let o = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .current_dir(crate_dir())
+            .env("NO_COLOR", no_color)
+            .output()
+            .expect("util-linux `script` is needed for this test");
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert!(on_tty("").contains("\x1b[1;36m== Processes ==\x1b[0m"));
+    assert!(!on_tty("1").contains('\x1b'));
+    let piped = culedger(&["report", "tests/fixtures/nccl/culedger-4100.json"]);
+    assert!(!stdout(&piped).contains('\x1b'));
+}
