@@ -1,0 +1,439 @@
+//! `culedger diff A B`: two runs compared device by device.
+
+use crate::analysis::{groups, DeviceGroup};
+use crate::doc::{Block, Doc, Table};
+use crate::load::Run;
+use crate::model::CATEGORIES;
+use crate::units::{fmt_bytes, fmt_delta, fmt_ms, fmt_opt};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Serialize)]
+pub struct Diff {
+    pub a: String,
+    pub b: String,
+    /// One line: what changed most.
+    pub headline: String,
+    pub devices: Vec<DevDiff>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DevDiff {
+    pub device: String,
+    /// Present in only one run: "a" or "b"; null when in both.
+    pub only_in: Option<String>,
+    /// Per category, sorted by absolute delta.
+    pub categories: Vec<Row>,
+    /// Tracked live, peak, untracked, driver costs, IPC imported.
+    pub totals: Vec<Row>,
+    pub probes: Vec<ProbeDiff>,
+    pub failures_a: Vec<String>,
+    pub failures_b: Vec<String>,
+    pub driver_costs: Vec<Row>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct Row {
+    pub name: String,
+    pub a: i64,
+    pub b: i64,
+    pub delta: i64,
+    /// delta / a in percent; null when a is 0.
+    pub pct: Option<f64>,
+}
+
+impl Row {
+    fn new(name: &str, a: i64, b: i64) -> Self {
+        let delta = b - a;
+        Row {
+            name: name.into(),
+            a,
+            b,
+            delta,
+            pct: (a != 0).then(|| delta as f64 * 100.0 / a as f64),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProbeDiff {
+    /// `first`, `sizing` (the last query before the largest allocation) or `last`.
+    pub which: String,
+    pub a: Option<ProbeSide>,
+    pub b: Option<ProbeSide>,
+    pub free_delta: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct ProbeSide {
+    pub pid: i64,
+    pub t_ms: i64,
+    pub api: String,
+    pub free_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    /// For `sizing`: the allocation that followed.
+    pub before: Option<String>,
+    /// Category of the allocation that followed, when known.
+    pub before_category: Option<String>,
+}
+
+/// A short name for a run in sentences: the last path component (`custom-ar/`).
+fn short(label: &str) -> String {
+    let trimmed = label.trim_end_matches('/');
+    let last = trimmed.rsplit('/').next().unwrap_or(trimmed);
+    if label.ends_with('/') {
+        format!("{last}/")
+    } else {
+        last.to_string()
+    }
+}
+
+fn first_probe(g: &DeviceGroup) -> Option<ProbeSide> {
+    g.probes().first().map(|(m, p)| ProbeSide {
+        pid: m.pid(),
+        t_ms: p.t_ms,
+        api: p.api.clone(),
+        free_bytes: p.free_bytes,
+        total_bytes: p.total_bytes,
+        before: None,
+        before_category: None,
+    })
+}
+
+fn last_probe(g: &DeviceGroup) -> Option<ProbeSide> {
+    g.probes().last().map(|(m, p)| ProbeSide {
+        pid: m.pid(),
+        t_ms: p.t_ms,
+        api: p.api.clone(),
+        free_bytes: p.free_bytes,
+        total_bytes: p.total_bytes,
+        before: None,
+        before_category: None,
+    })
+}
+
+fn sizing_probe(g: &DeviceGroup) -> Option<ProbeSide> {
+    let big = g.largest_allocation();
+    g.sizing_probe().map(|(m, p, why)| ProbeSide {
+        pid: m.pid(),
+        t_ms: p.t_ms,
+        api: p.api.clone(),
+        free_bytes: p.free_bytes,
+        total_bytes: p.total_bytes,
+        before: Some(why),
+        before_category: big.and_then(|b| b.category),
+    })
+}
+
+fn failure_lines(g: &DeviceGroup) -> Vec<String> {
+    g.failures()
+        .iter()
+        .map(|(m, f)| {
+            format!(
+                "pid {} at {}: {} of {} ({})",
+                m.pid(),
+                fmt_ms(f.t_ms),
+                f.api,
+                fmt_bytes(f.bytes),
+                f.error_name
+            )
+        })
+        .collect()
+}
+
+/// Device-wide rows compared below the categories.
+const TOTALS: [&str; 5] = [
+    "tracked live",
+    "tracked peak",
+    "untracked (last query)",
+    "hidden driver costs",
+    "IPC opened from peers",
+];
+
+fn totals(g: &DeviceGroup) -> [i64; 5] {
+    [
+        g.live(),
+        g.peak(),
+        g.untracked().0.unwrap_or(0),
+        g.driver_cost_bytes(),
+        g.ipc().imported_bytes,
+    ]
+}
+
+fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> DevDiff {
+    let cat = |g: Option<&DeviceGroup>, c: &str| g.map_or(0, |g| g.cat_live(c));
+    let mut categories: Vec<Row> = CATEGORIES
+        .iter()
+        .map(|c| Row::new(c, cat(a, c), cat(b, c)))
+        .collect();
+    categories.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
+    let (ta, tb) = (a.map_or([0; 5], totals), b.map_or([0; 5], totals));
+    let totals = (0..TOTALS.len())
+        .map(|i| Row::new(TOTALS[i], ta[i], tb[i]))
+        .collect();
+    let costs = |g: Option<&DeviceGroup>| g.map(|g| g.driver_costs_by_api()).unwrap_or_default();
+    let (ca, cb) = (costs(a), costs(b));
+    let apis: BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
+    let mut driver_costs: Vec<Row> = apis
+        .into_iter()
+        .map(|api| {
+            Row::new(
+                api,
+                ca.get(api).map_or(0, |c| c.1),
+                cb.get(api).map_or(0, |c| c.1),
+            )
+        })
+        .filter(|r| r.delta != 0)
+        .collect();
+    driver_costs.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
+    let probe = |which: &str, f: fn(&DeviceGroup) -> Option<ProbeSide>| {
+        let (pa, pb) = (a.and_then(f), b.and_then(f));
+        let free_delta = match (&pa, &pb) {
+            (Some(x), Some(y)) => x.free_bytes.zip(y.free_bytes).map(|(x, y)| y - x),
+            _ => None,
+        };
+        ProbeDiff {
+            which: which.into(),
+            a: pa,
+            b: pb,
+            free_delta,
+        }
+    };
+    let (fa, fb) = (
+        a.map(failure_lines).unwrap_or_default(),
+        b.map(failure_lines).unwrap_or_default(),
+    );
+    DevDiff {
+        device: label,
+        only_in: match (a, b) {
+            (Some(_), None) => Some("a".into()),
+            (None, Some(_)) => Some("b".into()),
+            _ => None,
+        },
+        categories,
+        totals,
+        probes: vec![
+            probe("first", first_probe),
+            probe("sizing", sizing_probe),
+            probe("last", last_probe),
+        ],
+        // Failures present on one side only: a device that failed in both runs lists both.
+        failures_a: if fb.is_empty() || !fa.is_empty() {
+            fa
+        } else {
+            Vec::new()
+        },
+        failures_b: fb,
+        driver_costs,
+    }
+}
+
+/// A device's group in run A and in run B.
+type Pair<'a, 'b> = (Option<&'a DeviceGroup<'b>>, Option<&'a DeviceGroup<'b>>);
+
+/// Compares two runs. Devices are matched by host and index; when each run has a single
+/// host (the usual case: the same machine under two configurations, or two machines) they
+/// are matched by index alone.
+pub fn diff(ra: &Run, rb: &Run) -> Diff {
+    let (ga, gb) = (groups(ra), groups(rb));
+    let hosts = |g: &[DeviceGroup]| g.iter().map(|d| d.host.clone()).collect::<BTreeSet<_>>();
+    let by_index = hosts(&ga).len() <= 1 && hosts(&gb).len() <= 1;
+    let key = |g: &DeviceGroup| {
+        if by_index {
+            (String::new(), g.index)
+        } else {
+            (g.host.clone(), g.index)
+        }
+    };
+    let mut keys: BTreeMap<(String, i64), Pair> = BTreeMap::new();
+    for g in &ga {
+        keys.entry(key(g)).or_default().0 = Some(g);
+    }
+    for g in &gb {
+        keys.entry(key(g)).or_default().1 = Some(g);
+    }
+    let devices: Vec<DevDiff> = keys
+        .into_values()
+        .map(|(a, b)| {
+            let g = a.or(b).expect("every key has a side");
+            let label = if by_index {
+                format!("GPU {}", g.index)
+            } else {
+                g.title()
+            };
+            dev_diff(label, a, b)
+        })
+        .collect();
+    let (sa, sb) = (short(&ra.label), short(&rb.label));
+    let headline = headline(&sa, &sb, &devices);
+    Diff {
+        a: ra.label.clone(),
+        b: rb.label.clone(),
+        headline,
+        devices,
+    }
+}
+
+fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
+    let mut parts = Vec::new();
+    if let Some((d, r)) = devices
+        .iter()
+        .flat_map(|d| d.categories.iter().map(move |r| (d, r)))
+        .filter(|(_, r)| r.delta != 0)
+        .max_by_key(|(_, r)| r.delta.abs())
+    {
+        let amount = if r.delta > 0 {
+            fmt_delta(r.delta)
+        } else {
+            format!("{} less", fmt_bytes(-r.delta))
+        };
+        parts.push(format!("{sb} uses {amount} {} on {}", r.name, d.device));
+    }
+    if let Some((d, p, delta)) = devices
+        .iter()
+        .flat_map(|d| {
+            d.probes
+                .iter()
+                .filter(|p| p.which == "sizing")
+                .map(move |p| (d, p))
+        })
+        .filter_map(|(d, p)| p.free_delta.map(|x| (d, p, x)))
+        .filter(|(_, _, x)| x.abs() >= 1 << 20)
+        .max_by_key(|(_, _, x)| x.abs())
+    {
+        let what = match p.b.as_ref().and_then(|s| s.before_category.as_deref()) {
+            Some("kv_pool") => "its KV pool".to_string(),
+            Some(c) => format!("its largest allocation ({c})"),
+            None => "its largest allocation".to_string(),
+        };
+        let more_less = if delta < 0 { "less" } else { "more" };
+        let verb = if parts.is_empty() {
+            format!("{sb} saw")
+        } else {
+            "saw".into()
+        };
+        parts.push(format!(
+            "{verb} {} {more_less} free memory before {what} on {}",
+            fmt_bytes(delta.abs()),
+            d.device
+        ));
+    }
+    let only = |side: fn(&DevDiff) -> usize| devices.iter().map(side).sum::<usize>();
+    let (fa, fb) = (
+        only(|d| {
+            if d.failures_b.is_empty() {
+                d.failures_a.len()
+            } else {
+                0
+            }
+        }),
+        only(|d| {
+            if d.failures_a.is_empty() {
+                d.failures_b.len()
+            } else {
+                0
+            }
+        }),
+    );
+    for (n, name) in [(fb, sb), (fa, sa)] {
+        if n > 0 {
+            parts.push(format!(
+                "{n} allocation{} failed only in {name}",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    // "B uses ... and saw ...; N allocations failed only in B".
+    let failures: Vec<String> = parts
+        .iter()
+        .filter(|p| p.contains("failed only"))
+        .cloned()
+        .collect();
+    let facts: Vec<String> = parts
+        .into_iter()
+        .filter(|p| !p.contains("failed only"))
+        .collect();
+    let mut sentences: Vec<String> = Vec::new();
+    if !facts.is_empty() {
+        sentences.push(facts.join(" and "));
+    }
+    sentences.extend(failures);
+    if sentences.is_empty() {
+        format!("{sa} and {sb}: no difference in tracked memory, sizing queries or failures")
+    } else {
+        sentences.join("; ")
+    }
+}
+
+fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
+    let mut t = Table::new(&[first, sa, sb, "delta", "%"], &[1, 2, 3, 4]);
+    for r in rows {
+        t.row(vec![
+            r.name.clone(),
+            fmt_bytes(r.a),
+            fmt_bytes(r.b),
+            fmt_delta(r.delta),
+            r.pct.map_or("-".into(), |p| format!("{p:+.1}%")),
+        ]);
+    }
+    t
+}
+
+fn side(p: &Option<ProbeSide>) -> String {
+    match p {
+        Some(p) => format!(
+            "{} of {} (pid {} at {})",
+            fmt_opt(p.free_bytes),
+            fmt_opt(p.total_bytes),
+            p.pid,
+            fmt_ms(p.t_ms)
+        ),
+        None => "-".into(),
+    }
+}
+
+pub fn document(d: &Diff) -> Doc {
+    let (sa, sb) = (short(&d.a), short(&d.b));
+    let mut doc = Doc::default();
+    doc.push(Block::Title(d.headline.clone()));
+    doc.para(format!("culedger diff: A = {}, B = {}", d.a, d.b));
+    for dev in &d.devices {
+        doc.push(Block::Heading(match dev.only_in.as_deref() {
+            Some("a") => format!("{} (only in {sa})", dev.device),
+            Some(_) => format!("{} (only in {sb})", dev.device),
+            None => dev.device.clone(),
+        }));
+        doc.table(rows_table("category", &dev.categories, &sa, &sb));
+        doc.table(rows_table("", &dev.totals, &sa, &sb));
+        doc.push(Block::Sub("What each side was told".into()));
+        let mut t = Table::new(&["query", &sa, &sb, "free delta"], &[3]);
+        for p in &dev.probes {
+            let category =
+                p.b.as_ref()
+                    .or(p.a.as_ref())
+                    .and_then(|s| s.before_category.clone());
+            let name = match (p.which.as_str(), category) {
+                ("sizing", Some(c)) => format!("before the largest allocation ({c})"),
+                ("sizing", None) => "before the largest allocation".into(),
+                (w, _) => format!("{w} query"),
+            };
+            t.row(vec![
+                name,
+                side(&p.a),
+                side(&p.b),
+                p.free_delta.map_or("-".into(), fmt_delta),
+            ]);
+        }
+        doc.table(t);
+        for (fails, name) in [(&dev.failures_a, &sa), (&dev.failures_b, &sb)] {
+            for f in fails {
+                doc.push(Block::Alert(format!("failed in {name}: {f}")));
+            }
+        }
+        if !dev.driver_costs.is_empty() {
+            doc.push(Block::Sub("Hidden driver costs that changed".into()));
+            doc.table(rows_table("api", &dev.driver_costs, &sa, &sb));
+        }
+    }
+    doc
+}

@@ -1,0 +1,153 @@
+//! Reading reports: single `culedger-<pid>.json` files, run directories, and the
+//! `summary.json` that `culedger run` writes.
+
+use crate::error::{Fail, Result};
+use crate::model::{Report, SCHEMA, SUMMARY_SCHEMA};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The processes of one run, read from one or more paths.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// What the user named (for headings and diffs), e.g. `target/demo/nccl/`.
+    pub label: String,
+    pub procs: Vec<Report>,
+    /// Where each report came from (same order as `procs`).
+    pub sources: Vec<PathBuf>,
+}
+
+/// Checks a parsed document against `culedger/1` and converts it.
+pub fn report_from_value(value: Value, origin: &Path) -> std::result::Result<Report, String> {
+    let shown = origin.display();
+    let schema = match value.get("schema") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) | None => {
+            return Err(format!(
+                "{shown}: not a culedger report (no \"schema\" field)"
+            ))
+        }
+    };
+    if schema != SCHEMA {
+        return Err(if schema.starts_with("culedger/") {
+            format!("{shown}: unsupported report version \"{schema}\" (this culedger reads \"{SCHEMA}\")")
+        } else {
+            format!("{shown}: not a culedger report (schema \"{schema}\", expected \"{SCHEMA}\")")
+        });
+    }
+    serde_json::from_value(value).map_err(|e| format!("{shown}: malformed {SCHEMA} report: {e}"))
+}
+
+/// Reads one file: a per-process report or a `culedger-summary/1`.
+fn read_file(path: &Path) -> std::result::Result<Vec<Report>, String> {
+    let shown = path.display();
+    let text = std::fs::read(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let value: Value = serde_json::from_slice(&text).map_err(|e| {
+        if e.is_eof() {
+            format!("{shown}: truncated JSON ({e})")
+        } else {
+            format!("{shown}: invalid JSON ({e})")
+        }
+    })?;
+    if value.get("schema").and_then(Value::as_str) == Some(SUMMARY_SCHEMA) {
+        let procs = value
+            .get("processes")
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"))?;
+        return procs
+            .iter()
+            .cloned()
+            .map(|p| report_from_value(p, path))
+            .collect();
+    }
+    Ok(vec![report_from_value(value, path)?])
+}
+
+/// The `culedger-*.json` files of a directory, sorted by name.
+fn report_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Fail::input(format!("{}: cannot read directory: {e}", dir.display())))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("culedger-") && n.ends_with(".json"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Loads every path into one run. A directory means its `culedger-*.json` files, or its
+/// `summary.json` when it has none. A bad file named on the command line is an error; a
+/// bad file inside a directory is reported on stderr (one line) and skipped.
+pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
+    let label = paths
+        .iter()
+        .map(|p| {
+            let s = p.display().to_string();
+            if p.is_dir() && !s.ends_with('/') {
+                s + "/"
+            } else {
+                s
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut run = Run {
+        label,
+        procs: Vec::new(),
+        sources: Vec::new(),
+    };
+    for path in paths {
+        if path.is_dir() {
+            let mut files = report_files(path)?;
+            if files.is_empty() && path.join("summary.json").is_file() {
+                files.push(path.join("summary.json"));
+            }
+            if files.is_empty() {
+                return Err(Fail::input(format!(
+                    "{}: no culedger-*.json reports or summary.json in this directory",
+                    path.display()
+                )));
+            }
+            let before = run.procs.len();
+            for file in files {
+                match read_file(&file) {
+                    Ok(reports) => push(&mut run, reports, &file),
+                    Err(message) => eprintln!("culedger: skipping {message}"),
+                }
+            }
+            if run.procs.len() == before {
+                return Err(Fail::input(format!(
+                    "{}: no readable culedger/1 report in this directory",
+                    path.display()
+                )));
+            }
+        } else if path.exists() {
+            let reports = read_file(path).map_err(Fail::input)?;
+            push(&mut run, reports, path);
+        } else {
+            return Err(Fail::input(format!(
+                "{}: no such file or directory",
+                path.display()
+            )));
+        }
+    }
+    // A stable order: by host, then start time, then pid.
+    let mut order: Vec<usize> = (0..run.procs.len()).collect();
+    order.sort_by_key(|&i| {
+        let p = &run.procs[i].process;
+        (p.host.clone(), p.start_unix_ms, p.pid)
+    });
+    run.procs = order.iter().map(|&i| run.procs[i].clone()).collect();
+    run.sources = order.iter().map(|&i| run.sources[i].clone()).collect();
+    Ok(run)
+}
+
+fn push(run: &mut Run, reports: Vec<Report>, source: &Path) {
+    for r in reports {
+        run.procs.push(r);
+        run.sources.push(source.to_path_buf());
+    }
+}

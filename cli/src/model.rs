@@ -1,0 +1,252 @@
+//! The `culedger/1` report as the CLI reads it (see `docs/schema.md`), and the
+//! `culedger-summary/1` file that `culedger run` writes.
+//!
+//! Unknown fields are ignored (the schema only ever adds fields). Fields a reader cannot
+//! do without (`schema`, `process`, `devices`) are required; the rest default to empty so
+//! that a report from a slightly older writer still loads.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The schema tag of a per-process report.
+pub const SCHEMA: &str = "culedger/1";
+/// The schema tag of the file `culedger run` writes into its output directory.
+pub const SUMMARY_SCHEMA: &str = "culedger-summary/1";
+/// Categories in the order the schema fixes.
+pub const CATEGORIES: [&str; 6] = ["weights", "kv_pool", "ipc", "graphs", "comm", "other"];
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Report {
+    pub schema: String,
+    #[serde(default)]
+    pub tool: Tool,
+    pub process: Process,
+    #[serde(default)]
+    pub health: Health,
+    pub devices: Vec<Device>,
+    #[serde(default)]
+    pub host: HostMem,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Process {
+    pub pid: i64,
+    pub ppid: i64,
+    pub host: String,
+    pub argv: Vec<String>,
+    pub exe: Option<String>,
+    pub start_unix_ms: i64,
+    pub end_unix_ms: i64,
+    pub exit: String,
+    pub exit_code: Option<i64>,
+    pub forked_from: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Health {
+    pub lost_events: i64,
+    pub unknown_frees: i64,
+    pub unwrapped_symbols: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct CatStats {
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub allocs: i64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Device {
+    pub index: i64,
+    pub total_bytes: Option<i64>,
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub peak_t_ms: Option<i64>,
+    pub alloc_count: i64,
+    pub free_count: i64,
+    pub categories: BTreeMap<String, CatStats>,
+    pub probes: Vec<Probe>,
+    pub probes_total: i64,
+    pub failures: Vec<Failure>,
+    pub failures_total: i64,
+    pub untracked_bytes: Option<i64>,
+    pub untracked_max_bytes: Option<i64>,
+    pub ipc: Ipc,
+    pub graphs: Graphs,
+    pub driver_costs: Vec<DriverCost>,
+    pub top_allocations: Vec<Allocation>,
+    pub timeline: Vec<Sample>,
+    pub events: Vec<Event>,
+}
+
+impl Device {
+    /// Live bytes of one category (0 when the writer left it out).
+    pub fn cat(&self, name: &str) -> CatStats {
+        self.categories.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Sum of the hidden driver costs on this device.
+    pub fn driver_cost_bytes(&self) -> i64 {
+        self.driver_costs.iter().map(|c| c.bytes).sum()
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Probe {
+    pub t_ms: i64,
+    pub api: String,
+    pub free_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub error: i64,
+    pub live_bytes: i64,
+    pub categories: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Failure {
+    pub t_ms: i64,
+    pub api: String,
+    pub bytes: i64,
+    pub error: i64,
+    pub error_name: String,
+    pub live_bytes: i64,
+    pub categories: BTreeMap<String, i64>,
+    pub last_probe: Option<Probe>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Ipc {
+    pub exported_count: i64,
+    pub exported_bytes: i64,
+    pub imported_count: i64,
+    pub imported_bytes: i64,
+    pub imported_live_count: i64,
+    pub imported_live_bytes: i64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Graphs {
+    pub captures: i64,
+    pub captures_active: i64,
+    pub captured_allocs: i64,
+    pub captured_bytes: i64,
+    pub instantiations: i64,
+    pub instantiate_bytes: i64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct DriverCost {
+    pub api: String,
+    pub calls: i64,
+    pub bytes: i64,
+    pub approximate: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Allocation {
+    pub ptr: String,
+    pub bytes: i64,
+    pub api: String,
+    pub t_ms: i64,
+    pub category: String,
+    pub exported: bool,
+    pub captured: bool,
+    pub h2d_bytes: i64,
+    pub caller: Option<String>,
+}
+
+/// One timeline sample: total live bytes and live bytes per category.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Sample {
+    #[serde(default)]
+    pub t_ms: i64,
+    #[serde(default)]
+    pub live_bytes: i64,
+    #[serde(flatten)]
+    pub cats: BTreeMap<String, serde_json::Value>,
+}
+
+impl Sample {
+    pub fn cat(&self, name: &str) -> i64 {
+        self.cats.get(name).and_then(|v| v.as_i64()).unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Event {
+    pub t_ms: i64,
+    pub kind: String,
+    pub api: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct HostMem {
+    pub pinned_live_bytes: i64,
+    pub pinned_peak_bytes: i64,
+    pub pinned_alloc_count: i64,
+    pub pinned_free_count: i64,
+    pub registered_live_bytes: i64,
+    pub registered_peak_bytes: i64,
+    pub registered_count: i64,
+    pub unregistered_count: i64,
+}
+
+impl Process {
+    /// A short human name for the process: its argv without the interpreter and
+    /// without long values, e.g. `sglang.launch_server --tp-rank 0`.
+    pub fn role(&self) -> String {
+        let mut args: Vec<&str> = self.argv.iter().map(String::as_str).collect();
+        if let Some(first) = args.first() {
+            let base = first.rsplit('/').next().unwrap_or(first);
+            if base.starts_with("python") {
+                args.remove(0);
+                if args.first() == Some(&"-m") {
+                    args.remove(0);
+                }
+            }
+        }
+        let mut out = String::new();
+        for a in args {
+            if out.len() + a.len() > 60 {
+                out.push_str(" ...");
+                break;
+            }
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(
+                a.rsplit('/')
+                    .next()
+                    .filter(|_| a.ends_with(".py"))
+                    .unwrap_or(a),
+            );
+        }
+        if out.is_empty() {
+            self.exe.clone().unwrap_or_else(|| "?".into())
+        } else {
+            out
+        }
+    }
+}

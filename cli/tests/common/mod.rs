@@ -1,0 +1,79 @@
+//! Helpers shared by the CLI's integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The crate directory: tests run the binary from here so paths in outputs are stable.
+pub fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixtures() -> PathBuf {
+    crate_dir().join("tests/fixtures")
+}
+
+/// `culedger ARGS...` run in the crate directory, without colour.
+pub fn culedger(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_culedger"))
+        .args(args)
+        .current_dir(crate_dir())
+        .env("NO_COLOR", "1")
+        .env_remove("CULEDGER_LIB")
+        .output()
+        .expect("run culedger")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Compares `actual` with `tests/golden/NAME`; `UPDATE_GOLDEN=1` rewrites the file.
+pub fn golden(name: &str, actual: &str) {
+    let path = crate_dir().join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run UPDATE_GOLDEN=1 cargo test -p culedger-cli)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b);
+        panic!(
+            "{name} differs from the golden file (first differing line: {:?}); rerun with UPDATE_GOLDEN=1 if the change is intended\n--- actual ---\n{actual}",
+            first.map(|i| i + 1)
+        );
+    }
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+/// Compiles an empty shared library (a stand-in interposer) with the C compiler.
+pub fn stub_lib(dir: &Path, name: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, "int culedger_stub_marker(void) { return 42; }\n").unwrap();
+    let out = dir.join(format!("{name}.so"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("the C compiler `{cc}` is needed for this test: {e}"));
+    assert!(status.success(), "building {name}.so failed");
+    out
+}

@@ -1,0 +1,143 @@
+//! Golden outputs of `report`, `diff` and `check` on the fixtures.
+//! Regenerate with `UPDATE_GOLDEN=1 cargo test --release -p culedger-cli`.
+
+mod common;
+use common::*;
+
+fn case(name: &str, args: &[&str], code: i32) {
+    let o = culedger(args);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{name}: stderr: {}",
+        stderr(&o)
+    );
+    golden(name, &stdout(&o));
+}
+
+#[test]
+fn report_goldens() {
+    for cfg in ["nccl", "custom-ar"] {
+        let dir = format!("tests/fixtures/{cfg}");
+        for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
+            case(
+                &format!("report-{cfg}.{ext}"),
+                &["report", &dir, "--format", fmt],
+                0,
+            );
+        }
+    }
+}
+
+#[test]
+fn diff_goldens() {
+    for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
+        case(
+            &format!("diff.{ext}"),
+            &[
+                "diff",
+                "tests/fixtures/nccl",
+                "tests/fixtures/custom-ar",
+                "--format",
+                fmt,
+            ],
+            0,
+        );
+    }
+}
+
+#[test]
+fn diff_headline_names_what_changed() {
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
+    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("custom-ar/ uses 35.28 GiB less kv_pool on GPU 0"),
+        "{first}"
+    );
+    assert!(
+        first.contains("1.02 GiB less free memory before its KV pool on GPU 1"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("1 allocation failed only in custom-ar/"),
+        "{first}"
+    );
+    // The same runs the other way round: the failure is on B's side... of A now.
+    let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl"]);
+    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.contains("nccl/ uses +35.28 GiB kv_pool on GPU 0"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("1 allocation failed only in custom-ar/"),
+        "{first}"
+    );
+    // A run compared with itself.
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/nccl"]);
+    assert!(
+        stdout(&o).starts_with("nccl/ and nccl/: no difference"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn check_goldens_and_exit_codes() {
+    let nccl = "tests/fixtures/nccl";
+    let car = "tests/fixtures/custom-ar";
+    case(
+        "check-pass.txt",
+        &[
+            "check",
+            nccl,
+            "--budget",
+            "ipc<=64MiB",
+            "--budget",
+            "kv_pool>=40GiB",
+            "--budget",
+            "untracked<=2GiB",
+            "--no-failures",
+        ],
+        0,
+    );
+    case(
+        "check-breach.txt",
+        &[
+            "check",
+            car,
+            "--budget",
+            "ipc<=32MiB",
+            "--budget",
+            "kv_pool>=40GiB",
+            "--budget",
+            "untracked<=2GiB",
+            "--budget",
+            "peak:graphs<=128MiB",
+            "--no-failures",
+        ],
+        1,
+    );
+}
+
+/// Colour only on a terminal (a pseudo-terminal from util-linux `script`), never with
+/// NO_COLOR, never into a pipe.
+#[test]
+fn colour_only_on_a_terminal() {
+    let bin = env!("CARGO_BIN_EXE_culedger");
+    let on_tty = |no_color: &str| {
+        let cmd = format!("{bin} report tests/fixtures/nccl/culedger-4100.json");
+        let o = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .current_dir(crate_dir())
+            .env("NO_COLOR", no_color)
+            .output()
+            .expect("util-linux `script` is needed for this test");
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert!(on_tty("").contains("\x1b[1;36m== Processes ==\x1b[0m"));
+    assert!(!on_tty("1").contains('\x1b'));
+    let piped = culedger(&["report", "tests/fixtures/nccl/culedger-4100.json"]);
+    assert!(!stdout(&piped).contains('\x1b'));
+}

@@ -1,0 +1,201 @@
+//! Bad input: one clear line on stderr and exit status 2; a bad file inside a directory is
+//! reported and skipped.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+/// Runs `report PATH` and expects exit 2 with exactly one stderr line containing `needle`.
+fn rejects(path: &Path, needle: &str) {
+    let o = culedger(&["report", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "stdout: {}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "one line expected: {err}");
+    assert!(
+        err.starts_with("culedger: ") && err.contains(needle),
+        "{err}"
+    );
+    assert!(stdout(&o).is_empty());
+}
+
+fn good_report() -> String {
+    std::fs::read_to_string(fixtures().join("nccl/culedger-4101.json")).unwrap()
+}
+
+#[test]
+fn missing_file() {
+    rejects(
+        Path::new("/nonexistent/culedger-1.json"),
+        "no such file or directory",
+    );
+}
+
+#[test]
+fn another_schema() {
+    let d = tempdir();
+    let p = d.path().join("other.json");
+    std::fs::write(&p, r#"{"schema": "memray/1", "devices": []}"#).unwrap();
+    rejects(&p, "not a culedger report (schema \"memray/1\"");
+    std::fs::write(&p, r#"{"traceEvents": []}"#).unwrap();
+    rejects(&p, "not a culedger report (no \"schema\" field)");
+}
+
+#[test]
+fn another_version() {
+    let d = tempdir();
+    let p = d.path().join("culedger-7.json");
+    std::fs::write(&p, good_report().replacen("culedger/1", "culedger/2", 1)).unwrap();
+    rejects(&p, "unsupported report version \"culedger/2\"");
+}
+
+#[test]
+fn truncated_file() {
+    let d = tempdir();
+    let p = d.path().join("culedger-7.json");
+    let text = good_report();
+    std::fs::write(&p, &text[..text.len() / 2]).unwrap();
+    rejects(&p, "truncated JSON");
+}
+
+#[test]
+fn malformed_report() {
+    let d = tempdir();
+    let p = d.path().join("culedger-7.json");
+    std::fs::write(&p, r#"{"schema": "culedger/1", "process": {"pid": 1}}"#).unwrap();
+    rejects(&p, "malformed culedger/1 report: missing field `devices`");
+}
+
+#[test]
+fn empty_directory() {
+    let d = tempdir();
+    rejects(
+        d.path(),
+        "no culedger-*.json reports or summary.json in this directory",
+    );
+}
+
+#[test]
+fn bad_file_in_directory_is_skipped() {
+    let d = tempdir();
+    std::fs::write(d.path().join("culedger-4101.json"), good_report()).unwrap();
+    std::fs::write(
+        d.path().join("culedger-9999.json"),
+        "{\"schema\": \"culedger/1\", ",
+    )
+    .unwrap();
+    let o = culedger(&["report", d.path().to_str().unwrap(), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("skipping")
+            && err.contains("culedger-9999.json")
+            && err.contains("truncated JSON"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["processes"].as_array().unwrap().len(), 1);
+    assert_eq!(v["processes"][0]["pid"], 4101);
+}
+
+#[test]
+fn directory_of_only_bad_files() {
+    let d = tempdir();
+    std::fs::write(d.path().join("culedger-1.json"), "nope").unwrap();
+    let o = culedger(&["report", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("skipping") && err.contains("no readable culedger/1 report"),
+        "{err}"
+    );
+}
+
+#[test]
+fn summary_json_is_read_when_alone() {
+    let d = tempdir();
+    let report: serde_json::Value = serde_json::from_str(&good_report()).unwrap();
+    let summary = serde_json::json!({"schema": "culedger-summary/1", "command": ["x"], "exit_code": 0, "processes": [report]});
+    std::fs::write(d.path().join("summary.json"), summary.to_string()).unwrap();
+    let o = culedger(&["report", d.path().to_str().unwrap(), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["processes"][0]["pid"], 4101);
+    assert_eq!(v["devices"][0]["index"], 0);
+}
+
+#[test]
+fn check_bad_input_exits_2() {
+    let nccl = "tests/fixtures/nccl";
+    for (args, needle) in [
+        (
+            vec!["check", nccl, "--budget", "ipc 64MiB"],
+            "no comparison",
+        ),
+        (
+            vec!["check", nccl, "--budget", "ipc=<64MiB"],
+            "unknown key `ipc=`",
+        ),
+        (
+            vec!["check", nccl, "--budget", "vram<=1GiB"],
+            "unknown key `vram`",
+        ),
+        (
+            vec!["check", nccl, "--budget", "ipc<=64 parsecs"],
+            "unknown unit",
+        ),
+        (
+            vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"],
+            "no such file or directory",
+        ),
+        (vec!["check", nccl], "nothing to check"),
+        (
+            vec!["check", nccl, "--budgets", "/nonexistent/budgets.txt"],
+            "cannot read",
+        ),
+    ] {
+        let o = culedger(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn check_budgets_file() {
+    let d = tempdir();
+    let f = d.path().join("budgets.txt");
+    std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nkv_pool >= 40GiB  # the pool must fit\npeak:other<=1GiB\n").unwrap();
+    let o = culedger(&[
+        "check",
+        "tests/fixtures/nccl",
+        "--budgets",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o), "ok: 3 checks hold on 2 devices\n");
+    let o = culedger(&[
+        "check",
+        "tests/fixtures/custom-ar",
+        "--budgets",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stdout(&o),
+        "BREACH gpu-node-1 GPU 0: kv_pool is 35.26 GiB (budget kv_pool >= 40GiB)\n"
+    );
+    std::fs::write(&f, "ipc <= 64MiB\nkv_pool => 1GiB\n").unwrap();
+    let o = culedger(&[
+        "check",
+        "tests/fixtures/nccl",
+        "--budgets",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"),
+        "{}",
+        stderr(&o)
+    );
+}
