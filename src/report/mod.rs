@@ -339,10 +339,12 @@ impl Reporter {
     /// In a fork child (pthread_atfork child handler): only atomic stores and the ledger's
     /// lock-free reset. The parent's session, lock and flush thread are left behind.
     fn after_fork_child(&self, parent_pid: i32) {
-        self.ledger.reset_after_fork();
+        // Our own state first, so that a failing ledger reset cannot leave the child
+        // holding the parent's session.
         self.session.store(ptr::null_mut(), Ordering::Relaxed);
         self.forked_from.store(parent_pid, Ordering::Relaxed);
         self.state.store(INACTIVE, Ordering::Release);
+        self.ledger.reset_after_fork();
     }
 }
 
