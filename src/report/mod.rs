@@ -242,6 +242,7 @@ impl Reporter {
 
     fn flush_loop(&self, s: &'static Session) {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
+        block_all_signals();
         loop {
             std::thread::sleep(Duration::from_millis(s.flush_ms));
             if s.finished.load(Ordering::Acquire) {
@@ -345,6 +346,29 @@ impl Reporter {
         self.forked_from.store(parent_pid, Ordering::Relaxed);
         self.state.store(INACTIVE, Ordering::Release);
         self.ledger.reset_after_fork();
+    }
+}
+
+/// Block every blockable signal in the calling thread. Used by the flush thread: the
+/// host's signal handlers must never run on it, where they could interrupt a report write
+/// (holding the write lock or a ledger lock) and, say, call `_exit`, which writes again.
+fn block_all_signals() {
+    // SAFETY: `set` is a properly initialised sigset_t owned by this frame.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut());
+    }
+}
+
+/// The calling thread's blocked signal set contains every one of `signals`.
+#[cfg(test)]
+fn signals_blocked(signals: &[c_int]) -> bool {
+    // SAFETY: reads the calling thread's mask into a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, ptr::null(), &mut set) == 0
+            && signals.iter().all(|&sig| libc::sigismember(&set, sig) == 1)
     }
 }
 

@@ -92,6 +92,19 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 #[test]
+fn blocking_signals_in_a_helper_thread() {
+    let blocked = std::thread::spawn(|| {
+        let before = signals_blocked(&[libc::SIGINT]);
+        block_all_signals();
+        (before, signals_blocked(&[libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGCHLD]))
+    })
+    .join()
+    .unwrap();
+    assert_eq!(blocked, (false, true));
+    assert!(!signals_blocked(&[libc::SIGINT]), "the calling thread is unaffected");
+}
+
+#[test]
 fn flush_gate_writes_first_time_and_on_change_only() {
     let g = FlushGate::new();
     assert!(g.should_write(0), "nothing written yet");
@@ -296,7 +309,10 @@ fn flush_thread_writes_periodically_and_stops_after_final() {
     let s = h.session();
     let file = s.out_dir.join(&s.file_name);
     wait_for("first periodic write", Duration::from_secs(5), || file.exists());
-    assert!(thread_names().iter().any(|n| n == FLUSH_THREAD_NAME), "{:?}", thread_names());
+    let flushers = flush_thread_sigblk();
+    assert!(!flushers.is_empty(), "a thread named {FLUSH_THREAD_NAME}");
+    let (int, term) = (1u64 << (libc::SIGINT - 1), 1u64 << (libc::SIGTERM - 1));
+    assert!(flushers.iter().all(|m| m & int != 0 && m & term != 0), "signals blocked: {flushers:x?}");
     h.ledger.generation.store(2, Ordering::SeqCst);
     wait_for("write after a change", Duration::from_secs(5), || {
         std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -311,13 +327,14 @@ fn flush_thread_writes_periodically_and_stops_after_final() {
     assert_eq!(h.report()["process"]["exit"], "exit", "no periodic write after the final one");
 }
 
-/// Names of this process's threads, from /proc.
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-                .map(|s| s.trim().to_string())
-                .collect()
+/// The blocked-signal masks (`SigBlk` in /proc) of this process's flush threads.
+fn flush_thread_sigblk() -> Vec<u64> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    tasks
+        .filter_map(|e| {
+            let status = std::fs::read_to_string(e.ok()?.path().join("status")).ok()?;
+            let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+            (field("Name:")? == FLUSH_THREAD_NAME).then(|| u64::from_str_radix(field("SigBlk:")?, 16).ok())?
         })
-        .unwrap_or_default()
+        .collect()
 }
