@@ -116,7 +116,7 @@ static MISSING_WARNED: [AtomicBool; NSYMS] = {
 pub fn missing(sym: Sym) -> c_int {
     let e = &TABLE[sym as usize];
     if !MISSING_WARNED[sym as usize].swap(true, Ordering::Relaxed) {
-        crate::log::warn(&format!("{} was called but no real definition was found; returning an error", e.name));
+        crate::warn!("{} was called but no real definition was found; returning an error", e.name);
     }
     match e.kind {
         Kind::Runtime => 999, // cudaErrorUnknown

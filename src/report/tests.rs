@@ -1,0 +1,340 @@
+//! Lifecycle tests on private `Reporter`s with a fake ledger (no process handlers).
+
+use super::writer::tests::{entries, TempDir};
+use super::*;
+use crate::log::Level;
+use std::sync::atomic::AtomicU32;
+use std::time::Instant;
+
+#[derive(Default)]
+struct FakeLedger {
+    generation: AtomicU64,
+    renders: AtomicU32,
+    resets: AtomicU32,
+    panic_on_render: AtomicBool,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl LedgerAccess for FakeLedger {
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+    fn start_unix_ms(&self) -> u64 {
+        1234
+    }
+    fn to_json(&self) -> Value {
+        assert!(!self.panic_on_render.load(Ordering::SeqCst), "render failure requested by the test");
+        self.renders.fetch_add(1, Ordering::SeqCst);
+        serde_json::json!({
+            "devices": [],
+            "host": {},
+            "health": {"warnings": *self.warnings.lock(), "generation": self.generation()},
+        })
+    }
+    fn note_warning(&self, line: &str) {
+        self.warnings.lock().push(line.to_string());
+    }
+    fn reset_after_fork(&self) {
+        self.resets.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+struct Harness {
+    dir: TempDir,
+    ledger: &'static FakeLedger,
+    reporter: &'static Reporter,
+}
+
+impl Harness {
+    /// A private reporter writing under a fresh temp dir (`sub` below it) every `flush_ms`.
+    fn new(tag: &str, sub: &str, flush_ms: u64, warnings: &[&str]) -> Harness {
+        let dir = TempDir::new(tag);
+        let config: &'static Config = Box::leak(Box::new(Config {
+            out_dir: dir.0.join(sub),
+            flush_ms,
+            log: Level::Off,
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+        }));
+        let ledger: &'static FakeLedger = Box::leak(Box::default());
+        let reporter = Box::leak(Box::new(Reporter {
+            ledger,
+            config: ConfigSource::Fixed(config),
+            install_handlers: false,
+            final_lock_wait: Duration::from_millis(200),
+            state: AtomicU8::new(INACTIVE),
+            session: AtomicPtr::new(ptr::null_mut()),
+            forked_from: AtomicI32::new(0),
+        }));
+        Harness { dir, ledger, reporter }
+    }
+
+    fn out_dir(&self) -> PathBuf {
+        self.reporter.current().expect("session").out_dir.clone()
+    }
+
+    fn report(&self) -> Value {
+        let s = self.reporter.current().expect("session");
+        let bytes = std::fs::read(s.out_dir.join(&s.file_name)).expect("report file");
+        serde_json::from_slice(&bytes).expect("valid JSON")
+    }
+
+    fn session(&self) -> &'static Session {
+        self.reporter.current().expect("session")
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn blocking_signals_in_a_helper_thread() {
+    let blocked = std::thread::spawn(|| {
+        let before = signals_blocked(&[libc::SIGINT]);
+        block_all_signals();
+        (before, signals_blocked(&[libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGCHLD]))
+    })
+    .join()
+    .unwrap();
+    assert_eq!(blocked, (false, true));
+    assert!(!signals_blocked(&[libc::SIGINT]), "the calling thread is unaffected");
+}
+
+#[test]
+fn flush_gate_writes_first_time_and_on_change_only() {
+    let g = FlushGate::new();
+    assert!(g.should_write(0), "nothing written yet");
+    assert!(g.should_write(7));
+    g.mark_written(7);
+    assert!(!g.should_write(7));
+    assert!(g.should_write(8));
+    g.mark_written(8);
+    assert!(!g.should_write(8));
+    assert!(g.should_write(7), "any movement counts, even backwards (new ledger)");
+}
+
+#[test]
+fn activation_creates_dir_and_notes_config_warnings() {
+    let h = Harness::new("activate", "out/nested", 0, &["CULEDGER_LOG=\"x\" is bad"]);
+    assert_eq!(h.reporter.state.load(Ordering::SeqCst), INACTIVE);
+    assert!(!h.reporter.final_write(None), "final write before activation is a no-op");
+    h.reporter.activate();
+    assert_eq!(h.reporter.state.load(Ordering::SeqCst), ACTIVE);
+    assert!(h.out_dir().is_dir());
+    assert_eq!(*h.ledger.warnings.lock(), ["CULEDGER_LOG=\"x\" is bad"]);
+    let s = h.session();
+    assert_eq!(s.pid, getpid());
+    assert_eq!(s.file_name, format!("culedger-{}.json", getpid()));
+    assert_eq!(s.forked_from, None);
+    // Activating again changes nothing.
+    h.reporter.activate();
+    assert!(std::ptr::eq(s, h.session()));
+    assert_eq!(h.ledger.warnings.lock().len(), 1);
+    assert!(entries(&h.out_dir()).is_empty(), "nothing written before a flush");
+}
+
+#[test]
+fn concurrent_activation_opens_one_session() {
+    let h = Harness::new("concurrent", "o", 0, &["w"]);
+    let r = h.reporter;
+    std::thread::scope(|sc| {
+        for _ in 0..8 {
+            sc.spawn(|| r.activate());
+        }
+    });
+    assert_eq!(h.reporter.state.load(Ordering::SeqCst), ACTIVE);
+    assert_eq!(h.ledger.warnings.lock().len(), 1, "config warnings noted once");
+}
+
+#[test]
+fn flush_tick_writes_only_when_generation_changed() {
+    let h = Harness::new("tick", "o", 0, &[]);
+    h.reporter.activate();
+    let s = h.session();
+    assert!(h.reporter.flush_tick(s), "first tick writes even at generation 0");
+    assert_eq!(h.report()["process"]["exit"], "running");
+    assert!(!h.reporter.flush_tick(s), "unchanged");
+    assert!(!h.reporter.flush_tick(s), "unchanged");
+    assert_eq!(h.ledger.renders.load(Ordering::SeqCst), 1);
+    h.ledger.generation.store(5, Ordering::SeqCst);
+    assert!(h.reporter.flush_tick(s));
+    assert_eq!(h.report()["health"]["generation"], 5);
+    assert!(!h.reporter.flush_tick(s));
+    assert_eq!(h.ledger.renders.load(Ordering::SeqCst), 2);
+    assert_eq!(entries(&h.out_dir()), std::slice::from_ref(&s.file_name), "no temp files left");
+}
+
+#[test]
+fn report_document_fields() {
+    let h = Harness::new("doc", "o", 0, &[]);
+    h.reporter.activate();
+    assert!(h.reporter.flush_tick(h.session()));
+    let doc = h.report();
+    assert_eq!(doc["schema"], "culedger/1");
+    assert_eq!(doc["tool"]["name"], "culedger");
+    assert_eq!(doc["settings"]["flush_ms"], 0);
+    assert_eq!(doc["settings"]["log"], "off");
+    assert_eq!(doc["settings"]["out_dir"], h.out_dir().to_string_lossy().as_ref());
+    let p = &doc["process"];
+    assert_eq!(p["pid"], getpid());
+    assert_eq!(p["start_unix_ms"], 1234);
+    assert!(p["end_unix_ms"].as_u64().unwrap() >= unix_ms_now() - 60_000);
+    assert_eq!(p["exit_code"], Value::Null);
+    assert_eq!(p["forked_from"], Value::Null);
+    assert!(p["argv"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(doc["devices"].is_array() && doc["host"].is_object() && doc["health"].is_object());
+}
+
+#[test]
+fn final_write_is_idempotent_and_stops_flushes() {
+    let h = Harness::new("final", "o", 0, &[]);
+    h.reporter.activate();
+    assert!(h.reporter.final_write(Some(3)));
+    let doc = h.report();
+    assert_eq!(doc["process"]["exit"], "exit");
+    assert_eq!(doc["process"]["exit_code"], 3);
+    assert!(!h.reporter.final_write(Some(9)), "second final write is a no-op");
+    h.ledger.generation.store(1, Ordering::SeqCst);
+    assert!(!h.reporter.flush_tick(h.session()), "no periodic write after the final one");
+    assert_eq!(h.report()["process"]["exit_code"], 3);
+    assert_eq!(h.ledger.renders.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn final_write_with_unknown_code() {
+    let h = Harness::new("finalnull", "o", 0, &[]);
+    h.reporter.activate();
+    assert!(h.reporter.final_write(None));
+    assert_eq!(h.report()["process"]["exit"], "exit");
+    assert_eq!(h.report()["process"]["exit_code"], Value::Null);
+}
+
+#[test]
+fn final_write_does_not_wait_forever_for_a_stuck_flush() {
+    let h = Harness::new("stuck", "o", 0, &[]);
+    h.reporter.activate();
+    let s = h.session();
+    let held = s.write_lock.lock(); // a flush "stuck" mid-write
+    let start = Instant::now();
+    assert!(h.reporter.final_write(Some(1)), "writes anyway after the bounded wait");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5), "{waited:?}");
+    drop(held);
+    assert_eq!(h.report()["process"]["exit"], "exit");
+}
+
+#[test]
+fn final_write_in_another_process_is_refused() {
+    let h = Harness::new("vfork", "o", 0, &[]);
+    // A session opened by a different pid: what a vfork child sees in our memory.
+    h.reporter.state.store(STARTING, Ordering::SeqCst);
+    h.reporter.start(getpid() + 1);
+    h.reporter.state.store(ACTIVE, Ordering::SeqCst);
+    assert!(!h.reporter.final_write(Some(0)));
+    assert!(!h.session().finished.load(Ordering::SeqCst), "the owner's state is untouched");
+    assert!(entries(&h.out_dir()).is_empty());
+}
+
+#[test]
+fn unwritable_dir_warns_once_and_keeps_retrying() {
+    let h = Harness::new("unwritable", "file/sub", 0, &[]);
+    // A regular file where a directory is needed: fails even for root.
+    std::fs::write(h.dir.0.join("file"), b"not a dir").unwrap();
+    h.reporter.activate();
+    assert_eq!(h.reporter.state.load(Ordering::SeqCst), ACTIVE, "the process carries on");
+    let s = h.session();
+    assert!(!h.reporter.flush_tick(s));
+    assert!(!h.reporter.flush_tick(s), "retried: nothing was written");
+    assert_eq!(h.ledger.renders.load(Ordering::SeqCst), 2);
+    let warnings = h.ledger.warnings.lock().clone();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("cannot write the report in "), "{warnings:?}");
+    // The obstacle goes away: the next write succeeds quietly.
+    std::fs::remove_file(h.dir.0.join("file")).unwrap();
+    assert!(h.reporter.flush_tick(s));
+    assert_eq!(h.report()["process"]["exit"], "running");
+    assert_eq!(h.ledger.warnings.lock().len(), 1);
+}
+
+#[test]
+fn removed_dir_is_recreated() {
+    let h = Harness::new("recreate", "o", 0, &[]);
+    h.reporter.activate();
+    std::fs::remove_dir_all(h.out_dir()).unwrap();
+    assert!(h.reporter.final_write(None));
+    assert_eq!(h.report()["process"]["exit"], "exit");
+    assert!(h.ledger.warnings.lock().is_empty());
+}
+
+#[test]
+fn fork_child_reset_then_reactivation() {
+    let h = Harness::new("fork", "o", 0, &[]);
+    h.reporter.activate();
+    let parent_session = h.session();
+    let held = parent_session.write_lock.lock(); // the parent's flush thread held it at fork
+    h.reporter.after_fork_child(4321);
+    assert_eq!(h.ledger.resets.load(Ordering::SeqCst), 1);
+    assert_eq!(h.reporter.state.load(Ordering::SeqCst), INACTIVE);
+    assert!(h.reporter.current().is_none());
+    assert!(!h.reporter.final_write(Some(0)), "child writes nothing before its own hook");
+    h.reporter.activate();
+    let child = h.session();
+    assert!(!std::ptr::eq(child, parent_session), "fresh session, fresh lock");
+    assert_eq!(child.forked_from, Some(4321));
+    assert!(h.reporter.final_write(Some(0)), "does not touch the parent's held lock");
+    assert_eq!(h.report()["process"]["forked_from"], 4321);
+    drop(held);
+}
+
+#[test]
+fn render_panic_is_contained() {
+    let h = Harness::new("panic", "o", 0, &[]);
+    h.reporter.activate();
+    h.ledger.panic_on_render.store(true, Ordering::SeqCst);
+    let r = catch_unwind(AssertUnwindSafe(|| h.reporter.flush_tick(h.session())));
+    assert!(r.is_err());
+    // The lock was released by the unwind; the next write works.
+    h.ledger.panic_on_render.store(false, Ordering::SeqCst);
+    assert!(h.reporter.flush_tick(h.session()));
+}
+
+#[test]
+fn flush_thread_writes_periodically_and_stops_after_final() {
+    let h = Harness::new("thread", "o", 20, &[]);
+    h.reporter.activate();
+    let s = h.session();
+    let file = s.out_dir.join(&s.file_name);
+    wait_for("first periodic write", Duration::from_secs(5), || file.exists());
+    let flushers = flush_thread_sigblk();
+    assert!(!flushers.is_empty(), "a thread named {FLUSH_THREAD_NAME}");
+    let (int, term) = (1u64 << (libc::SIGINT - 1), 1u64 << (libc::SIGTERM - 1));
+    assert!(flushers.iter().all(|m| m & int != 0 && m & term != 0), "signals blocked: {flushers:x?}");
+    h.ledger.generation.store(2, Ordering::SeqCst);
+    wait_for("write after a change", Duration::from_secs(5), || {
+        std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|d| d["health"]["generation"] == 2)
+    });
+    let renders = h.ledger.renders.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(h.ledger.renders.load(Ordering::SeqCst), renders, "idle ledger: no rewrites");
+    assert!(h.reporter.final_write(Some(0)));
+    h.ledger.generation.store(3, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(h.report()["process"]["exit"], "exit", "no periodic write after the final one");
+}
+
+/// The blocked-signal masks (`SigBlk` in /proc) of this process's flush threads.
+fn flush_thread_sigblk() -> Vec<u64> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    tasks
+        .filter_map(|e| {
+            let status = std::fs::read_to_string(e.ok()?.path().join("status")).ok()?;
+            let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+            (field("Name:")? == FLUSH_THREAD_NAME).then(|| u64::from_str_radix(field("SigBlk:")?, 16).ok())?
+        })
+        .collect()
+}
