@@ -275,10 +275,3 @@ pub fn address_range_size(ptr: CUdeviceptr) -> Option<u64> {
         None
     }
 }
-
-#[cfg(test)]
-pub(crate) fn reset_for_tests(sym: Sym) {
-    for c in REAL[sym as usize].iter() {
-        c.store(0, Ordering::Release);
-    }
-}
