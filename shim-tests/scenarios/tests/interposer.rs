@@ -428,3 +428,27 @@ fn another_interposer_keeps_its_rtld_next() {
         assert_eq!(u(&device(&l.report(), 0)["live_bytes"]), run.u64("live"), "{order}");
     }
 }
+
+// ---- static runtime (NCCL, nvcc-built extensions) ----------------------------------------------
+
+#[test]
+fn static_runtime_is_seen_through_dlsym_and_the_resolver() {
+    let l = Ledgered::new("static");
+    let bin = culedger_scenarios::repo_root().join("target/release/static_ledger");
+    let run = l.sim.run_ok(&mut l.sim.cmd(&bin));
+    let r = l.report();
+    let d = device(&r, 1);
+    assert_eq!(u(&d["live_bytes"]), run.u64("live"));
+    assert_eq!(u(&d["alloc_count"]), run.u64("allocs"));
+    assert_eq!(cat(d, "ipc"), run.u64("ipc"));
+    assert_eq!(cat(d, "other"), run.u64("other"));
+    assert_eq!(u(&d["probes"][0]["free_bytes"]), run.u64("probe_free"));
+    // Nothing is exported by the binary: every record names a driver entry point, the
+    // per-thread one where the runtime used the per-thread default stream.
+    let apis: std::collections::BTreeSet<String> =
+        d["top_allocations"].as_array().unwrap().iter().map(|t| t["api"].as_str().unwrap().to_string()).collect();
+    let want: std::collections::BTreeSet<String> =
+        ["cuMemAlloc_v2", "cuMemAllocAsync_ptsz", "cuMemCreate"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(apis, want);
+    assert_eq!(d["probes"][0]["api"], "cuMemGetInfo_v2");
+}
