@@ -1,6 +1,7 @@
 /* Scenario for the interposer's tests: one program, one mode per behaviour. Each mode
  * prints `RESULT key=value` lines with what it did (byte counts it expects culedger to
  * report), then exits 0. Linked against the runtime (libcudart.so.12). */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -200,6 +201,24 @@ static int peer(void) {
     return 0;
 }
 
+typedef CUresult (*alloc_v2_t)(CUdeviceptr *, size_t);
+
+/* Driver entry points through the runtime (PyTorch's driver table, NCCL): the wrapper the
+ * program gets must count the allocation once; the v1 ABI must come back untouched. */
+static int entry(void) {
+    CHECK(cudaSetDevice(0));
+    void *fn = NULL, *v1 = NULL;
+    enum cudaDriverEntryPointQueryResult st;
+    CHECK(cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &st));
+    CUdeviceptr p = 0;
+    if (((alloc_v2_t)fn)(&p, 9 * MiB) != CUDA_SUCCESS) return 1;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &st));
+    if (((alloc_v2_t)fn)(&p, 1 * MiB) != CUDA_SUCCESS) return 1;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &v1, 2000, cudaEnableDefault, &st));
+    printf("RESULT live=%llu allocs=2 v1_distinct=%d\n", 10 * MiB, v1 != NULL && v1 != fn);
+    return 0;
+}
+
 static int sleeper(void) {
     CHECK(cudaSetDevice(0));
     dev_alloc(12 * MiB);
@@ -223,6 +242,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "ipc")) return ipc();
     if (!strcmp(mode, "peer")) return peer();
     if (!strcmp(mode, "sleep")) return sleeper();
+    if (!strcmp(mode, "entry")) return entry();
     if (!strcmp(mode, "nocuda")) {
         printf("RESULT nocuda=1\n");
         return 3;

@@ -261,6 +261,47 @@ fn pinned_host_memory_has_its_own_ledger() {
     assert_eq!(u(&h["registered_live_bytes"]), run.u64("registered"));
 }
 
+#[test]
+fn driver_entry_points_from_the_runtime_count_once() {
+    let l = Ledgered::new("entry");
+    let run = l.run("rt_ledger", &["entry"]);
+    let d = device(&l.report(), 0).clone();
+    assert_eq!(u(&d["live_bytes"]), run.u64("live"));
+    assert_eq!(u(&d["alloc_count"]), run.u64("allocs"));
+    assert_eq!(run.u64("v1_distinct"), 1, "the v1 ABI is a different entry");
+    assert!(d["top_allocations"].as_array().unwrap().iter().all(|t| t["api"] == "cuMemAlloc_v2"));
+}
+
+// ---- bad input -----------------------------------------------------------------------------
+
+#[test]
+fn malformed_settings_warn_once_and_use_defaults() {
+    let mut l = Ledgered::new("badenv");
+    l.sim.env("CULEDGER_FLUSH_MS", "soon").env("CULEDGER_LOG", "loud");
+    let run = l.run("rt_ledger", &["basic"]);
+    let lines: Vec<&str> = run.stderr.lines().filter(|s| s.starts_with("culedger:")).collect();
+    assert_eq!(lines.len(), 2, "one line per bad setting:\n{}", run.stderr);
+    assert!(lines.iter().any(|s| s.contains("CULEDGER_FLUSH_MS") && s.contains("soon")), "{lines:?}");
+    let r = l.report();
+    assert_eq!(r["settings"]["flush_ms"].as_u64(), Some(1000));
+    assert_eq!(r["health"]["warnings"].as_array().unwrap().len(), 2);
+    assert_eq!(u(&device(&r, 0)["live_bytes"]), run.u64("live"));
+}
+
+#[test]
+fn unwritable_output_directory_warns_and_the_program_is_unharmed() {
+    let plain = Sim::new("unwritable_plain");
+    let a = plain.run_ok(plain.cmd("rt_ledger").arg("basic"));
+    let mut l = Ledgered::new("unwritable");
+    let blocker = l.sim.scratch().join("a-file");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    l.sim.env("CULEDGER_OUT", blocker.join("out"));
+    let b = l.run("rt_ledger", &["basic"]);
+    assert_eq!(a.stdout, b.stdout);
+    let lines: Vec<&str> = b.stderr.lines().filter(|s| s.starts_with("culedger:")).collect();
+    assert_eq!(lines.len(), 1, "exactly one warning:\n{}", b.stderr);
+}
+
 // ---- fork, exit paths, SIGKILL ------------------------------------------------------------
 
 #[test]
