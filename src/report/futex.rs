@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::try_from(d.subsec_nanos()).unwrap_or(0),
+        // Below 10^9: fits any c_long.
+        tv_nsec: d.subsec_nanos() as libc::c_long,
     });
     let ts_ptr = ts.as_ref().map_or(ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned u32 for the duration of the call; FUTEX_WAIT only

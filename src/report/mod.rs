@@ -6,19 +6,29 @@
 //!   process image), creates the output directory and starts the `culedger-flush` thread.
 //!   Afterwards it is one relaxed atomic load.
 //! - [`final_write(exit_code)`](final_write): the final write (`process.exit = "exit"`).
-//!   Idempotent, safe from the exit handler and from our `_exit`. A no-op before
-//!   activation, and in a process other than the one that activated (a `vfork` child
-//!   that shares our memory).
+//!   Idempotent, never unwinds, safe from the exit handler, from our `_exit`, even from a
+//!   signal handler. A no-op before activation, and in a process other than the one that
+//!   activated (a `vfork` child that shares our memory).
+//!
+//! The flush thread does all writing: every `flush_ms` when the ledger changed, and the
+//! final write when an exit path asks for it (it runs even with `flush_ms = 0`, then only
+//! for that). The exiting thread may have been interrupted by a signal while it held a
+//! ledger lock or the malloc lock, so it only sets atomics, wakes the flush thread with a
+//! futex and waits, at most [`FINAL_WAIT`]; if the write cannot finish (it needs the lock
+//! the exiting thread holds), the process exits without the final report (the last
+//! periodic one stays). The flush thread blocks all signals. Should it fail to start, the
+//! exiting thread writes itself.
 //!
 //! Exit: on glibc the exit handler is registered with `on_exit`, which receives the exit
 //! status, so `process.exit_code` is known for `exit()` and for a return from `main`
 //! without interposing `exit` (elsewhere: `atexit`, code unknown). `_exit` and `_Exit`
 //! are exported: they do the final write and then `exit_group` as glibc does.
 //!
-//! Fork: the `pthread_atfork` child handler replaces the ledger, forgets the session
-//! (write lock included: the parent's flush thread may have held it) and records the
-//! parent pid; it only does atomic stores. The child writes nothing until one of its own
-//! hooks calls `activate()`, which opens a new session and starts a new flush thread.
+//! Fork: the `pthread_atfork` child handler forgets the session (write lock included: the
+//! parent's flush thread may have held it), records the parent pid and replaces the
+//! ledger; only atomic stores and the ledger's lock-free reset. The child writes nothing
+//! until one of its own hooks calls `activate()`, which opens a new session and starts a
+//! new flush thread.
 
 mod futex;
 mod process;
