@@ -6,20 +6,31 @@
 //!   process image), creates the output directory and starts the `culedger-flush` thread.
 //!   Afterwards it is one relaxed atomic load.
 //! - [`final_write(exit_code)`](final_write): the final write (`process.exit = "exit"`).
-//!   Idempotent, safe from the exit handler and from our `_exit`. A no-op before
-//!   activation, and in a process other than the one that activated (a `vfork` child
-//!   that shares our memory).
+//!   Idempotent, never unwinds, safe from the exit handler, from our `_exit`, even from a
+//!   signal handler. A no-op before activation, and in a process other than the one that
+//!   activated (a `vfork` child that shares our memory).
+//!
+//! The flush thread does all writing: every `flush_ms` when the ledger changed, and the
+//! final write when an exit path asks for it (it runs even with `flush_ms = 0`, then only
+//! for that). The exiting thread may have been interrupted by a signal while it held a
+//! ledger lock or the malloc lock, so it only sets atomics, wakes the flush thread with a
+//! futex and waits, at most [`FINAL_WAIT`]; if the write cannot finish (it needs the lock
+//! the exiting thread holds), the process exits without the final report (the last
+//! periodic one stays). The flush thread blocks all signals. Should it fail to start, the
+//! exiting thread writes itself.
 //!
 //! Exit: on glibc the exit handler is registered with `on_exit`, which receives the exit
 //! status, so `process.exit_code` is known for `exit()` and for a return from `main`
 //! without interposing `exit` (elsewhere: `atexit`, code unknown). `_exit` and `_Exit`
 //! are exported: they do the final write and then `exit_group` as glibc does.
 //!
-//! Fork: the `pthread_atfork` child handler replaces the ledger, forgets the session
-//! (write lock included: the parent's flush thread may have held it) and records the
-//! parent pid; it only does atomic stores. The child writes nothing until one of its own
-//! hooks calls `activate()`, which opens a new session and starts a new flush thread.
+//! Fork: the `pthread_atfork` child handler forgets the session (write lock included: the
+//! parent's flush thread may have held it), records the parent pid and replaces the
+//! ledger; only atomic stores and the ledger's lock-free reset. The child writes nothing
+//! until one of its own hooks calls `activate()`, which opens a new session and starts a
+//! new flush thread.
 
+mod futex;
 mod process;
 mod redact;
 mod writer;
@@ -28,8 +39,8 @@ use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void};
 use parking_lot::Mutex;
@@ -109,6 +120,14 @@ struct Session {
     gate: FlushGate,
     /// Set by the final write; the flush thread stops writing.
     finished: AtomicBool,
+    /// The flush thread runs, and serves final-write requests.
+    helper: AtomicBool,
+    /// Exit code of the first final-write request (`NO_REQUEST` until then).
+    final_code: AtomicI64,
+    /// 1 once a final write was requested from the flush thread (futex word).
+    final_request: AtomicU32,
+    /// `PENDING`, `WRITTEN` or `NOT_WRITTEN`: how the requested final write went (futex word).
+    final_outcome: AtomicU32,
     /// The one "cannot write" warning has been given.
     warned_write: AtomicBool,
     writer: AtomicWriter,
@@ -118,10 +137,18 @@ const INACTIVE: u8 = 0;
 const STARTING: u8 = 1;
 const ACTIVE: u8 = 2;
 
+const NO_REQUEST: i64 = i64::MAX;
+const NO_CODE: i64 = i64::MIN;
+const PENDING: u32 = 0;
+const WRITTEN: u32 = 1;
+const NOT_WRITTEN: u32 = 2;
+
 /// Name of the flush thread.
 pub const FLUSH_THREAD_NAME: &str = "culedger-flush";
 /// How long the final write waits for a flush in progress before writing anyway.
 pub const FINAL_LOCK_WAIT: Duration = Duration::from_millis(2000);
+/// How long an exiting thread waits for the flush thread's final write.
+pub const FINAL_WAIT: Duration = Duration::from_millis(5000);
 
 /// The report lifecycle, parameterised by its ledger and configuration so that tests can
 /// run private instances; the process uses the static [`GLOBAL`].
@@ -131,6 +158,7 @@ struct Reporter {
     /// Register on_exit/atexit and pthread_atfork handlers (only the process instance).
     install_handlers: bool,
     final_lock_wait: Duration,
+    final_wait: Duration,
     state: AtomicU8,
     session: AtomicPtr<Session>,
     /// Parent pid recorded by the fork child handler; 0 = not a fork child.
@@ -160,6 +188,7 @@ static GLOBAL: Reporter = Reporter {
     config: ConfigSource::Global,
     install_handlers: true,
     final_lock_wait: FINAL_LOCK_WAIT,
+    final_wait: FINAL_WAIT,
     state: AtomicU8::new(INACTIVE),
     session: AtomicPtr::new(ptr::null_mut()),
     forked_from: AtomicI32::new(0),
@@ -208,6 +237,10 @@ impl Reporter {
             write_lock: Mutex::new(()),
             gate: FlushGate::new(),
             finished: AtomicBool::new(false),
+            helper: AtomicBool::new(false),
+            final_code: AtomicI64::new(NO_REQUEST),
+            final_request: AtomicU32::new(0),
+            final_outcome: AtomicU32::new(PENDING),
             warned_write: AtomicBool::new(false),
             writer: AtomicWriter::new(),
         }));
@@ -217,15 +250,18 @@ impl Reporter {
         if let Err(e) = std::fs::create_dir_all(&session.out_dir) {
             self.warn_write_failure(session, &e);
         }
-        self.session.store(session as *const Session as *mut Session, Ordering::Release);
-        crate::info!("reporting to {}", session.out_dir.join(&session.file_name).display());
-        if session.flush_ms > 0 {
-            if let Err(e) = self.spawn_flush_thread(session) {
-                let line = format!("cannot start the flush thread ({e}); the report is written at exit only");
+        match self.spawn_flush_thread(session) {
+            Ok(()) => session.helper.store(true, Ordering::Release),
+            Err(e) => {
+                let line = format!(
+                    "cannot start the {FLUSH_THREAD_NAME} thread ({e}); the report is written only at exit, by the exiting thread"
+                );
                 crate::warn!("{line}");
                 self.ledger.note_warning(&line);
             }
         }
+        self.session.store(session as *const Session as *mut Session, Ordering::Release);
+        crate::info!("reporting to {}", session.out_dir.join(&session.file_name).display());
     }
 
     fn current(&self) -> Option<&'static Session> {
@@ -240,13 +276,29 @@ impl Reporter {
             .map(drop) // detached: process exit simply ends it
     }
 
+    /// The flush thread: periodic writes every `flush_ms` (none when 0), and the final
+    /// write when an exit path asks for it. Host signal handlers never run on it.
     fn flush_loop(&self, s: &'static Session) {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
         block_all_signals();
+        let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
+        let mut next_tick = period.map(|p| Instant::now() + p);
         loop {
-            std::thread::sleep(Duration::from_millis(s.flush_ms));
-            if s.finished.load(Ordering::Acquire) {
+            if s.final_request.load(Ordering::Acquire) != 0 {
+                let code = decode_code(s.final_code.load(Ordering::Acquire));
+                let wrote = catch_unwind(AssertUnwindSafe(|| self.final_write_now(s, code))).unwrap_or(false);
+                s.final_outcome.store(if wrote { WRITTEN } else { NOT_WRITTEN }, Ordering::Release);
+                futex::wake_all(&s.final_outcome);
                 return;
+            }
+            let (Some(period), Some(due)) = (period, next_tick) else {
+                futex::wait(&s.final_request, 0, None);
+                continue;
+            };
+            let now = Instant::now();
+            if now < due {
+                futex::wait(&s.final_request, 0, Some(due - now));
+                continue;
             }
             if catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).is_err()
                 && crate::warn_once!(TICK_FAILED; "internal error during a periodic report write; continuing")
@@ -255,6 +307,7 @@ impl Reporter {
                     self.ledger.note_warning("internal error during a periodic report write")
                 }));
             }
+            next_tick = Some(Instant::now() + period);
         }
     }
 
@@ -275,14 +328,42 @@ impl Reporter {
         written
     }
 
-    /// The final write; true if this call wrote the report.
+    /// The final write, from any context; true if this call's request wrote the report.
+    ///
+    /// The exiting thread may be inside a signal handler that interrupted it while it held
+    /// a ledger lock or the malloc lock, so when the flush thread runs, the write is done
+    /// there and the exiting thread only does async-signal-safe things: atomics, a futex
+    /// wake, and a wait bounded by `final_wait` (after which it gives up on the report).
     fn final_write(&self, exit_code: Option<i32>) -> bool {
         if self.state.load(Ordering::Acquire) != ACTIVE {
             return false;
         }
         let Some(s) = self.current() else { return false };
         // A vfork child (or a raw clone) runs in our memory with another pid: not ours.
-        if s.pid != getpid() || s.finished.swap(true, Ordering::AcqRel) {
+        if s.pid != getpid() {
+            return false;
+        }
+        if !s.helper.load(Ordering::Acquire) {
+            return self.final_write_now(s, exit_code);
+        }
+        let won = s
+            .final_code
+            .compare_exchange(NO_REQUEST, encode_code(exit_code), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if won {
+            s.final_request.store(1, Ordering::Release);
+            futex::wake_all(&s.final_request);
+        }
+        let outcome = futex::wait_while(&s.final_outcome, PENDING, Instant::now() + self.final_wait);
+        if won && outcome == PENDING {
+            crate::warn!("the final report write did not finish in time; exiting without it");
+        }
+        won && outcome == WRITTEN
+    }
+
+    /// Write the final report in this thread (once per session).
+    fn final_write_now(&self, s: &Session, exit_code: Option<i32>) -> bool {
+        if s.finished.swap(true, Ordering::AcqRel) {
             return false;
         }
         let guard = s.write_lock.try_lock_for(self.final_lock_wait);
@@ -347,6 +428,14 @@ impl Reporter {
         self.state.store(INACTIVE, Ordering::Release);
         self.ledger.reset_after_fork();
     }
+}
+
+fn encode_code(code: Option<i32>) -> i64 {
+    code.map_or(NO_CODE, i64::from)
+}
+
+fn decode_code(v: i64) -> Option<i32> {
+    i32::try_from(v).ok()
 }
 
 /// Block every blockable signal in the calling thread. Used by the flush thread: the

@@ -12,6 +12,8 @@ struct FakeLedger {
     renders: AtomicU32,
     resets: AtomicU32,
     panic_on_render: AtomicBool,
+    /// Held by a test to make rendering block (like a ledger lock held by the exiting thread).
+    render_gate: Mutex<()>,
     warnings: Mutex<Vec<String>>,
 }
 
@@ -24,6 +26,7 @@ impl LedgerAccess for FakeLedger {
     }
     fn to_json(&self) -> Value {
         assert!(!self.panic_on_render.load(Ordering::SeqCst), "render failure requested by the test");
+        drop(self.render_gate.lock());
         self.renders.fetch_add(1, Ordering::SeqCst);
         serde_json::json!({
             "devices": [],
@@ -61,6 +64,7 @@ impl Harness {
             config: ConfigSource::Fixed(config),
             install_handlers: false,
             final_lock_wait: Duration::from_millis(200),
+            final_wait: Duration::from_millis(3000),
             state: AtomicU8::new(INACTIVE),
             session: AtomicPtr::new(ptr::null_mut()),
             forked_from: AtomicI32::new(0),
@@ -130,6 +134,7 @@ fn activation_creates_dir_and_notes_config_warnings() {
     assert_eq!(s.pid, getpid());
     assert_eq!(s.file_name, format!("culedger-{}.json", getpid()));
     assert_eq!(s.forked_from, None);
+    assert!(s.helper.load(Ordering::SeqCst), "flush thread started even with flush_ms = 0");
     // Activating again changes nothing.
     h.reporter.activate();
     assert!(std::ptr::eq(s, h.session()));
@@ -228,6 +233,51 @@ fn final_write_does_not_wait_forever_for_a_stuck_flush() {
 }
 
 #[test]
+fn final_write_from_a_thread_holding_a_ledger_lock_gives_up_instead_of_deadlocking() {
+    // What `_exit` from a signal handler sees when it interrupted its thread inside the
+    // ledger: rendering needs a lock this very thread holds.
+    let h = Harness::new("siglock", "o", 0, &[]);
+    h.reporter.activate();
+    let held = h.ledger.render_gate.lock();
+    let start = Instant::now();
+    assert!(!h.reporter.final_write(Some(42)), "no report while the lock is held");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(3000) && waited < Duration::from_secs(10), "{waited:?}");
+    // Had the thread not exited, the flush thread finishes the write once the lock is free.
+    drop(held);
+    wait_for("late final write", Duration::from_secs(5), || {
+        h.session().final_outcome.load(Ordering::Acquire) == WRITTEN
+    });
+    assert_eq!(h.report()["process"]["exit_code"], 42);
+}
+
+#[test]
+fn concurrent_final_writes_write_once() {
+    let h = Harness::new("finalrace", "o", 0, &[]);
+    h.reporter.activate();
+    let r = h.reporter;
+    let wrote: Vec<bool> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4).map(|i| sc.spawn(move || r.final_write(Some(i)))).collect();
+        hs.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(wrote.iter().filter(|w| **w).count(), 1, "{wrote:?}");
+    let code = h.report()["process"]["exit_code"].as_i64().unwrap();
+    assert!((0..4).contains(&code));
+    assert_eq!(h.ledger.renders.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn final_write_without_flush_thread_writes_in_the_caller() {
+    let h = Harness::new("nohelper", "o", 0, &[]);
+    h.reporter.activate();
+    h.session().helper.store(false, Ordering::SeqCst); // as if the thread could not start
+    assert!(h.reporter.final_write(Some(8)));
+    assert_eq!(h.session().final_request.load(Ordering::SeqCst), 0, "the flush thread was not asked");
+    assert_eq!(h.report()["process"]["exit_code"], 8);
+    assert!(!h.reporter.final_write(Some(9)));
+}
+
+#[test]
 fn final_write_in_another_process_is_refused() {
     let h = Harness::new("vfork", "o", 0, &[]);
     // A session opened by a different pid: what a vfork child sees in our memory.
@@ -235,7 +285,9 @@ fn final_write_in_another_process_is_refused() {
     h.reporter.start(getpid() + 1);
     h.reporter.state.store(ACTIVE, Ordering::SeqCst);
     assert!(!h.reporter.final_write(Some(0)));
-    assert!(!h.session().finished.load(Ordering::SeqCst), "the owner's state is untouched");
+    let s = h.session();
+    assert!(!s.finished.load(Ordering::SeqCst), "the owner's state is untouched");
+    assert_eq!(s.final_code.load(Ordering::SeqCst), NO_REQUEST);
     assert!(entries(&h.out_dir()).is_empty());
 }
 
