@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +220,35 @@ static int entry(void) {
     return 0;
 }
 
+/* A signal handler that calls _exit while worker threads are inside allocation hooks (the
+ * way servers end on SIGTERM): the process must end with the handler's status, never hang. */
+static volatile int stop_workers;
+static void on_usr1(int sig) {
+    (void)sig;
+    _exit(42);
+}
+static void *churn(void *arg) {
+    (void)arg;
+    while (!stop_workers) {
+        void *p = NULL;
+        if (cudaMalloc(&p, 4096) == cudaSuccess) cudaFree(p);
+    }
+    return NULL;
+}
+static int sigexit(void) {
+    CHECK(cudaSetDevice(0));
+    dev_alloc(2 * MiB);
+    signal(SIGUSR1, on_usr1);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, churn, NULL);
+    usleep(200 * 1000);
+    for (int round = 0; round < 1000; round++) {
+        pthread_kill(th[round % 4], SIGUSR1); /* lands inside a hook most of the time */
+        usleep(1000);
+    }
+    return 1; /* not reached: the handler exits */
+}
+
 static int sleeper(void) {
     CHECK(cudaSetDevice(0));
     dev_alloc(12 * MiB);
@@ -243,6 +273,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "peer")) return peer();
     if (!strcmp(mode, "sleep")) return sleeper();
     if (!strcmp(mode, "entry")) return entry();
+    if (!strcmp(mode, "sigexit")) return sigexit();
     if (!strcmp(mode, "nocuda")) {
         printf("RESULT nocuda=1\n");
         return 3;

@@ -31,6 +31,15 @@ thread_local! {
     /// Depth of hooked calls on this thread. Const-initialised `Cell` without a destructor:
     /// compiles to a plain ELF TLS slot, no lazy registration, no allocation.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Set while this thread is inside the ledger's bookkeeping (it may hold a ledger lock).
+    static IN_RECORD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Is the calling thread inside culedger's bookkeeping? True only when a signal handler
+/// interrupted a hook while it recorded (and may hold a ledger lock): an exit from there
+/// must not wait for a report write that needs that lock.
+pub fn in_bookkeeping() -> bool {
+    IN_RECORD.try_with(|r| r.get()).unwrap_or(false)
 }
 
 /// Marks one hooked call on this thread. `outer` is true for the outermost one, which
@@ -78,7 +87,9 @@ fn init() {
 #[inline]
 pub(crate) fn record<F: FnOnce(&crate::ledger::Ledger)>(what: &'static str, f: F) {
     init();
+    let _ = IN_RECORD.try_with(|r| r.set(true));
     let ok = catch_unwind(AssertUnwindSafe(|| f(crate::ledger::global()))).is_ok();
+    let _ = IN_RECORD.try_with(|r| r.set(false));
     if !ok {
         let _ = catch_unwind(|| crate::ledger::global().note_loss(what));
     }

@@ -343,6 +343,12 @@ impl Reporter {
         if s.pid != getpid() {
             return false;
         }
+        // A signal handler exiting from inside a hook's bookkeeping: this thread may hold
+        // the ledger lock the write needs. The last periodic report stands.
+        if crate::hooks::in_bookkeeping() {
+            crate::info!("exit from inside culedger's bookkeeping (a signal handler); keeping the last periodic report");
+            return false;
+        }
         if !s.helper.load(Ordering::Acquire) {
             return self.final_write_now(s, exit_code);
         }

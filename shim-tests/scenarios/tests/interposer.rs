@@ -330,6 +330,19 @@ fn fork_child_starts_a_clean_ledger_of_its_own() {
 }
 
 #[test]
+fn exit_from_a_signal_handler_inside_a_hook_never_hangs() {
+    for i in 0..5 {
+        let l = Ledgered::new("sigexit");
+        let run = l.sim.run(l.sim.cmd("rt_ledger").arg("sigexit"));
+        assert_eq!(run.status.and_then(|s| s.code()), Some(42), "round {i}: {}", run.describe());
+        // A report exists: the final one, or the last periodic one when the signal landed
+        // inside culedger's bookkeeping.
+        let r = l.report();
+        assert!(u(&device(&r, 0)["alloc_count"]) >= 1, "round {i}");
+    }
+}
+
+#[test]
 fn sigkill_loses_at_most_one_flush_interval() {
     let l = Ledgered::new("sigkill");
     let mut cmd = l.sim.cmd("rt_ledger");
