@@ -112,3 +112,40 @@ pub fn round_up(bytes: u64) -> Option<u64> {
 pub fn machine_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Config {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]);
+        assert_eq!((c.machine.as_str(), c.devices, c.total), ("default", 8, 98304 * MIB));
+        assert_eq!((c.ctx_cost, c.peer_cost, c.graph_cost, c.module_cost, c.ipc_open_cost), (512 * MIB, 64 * MIB, 16 * MIB, 8 * MIB, 2 * MIB));
+        assert!(!c.reset);
+    }
+
+    #[test]
+    fn values_and_bad_values() {
+        let c = cfg(&[("FAKECUDA_DEVICES", "2"), ("FAKECUDA_TOTAL_MIB", " 64 "), ("FAKECUDA_CTX_MIB", "0"), ("FAKECUDA_RESET", "1"), ("FAKECUDA_MACHINE", "t1-x.y")]);
+        assert_eq!((c.devices, c.total, c.ctx_cost, c.reset, c.machine.as_str()), (2, 64 * MIB, 0, true, "t1-x.y"));
+        let c = cfg(&[("FAKECUDA_DEVICES", "17"), ("FAKECUDA_TOTAL_MIB", "lots"), ("FAKECUDA_CTX_MIB", "-1"), ("FAKECUDA_MACHINE", "../etc")]);
+        assert_eq!((c.devices, c.total, c.ctx_cost, c.machine.as_str()), (8, 98304 * MIB, 512 * MIB, "default"));
+        assert_eq!(c.shm_path(), "/dev/shm/fakecuda-default");
+    }
+
+    #[test]
+    fn rounding() {
+        assert_eq!(round_up(1), Some(GRANULARITY));
+        assert_eq!(round_up(GRANULARITY), Some(GRANULARITY));
+        assert_eq!(round_up(GRANULARITY + 1), Some(2 * GRANULARITY));
+        assert_eq!(round_up(u64::MAX), None);
+        assert_ne!(machine_hash("a"), machine_hash("b"));
+    }
+}

@@ -656,3 +656,43 @@ pub fn map_host(len: u64) -> R<*mut libc::c_void> {
 pub unsafe fn unmap_host(p: *mut libc::c_void, len: usize) {
     libc::munmap(p, len);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_first_fit_alignment_and_coalescing() {
+        let mut a = Arena::new((0x1000_0000, 8 << 20));
+        let x = a.alloc(2 << 20, 2 << 20).unwrap();
+        let y = a.alloc(2 << 20, 2 << 20).unwrap();
+        let z = a.alloc(4 << 20, 2 << 20).unwrap();
+        assert_eq!((x, y, z), (0x1000_0000, 0x1020_0000, 0x1040_0000));
+        assert_eq!(a.alloc(2 << 20, 2 << 20), None, "full");
+        a.release(y, 2 << 20);
+        assert_eq!(a.alloc(4 << 20, 2 << 20), None, "a 2 MiB hole does not fit 4 MiB");
+        a.release(x, 2 << 20);
+        assert_eq!(a.alloc(4 << 20, 2 << 20), Some(x), "freed neighbours coalesce");
+        a.release(x, 4 << 20);
+        a.release(z, 4 << 20);
+        assert_eq!(a.free.len(), 1, "everything coalesces back into one range");
+        assert!(a.take(0x1030_0000, 1 << 20));
+        assert!(!a.take(0x1030_0000, 1 << 20), "taken twice");
+        assert_eq!(a.alloc(8 << 20, 2 << 20), None);
+    }
+
+    #[test]
+    fn windows_do_not_overlap() {
+        let mut ranges: Vec<(u64, u64)> = (0..MAX_DEVICES).map(device_window).collect();
+        ranges.extend((0..MAX_DEVICES).filter_map(low_window));
+        ranges.push(VMM_WINDOW);
+        ranges.sort();
+        for w in ranges.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{w:x?}");
+        }
+        let last = device_window(MAX_DEVICES - 1);
+        assert!(last.0 + last.1 <= 0x7800_0000_0000, "below typical host mappings");
+        assert!(low_window(14).is_some_and(|(s, l)| s + l <= 1 << 32));
+        assert!(low_window(15).is_none());
+    }
+}

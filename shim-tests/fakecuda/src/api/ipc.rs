@@ -173,3 +173,21 @@ entry! {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_round_trip_and_garbage() {
+        let d = Decoded { machine: 7, dev: 3, pid: 4242, slot: 17, id: 99, base: 0x7000_0020_0000, size: 8 << 20 };
+        let h = encode(&d);
+        assert_eq!(decode(&h), Some(d));
+        for i in [0, 9, 17, 30, 45, 60] {
+            let mut bad = h;
+            bad.reserved[i] ^= 0x40;
+            assert_eq!(decode(&bad), None, "byte {i} flipped");
+        }
+        assert_eq!(decode(&CUipcMemHandle { reserved: [0; 64] }), None);
+    }
+}
