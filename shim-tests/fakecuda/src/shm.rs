@@ -227,11 +227,20 @@ impl Shm {
     }
 
     /// Releases the usage of processes that no longer run. Returns how many were reclaimed.
-    pub fn sweep(&self) -> usize {
+    ///
+    /// The quick form (used by `cuMemGetInfo`) only asks the kernel whether each pid exists; the
+    /// full form (attach, failed reservation) also reads `/proc/<pid>/stat` to catch zombies and
+    /// reused pids.
+    pub fn sweep_with(&self, full: bool) -> usize {
+        let me = std::process::id();
         let mut n = 0;
         for (i, s) in self.map.procs.iter().enumerate() {
             let pid = s.pid.load(Acquire);
-            if pid == 0 || pid == BUSY || process_alive(pid, s.start.load(Acquire)) {
+            if pid == 0 || pid == BUSY || pid == me {
+                continue;
+            }
+            let alive = if full { process_alive(pid, s.start.load(Acquire)) } else { pid_exists(pid) };
+            if alive {
                 continue;
             }
             if s.pid.compare_exchange(pid, BUSY, AcqRel, Acquire).is_ok() {
@@ -241,6 +250,11 @@ impl Shm {
             }
         }
         n
+    }
+
+    /// Full sweep (see [`Shm::sweep_with`]).
+    pub fn sweep(&self) -> usize {
+        self.sweep_with(true)
     }
 
     /// Atomically adds `bytes` to the device's usage unless that would exceed its total.
@@ -344,6 +358,13 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 /// Start time of this process (0 if /proc is unavailable).
 pub fn self_start_time() -> u64 {
     proc_stat(std::process::id()).map(|(_, t)| t).unwrap_or(0)
+}
+
+/// True unless the kernel says no process `pid` exists (zombies and reused pids count as existing).
+fn pid_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// True if `pid` runs and is the process that started at `start` (not a zombie, not a reused pid).

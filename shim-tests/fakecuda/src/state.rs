@@ -417,7 +417,7 @@ impl Proc {
     pub fn mem_info(&self, dev: usize) -> (u64, u64) {
         match self.shm {
             Some(shm) => {
-                shm.sweep();
+                shm.sweep_with(false);
                 let total = shm.total(dev);
                 (total.saturating_sub(shm.used(dev)), total)
             }
