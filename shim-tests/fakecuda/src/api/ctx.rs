@@ -54,6 +54,9 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
 ];
 
 /// Creates a context on `dev`, makes it current (pushed), and returns its handle.
+///
+/// # Safety
+/// `pctx` is the caller's C out-pointer (NULL or writable).
 unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> state::R {
     if pctx.is_null() || flags & !CTX_FLAGS_ALL != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -63,8 +66,7 @@ unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> stat
         p.create_ctx(d, false)
     })?;
     state::push_current(h);
-    // SAFETY: checked non-NULL above.
-    unsafe { pctx.write(h as CUcontext) };
+    pctx.write(h as CUcontext);
     Ok(())
 }
 
