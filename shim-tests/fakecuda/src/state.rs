@@ -120,8 +120,8 @@ pub enum Kind {
     Managed,
     /// Stream-ordered (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`), from `pool`.
     Async { pool: u64 },
-    /// A mapping of another process's allocation (`cuIpcOpenMemHandle`).
-    IpcOpen { slot: u32, id: u64, refs: u32 },
+    /// A mapping of another process's allocation (`cuIpcOpenMemHandle`), exported by `exporter`.
+    IpcOpen { slot: u32, id: u64, refs: u32, exporter: u32 },
     /// A VMM mapping of physical handle `phys` (`cuMemMap`).
     VmmMap { phys: u64 },
 }
@@ -243,8 +243,8 @@ pub struct Proc {
     pub modules: HashMap<u64, Costly>,
     /// Enabled peer mappings: (context, peer context) -> cost.
     pub peers: HashMap<(u64, u64), Costly>,
-    /// Opened IPC handles: (slot, id) -> mapped base.
-    pub ipc_opens: HashMap<(u32, u64), u64>,
+    /// Opened IPC handles: (slot, id, opening context) -> mapped base.
+    pub ipc_opens: HashMap<(u32, u64, u64), u64>,
 }
 
 thread_local! {
@@ -548,7 +548,7 @@ impl Proc {
             // SAFETY: managed memory was mapped by map_host with this span; the entry is gone now.
             Kind::Managed => unsafe { unmap_host(a.base as *mut libc::c_void, a.span as usize) },
             Kind::IpcOpen { slot, id, .. } => {
-                self.ipc_opens.remove(&(slot, id));
+                self.ipc_opens.remove(&(slot, id, a.ctx));
                 self.release_va(&a);
             }
             Kind::VmmMap { phys } => {

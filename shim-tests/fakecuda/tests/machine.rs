@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use fakecuda::api::{ipc::*, mem::*, vmm::*};
+use fakecuda::api::{ctx::*, ipc::*, mem::*, vmm::*};
 use fakecuda::types::*;
 use std::io::{BufRead, BufReader, Write};
 use std::os::raw::c_int;
@@ -97,6 +97,17 @@ fn ipc_helper() {
         let mut again = 0;
         assert_eq!(cuIpcOpenMemHandle(&mut again, h, 0), 0);
         say(&format!("same={}", (again == p) as u8));
+        // One context per device may open a given process's handles; another device's may too.
+        let mut c = null_mut();
+        assert_eq!(cuCtxCreate_v2(&mut c, 0, 1), 0);
+        let mut other = 0;
+        say(&format!("second_ctx_same_device={}", cuIpcOpenMemHandle_v2(&mut other, h, 0)));
+        assert_eq!(cuCtxDestroy_v2(c), 0);
+        assert_eq!(cuCtxCreate_v2(&mut c, 0, 0), 0);
+        say(&format!("ctx_other_device={}", cuIpcOpenMemHandle_v2(&mut other, h, 0)));
+        say(&format!("other_mapping={}", (other != p && other != 0) as u8));
+        assert_eq!(cuIpcCloseMemHandle(other), 0);
+        assert_eq!(cuCtxDestroy_v2(c), 0);
         assert_eq!(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE, "opened memory is not freed with cuMemFree");
         assert_eq!(cuIpcCloseMemHandle(p), 0);
         assert_eq!(cuIpcCloseMemHandle(p), 0);
@@ -147,6 +158,9 @@ fn ipc_handles_across_processes() {
         assert_eq!(result(&out, "device").as_deref(), Some("0"), "memory of the exporter's device");
         assert_eq!(result(&out, "size"), Some((8 * MIB).to_string()));
         assert_eq!(result(&out, "same").as_deref(), Some("1"));
+        assert_eq!(result(&out, "second_ctx_same_device").as_deref(), Some("201"));
+        assert_eq!(result(&out, "ctx_other_device").as_deref(), Some("0"));
+        assert_eq!(result(&out, "other_mapping").as_deref(), Some("1"));
         assert_eq!(result(&out, "closed_used").as_deref(), Some("0"));
         assert_eq!(result(&out, "third_close").as_deref(), Some("1"));
         assert_eq!(result(&out, "garbage").as_deref(), Some("400"));

@@ -51,6 +51,7 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
     (113, 1),         // READ_ONLY_HOST_REGISTER_SUPPORTED
     (115, 1),         // MEMORY_POOLS_SUPPORTED
     (116, 1),         // GPU_DIRECT_RDMA_SUPPORTED
+    (125, 1),         // IPC_EVENT_SUPPORTED (the documented IPC capability check)
 ];
 
 /// Creates a context on `dev`, makes it current (pushed), and returns its handle.

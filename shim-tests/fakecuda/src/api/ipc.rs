@@ -64,7 +64,10 @@ pub fn decode(h: &CUipcMemHandle) -> Option<Decoded> {
 }
 
 /// Opens a handle in the current context (the mapping costs `FAKECUDA_IPC_OPEN_MIB` on the
-/// opener's device). Opening the same handle again returns the same address (reference counted).
+/// opener's device). As documented in cuda.h: opening the same handle again in the same context
+/// returns the same address (reference counted), and handles of one exporting process may be
+/// opened by only one context per device (another context on that device gets
+/// `CUDA_ERROR_INVALID_CONTEXT`).
 unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> R {
     if pdptr.is_null() || flags & !CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -84,11 +87,19 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
             // The real driver refuses to open a handle in the process that exported it.
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
-        if let Some(&base) = p.ipc_opens.get(&(d.slot, d.id)) {
+        if let Some(&base) = p.ipc_opens.get(&(d.slot, d.id, ctx)) {
             if let Some(Alloc { kind: Kind::IpcOpen { refs, .. }, .. }) = p.allocs.get_mut(&base) {
                 *refs += 1;
             }
             return Ok(base);
+        }
+        let other_ctx_same_device = p.allocs.values().any(|a| {
+            matches!(a.kind, Kind::IpcOpen { exporter, .. } if exporter == e.pid)
+                && a.ctx != ctx
+                && a.charge.is_some_and(|(dev, _)| dev == my_dev)
+        });
+        if other_ctx_same_device {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
         let cost = Config::get().ipc_open_cost;
         let span = round_up(e.size).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
@@ -105,13 +116,13 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
             size: e.size,
             span,
             dev: e.dev as usize,
-            kind: Kind::IpcOpen { slot: d.slot, id: d.id, refs: 1 },
+            kind: Kind::IpcOpen { slot: d.slot, id: d.id, refs: 1, exporter: e.pid },
             ctx,
             charge: Some((my_dev, cost)),
             export: None,
             low: false,
         });
-        p.ipc_opens.insert((d.slot, d.id), base);
+        p.ipc_opens.insert((d.slot, d.id, ctx), base);
         Ok(base)
     })?;
     pdptr.write(base);
