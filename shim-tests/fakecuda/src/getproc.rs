@@ -191,9 +191,12 @@ table! {
     cuGraphExecDestroy 10000 => cuGraphExecDestroy;
     cuGraphLaunch 10000 => cuGraphLaunch;
     cuGraphLaunch 10000 ptsz => cuGraphLaunch_ptsz;
+    cuModuleLoad 2000 => cuModuleLoad;
     cuModuleLoadData 2000 => cuModuleLoadData;
+    cuModuleLoadDataEx 2010 => cuModuleLoadDataEx;
     cuModuleUnload 2000 => cuModuleUnload;
     cuLibraryLoadData 12000 => cuLibraryLoadData;
+    cuLibraryLoadFromFile 12000 => cuLibraryLoadFromFile;
     cuLibraryUnload 12000 => cuLibraryUnload;
 }
 
