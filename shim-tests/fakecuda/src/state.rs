@@ -12,7 +12,7 @@ use crate::types::*;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, Once};
 
 /// Result of an entry point body: `Err` carries the `CUresult` to return.
 pub type R<T = ()> = Result<T, CUresult>;
@@ -257,6 +257,32 @@ thread_local! {
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 static PROC: Mutex<Option<Proc>> = Mutex::new(None);
 
+thread_local! {
+    /// The state lock held by the forking thread across `fork()` (see [`register_atfork`]).
+    static FORK_GUARD: RefCell<Option<MutexGuard<'static, Option<Proc>>>> = const { RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let g = PROC.lock().unwrap_or_else(|e| e.into_inner());
+    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+}
+
+extern "C" fn after_fork() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
+/// Takes the state lock around `fork()`, so a child never inherits it locked by a thread that
+/// does not exist there (the child then starts from a fresh state, see [`with`]).
+fn register_atfork() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers plain extern "C" handlers that only lock/unlock our own mutex.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork));
+        }
+    });
+}
+
 /// A small unique number for the calling thread.
 pub fn thread_token() -> u64 {
     TOKEN.with(|t| *t)
@@ -293,6 +319,7 @@ pub fn exchange_capture_mode(mode: i32) -> i32 {
 
 /// Runs `f` on the process state (fresh after a fork).
 pub fn with<T>(f: impl FnOnce(&mut Proc) -> T) -> T {
+    register_atfork();
     let mut g = PROC.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
     if g.as_ref().is_none_or(|p| p.pid != pid) {

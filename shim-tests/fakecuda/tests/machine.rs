@@ -296,3 +296,50 @@ fn vmm_accounting_and_sharing() {
         assert_eq!(result(&stdout, "import").as_deref(), Some("1"), "another machine: {stdout}");
     });
 }
+
+/// fork() while other threads use the driver: the child never inherits a held lock and starts
+/// with a fresh driver (it must call cuInit again), as with the real driver.
+#[test]
+fn fork_while_threads_allocate() {
+    in_child("fork_while_threads_allocate", &[("FAKECUDA_CTX_MIB", "0")], || unsafe {
+        let ctx = setup(0) as usize;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    assert_eq!(cuCtxSetCurrent(ctx as CUcontext), 0);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let p = alloc(MIB);
+                        assert_eq!(cuMemFree_v2(p), 0);
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..20 {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                libc::alarm(5); // a deadlocked child dies of SIGALRM
+                let mut p = 0;
+                let fresh = cuMemAlloc_v2(&mut p, MIB) == CUDA_ERROR_NOT_INITIALIZED;
+                let mut c = null_mut();
+                let ok = fresh
+                    && cuInit(0) == 0
+                    && cuDevicePrimaryCtxRetain(&mut c, 0) == 0
+                    && cuCtxSetCurrent(c) == 0
+                    && cuMemAlloc_v2(&mut p, MIB) == 0
+                    && cuMemFree_v2(p) == 0;
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "forked child failed: status {status:#x}");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in workers {
+            w.join().expect("worker");
+        }
+        assert_eq!(used(), 0, "children's usage is gone, the parent's is untouched");
+    });
+}
