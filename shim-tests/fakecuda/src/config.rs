@@ -16,7 +16,7 @@ pub const GRANULARITY: u64 = 2 * MIB;
 pub struct Config {
     /// `FAKECUDA_MACHINE`: name of the shared machine file `/dev/shm/fakecuda-<machine>`.
     pub machine: String,
-    /// `FAKECUDA_DEVICES`: number of devices (1..=16).
+    /// `FAKECUDA_DEVICES`: number of devices (0..=16; 0 makes `cuInit` fail with `CUDA_ERROR_NO_DEVICE`).
     pub devices: usize,
     /// `FAKECUDA_TOTAL_MIB`: memory per device, bytes.
     pub total: u64,
@@ -52,9 +52,9 @@ impl Config {
         let devices = match get("FAKECUDA_DEVICES") {
             None => 8,
             Some(v) => match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_DEVICES).contains(&n) => n,
+                Ok(n) if n <= MAX_DEVICES => n,
                 _ => {
-                    crate::warn(&format!("FAKECUDA_DEVICES={v:?} is not in 1..={MAX_DEVICES}; using 8"));
+                    crate::warn(&format!("FAKECUDA_DEVICES={v:?} is not in 0..={MAX_DEVICES}; using 8"));
                     8
                 }
             },

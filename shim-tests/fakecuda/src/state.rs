@@ -389,8 +389,10 @@ impl Proc {
         if self.initialized {
             return Ok(());
         }
-        let _ = Config::get();
-        let shm = shm::machine().ok_or(CUDA_ERROR_UNKNOWN)?;
+        if Config::get().devices == 0 {
+            return Err(CUDA_ERROR_NO_DEVICE);
+        }
+        let shm = shm::machine().ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
         self.start = shm::self_start_time();
         self.slot = shm.attach(self.pid, self.start);
         self.shm = Some(shm);

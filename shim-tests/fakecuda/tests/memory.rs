@@ -390,3 +390,15 @@ fn modules_and_libraries() {
         assert_eq!(used(), 0);
     });
 }
+
+#[test]
+fn machine_without_devices() {
+    in_child("machine_without_devices", &[("FAKECUDA_DEVICES", "0")], || unsafe {
+        assert_eq!(cuInit(0), CUDA_ERROR_NO_DEVICE);
+        let mut n = -1;
+        assert_eq!(cuDeviceGetCount(&mut n), CUDA_ERROR_NOT_INITIALIZED);
+        let mut v = 0;
+        assert_eq!(cuDriverGetVersion(&mut v), 0, "the driver itself is there");
+        assert_eq!(v, 12090);
+    });
+}
