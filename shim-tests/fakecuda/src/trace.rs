@@ -25,11 +25,6 @@ fn fd() -> Option<c_int> {
     })
 }
 
-/// True when tracing is on (lets callers skip formatting).
-pub fn enabled() -> bool {
-    fd().is_some()
-}
-
 /// Appends one line (built only if tracing is on).
 pub fn line(f: impl FnOnce() -> String) {
     if let Some(fd) = fd() {
