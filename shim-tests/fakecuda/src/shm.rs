@@ -83,7 +83,10 @@ pub fn machine() -> Option<&'static Shm> {
     SHM.get_or_init(|| match Shm::open(Config::get()) {
         Ok(s) => Some(s),
         Err(e) => {
-            crate::warn(&format!("cannot map the machine file {}: {e}", Config::get().shm_path()));
+            crate::warn(&format!(
+                "cannot map the machine file {}: {e}",
+                Config::get().shm_path()
+            ));
             None
         }
     })
@@ -97,7 +100,11 @@ impl Shm {
         let size = std::mem::size_of::<Layout>();
         // SAFETY: plain POSIX calls on a path we own; the mapping is checked and never unmapped.
         let map = unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666);
+            let fd = libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                0o666,
+            );
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -108,14 +115,24 @@ impl Shm {
                 libc::close(fd);
                 return Err(e);
             }
-            let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
             libc::close(fd);
             if p == libc::MAP_FAILED {
                 return Err(std::io::Error::last_os_error());
             }
             &*(p as *const Layout)
         };
-        let shm = Shm { map, machine: cfg.machine.clone() };
+        let shm = Shm {
+            map,
+            machine: cfg.machine.clone(),
+        };
         shm.initialise(cfg);
         Ok(shm)
     }
@@ -227,11 +244,24 @@ impl Shm {
     }
 
     /// Releases the usage of processes that no longer run. Returns how many were reclaimed.
-    pub fn sweep(&self) -> usize {
+    ///
+    /// The quick form (used by `cuMemGetInfo`) only asks the kernel whether each pid exists; the
+    /// full form (attach, failed reservation) also reads `/proc/<pid>/stat` to catch zombies and
+    /// reused pids.
+    pub fn sweep_with(&self, full: bool) -> usize {
+        let me = std::process::id();
         let mut n = 0;
         for (i, s) in self.map.procs.iter().enumerate() {
             let pid = s.pid.load(Acquire);
-            if pid == 0 || pid == BUSY || process_alive(pid, s.start.load(Acquire)) {
+            if pid == 0 || pid == BUSY || pid == me {
+                continue;
+            }
+            let alive = if full {
+                process_alive(pid, s.start.load(Acquire))
+            } else {
+                pid_exists(pid)
+            };
+            if alive {
                 continue;
             }
             if s.pid.compare_exchange(pid, BUSY, AcqRel, Acquire).is_ok() {
@@ -241,6 +271,11 @@ impl Shm {
             }
         }
         n
+    }
+
+    /// Full sweep (see [`Shm::sweep_with`]).
+    pub fn sweep(&self) -> usize {
+        self.sweep_with(true)
     }
 
     /// Atomically adds `bytes` to the device's usage unless that would exceed its total.
@@ -257,7 +292,9 @@ impl Shm {
     fn try_reserve(&self, dev: usize, bytes: u64) -> bool {
         let total = self.total(dev);
         self.map.used[dev]
-            .fetch_update(AcqRel, Acquire, |u| u.checked_add(bytes).filter(|n| *n <= total))
+            .fetch_update(AcqRel, Acquire, |u| {
+                u.checked_add(bytes).filter(|n| *n <= total)
+            })
             .is_ok()
     }
 
@@ -270,7 +307,14 @@ impl Shm {
     }
 
     /// Records an exported allocation; returns its slot and unique id (None: table full).
-    pub fn export(&self, pid: u32, start: u64, dev: u32, base: u64, size: u64) -> Option<(u32, u64)> {
+    pub fn export(
+        &self,
+        pid: u32,
+        start: u64,
+        dev: u32,
+        base: u64,
+        size: u64,
+    ) -> Option<(u32, u64)> {
         for attempt in 0..2 {
             for (i, s) in self.map.ipc.iter().enumerate() {
                 if s.id.compare_exchange(0, WRITING, AcqRel, Acquire).is_ok() {
@@ -344,6 +388,13 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 /// Start time of this process (0 if /proc is unavailable).
 pub fn self_start_time() -> u64 {
     proc_stat(std::process::id()).map(|(_, t)| t).unwrap_or(0)
+}
+
+/// True unless the kernel says no process `pid` exists (zombies and reused pids count as existing).
+fn pid_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// True if `pid` runs and is the process that started at `start` (not a zombie, not a reused pid).

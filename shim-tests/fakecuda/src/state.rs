@@ -12,7 +12,7 @@ use crate::types::*;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, Once};
 
 /// Result of an entry point body: `Err` carries the `CUresult` to return.
 pub type R<T = ()> = Result<T, CUresult>;
@@ -57,7 +57,9 @@ pub struct Arena {
 
 impl Arena {
     pub fn new((start, len): (u64, u64)) -> Arena {
-        Arena { free: BTreeMap::from([(start, len)]) }
+        Arena {
+            free: BTreeMap::from([(start, len)]),
+        }
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two).
@@ -78,8 +80,12 @@ impl Arena {
 
     /// Takes the exact range `[start, start+size)` if it is free.
     pub fn take(&mut self, start: u64, size: u64) -> bool {
-        let Some((&s, &l)) = self.free.range(..=start).next_back() else { return false };
-        let Some(end) = start.checked_add(size) else { return false };
+        let Some((&s, &l)) = self.free.range(..=start).next_back() else {
+            return false;
+        };
+        let Some(end) = start.checked_add(size) else {
+            return false;
+        };
         if end > s + l {
             return false;
         }
@@ -120,8 +126,13 @@ pub enum Kind {
     Managed,
     /// Stream-ordered (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`), from `pool`.
     Async { pool: u64 },
-    /// A mapping of another process's allocation (`cuIpcOpenMemHandle`).
-    IpcOpen { slot: u32, id: u64, refs: u32 },
+    /// A mapping of another process's allocation (`cuIpcOpenMemHandle`), exported by `exporter`.
+    IpcOpen {
+        slot: u32,
+        id: u64,
+        refs: u32,
+        exporter: u32,
+    },
     /// A VMM mapping of physical handle `phys` (`cuMemMap`).
     VmmMap { phys: u64 },
 }
@@ -243,8 +254,8 @@ pub struct Proc {
     pub modules: HashMap<u64, Costly>,
     /// Enabled peer mappings: (context, peer context) -> cost.
     pub peers: HashMap<(u64, u64), Costly>,
-    /// Opened IPC handles: (slot, id) -> mapped base.
-    pub ipc_opens: HashMap<(u32, u64), u64>,
+    /// Opened IPC handles: (slot, id, opening context) -> mapped base.
+    pub ipc_opens: HashMap<(u32, u64, u64), u64>,
 }
 
 thread_local! {
@@ -256,6 +267,32 @@ thread_local! {
 }
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 static PROC: Mutex<Option<Proc>> = Mutex::new(None);
+
+thread_local! {
+    /// The state lock held by the forking thread across `fork()` (see [`register_atfork`]).
+    static FORK_GUARD: RefCell<Option<MutexGuard<'static, Option<Proc>>>> = const { RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let g = PROC.lock().unwrap_or_else(|e| e.into_inner());
+    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+}
+
+extern "C" fn after_fork() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
+/// Takes the state lock around `fork()`, so a child never inherits it locked by a thread that
+/// does not exist there (the child then starts from a fresh state, see [`with`]).
+fn register_atfork() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers plain extern "C" handlers that only lock/unlock our own mutex.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork));
+        }
+    });
+}
 
 /// A small unique number for the calling thread.
 pub fn thread_token() -> u64 {
@@ -293,6 +330,7 @@ pub fn exchange_capture_mode(mode: i32) -> i32 {
 
 /// Runs `f` on the process state (fresh after a fork).
 pub fn with<T>(f: impl FnOnce(&mut Proc) -> T) -> T {
+    register_atfork();
     let mut g = PROC.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
     if g.as_ref().is_none_or(|p| p.pid != pid) {
@@ -312,7 +350,13 @@ fn unreachable_state() -> ! {
 
 /// Like [`with`], but `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
 pub fn with_init<T>(f: impl FnOnce(&mut Proc) -> R<T>) -> R<T> {
-    with(|p| if p.initialized { f(p) } else { Err(CUDA_ERROR_NOT_INITIALIZED) })
+    with(|p| {
+        if p.initialized {
+            f(p)
+        } else {
+            Err(CUDA_ERROR_NOT_INITIALIZED)
+        }
+    })
 }
 
 /// Process exit: give this process's usage and exports back to the machine right away.
@@ -342,8 +386,12 @@ impl Proc {
             ctx_count: Vec::new(),
             allocs: BTreeMap::new(),
             host: BTreeMap::new(),
-            arenas: (0..MAX_DEVICES).map(|d| Arena::new(device_window(d))).collect(),
-            low: (0..MAX_DEVICES).map(|d| low_window(d).map(Arena::new)).collect(),
+            arenas: (0..MAX_DEVICES)
+                .map(|d| Arena::new(device_window(d)))
+                .collect(),
+            low: (0..MAX_DEVICES)
+                .map(|d| low_window(d).map(Arena::new))
+                .collect(),
             vmm_va: Arena::new(VMM_WINDOW),
             reservations: BTreeMap::new(),
             phys: HashMap::new(),
@@ -362,8 +410,10 @@ impl Proc {
         if self.initialized {
             return Ok(());
         }
-        let _ = Config::get();
-        let shm = shm::machine().ok_or(CUDA_ERROR_UNKNOWN)?;
+        if Config::get().devices == 0 {
+            return Err(CUDA_ERROR_NO_DEVICE);
+        }
+        let shm = shm::machine().ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
         self.start = shm::self_start_time();
         self.slot = shm.attach(self.pid, self.start);
         self.shm = Some(shm);
@@ -382,13 +432,19 @@ impl Proc {
 
     /// Validates a device ordinal.
     pub fn device(&self, dev: CUdevice) -> R<usize> {
-        usize::try_from(dev).ok().filter(|d| *d < self.devices).ok_or(CUDA_ERROR_INVALID_DEVICE)
+        usize::try_from(dev)
+            .ok()
+            .filter(|d| *d < self.devices)
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)
     }
 
     /// The calling thread's current context and its device (`CUDA_ERROR_INVALID_CONTEXT` if none).
     pub fn current(&self) -> R<(u64, usize)> {
         let h = current_handle();
-        self.ctxs.get(&h).map(|c| (h, c.dev)).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+        self.ctxs
+            .get(&h)
+            .map(|c| (h, c.dev))
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)
     }
 
     /// Validates a context handle.
@@ -417,7 +473,7 @@ impl Proc {
     pub fn mem_info(&self, dev: usize) -> (u64, u64) {
         match self.shm {
             Some(shm) => {
-                shm.sweep();
+                shm.sweep_with(false);
                 let total = shm.total(dev);
                 (total.saturating_sub(shm.used(dev)), total)
             }
@@ -441,18 +497,33 @@ impl Proc {
     /// modules, peer mappings, IPC mappings), giving their memory back.
     pub fn destroy_ctx(&mut self, h: u64) -> R {
         let ctx = self.ctxs.remove(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-        let owned: Vec<u64> = self.allocs.values().filter(|a| a.ctx == h).map(|a| a.base).collect();
+        let owned: Vec<u64> = self
+            .allocs
+            .values()
+            .filter(|a| a.ctx == h)
+            .map(|a| a.base)
+            .collect();
         for base in owned {
             self.remove_alloc(base);
         }
-        let hosts: Vec<u64> = self.host.values().filter(|r| r.ctx == h).map(|r| r.base).collect();
+        let hosts: Vec<u64> = self
+            .host
+            .values()
+            .filter(|r| r.ctx == h)
+            .map(|r| r.base)
+            .collect();
         for base in hosts {
             self.remove_host(base);
         }
         self.streams.retain(|_, s| s.ctx != h);
-        self.captures.retain(|k, _| *k & PER_THREAD_KEY != 0 || self.streams.contains_key(k));
+        self.captures
+            .retain(|k, _| *k & PER_THREAD_KEY != 0 || self.streams.contains_key(k));
         for costly in [&mut self.execs, &mut self.modules] {
-            let gone: Vec<u64> = costly.iter().filter(|(_, c)| c.ctx == h).map(|(k, _)| *k).collect();
+            let gone: Vec<u64> = costly
+                .iter()
+                .filter(|(_, c)| c.ctx == h)
+                .map(|(k, _)| *k)
+                .collect();
             for k in gone {
                 if let Some(c) = costly.remove(&k) {
                     if let Some(shm) = self.shm {
@@ -461,7 +532,12 @@ impl Proc {
                 }
             }
         }
-        let peers: Vec<(u64, u64)> = self.peers.keys().filter(|(a, b)| *a == h || *b == h).copied().collect();
+        let peers: Vec<(u64, u64)> = self
+            .peers
+            .keys()
+            .filter(|(a, b)| *a == h || *b == h)
+            .copied()
+            .collect();
         for k in peers {
             if let Some(c) = self.peers.remove(&k) {
                 self.uncharge(c.dev, c.charged);
@@ -477,15 +553,25 @@ impl Proc {
 
     /// Reserves device address space: from the 32-bit window when `low`.
     pub fn reserve_va(&mut self, dev: usize, span: u64, low: bool) -> R<u64> {
-        let arena = if low { self.low[dev].as_mut() } else { Some(&mut self.arenas[dev]) };
-        arena.and_then(|a| a.alloc(span, GRANULARITY)).ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+        let arena = if low {
+            self.low[dev].as_mut()
+        } else {
+            Some(&mut self.arenas[dev])
+        };
+        arena
+            .and_then(|a| a.alloc(span, GRANULARITY))
+            .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
     }
 
     fn release_va(&mut self, a: &Alloc) {
         if a.kind == Kind::Managed {
             return;
         }
-        let arena = if a.low { self.low[a.dev].as_mut() } else { Some(&mut self.arenas[a.dev]) };
+        let arena = if a.low {
+            self.low[a.dev].as_mut()
+        } else {
+            Some(&mut self.arenas[a.dev])
+        };
         if let Some(arena) = arena {
             arena.release(a.base, a.span);
         }
@@ -493,13 +579,24 @@ impl Proc {
 
     /// Allocates owned device memory of `size` bytes on `dev` for the current context: rounds up,
     /// charges, reserves an address (or maps real memory for managed) and records it.
-    pub fn alloc_device(&mut self, ctx: u64, dev: usize, size: u64, kind: Kind, low: bool) -> R<u64> {
+    pub fn alloc_device(
+        &mut self,
+        ctx: u64,
+        dev: usize,
+        size: u64,
+        kind: Kind,
+        low: bool,
+    ) -> R<u64> {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let span = round_up(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         self.charge(dev, span)?;
-        let base = if kind == Kind::Managed { map_host(span).map(|p| p as u64) } else { self.reserve_va(dev, span, low) };
+        let base = if kind == Kind::Managed {
+            map_host(span).map(|p| p as u64)
+        } else {
+            self.reserve_va(dev, span, low)
+        };
         let base = match base {
             Ok(b) => b,
             Err(e) => {
@@ -509,14 +606,28 @@ impl Proc {
         };
         self.allocs.insert(
             base,
-            Alloc { base, size, span, dev, kind, ctx, charge: Some((dev, span)), export: None, low },
+            Alloc {
+                base,
+                size,
+                span,
+                dev,
+                kind,
+                ctx,
+                charge: Some((dev, span)),
+                export: None,
+                low,
+            },
         );
         Ok(base)
     }
 
     /// The allocation containing `ptr`.
     pub fn find(&self, ptr: u64) -> Option<&Alloc> {
-        self.allocs.range(..=ptr).next_back().map(|(_, a)| a).filter(|a| ptr - a.base < a.size.max(1))
+        self.allocs
+            .range(..=ptr)
+            .next_back()
+            .map(|(_, a)| a)
+            .filter(|a| ptr - a.base < a.size.max(1))
     }
 
     /// Checks that `[ptr, ptr+len)` lies inside one live device-visible allocation.
@@ -532,7 +643,8 @@ impl Proc {
     pub fn in_fake_window(&self, ptr: u64) -> bool {
         let inside = |(s, l): (u64, u64)| ptr >= s && ptr - s < l;
         inside(VMM_WINDOW)
-            || (0..MAX_DEVICES).any(|d| inside(device_window(d)) || low_window(d).is_some_and(inside))
+            || (0..MAX_DEVICES)
+                .any(|d| inside(device_window(d)) || low_window(d).is_some_and(inside))
     }
 
     /// Removes an allocation: gives back its charge, address range, export and real memory.
@@ -548,7 +660,7 @@ impl Proc {
             // SAFETY: managed memory was mapped by map_host with this span; the entry is gone now.
             Kind::Managed => unsafe { unmap_host(a.base as *mut libc::c_void, a.span as usize) },
             Kind::IpcOpen { slot, id, .. } => {
-                self.ipc_opens.remove(&(slot, id));
+                self.ipc_opens.remove(&(slot, id, a.ctx));
                 self.release_va(&a);
             }
             Kind::VmmMap { phys } => {
@@ -578,7 +690,11 @@ impl Proc {
 
     /// The host range (pinned or registered) containing `ptr`.
     pub fn find_host(&self, ptr: u64) -> Option<&HostRange> {
-        self.host.range(..=ptr).next_back().map(|(_, r)| r).filter(|r| ptr - r.base < r.size.max(1))
+        self.host
+            .range(..=ptr)
+            .next_back()
+            .map(|(_, r)| r)
+            .filter(|r| ptr - r.base < r.size.max(1))
     }
 
     /// Removes a host range, unmapping memory the fake allocated.
@@ -608,7 +724,9 @@ impl Proc {
         let mut refused = false;
         for c in self.captures.values_mut() {
             let applies = c.mode != CU_STREAM_CAPTURE_MODE_RELAXED
-                && (c.thread == me || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL));
+                && (c.thread == me
+                    || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+                        && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL));
             if applies {
                 c.invalidated = true;
                 refused = true;
@@ -630,7 +748,11 @@ impl Proc {
             0 if per_thread => Ok((Some(PER_THREAD_KEY | thread_token()), dev)),
             0 | CU_STREAM_LEGACY => Ok((None, dev)),
             CU_STREAM_PER_THREAD => Ok((Some(PER_THREAD_KEY | thread_token()), dev)),
-            _ => self.streams.get(&(v as u64)).map(|st| (Some(v as u64), st.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE),
+            _ => self
+                .streams
+                .get(&(v as u64))
+                .map(|st| (Some(v as u64), st.dev))
+                .ok_or(CUDA_ERROR_INVALID_HANDLE),
         }
     }
 }
@@ -640,7 +762,14 @@ pub fn map_host(len: u64) -> R<*mut libc::c_void> {
     let len = usize::try_from(len).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
     // SAFETY: anonymous private mapping, checked for failure.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if p == libc::MAP_FAILED {
         Err(CUDA_ERROR_OUT_OF_MEMORY)
@@ -655,4 +784,55 @@ pub fn map_host(len: u64) -> R<*mut libc::c_void> {
 /// `p`/`len` must come from a successful [`map_host`] and be unmapped once.
 pub unsafe fn unmap_host(p: *mut libc::c_void, len: usize) {
     libc::munmap(p, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_first_fit_alignment_and_coalescing() {
+        let mut a = Arena::new((0x1000_0000, 8 << 20));
+        let x = a.alloc(2 << 20, 2 << 20).unwrap();
+        let y = a.alloc(2 << 20, 2 << 20).unwrap();
+        let z = a.alloc(4 << 20, 2 << 20).unwrap();
+        assert_eq!((x, y, z), (0x1000_0000, 0x1020_0000, 0x1040_0000));
+        assert_eq!(a.alloc(2 << 20, 2 << 20), None, "full");
+        a.release(y, 2 << 20);
+        assert_eq!(
+            a.alloc(4 << 20, 2 << 20),
+            None,
+            "a 2 MiB hole does not fit 4 MiB"
+        );
+        a.release(x, 2 << 20);
+        assert_eq!(
+            a.alloc(4 << 20, 2 << 20),
+            Some(x),
+            "freed neighbours coalesce"
+        );
+        a.release(x, 4 << 20);
+        a.release(z, 4 << 20);
+        assert_eq!(a.free.len(), 1, "everything coalesces back into one range");
+        assert!(a.take(0x1030_0000, 1 << 20));
+        assert!(!a.take(0x1030_0000, 1 << 20), "taken twice");
+        assert_eq!(a.alloc(8 << 20, 2 << 20), None);
+    }
+
+    #[test]
+    fn windows_do_not_overlap() {
+        let mut ranges: Vec<(u64, u64)> = (0..MAX_DEVICES).map(device_window).collect();
+        ranges.extend((0..MAX_DEVICES).filter_map(low_window));
+        ranges.push(VMM_WINDOW);
+        ranges.sort();
+        for w in ranges.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{w:x?}");
+        }
+        let last = device_window(MAX_DEVICES - 1);
+        assert!(
+            last.0 + last.1 <= 0x7800_0000_0000,
+            "below typical host mappings"
+        );
+        assert!(low_window(14).is_some_and(|(s, l)| s + l <= 1 << 32));
+        assert!(low_window(15).is_none());
+    }
 }

@@ -29,9 +29,12 @@ pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
+pub const CUDA_ERROR_OPERATING_SYSTEM: CUresult = 304;
 pub const CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY: CUresult = 224;
 pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
@@ -243,8 +246,16 @@ pub fn error_cstr(code: CUresult, name: bool) -> Option<*const c_char> {
     let t = TABLE.get_or_init(|| {
         ERRORS
             .iter()
-            .map(|(c, n, s)| (*c, CString::new(*n).unwrap_or_default(), CString::new(*s).unwrap_or_default()))
+            .map(|(c, n, s)| {
+                (
+                    *c,
+                    CString::new(*n).unwrap_or_default(),
+                    CString::new(*s).unwrap_or_default(),
+                )
+            })
             .collect()
     });
-    t.iter().find(|(c, _, _)| *c == code).map(|(_, n, s)| if name { n.as_ptr() } else { s.as_ptr() })
+    t.iter()
+        .find(|(c, _, _)| *c == code)
+        .map(|(_, n, s)| if name { n.as_ptr() } else { s.as_ptr() })
 }

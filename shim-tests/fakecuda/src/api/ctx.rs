@@ -15,45 +15,49 @@ const CTX_FLAGS_ALL: c_uint = 0xff;
 
 /// Device attributes the fake reports (an H100/H200-class device); others in range read 0.
 const ATTRIBUTES: &[(c_int, c_int)] = &[
-    (1, 1024),        // MAX_THREADS_PER_BLOCK
-    (2, 1024),        // MAX_BLOCK_DIM_X
-    (3, 1024),        // MAX_BLOCK_DIM_Y
-    (4, 64),          // MAX_BLOCK_DIM_Z
-    (5, 2147483647),  // MAX_GRID_DIM_X
-    (6, 65535),       // MAX_GRID_DIM_Y
-    (7, 65535),       // MAX_GRID_DIM_Z
-    (8, 49152),       // MAX_SHARED_MEMORY_PER_BLOCK
-    (9, 65536),       // TOTAL_CONSTANT_MEMORY
-    (10, 32),         // WARP_SIZE
-    (12, 65536),      // MAX_REGISTERS_PER_BLOCK
-    (13, 1980000),    // CLOCK_RATE (kHz)
-    (16, 132),        // MULTIPROCESSOR_COUNT
-    (19, 1),          // CAN_MAP_HOST_MEMORY
-    (31, 1),          // CONCURRENT_KERNELS
-    (32, 1),          // ECC_ENABLED
-    (36, 2619000),    // MEMORY_CLOCK_RATE (kHz)
-    (37, 5120),       // GLOBAL_MEMORY_BUS_WIDTH
-    (38, 52428800),   // L2_CACHE_SIZE
-    (39, 2048),       // MAX_THREADS_PER_MULTIPROCESSOR
-    (40, 3),          // ASYNC_ENGINE_COUNT
-    (41, 1),          // UNIFIED_ADDRESSING
-    (75, 9),          // COMPUTE_CAPABILITY_MAJOR
-    (76, 0),          // COMPUTE_CAPABILITY_MINOR
-    (81, 233472),     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-    (83, 1),          // MANAGED_MEMORY
-    (89, 1),          // CONCURRENT_MANAGED_ACCESS
-    (91, 0),          // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-    (95, 1),          // COOPERATIVE_LAUNCH
-    (99, 1),          // HOST_REGISTER_SUPPORTED
-    (102, 1),         // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-    (103, 1),         // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-    (106, 32),        // MAX_BLOCKS_PER_MULTIPROCESSOR
-    (113, 1),         // READ_ONLY_HOST_REGISTER_SUPPORTED
-    (115, 1),         // MEMORY_POOLS_SUPPORTED
-    (116, 1),         // GPU_DIRECT_RDMA_SUPPORTED
+    (1, 1024),       // MAX_THREADS_PER_BLOCK
+    (2, 1024),       // MAX_BLOCK_DIM_X
+    (3, 1024),       // MAX_BLOCK_DIM_Y
+    (4, 64),         // MAX_BLOCK_DIM_Z
+    (5, 2147483647), // MAX_GRID_DIM_X
+    (6, 65535),      // MAX_GRID_DIM_Y
+    (7, 65535),      // MAX_GRID_DIM_Z
+    (8, 49152),      // MAX_SHARED_MEMORY_PER_BLOCK
+    (9, 65536),      // TOTAL_CONSTANT_MEMORY
+    (10, 32),        // WARP_SIZE
+    (12, 65536),     // MAX_REGISTERS_PER_BLOCK
+    (13, 1980000),   // CLOCK_RATE (kHz)
+    (16, 132),       // MULTIPROCESSOR_COUNT
+    (19, 1),         // CAN_MAP_HOST_MEMORY
+    (31, 1),         // CONCURRENT_KERNELS
+    (32, 1),         // ECC_ENABLED
+    (36, 2619000),   // MEMORY_CLOCK_RATE (kHz)
+    (37, 5120),      // GLOBAL_MEMORY_BUS_WIDTH
+    (38, 52428800),  // L2_CACHE_SIZE
+    (39, 2048),      // MAX_THREADS_PER_MULTIPROCESSOR
+    (40, 3),         // ASYNC_ENGINE_COUNT
+    (41, 1),         // UNIFIED_ADDRESSING
+    (75, 9),         // COMPUTE_CAPABILITY_MAJOR
+    (76, 0),         // COMPUTE_CAPABILITY_MINOR
+    (81, 233472),    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    (83, 1),         // MANAGED_MEMORY
+    (89, 1),         // CONCURRENT_MANAGED_ACCESS
+    (91, 0),         // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    (95, 1),         // COOPERATIVE_LAUNCH
+    (99, 1),         // HOST_REGISTER_SUPPORTED
+    (102, 1),        // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+    (103, 1),        // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+    (106, 32),       // MAX_BLOCKS_PER_MULTIPROCESSOR
+    (113, 1),        // READ_ONLY_HOST_REGISTER_SUPPORTED
+    (115, 1),        // MEMORY_POOLS_SUPPORTED
+    (116, 1),        // GPU_DIRECT_RDMA_SUPPORTED
+    (125, 1),        // IPC_EVENT_SUPPORTED (the documented IPC capability check)
 ];
 
 /// Creates a context on `dev`, makes it current (pushed), and returns its handle.
+///
+/// # Safety
+/// `pctx` is the caller's C out-pointer (NULL or writable).
 unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> state::R {
     if pctx.is_null() || flags & !CTX_FLAGS_ALL != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -63,8 +67,7 @@ unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> stat
         p.create_ctx(d, false)
     })?;
     state::push_current(h);
-    // SAFETY: checked non-NULL above.
-    unsafe { pctx.write(h as CUcontext) };
+    pctx.write(h as CUcontext);
     Ok(())
 }
 

@@ -25,7 +25,11 @@ pub struct Decoded {
 }
 
 fn checksum(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3).rotate_left(5))
+    bytes.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
+        (h ^ *b as u64)
+            .wrapping_mul(0x0100_0000_01b3)
+            .rotate_left(5)
+    })
 }
 
 /// Encodes a handle.
@@ -64,7 +68,10 @@ pub fn decode(h: &CUipcMemHandle) -> Option<Decoded> {
 }
 
 /// Opens a handle in the current context (the mapping costs `FAKECUDA_IPC_OPEN_MIB` on the
-/// opener's device). Opening the same handle again returns the same address (reference counted).
+/// opener's device). As documented in cuda.h: opening the same handle again in the same context
+/// returns the same address (reference counted), and handles of one exporting process may be
+/// opened by only one context per device (another context on that device gets
+/// `CUDA_ERROR_INVALID_CONTEXT`).
 unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> R {
     if pdptr.is_null() || flags & !CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -76,19 +83,35 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         let shm = p.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
-        let e = shm.lookup_export(d.slot, d.id).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if (e.pid, e.dev, e.base, e.size) != (d.pid, d.dev, d.base, d.size) || e.dev as usize >= p.devices {
+        let e = shm
+            .lookup_export(d.slot, d.id)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if (e.pid, e.dev, e.base, e.size) != (d.pid, d.dev, d.base, d.size)
+            || e.dev as usize >= p.devices
+        {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         if e.pid == p.pid {
             // The real driver refuses to open a handle in the process that exported it.
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
-        if let Some(&base) = p.ipc_opens.get(&(d.slot, d.id)) {
-            if let Some(Alloc { kind: Kind::IpcOpen { refs, .. }, .. }) = p.allocs.get_mut(&base) {
+        if let Some(&base) = p.ipc_opens.get(&(d.slot, d.id, ctx)) {
+            if let Some(Alloc {
+                kind: Kind::IpcOpen { refs, .. },
+                ..
+            }) = p.allocs.get_mut(&base)
+            {
                 *refs += 1;
             }
             return Ok(base);
+        }
+        let other_ctx_same_device = p.allocs.values().any(|a| {
+            matches!(a.kind, Kind::IpcOpen { exporter, .. } if exporter == e.pid)
+                && a.ctx != ctx
+                && a.charge.is_some_and(|(dev, _)| dev == my_dev)
+        });
+        if other_ctx_same_device {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
         let cost = Config::get().ipc_open_cost;
         let span = round_up(e.size).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
@@ -100,18 +123,26 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
                 return Err(err);
             }
         };
-        p.allocs.insert(base, Alloc {
+        p.allocs.insert(
             base,
-            size: e.size,
-            span,
-            dev: e.dev as usize,
-            kind: Kind::IpcOpen { slot: d.slot, id: d.id, refs: 1 },
-            ctx,
-            charge: Some((my_dev, cost)),
-            export: None,
-            low: false,
-        });
-        p.ipc_opens.insert((d.slot, d.id), base);
+            Alloc {
+                base,
+                size: e.size,
+                span,
+                dev: e.dev as usize,
+                kind: Kind::IpcOpen {
+                    slot: d.slot,
+                    id: d.id,
+                    refs: 1,
+                    exporter: e.pid,
+                },
+                ctx,
+                charge: Some((my_dev, cost)),
+                export: None,
+                low: false,
+            },
+        );
+        p.ipc_opens.insert((d.slot, d.id, ctx), base);
         Ok(base)
     })?;
     pdptr.write(base);
@@ -171,5 +202,31 @@ entry! {
                 _ => Err(CUDA_ERROR_INVALID_VALUE),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_round_trip_and_garbage() {
+        let d = Decoded {
+            machine: 7,
+            dev: 3,
+            pid: 4242,
+            slot: 17,
+            id: 99,
+            base: 0x7000_0020_0000,
+            size: 8 << 20,
+        };
+        let h = encode(&d);
+        assert_eq!(decode(&h), Some(d));
+        for i in [0, 9, 17, 30, 45, 60] {
+            let mut bad = h;
+            bad.reserved[i] ^= 0x40;
+            assert_eq!(decode(&bad), None, "byte {i} flipped");
+        }
+        assert_eq!(decode(&CUipcMemHandle { reserved: [0; 64] }), None);
     }
 }

@@ -50,19 +50,33 @@ fn pitch_of(width: u64, height: u64, element_size: c_uint) -> R<(u64, u64)> {
     if width == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let pitch = width.checked_add(PITCH_ALIGN - 1).ok_or(CUDA_ERROR_INVALID_VALUE)? & !(PITCH_ALIGN - 1);
-    Ok((pitch, pitch.checked_mul(height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?))
+    let pitch = width
+        .checked_add(PITCH_ALIGN - 1)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?
+        & !(PITCH_ALIGN - 1);
+    Ok((
+        pitch,
+        pitch.checked_mul(height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?,
+    ))
 }
 
 fn address_range(dptr: u64) -> R<(u64, u64)> {
     with_init(|p| {
         p.current()?;
-        p.find(dptr).map(|a| (a.base, a.size)).ok_or(CUDA_ERROR_NOT_FOUND)
+        p.find(dptr)
+            .map(|a| (a.base, a.size))
+            .ok_or(CUDA_ERROR_NOT_FOUND)
     })
 }
 
 /// Stream-ordered allocation on `stream` from `pool` (None: the device's default pool).
-unsafe fn alloc_async(dptr: *mut CUdeviceptr, size: usize, pool: Option<CUmemoryPool>, stream: CUstream, per_thread: bool) -> R {
+unsafe fn alloc_async(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: Option<CUmemoryPool>,
+    stream: CUstream,
+    per_thread: bool,
+) -> R {
     if dptr.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -115,7 +129,16 @@ unsafe fn host_alloc(pp: *mut *mut c_void, size: u64, flags: c_uint) -> R {
         let len = size.checked_add(4095).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? & !4095;
         let ptr = state::map_host(len)?;
         let base = ptr as u64;
-        p.host.insert(base, HostRange { base, size, owned: Some(len as usize), ctx, dev });
+        p.host.insert(
+            base,
+            HostRange {
+                base,
+                size,
+                owned: Some(len as usize),
+                ctx,
+                dev,
+            },
+        );
         Ok(ptr)
     })?;
     pp.write(ptr);
@@ -130,11 +153,24 @@ fn host_register(ptr: *mut c_void, size: usize, flags: c_uint) -> R {
         let (ctx, dev) = p.current()?;
         let (base, size) = (ptr as u64, size as u64);
         let end = base.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let overlaps = p.host.range(..end).next_back().is_some_and(|(_, r)| r.base + r.size > base);
+        let overlaps = p
+            .host
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, r)| r.base + r.size > base);
         if overlaps {
             return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        p.host.insert(base, HostRange { base, size, owned: None, ctx, dev });
+        p.host.insert(
+            base,
+            HostRange {
+                base,
+                size,
+                owned: None,
+                ctx,
+                dev,
+            },
+        );
         Ok(())
     })
 }
@@ -189,22 +225,22 @@ fn pointer_attribute(p: &Proc, attr: c_int, ptr: u64) -> R<Attr> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     };
     Ok(match attr {
-        1 => Attr::U64(info.ctx),                                         // CONTEXT
-        2 => Attr::U32(info.memtype),                                     // MEMORY_TYPE
-        3 => Attr::U64(ptr),                                              // DEVICE_POINTER
-        4 if info.host_visible => Attr::U64(ptr),                         // HOST_POINTER
+        1 => Attr::U64(info.ctx),                 // CONTEXT
+        2 => Attr::U32(info.memtype),             // MEMORY_TYPE
+        3 => Attr::U64(ptr),                      // DEVICE_POINTER
+        4 if info.host_visible => Attr::U64(ptr), // HOST_POINTER
         4 => return Err(CUDA_ERROR_INVALID_VALUE),
-        6 => Attr::U32(0),                                                // SYNC_MEMOPS
-        7 => Attr::U64(info.base),                                        // BUFFER_ID
-        8 => Attr::U32(info.managed as u32),                              // IS_MANAGED
-        9 => Attr::U32(info.dev as u32),                                  // DEVICE_ORDINAL
-        10 => Attr::U32(info.ipc_capable as u32),                         // IS_LEGACY_CUDA_IPC_CAPABLE
-        11 | 19 => Attr::U64(info.base),                                  // RANGE_START_ADDR, MAPPING_BASE_ADDR
-        12 | 18 => Attr::U64(info.size),                                  // RANGE_SIZE, MAPPING_SIZE
-        13 => Attr::U32(1),                                               // MAPPED
-        15 => Attr::U32(0),                                               // IS_GPU_DIRECT_RDMA_CAPABLE
-        16 => Attr::U32(3),                                               // ACCESS_FLAGS: read-write
-        17 => Attr::U64(info.pool),                                       // MEMPOOL_HANDLE
+        6 => Attr::U32(0),                        // SYNC_MEMOPS
+        7 => Attr::U64(info.base),                // BUFFER_ID
+        8 => Attr::U32(info.managed as u32),      // IS_MANAGED
+        9 => Attr::U32(info.dev as u32),          // DEVICE_ORDINAL
+        10 => Attr::U32(info.ipc_capable as u32), // IS_LEGACY_CUDA_IPC_CAPABLE
+        11 | 19 => Attr::U64(info.base),          // RANGE_START_ADDR, MAPPING_BASE_ADDR
+        12 | 18 => Attr::U64(info.size),          // RANGE_SIZE, MAPPING_SIZE
+        13 => Attr::U32(1),                       // MAPPED
+        15 => Attr::U32(0),                       // IS_GPU_DIRECT_RDMA_CAPABLE
+        16 => Attr::U32(3),                       // ACCESS_FLAGS: read-write
+        17 => Attr::U64(info.pool),               // MEMPOOL_HANDLE
         5 | 14 | 20 | 21 => return Err(CUDA_ERROR_NOT_SUPPORTED),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })

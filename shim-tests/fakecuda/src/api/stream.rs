@@ -49,8 +49,22 @@ fn begin_capture(h: CUstream, mode: c_int, per_thread: bool) -> R {
             return Err(CUDA_ERROR_ILLEGAL_STATE);
         }
         let graph = p.new_handle(tag::GRAPH);
-        p.graphs.insert(graph, Graph { dev, alloc_nodes: Vec::new() });
-        p.captures.insert(key, Capture { mode, thread: state::thread_token(), graph, invalidated: false });
+        p.graphs.insert(
+            graph,
+            Graph {
+                dev,
+                alloc_nodes: Vec::new(),
+            },
+        );
+        p.captures.insert(
+            key,
+            Capture {
+                mode,
+                thread: state::thread_token(),
+                graph,
+                invalidated: false,
+            },
+        );
         Ok(())
     })
 }
@@ -103,7 +117,14 @@ unsafe fn instantiate(p_exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R
         let cost = Config::get().graph_cost;
         p.charge(dev, cost)?;
         let h = p.new_handle(tag::EXEC);
-        p.execs.insert(h, Costly { ctx, dev, charged: cost });
+        p.execs.insert(
+            h,
+            Costly {
+                ctx,
+                dev,
+                charged: cost,
+            },
+        );
         Ok(h)
     })?;
     p_exec.write(h as CUgraphExec);
@@ -111,7 +132,13 @@ unsafe fn instantiate(p_exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R
 }
 
 /// The 10000/11000 ABIs: no error node, empty log.
-unsafe fn instantiate_with_log(p_exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char, size: usize) -> R {
+unsafe fn instantiate_with_log(
+    p_exec: *mut CUgraphExec,
+    graph: CUgraph,
+    err_node: *mut CUgraphNode,
+    log: *mut c_char,
+    size: usize,
+) -> R {
     if !err_node.is_null() {
         err_node.write(std::ptr::null_mut());
     }
@@ -137,8 +164,61 @@ fn load_costly(p: &mut Proc, tag: u64, ctx: u64, dev: usize) -> R<u64> {
     let cost = Config::get().module_cost;
     p.charge(dev, cost)?;
     let h = p.new_handle(tag);
-    p.modules.insert(h, Costly { ctx, dev, charged: cost });
+    p.modules.insert(
+        h,
+        Costly {
+            ctx,
+            dev,
+            charged: cost,
+        },
+    );
     Ok(h)
+}
+
+/// Loads a module for the current context from an image (`image` non-NULL).
+unsafe fn module_load(module: *mut CUmodule, image_ok: bool) -> R {
+    if module.is_null() || !image_ok {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = with_init(|p| {
+        let (ctx, dev) = p.current()?;
+        load_costly(p, tag::MODULE, ctx, dev)
+    })?;
+    module.write(h as CUmodule);
+    Ok(())
+}
+
+/// Loads a context-independent library: charged to the current context's device (device 0 if
+/// none is current).
+unsafe fn library_load(library: *mut CUlibrary, source_ok: bool, options_ok: bool) -> R {
+    if library.is_null() || !source_ok || !options_ok {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = with_init(|p| {
+        let dev = p.current().map_or(0, |(_, d)| d);
+        load_costly(p, tag::LIBRARY, 0, dev)
+    })?;
+    library.write(h as CUlibrary);
+    Ok(())
+}
+
+/// True if `n` options come with both arrays (or there are none).
+fn options_ok<A, B>(n: c_uint, a: *const A, b: *const B) -> bool {
+    n == 0 || (!a.is_null() && !b.is_null())
+}
+
+/// A file to load must exist (`CUDA_ERROR_FILE_NOT_FOUND` otherwise).
+unsafe fn check_file(fname: *const c_char) -> R<bool> {
+    if fname.is_null() {
+        return Ok(false);
+    }
+    let path = std::ffi::CStr::from_ptr(fname)
+        .to_string_lossy()
+        .into_owned();
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(true),
+        _ => Err(CUDA_ERROR_FILE_NOT_FOUND),
+    }
 }
 
 fn unload_costly(h: u64, tag: u64) -> R {
@@ -274,15 +354,17 @@ entry! {
     }
 
     fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) {
-        if module.is_null() || image.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = with_init(|p| {
-            let (ctx, dev) = p.current()?;
-            load_costly(p, tag::MODULE, ctx, dev)
-        })?;
-        module.write(h as CUmodule);
-        Ok(())
+        module_load(module, !image.is_null())
+    }
+
+    fn cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, num_options: c_uint, options: *mut c_int, option_values: *mut *mut c_void) {
+        module_load(module, !image.is_null() && options_ok(num_options, options, option_values))
+    }
+
+    /// The file must exist (its content is not parsed).
+    fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) {
+        let exists = check_file(fname)?;
+        module_load(module, exists)
     }
 
     fn cuModuleUnload(hmod: CUmodule) {
@@ -291,21 +373,16 @@ entry! {
 
     /// Context-independent: charged to the current context's device (device 0 if none is current).
     fn cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_options_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_int, library_option_values: *mut *mut c_void, num_library_options: c_uint) {
-        let _ = (jit_options, jit_options_values, library_options, library_option_values);
-        if library.is_null() || code.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if (num_jit_options > 0 && (jit_options.is_null() || jit_options_values.is_null()))
-            || (num_library_options > 0 && (library_options.is_null() || library_option_values.is_null()))
-        {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = with_init(|p| {
-            let dev = p.current().map_or(0, |(_, d)| d);
-            load_costly(p, tag::LIBRARY, 0, dev)
-        })?;
-        library.write(h as CUlibrary);
-        Ok(())
+        let opts = options_ok(num_jit_options, jit_options, jit_options_values)
+            && options_ok(num_library_options, library_options, library_option_values);
+        library_load(library, !code.is_null(), opts)
+    }
+
+    fn cuLibraryLoadFromFile(library: *mut CUlibrary, file_name: *const c_char, jit_options: *mut c_int, jit_options_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_int, library_option_values: *mut *mut c_void, num_library_options: c_uint) {
+        let opts = options_ok(num_jit_options, jit_options, jit_options_values)
+            && options_ok(num_library_options, library_options, library_option_values);
+        let exists = check_file(file_name)?;
+        library_load(library, exists, opts)
     }
 
     fn cuLibraryUnload(library: CUlibrary) {
