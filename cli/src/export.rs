@@ -301,11 +301,14 @@ impl Synth {
     }
 }
 
+/// A category's new live bytes for one owner: (time in µs, member, record order within the
+/// member, owner, category, live bytes).
+type Step = (i64, usize, (i64, i64), String, &'static str, i64);
+
 fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
     let mut s = Synth::new(g.index);
     let us = |abs_ms: i64| (abs_ms - zero) * 1000;
-    // (time, member, record order within the member, owner, category, live bytes).
-    let mut steps: Vec<(i64, usize, (i64, i64), String, &str, i64)> = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
     for (order, m) in g.members.iter().enumerate() {
         let owner = format!("pid {}", m.pid());
         for sample in &m.dev.timeline {

@@ -131,7 +131,8 @@ print(json.dumps(peak, sort_keys=True))
         );
     }
     assert!(
-        cats["graphs"]["peak_bytes"].as_i64() > Some(0) && cats["other"]["peak_bytes"].as_i64() > Some(0),
+        cats["graphs"]["peak_bytes"].as_i64() > Some(0)
+            && cats["other"]["peak_bytes"].as_i64() > Some(0),
         "the fixture exercises more than one category"
     );
 }
@@ -193,7 +194,10 @@ fn perfetto_trace_has_the_required_fields() {
             .filter(|e| e["pid"] == m["pid"])
             .map(|e| e["args"]["seq"].as_i64().expect("seq in args"))
             .collect();
-        assert!(!seqs.is_empty() && seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        assert!(
+            !seqs.is_empty() && seqs.windows(2).all(|w| w[0] < w[1]),
+            "{seqs:?}"
+        );
     }
     // Counter timestamps of one process are in time order.
     let pid = counters[0]["pid"].clone();

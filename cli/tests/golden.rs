@@ -63,7 +63,10 @@ fn diff_headline_names_what_changed() {
     // The same runs the other way round: the failure is on B's side... of A now.
     let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl"]);
     let first = stdout(&o).lines().next().unwrap_or_default().to_string();
-    assert!(first.starts_with("nccl/ uses +7.57 GiB other on GPU 1"), "{first}");
+    assert!(
+        first.starts_with("nccl/ uses +7.57 GiB other on GPU 1"),
+        "{first}"
+    );
     assert!(
         first.contains("paid 724.00 MiB less in hidden driver costs on GPU 1"),
         "{first}"
