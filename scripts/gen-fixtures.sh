@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the CLI's fixtures (cli/tests/fixtures/{nccl,custom-ar}/) from the simulated
-# CUDA stack, replacing the hand-made ones:
+# CUDA stack:
 #
 #   scripts/gen-fixtures.sh              make, then run both demo configurations under
 #                                        `culedger run`, then normalise and copy the reports

@@ -5,7 +5,10 @@
 //! JSON renderers share, so the three formats never disagree.
 
 use crate::load::Run;
-use crate::model::{Device, Failure, Graphs, Ipc, Probe, Report, CATEGORIES};
+use crate::model::{
+    first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped,
+    CATEGORIES,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -37,6 +40,19 @@ impl Member<'_> {
             .dev
             .timeline
             .partition_point(|s| self.abs(s.t_ms) <= at);
+        n.checked_sub(1)
+            .map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c)))
+            .unwrap_or([0; 6])
+    }
+
+    /// Live bytes per category of this process on this device just before its own record
+    /// stamped `at` (a probe, a failure): ordered by `(t_ms, seq)`, so allocations made in
+    /// the same millisecond after it do not count.
+    pub fn live_before(&self, at: Stamp) -> [i64; 6] {
+        let n = self
+            .dev
+            .timeline
+            .partition_point(|s| s.stamp().precedes(at));
         n.checked_sub(1)
             .map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c)))
             .unwrap_or([0; 6])
@@ -87,6 +103,7 @@ impl Point {
 pub struct LargeAlloc {
     pub pid: i64,
     pub t_ms: i64,
+    pub seq: Option<i64>,
     pub bytes: i64,
     pub api: String,
     pub category: Option<String>,
@@ -179,15 +196,33 @@ impl<'a> DeviceGroup<'a> {
             .max(member_max)
     }
 
-    /// Every probe of every member, with the member, in time order.
+    /// Every probe of every member, with the member, in time order (across processes by
+    /// absolute time, within one by `(t_ms, seq)`).
     pub fn probes(&self) -> Vec<(Member<'a>, &'a Probe)> {
         let mut all: Vec<(Member, &Probe)> = self
             .members
             .iter()
             .flat_map(|m| m.dev.probes.iter().map(move |p| (*m, p)))
             .collect();
-        all.sort_by_key(|(m, p)| (m.abs(p.t_ms), m.pid()));
+        all.sort_by_key(|(m, p)| (m.abs(p.t_ms), m.pid(), p.stamp().key()));
         all
+    }
+
+    /// What the processes of this run had allocated on the device when `m` made the
+    /// probe `p`: the others' by absolute time, `m`'s own just before the probe.
+    pub fn tracked_at(&self, m: Member, p: &Probe) -> i64 {
+        let at = m.abs(p.t_ms);
+        self.members
+            .iter()
+            .map(|o| {
+                let live = if std::ptr::eq(o.report, m.report) {
+                    o.live_before(p.stamp())
+                } else {
+                    o.live_at(at)
+                };
+                live.iter().sum::<i64>()
+            })
+            .sum()
     }
 
     /// Device memory in use by anything (from each probe: total - free) minus what the
@@ -202,13 +237,7 @@ impl<'a> DeviceGroup<'a> {
                 continue;
             };
             let used = total - free;
-            let at = m.abs(p.t_ms);
-            let tracked: i64 = self
-                .members
-                .iter()
-                .map(|o| o.live_at(at).iter().sum::<i64>())
-                .sum();
-            let untracked = used - tracked;
+            let untracked = used - self.tracked_at(m, p);
             last = Some(untracked);
             used_last = Some(used);
             max = Some(max.map_or(untracked, |x| x.max(untracked)));
@@ -224,6 +253,7 @@ impl<'a> DeviceGroup<'a> {
                 let large = LargeAlloc {
                     pid: m.pid(),
                     t_ms: a.t_ms,
+                    seq: a.seq,
                     bytes: a.bytes,
                     api: a.api.clone(),
                     category: Some(a.category.clone()),
@@ -235,6 +265,7 @@ impl<'a> DeviceGroup<'a> {
                 let large = LargeAlloc {
                     pid: m.pid(),
                     t_ms: f.t_ms,
+                    seq: f.seq,
                     bytes: f.bytes,
                     api: f.api.clone(),
                     category: None,
@@ -245,7 +276,7 @@ impl<'a> DeviceGroup<'a> {
         }
         candidates
             .into_iter()
-            .max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse(*at)))
+            .max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse((*at, a.seq.unwrap_or(-1)))))
             .map(|(_, a)| a)
     }
 
@@ -256,10 +287,15 @@ impl<'a> DeviceGroup<'a> {
     /// The probe the program sized its memory from: the last probe of the process that
     /// made the device's largest allocation, before that allocation; without allocations
     /// in the report, the last probe before the steepest rise of that process's timeline.
+    /// "Before" is in the process's record order, `(t_ms, seq)`.
     pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
         if let Some(big) = self.largest_allocation() {
             let m = self.member(big.pid)?;
-            let p = m.dev.probes.iter().rfind(|p| p.t_ms <= big.t_ms)?;
+            let at = Stamp {
+                t_ms: big.t_ms,
+                seq: big.seq,
+            };
+            let p = last_before(&m.dev.probes, at)?;
             let what = match (&big.category, big.failed) {
                 (_, true) => format!(
                     "failed {} of {}",
@@ -283,24 +319,24 @@ impl<'a> DeviceGroup<'a> {
                 ),
             ));
         }
-        let mut best: Option<(Member, i64, i64)> = None;
+        let mut best: Option<(Member, Stamp, i64)> = None;
         for m in &self.members {
             for w in m.dev.timeline.windows(2) {
                 let rise = w[1].live_bytes - w[0].live_bytes;
                 if rise > 0 && !matches!(&best, Some(b) if rise <= b.2) {
-                    best = Some((*m, w[1].t_ms, rise));
+                    best = Some((*m, w[1].stamp(), rise));
                 }
             }
         }
-        let (m, t, rise) = best?;
-        let p = m.dev.probes.iter().rfind(|p| p.t_ms <= t)?;
+        let (m, at, rise) = best?;
+        let p = last_before(&m.dev.probes, at)?;
         Some((
             m,
             p,
             format!(
                 "before the steepest rise (+{} at {})",
                 crate::units::fmt_bytes(rise),
-                crate::units::fmt_ms(t)
+                crate::units::fmt_ms(at.t_ms)
             ),
         ))
     }
@@ -310,11 +346,10 @@ impl<'a> DeviceGroup<'a> {
     pub fn key_probes(&self) -> Vec<KeyProbe> {
         let mut out: Vec<(i64, KeyProbe)> = Vec::new();
         let mut add = |m: Member, p: &Probe, why: String| {
-            let key = (m.pid(), p.t_ms, p.api.clone());
-            if let Some((_, k)) = out
-                .iter_mut()
-                .find(|(_, k)| (k.pid, k.t_ms, k.api.clone()) == key)
-            {
+            let same = |k: &KeyProbe| {
+                (k.pid, k.t_ms, k.seq, k.api.as_str()) == (m.pid(), p.t_ms, p.seq, p.api.as_str())
+            };
+            if let Some((_, k)) = out.iter_mut().find(|(_, k)| same(k)) {
                 if !k.why.contains(&why) {
                     k.why = format!("{}; {why}", k.why);
                 }
@@ -323,7 +358,7 @@ impl<'a> DeviceGroup<'a> {
             out.push((m.abs(p.t_ms), KeyProbe::new(m, p, why)));
         };
         for m in &self.members {
-            if let Some(p) = m.dev.probes.first() {
+            if let Some(p) = first_recorded(&m.dev.probes) {
                 add(*m, p, "first query".into());
             }
         }
@@ -345,7 +380,7 @@ impl<'a> DeviceGroup<'a> {
                 }
             }
         }
-        out.sort_by_key(|(t, k)| (*t, k.pid));
+        out.sort_by_key(|(t, k)| (*t, k.pid, k.seq.unwrap_or(-1)));
         out.into_iter().map(|(_, k)| k).collect()
     }
 
@@ -355,7 +390,7 @@ impl<'a> DeviceGroup<'a> {
             .iter()
             .flat_map(|m| m.dev.failures.iter().map(move |f| (*m, f)))
             .collect();
-        all.sort_by_key(|(m, f)| m.abs(f.t_ms));
+        all.sort_by_key(|(m, f)| (m.abs(f.t_ms), m.pid(), f.stamp().key()));
         all
     }
 
@@ -417,6 +452,7 @@ impl<'a> DeviceGroup<'a> {
 pub struct KeyProbe {
     pub pid: i64,
     pub t_ms: i64,
+    pub seq: Option<i64>,
     pub api: String,
     pub why: String,
     pub free_bytes: Option<i64>,
@@ -431,6 +467,7 @@ impl KeyProbe {
         KeyProbe {
             pid: m.pid(),
             t_ms: p.t_ms,
+            seq: p.seq,
             api: p.api.clone(),
             why,
             free_bytes: p.free_bytes,
@@ -544,6 +581,7 @@ pub struct TopRow {
     pub category: String,
     pub api: String,
     pub t_ms: i64,
+    pub seq: Option<i64>,
     pub exported: bool,
     pub captured: bool,
     pub caller: Option<String>,
@@ -599,6 +637,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 category: a.category.clone(),
                 api: a.api.clone(),
                 t_ms: a.t_ms,
+                seq: a.seq,
                 exported: a.exported,
                 captured: a.captured,
                 caller: a.caller.clone(),
@@ -610,6 +649,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             .cmp(&a.bytes)
             .then(a.pid.cmp(&b.pid))
             .then(a.t_ms.cmp(&b.t_ms))
+            .then(a.seq.cmp(&b.seq))
     });
     top.truncate(TOP_N);
     DeviceSummary {
@@ -681,5 +721,124 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         top_allocations: top,
         ipc: g.ipc(),
         graphs: g.graphs(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    const MIB: i64 = 1 << 20;
+
+    fn probe(t_ms: i64, seq: Option<i64>, free_mib: i64) -> Value {
+        json!({"t_ms": t_ms, "seq": seq, "api": "cudaMemGetInfo",
+               "free_bytes": free_mib * MIB, "total_bytes": 1024 * MIB})
+    }
+
+    /// One process, one device: a probe, the KV pool allocated, and a probe after it, all
+    /// in the same millisecond (the SGLang pattern that confused `t_ms` alone).
+    pub(crate) fn report(seqs: bool) -> Report {
+        let s = |n: i64| if seqs { json!(n) } else { Value::Null };
+        let sample = |n: i64, mib: i64| json!({"t_ms": 7, "seq": s(n), "live_bytes": mib * MIB, "other": mib * MIB});
+        let v = json!({
+            "schema": "culedger/1",
+            "process": {"pid": 42, "host": "h", "start_unix_ms": 1000, "end_unix_ms": 2000, "exit": "running"},
+            "devices": [{
+                "index": 0,
+                "total_bytes": 1024 * MIB,
+                "probes": [probe(7, s(2).as_i64(), 900), probe(7, s(5).as_i64(), 300)],
+                "top_allocations": [
+                    {"ptr": "0x1", "bytes": 500 * MIB, "api": "cudaMalloc", "t_ms": 7, "seq": s(3), "category": "other"},
+                    {"ptr": "0x2", "bytes": 100 * MIB, "api": "cudaMalloc", "t_ms": 7, "seq": s(4), "category": "other"},
+                    {"ptr": "0x3", "bytes": 20 * MIB, "api": "cudaMalloc", "t_ms": 7, "seq": s(1), "category": "other"},
+                ],
+                "timeline": [sample(1, 20), sample(3, 520), sample(4, 620)],
+            }],
+        });
+        serde_json::from_value(v).expect("a valid report")
+    }
+
+    pub(crate) fn run(r: Report) -> Run {
+        Run {
+            label: "t".into(),
+            procs: vec![r],
+            sources: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn sizing_probe_is_before_the_allocation_in_the_same_millisecond() {
+        let run = run(report(true));
+        let g = &groups(&run)[0];
+        let big = g.largest_allocation().unwrap();
+        assert_eq!((big.bytes, big.seq), (500 * MIB, Some(3)));
+        let (_, p, why) = g.sizing_probe().unwrap();
+        assert_eq!(
+            (p.seq, p.free_bytes),
+            (Some(2), Some(900 * MIB)),
+            "the probe taken after the allocation must not be picked ({why})"
+        );
+    }
+
+    #[test]
+    fn without_seq_the_same_millisecond_counts_as_before() {
+        // An older writer: no seq. The report cannot tell; the last probe of that
+        // millisecond is taken, as before seq existed.
+        let run = run(report(false));
+        let g = &groups(&run)[0];
+        let (_, p, _) = g.sizing_probe().unwrap();
+        assert_eq!((p.seq, p.free_bytes), (None, Some(300 * MIB)));
+        assert_eq!(g.probes().len(), 2, "both probes, in list order");
+        assert_eq!(g.probes()[0].1.free_bytes, Some(900 * MIB));
+    }
+
+    #[test]
+    fn first_and_last_probes_follow_seq_not_list_order() {
+        let mut r = report(true);
+        r.devices[0].probes.reverse();
+        let run = run(r);
+        let g = &groups(&run)[0];
+        let seqs: Vec<_> = g.probes().iter().map(|(_, p)| p.seq).collect();
+        assert_eq!(seqs, [Some(2), Some(5)]);
+        let first = g
+            .key_probes()
+            .into_iter()
+            .find(|k| k.why.contains("first query"));
+        assert_eq!(first.unwrap().seq, Some(2));
+    }
+
+    #[test]
+    fn untracked_counts_only_own_allocations_made_before_the_probe() {
+        let run = run(report(true));
+        let g = &groups(&run)[0];
+        let (m, p) = g.probes()[0];
+        assert_eq!(
+            g.tracked_at(m, p),
+            20 * MIB,
+            "the KV pool came after this probe"
+        );
+        let (m, p) = g.probes()[1];
+        assert_eq!(g.tracked_at(m, p), 620 * MIB);
+        // used at the last probe 724 MiB, tracked 620 MiB.
+        assert_eq!(g.untracked().0, Some(104 * MIB));
+    }
+
+    #[test]
+    fn two_probes_in_one_millisecond_stay_two_key_probes() {
+        let mut r = report(true);
+        // A failure after the second probe: both the sizing probe and the failure's last
+        // probe are shown, distinct although they share t_ms and api.
+        r.devices[0].failures = vec![serde_json::from_value(json!({
+            "t_ms": 7, "seq": 6, "api": "cudaMalloc", "bytes": 400 * MIB,
+            "error": 2, "error_name": "cudaErrorMemoryAllocation",
+            "last_probe": probe(7, Some(5), 300)}))
+        .unwrap()];
+        let run = run(r);
+        let keys = groups(&run)[0].key_probes();
+        let seqs: Vec<_> = keys.iter().map(|k| k.seq).collect();
+        assert_eq!(seqs, [Some(2), Some(5)], "{keys:?}");
+        assert!(keys[0].why.contains("first query") && keys[0].why.contains("largest allocation"));
+        assert!(keys[1].why.contains("before the failed cudaMalloc"));
     }
 }

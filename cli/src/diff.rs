@@ -318,6 +318,31 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
             d.device
         ));
     }
+    // The hidden driver memory that changed most: what free-memory queries taken before
+    // it could not see.
+    if let Some((d, r)) = devices
+        .iter()
+        .flat_map(|d| {
+            d.totals
+                .iter()
+                .filter(|r| r.name == "hidden driver costs")
+                .map(move |r| (d, r))
+        })
+        .filter(|(_, r)| r.delta.abs() >= 1 << 20)
+        .max_by_key(|(_, r)| r.delta.abs())
+    {
+        let more_less = if r.delta < 0 { "less" } else { "more" };
+        let verb = if parts.is_empty() {
+            format!("{sb} paid")
+        } else {
+            "paid".into()
+        };
+        parts.push(format!(
+            "{verb} {} {more_less} in hidden driver costs on {}",
+            fmt_bytes(r.delta.abs()),
+            d.device
+        ));
+    }
     let only = |side: fn(&DevDiff) -> usize| devices.iter().map(side).sum::<usize>();
     let (fa, fb) = (
         only(|d| {
@@ -343,7 +368,7 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
             ));
         }
     }
-    // "B uses ... and saw ...; N allocations failed only in B".
+    // "B uses ..., saw ... and paid ...; N allocations failed only in B".
     let failures: Vec<String> = parts
         .iter()
         .filter(|p| p.contains("failed only"))
@@ -354,8 +379,12 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
         .filter(|p| !p.contains("failed only"))
         .collect();
     let mut sentences: Vec<String> = Vec::new();
-    if !facts.is_empty() {
-        sentences.push(facts.join(" and "));
+    if let Some((last, rest)) = facts.split_last() {
+        sentences.push(if rest.is_empty() {
+            last.clone()
+        } else {
+            format!("{} and {last}", rest.join(", "))
+        });
     }
     sentences.extend(failures);
     if sentences.is_empty() {

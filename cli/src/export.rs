@@ -3,7 +3,7 @@
 use crate::analysis::{groups, DeviceGroup};
 use crate::error::{Fail, Result};
 use crate::load::Run;
-use crate::model::CATEGORIES;
+use crate::model::{Stamped, CATEGORIES};
 use crate::units::fmt_bytes;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -29,7 +29,10 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Builds the trace: per process a `process_name` metadata event, a counter track per
 /// device (`GPU <n>`, one series per category), and instant events for probes, failures
-/// and the other recorded events (captures, instantiations, IPC, driver costs).
+/// and the other recorded events (captures, instantiations, IPC, driver costs). A
+/// device's counters and instants are written in the process's record order, `(t_ms,
+/// seq)`, so viewers keep the order of what happened within one millisecond; `seq` is in
+/// the instants' args when the report has it.
 pub fn perfetto(run: &Run) -> Value {
     let zero = t0(run);
     let mut events = Vec::new();
@@ -49,28 +52,40 @@ pub fn perfetto(run: &Run) -> Value {
         );
         for d in &r.devices {
             let track = format!("GPU {}", d.index);
+            // (record order, event) for this device, sorted (stably) before writing.
+            let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();
             for s in &d.timeline {
                 let args: Map<String, Value> = CATEGORIES
                     .iter()
                     .map(|c| (c.to_string(), json!(s.cat(c))))
                     .collect();
-                events.push(json!({"name": track, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.t_ms), "args": args}));
+                dev_events.push((
+                    s.stamp().key(),
+                    json!({"name": track, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.t_ms), "args": args}),
+                ));
             }
-            let instant = |name: String, t_ms: i64, args: Value| json!({"name": name, "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(t_ms), "cat": track, "args": args});
+            let instant = |name: String, at: &dyn Stamped, mut args: Value| {
+                let at = at.stamp();
+                if let (Some(seq), Some(a)) = (at.seq, args.as_object_mut()) {
+                    a.insert("seq".into(), json!(seq));
+                }
+                let e = json!({"name": name, "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(at.t_ms), "cat": track, "args": args});
+                (at.key(), e)
+            };
             for pr in &d.probes {
                 let free = pr.free_bytes.map_or("unknown".into(), fmt_bytes);
-                events.push(instant(
+                dev_events.push(instant(
                     format!("probe GPU {}: free {free}", d.index),
-                    pr.t_ms,
+                    pr,
                     json!({
                     "device": d.index, "api": pr.api, "free_bytes": pr.free_bytes,
                     "total_bytes": pr.total_bytes, "live_bytes": pr.live_bytes, "error": pr.error}),
                 ));
             }
             for f in &d.failures {
-                events.push(instant(
+                dev_events.push(instant(
                     format!("FAILED {} {} on GPU {}", f.api, fmt_bytes(f.bytes), d.index),
-                    f.t_ms,
+                    f,
                     json!({
                     "device": d.index, "api": f.api, "bytes": f.bytes, "error": f.error,
                     "error_name": f.error_name, "live_bytes": f.live_bytes}),
@@ -81,12 +96,14 @@ pub fn perfetto(run: &Run) -> Value {
                 .iter()
                 .filter(|e| e.kind != "probe" && e.kind != "failure")
             {
-                events.push(instant(
+                dev_events.push(instant(
                     format!("{} {}", e.kind, e.api),
-                    e.t_ms,
+                    e,
                     json!({"device": d.index, "kind": e.kind, "api": e.api, "detail": e.detail}),
                 ));
             }
+            dev_events.sort_by_key(|(order, _)| *order);
+            events.extend(dev_events.into_iter().map(|(_, e)| e));
         }
     }
     json!({"traceEvents": events, "displayTimeUnit": "ms",
@@ -284,10 +301,14 @@ impl Synth {
     }
 }
 
+/// A category's new live bytes for one owner: (time in µs, member, record order within the
+/// member, owner, category, live bytes).
+type Step = (i64, usize, (i64, i64), String, &'static str, i64);
+
 fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
     let mut s = Synth::new(g.index);
     let us = |abs_ms: i64| (abs_ms - zero) * 1000;
-    let mut steps: Vec<(i64, usize, String, &str, i64)> = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
     for (order, m) in g.members.iter().enumerate() {
         let owner = format!("pid {}", m.pid());
         for sample in &m.dev.timeline {
@@ -295,6 +316,7 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
                 steps.push((
                     us(m.abs(sample.t_ms)),
                     order,
+                    sample.stamp().key(),
                     owner.clone(),
                     c,
                     sample.cat(c),
@@ -304,29 +326,24 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
         let p = &m.report.process;
         if p.exit == "exit" {
             for c in CATEGORIES {
-                steps.push((us(p.end_unix_ms), order, owner.clone(), c, 0));
+                steps.push((us(p.end_unix_ms), order, (i64::MAX, 0), owner.clone(), c, 0));
             }
         }
     }
     for (m, p) in g.probes() {
         if let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) {
-            let at = m.abs(p.t_ms);
-            let tracked: i64 = g
-                .members
-                .iter()
-                .map(|o| o.live_at(at).iter().sum::<i64>())
-                .sum();
             steps.push((
-                us(at),
+                us(m.abs(p.t_ms)),
                 usize::MAX,
+                p.stamp().key(),
                 "device".into(),
                 UNKNOWN,
-                total - free - tracked,
+                total - free - g.tracked_at(m, p),
             ));
         }
     }
-    steps.sort_by_key(|(t, order, ..)| (*t, *order));
-    for (t, _, owner, cat, value) in steps {
+    steps.sort_by_key(|(t, member, order, ..)| (*t, *member, *order));
+    for (t, _, _, owner, cat, value) in steps {
         s.set(&owner, cat, t, value);
     }
     s
@@ -378,4 +395,30 @@ pub fn write_memory_viz(run: &Run, out: &Path) -> Result<()> {
     let bytes = serde_pickle::to_vec(&memory_viz(run), serde_pickle::SerOptions::new())
         .map_err(|e| Fail::input(format!("cannot encode the snapshot: {e}")))?;
     write(out, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::tests::{report, run};
+
+    #[test]
+    fn perfetto_writes_a_device_in_record_order() {
+        let mut r = report(true);
+        r.devices[0].probes.reverse();
+        let trace = perfetto(&run(r));
+        // (kind, seq) of the device's events as written: probes carry their seq in args;
+        // counters are matched by their live bytes.
+        let order: Vec<String> = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] != "M")
+            .map(|e| match e["ph"].as_str() {
+                Some("C") => format!("C{}", e["args"]["other"].as_i64().unwrap() >> 20),
+                _ => format!("probe{}", e["args"]["seq"]),
+            })
+            .collect();
+        assert_eq!(order, ["C20", "probe2", "C520", "C620", "probe5"]);
+    }
 }

@@ -108,6 +108,8 @@ impl Device {
 #[serde(default)]
 pub struct Probe {
     pub t_ms: i64,
+    /// Place in the process's record order; None from writers before it.
+    pub seq: Option<i64>,
     pub api: String,
     pub free_bytes: Option<i64>,
     pub total_bytes: Option<i64>,
@@ -120,6 +122,8 @@ pub struct Probe {
 #[serde(default)]
 pub struct Failure {
     pub t_ms: i64,
+    /// Place in the process's record order; None from writers before it.
+    pub seq: Option<i64>,
     pub api: String,
     pub bytes: i64,
     pub error: i64,
@@ -167,6 +171,8 @@ pub struct Allocation {
     pub bytes: i64,
     pub api: String,
     pub t_ms: i64,
+    /// Place in the process's record order; None from writers before it.
+    pub seq: Option<i64>,
     pub category: String,
     pub exported: bool,
     pub captured: bool,
@@ -179,6 +185,9 @@ pub struct Allocation {
 pub struct Sample {
     #[serde(default)]
     pub t_ms: i64,
+    /// Place in the process's record order; None from writers before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
     #[serde(default)]
     pub live_bytes: i64,
     #[serde(flatten)]
@@ -195,9 +204,68 @@ impl Sample {
 #[serde(default)]
 pub struct Event {
     pub t_ms: i64,
+    /// Place in the process's record order; None from writers before it.
+    pub seq: Option<i64>,
     pub kind: String,
     pub api: String,
     pub detail: String,
+}
+
+/// When a record was made within its process: `t_ms`, and `seq` when the writer gave one
+/// (docs/schema.md). Only records of the same process compare; across processes use
+/// absolute time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub t_ms: i64,
+    pub seq: Option<i64>,
+}
+
+impl Stamp {
+    /// Whether the record stamped `self` came before the one stamped `other`, as far as
+    /// the report tells: with both `seq`s, strictly before in `(t_ms, seq)` order; without,
+    /// in the same millisecond or earlier (the writer could not tell them apart).
+    pub fn precedes(self, other: Stamp) -> bool {
+        match (self.seq, other.seq) {
+            (Some(a), Some(b)) => (self.t_ms, a) < (other.t_ms, b),
+            _ => self.t_ms <= other.t_ms,
+        }
+    }
+
+    /// Sort key in record order. Records without `seq` tie within their millisecond, so a
+    /// stable sort keeps them in list order.
+    pub fn key(self) -> (i64, i64) {
+        (self.t_ms, self.seq.unwrap_or(-1))
+    }
+}
+
+/// Records that carry a [`Stamp`].
+pub trait Stamped {
+    fn stamp(&self) -> Stamp;
+}
+
+macro_rules! stamped {
+    ($($t:ty),*) => {$(
+        impl Stamped for $t {
+            fn stamp(&self) -> Stamp {
+                Stamp { t_ms: self.t_ms, seq: self.seq }
+            }
+        }
+    )*};
+}
+stamped!(Probe, Failure, Allocation, Sample, Event);
+
+/// The last of `items` recorded before `at` (ties in the same millisecond without `seq`:
+/// the last in list order).
+pub fn last_before<T: Stamped>(items: &[T], at: Stamp) -> Option<&T> {
+    items
+        .iter()
+        .filter(|i| i.stamp().precedes(at))
+        .max_by_key(|i| i.stamp().key())
+}
+
+/// The first of `items` in record order.
+pub fn first_recorded<T: Stamped>(items: &[T]) -> Option<&T> {
+    items.iter().min_by_key(|i| i.stamp().key())
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

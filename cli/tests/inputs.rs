@@ -165,7 +165,7 @@ fn check_bad_input_exits_2() {
 fn check_budgets_file() {
     let d = tempdir();
     let f = d.path().join("budgets.txt");
-    std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nkv_pool >= 40GiB  # the pool must fit\npeak:other<=1GiB\n").unwrap();
+    std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nother >= 20GiB  # weights and KV pool must fit\npeak:graphs<=128MiB\n").unwrap();
     let o = culedger(&[
         "check",
         "tests/fixtures/nccl",
@@ -183,7 +183,8 @@ fn check_budgets_file() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stdout(&o),
-        "BREACH gpu-node-1 GPU 0: kv_pool is 35.26 GiB (budget kv_pool >= 40GiB)\n"
+        "BREACH sim-host GPU 0: other is 15.43 GiB (budget other >= 20GiB)\n\
+         BREACH sim-host GPU 1: other is 15.68 GiB (budget other >= 20GiB)\n"
     );
     std::fs::write(&f, "ipc <= 64MiB\nkv_pool => 1GiB\n").unwrap();
     let o = culedger(&[

@@ -78,7 +78,7 @@ exit 3"#,
         "{err}"
     );
     assert!(
-        err.contains("culedger report:") && err.contains("== gpu-node-1 GPU 0"),
+        err.contains("culedger report:") && err.contains("== sim-host GPU 0"),
         "{err}"
     );
     assert!(err.contains("1 report(s) merged into"), "{err}");

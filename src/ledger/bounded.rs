@@ -89,10 +89,12 @@ impl<T, const N: usize> FirstLast<T, N> {
     }
 }
 
-/// One timeline sample: a device's live bytes, total and per category, at `t_ms`.
+/// One timeline sample: a device's live bytes, total and per category, at `t_ms`, taken
+/// by the record with sequence number `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Sample {
     pub t_ms: u64,
+    pub seq: u64,
     pub live: u64,
     pub cats: [u64; 6],
 }
@@ -192,6 +194,7 @@ mod tests {
     fn sample(i: u64) -> Sample {
         Sample {
             t_ms: i,
+            seq: i,
             live: i,
             cats: [0, 0, 0, 0, 0, i],
         }

@@ -2,13 +2,13 @@
 //! probes, failures, IPC imports, captures, hidden driver costs, timeline and events.
 //!
 //! Everything here is plain bookkeeping on `&mut self`; the caller holds the shard lock
-//! and supplies the current time. Methods report what happened (replaced records, unknown
+//! and supplies the current time and sequence number (`Stamp`). Methods report what happened (replaced records, unknown
 //! keys) instead of logging, so the caller can warn after the lock is released.
 
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::bounded::{FirstLast, FirstN, Sample, Timeline};
-use super::{Facts, MemKind};
+use super::{Facts, MemKind, Stamp};
 use crate::classify::{self, Category};
 
 /// Probes kept at each end of the run.
@@ -29,6 +29,8 @@ pub(crate) struct Alloc {
     pub kind: MemKind,
     pub api: &'static str,
     pub t_ms: u64,
+    /// Per-process record order (see `Stamp`).
+    pub seq: u64,
     pub facts: Facts,
     pub category: Category,
 }
@@ -72,6 +74,7 @@ impl CatStats {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Probe {
     pub t_ms: u64,
+    pub seq: u64,
     pub api: &'static str,
     pub free: Option<u64>,
     pub total: Option<u64>,
@@ -84,6 +87,7 @@ pub(crate) struct Probe {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Failure {
     pub t_ms: u64,
+    pub seq: u64,
     pub api: &'static str,
     pub bytes: u64,
     pub error: i32,
@@ -124,6 +128,7 @@ impl EventKind {
 #[derive(Clone, Debug)]
 pub(crate) struct Event {
     pub t_ms: u64,
+    pub seq: u64,
     pub kind: EventKind,
     pub api: &'static str,
     pub detail: String,
@@ -188,11 +193,11 @@ impl DeviceStats {
     }
 
     /// Count `bytes` live in `cat`, updating the peaks.
-    fn add_live(&mut self, cat: Category, bytes: u64, now: u64) {
+    fn add_live(&mut self, cat: Category, bytes: u64, now: Stamp) {
         self.live_bytes = self.live_bytes.saturating_add(bytes);
         if self.live_bytes > self.peak_bytes {
             self.peak_bytes = self.live_bytes;
-            self.peak_t_ms = Some(now);
+            self.peak_t_ms = Some(now.t_ms);
         }
         self.cats[cat.index()].add(bytes);
     }
@@ -203,9 +208,10 @@ impl DeviceStats {
     }
 
     /// Record the current totals on the timeline (after any change of them).
-    fn sample(&mut self, now: u64) {
+    fn sample(&mut self, now: Stamp) {
         let s = Sample {
-            t_ms: now,
+            t_ms: now.t_ms,
+            seq: now.seq,
             live: self.live_bytes,
             cats: self.cat_live(),
         };
@@ -214,7 +220,7 @@ impl DeviceStats {
 
     /// Reclassify `a` from its facts, moving its bytes between categories. The device
     /// total does not change, so neither does the device peak.
-    fn reclassify(&mut self, a: &mut Alloc, now: u64) {
+    fn reclassify(&mut self, a: &mut Alloc, now: Stamp) {
         let cat = classify::classify(&a.facts);
         if cat != a.category {
             self.cats[a.category.index()].sub(a.bytes);
@@ -226,13 +232,14 @@ impl DeviceStats {
 
     fn event(
         &mut self,
-        now: u64,
+        now: Stamp,
         kind: EventKind,
         api: &'static str,
         detail: impl FnOnce() -> String,
     ) {
         self.events.push_with(|| Event {
-            t_ms: now,
+            t_ms: now.t_ms,
+            seq: now.seq,
             kind,
             api,
             detail: detail(),
@@ -309,7 +316,7 @@ impl DeviceLedger {
         kind: MemKind,
         api: &'static str,
         mut facts: Facts,
-        now: u64,
+        now: Stamp,
     ) -> Displaced {
         let mut displaced = Displaced::default();
         let mut displace = |d: &mut DeviceLedger, k: Key| {
@@ -348,7 +355,8 @@ impl DeviceLedger {
             bytes,
             kind,
             api,
-            t_ms: now,
+            t_ms: now.t_ms,
+            seq: now.seq,
             facts,
             category,
         };
@@ -360,7 +368,7 @@ impl DeviceLedger {
     }
 
     /// Free the record under `key`; its bytes, or None when unknown.
-    pub(crate) fn remove(&mut self, key: Key, now: u64) -> Option<u64> {
+    pub(crate) fn remove(&mut self, key: Key, now: Stamp) -> Option<u64> {
         let a = self.take(key)?;
         self.stats.sample(now);
         Some(a.bytes)
@@ -371,7 +379,7 @@ impl DeviceLedger {
     pub(crate) fn update_facts<R>(
         &mut self,
         key: Key,
-        now: u64,
+        now: Stamp,
         change: impl FnOnce(&mut Facts) -> R,
     ) -> Option<R> {
         let a = match key {
@@ -385,7 +393,7 @@ impl DeviceLedger {
 
     /// Flag a record exported and reclassify it; counted in `ipc.exported_*` only the
     /// first time. False when the record is unknown.
-    pub(crate) fn mark_exported(&mut self, key: Key, api: &'static str, now: u64) -> bool {
+    pub(crate) fn mark_exported(&mut self, key: Key, api: &'static str, now: Stamp) -> bool {
         let Some(newly) =
             self.update_facts(key, now, |f| !std::mem::replace(&mut f.exported, true))
         else {
@@ -409,11 +417,12 @@ impl DeviceLedger {
         free: Option<u64>,
         total: Option<u64>,
         error: i32,
-        now: u64,
+        now: Stamp,
     ) {
         let s = &mut self.stats;
         let p = Probe {
-            t_ms: now,
+            t_ms: now.t_ms,
+            seq: now.seq,
             api,
             free,
             total,
@@ -446,12 +455,13 @@ impl DeviceLedger {
         bytes: u64,
         error: i32,
         error_name: &'static str,
-        now: u64,
+        now: Stamp,
     ) {
         let s = &mut self.stats;
         let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
         s.failures.push_with(|| Failure {
-            t_ms: now,
+            t_ms: now.t_ms,
+            seq: now.seq,
             api,
             bytes,
             error,
@@ -476,7 +486,7 @@ impl DeviceLedger {
         ptr: u64,
         bytes: Option<u64>,
         api: &'static str,
-        now: u64,
+        now: Stamp,
     ) -> bool {
         let b = bytes.unwrap_or(0);
         let old = self.imports.insert(ptr, b);
@@ -509,7 +519,7 @@ impl DeviceLedger {
     }
 
     /// A capture begun on `stream`. False when one was already active there.
-    pub(crate) fn capture_begin(&mut self, stream: u64, api: &'static str, now: u64) -> bool {
+    pub(crate) fn capture_begin(&mut self, stream: u64, api: &'static str, now: Stamp) -> bool {
         let fresh = !self.captures.contains(&stream);
         if fresh {
             self.captures.push(stream);
@@ -524,7 +534,7 @@ impl DeviceLedger {
     }
 
     /// The capture on `stream` ended. False when none was active there.
-    pub(crate) fn capture_end(&mut self, stream: u64, api: &'static str, now: u64) -> bool {
+    pub(crate) fn capture_end(&mut self, stream: u64, api: &'static str, now: Stamp) -> bool {
         let Some(i) = self.captures.iter().position(|&s| s == stream) else {
             return false;
         };
@@ -536,11 +546,21 @@ impl DeviceLedger {
         true
     }
 
+    /// Whether a capture is active on `stream`.
+    pub(crate) fn capturing_on(&self, stream: u64) -> bool {
+        self.captures.contains(&stream)
+    }
+
     pub(crate) fn capturing(&self) -> bool {
         !self.captures.is_empty()
     }
 
-    pub(crate) fn graph_instantiate(&mut self, api: &'static str, measured: Option<i64>, now: u64) {
+    pub(crate) fn graph_instantiate(
+        &mut self,
+        api: &'static str,
+        measured: Option<i64>,
+        now: Stamp,
+    ) {
         let g = &mut self.stats.graphs;
         g.instantiations += 1;
         if let Some(m) = measured {
@@ -554,7 +574,7 @@ impl DeviceLedger {
             });
     }
 
-    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, now: u64) {
+    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, now: Stamp) {
         let costs = &mut self.stats.driver_costs;
         match costs.iter_mut().find(|c| c.api == api) {
             Some(c) => {

@@ -31,6 +31,7 @@ fn kind_name(kind: MemKind) -> &'static str {
 fn probe(p: &Probe) -> Value {
     json!({
         "t_ms": p.t_ms,
+        "seq": p.seq,
         "api": p.api,
         "free_bytes": p.free,
         "total_bytes": p.total,
@@ -43,6 +44,7 @@ fn probe(p: &Probe) -> Value {
 fn failure(f: &Failure) -> Value {
     json!({
         "t_ms": f.t_ms,
+        "seq": f.seq,
         "api": f.api,
         "bytes": f.bytes,
         "error": f.error,
@@ -60,6 +62,7 @@ fn allocation(a: &Alloc) -> Value {
         "kind": kind_name(a.kind),
         "api": a.api,
         "t_ms": a.t_ms,
+        "seq": a.seq,
         "category": a.category.name(),
         "exported": a.facts.exported,
         "captured": a.facts.captured,
@@ -75,6 +78,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         .map(|t| {
             let mut m = Map::new();
             m.insert("t_ms".into(), json!(t.t_ms));
+            m.insert("seq".into(), json!(t.seq));
             m.insert("live_bytes".into(), json!(t.live));
             for c in ALL {
                 m.insert(c.name().into(), json!(t.cats[c.index()]));
@@ -86,7 +90,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         .events
         .items()
         .iter()
-        .map(|e| json!({"t_ms": e.t_ms, "kind": e.kind.name(), "api": e.api, "detail": e.detail}))
+        .map(|e| json!({"t_ms": e.t_ms, "seq": e.seq, "kind": e.kind.name(), "api": e.api, "detail": e.detail}))
         .collect();
     let driver_costs: Vec<Value> = s
         .driver_costs

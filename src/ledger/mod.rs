@@ -68,6 +68,17 @@ const WARNINGS_KEPT: usize = 64;
 /// Distinct unwrapped symbols kept in the report.
 const UNWRAPPED_KEPT: usize = 256;
 
+/// When a record was made: milliseconds since the ledger was created, and the record's
+/// place in the process-wide order. `seq` comes from one counter shared by all devices
+/// and threads, so it is strictly increasing over the records of the process (with gaps:
+/// a call that ends up recording nothing may still have taken a number); within one
+/// device both are taken under the shard lock, so they agree with the shard's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub t_ms: u64,
+    pub seq: u64,
+}
+
 /// What culedger could not account.
 #[derive(Default)]
 struct Health {
@@ -93,6 +104,8 @@ pub struct Ledger {
     start: Instant,
     start_unix_ms: u64,
     generation: AtomicU64,
+    /// The next record's sequence number (see `Stamp`).
+    seq: AtomicU64,
     devices: [OnceCell<Mutex<DeviceLedger>>; MAX_DEVICES],
     vmm: Mutex<VmmTable>,
     host: Mutex<HostLedger>,
@@ -114,6 +127,7 @@ impl Ledger {
             start: Instant::now(),
             start_unix_ms,
             generation: AtomicU64::new(0),
+            seq: AtomicU64::new(1),
             devices: std::array::from_fn(|_| OnceCell::new()),
             vmm: Mutex::new(VmmTable::default()),
             host: Mutex::new(HostLedger::default()),
@@ -124,6 +138,15 @@ impl Ledger {
     /// Milliseconds since this ledger was created.
     pub fn t_ms(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The time and a fresh sequence number for a record being made now. Callers take it
+    /// under the lock of the shard the record goes to.
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            t_ms: self.t_ms(),
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     pub fn start_unix_ms(&self) -> u64 {
@@ -165,16 +188,16 @@ impl Ledger {
             .filter_map(|(i, c)| c.get().map(|m| (i as i32, m)))
     }
 
-    /// Run `f` on the shard of `dev` under its lock, with the current time, and count a change.
+    /// Run `f` on the shard of `dev` under its lock, with a stamp for now, and count a change.
     fn on_device<R>(
         &self,
         dev: i32,
         api: &str,
-        f: impl FnOnce(&mut DeviceLedger, u64) -> R,
+        f: impl FnOnce(&mut DeviceLedger, Stamp) -> R,
     ) -> Option<R> {
         let mut d = self.shard(dev, api)?.lock();
-        // Read the clock under the lock so each device's timeline is in time order.
-        let now = self.t_ms();
+        // Stamp under the lock so each device's records are in time and sequence order.
+        let now = self.stamp();
         let r = f(&mut d, now);
         drop(d);
         self.bump();
@@ -268,8 +291,9 @@ impl Ledger {
             return Freed::Unknown;
         }
         for (dev, shard) in self.shards() {
+            let key = Key::Addr(ptr);
             let mut d = shard.lock();
-            let freed = d.remove(Key::Addr(ptr), self.t_ms());
+            let freed = d.has(key).then(|| d.remove(key, self.stamp())).flatten();
             drop(d);
             if let Some(bytes) = freed {
                 self.bump();
@@ -295,9 +319,8 @@ impl Ledger {
 
     /// `mark_exported`, naming the exporting entry point in the event list.
     pub fn mark_exported_by(&self, ptr: u64, api: &'static str) -> bool {
-        let now = self.t_ms();
         let found = self
-            .at_ptr(ptr, |d, h| d.mark_exported(h.key, api, now))
+            .at_ptr(ptr, |d, h| d.mark_exported(h.key, api, self.stamp()))
             .unwrap_or(false);
         if found {
             self.bump();
@@ -308,10 +331,9 @@ impl Ledger {
     /// `bytes` were copied from host memory into the allocation containing `ptr`.
     /// Copies into memory we do not track are ignored.
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
-        let now = self.t_ms();
         let add = |f: &mut Facts| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes);
         if self
-            .at_ptr(ptr, |d, h| d.update_facts(h.key, now, add))
+            .at_ptr(ptr, |d, h| d.update_facts(h.key, self.stamp(), add))
             .flatten()
             .is_some()
         {
@@ -473,7 +495,7 @@ impl Ledger {
             .map(|(_, s)| s);
         for shard in self.existing(dev).into_iter().chain(others) {
             let mut d = shard.lock();
-            let ended = d.capture_end(stream, api, self.t_ms());
+            let ended = d.capturing_on(stream) && d.capture_end(stream, api, self.stamp());
             drop(d);
             if ended {
                 self.bump();

@@ -338,7 +338,10 @@ fn allocations_during_capture_are_flagged() {
         "end of a capture never begun is a warning"
     );
     l.capture_end(7, 0xabc, "cudaStreamEndCapture");
-    assert!(l.devices[7].get().is_none(), "an unknown end creates no device");
+    assert!(
+        l.devices[7].get().is_none(),
+        "an unknown end creates no device"
+    );
     assert!(l.free(0x1000, "cudaFree") != Freed::Unknown);
     assert_eq!(stats(&l, 0).graphs.captured_bytes, 64, "cumulative");
     let d = device_json(&l, 0);
@@ -927,6 +930,7 @@ fn json_has_every_documented_field() {
                 p,
                 &[
                     ("t_ms", UINT),
+                    ("seq", UINT),
                     ("api", STR),
                     ("free_bytes", OPT_UINT),
                     ("total_bytes", OPT_UINT),
@@ -943,6 +947,7 @@ fn json_has_every_documented_field() {
                 f,
                 &[
                     ("t_ms", UINT),
+                    ("seq", UINT),
                     ("api", STR),
                     ("bytes", UINT),
                     ("error", INT),
@@ -976,6 +981,7 @@ fn json_has_every_documented_field() {
                     ("bytes", UINT),
                     ("api", STR),
                     ("t_ms", UINT),
+                    ("seq", UINT),
                     ("category", STR),
                     ("exported", BOOL),
                     ("captured", BOOL),
@@ -986,7 +992,8 @@ fn json_has_every_documented_field() {
             assert!(a["ptr"].as_str().unwrap().starts_with("0x"));
         }
         for t in d["timeline"].as_array().unwrap() {
-            let mut fields: Vec<(&str, Check)> = vec![("t_ms", UINT), ("live_bytes", UINT)];
+            let mut fields: Vec<(&str, Check)> =
+                vec![("t_ms", UINT), ("seq", UINT), ("live_bytes", UINT)];
             fields.extend(ALL.iter().map(|c| (c.name(), UINT)));
             check_fields("timeline", t, &fields);
         }
@@ -994,7 +1001,13 @@ fn json_has_every_documented_field() {
             check_fields(
                 "event",
                 e,
-                &[("t_ms", UINT), ("kind", STR), ("api", STR), ("detail", STR)],
+                &[
+                    ("t_ms", UINT),
+                    ("seq", UINT),
+                    ("kind", STR),
+                    ("api", STR),
+                    ("detail", STR),
+                ],
             );
         }
     }
@@ -1099,4 +1112,126 @@ fn classify_is_consistent_with_categories() {
         (ALL[IPC], ALL[GRAPHS], ALL[OTHER]),
         (Category::Ipc, Category::Graphs, Category::Other)
     );
+}
+
+/// The `seq` of every element of `d[key]`, in list order.
+fn seqs(d: &Value, key: &str) -> Vec<u64> {
+    d[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} in {d}"))
+        .iter()
+        .map(|v| v["seq"].as_u64().unwrap_or_else(|| panic!("seq in {v}")))
+        .collect()
+}
+
+fn strictly_increasing(v: &[u64]) -> bool {
+    v.windows(2).all(|w| w[0] < w[1])
+}
+
+#[test]
+fn seq_orders_records_across_devices_within_one_millisecond() {
+    let l = Ledger::new();
+    // Issued in this order, alternating devices, all well within one millisecond.
+    l.probe(0, "cudaMemGetInfo", Some(100), Some(200), 0); // 1
+    alloc(&l, 1, 0x1000, 10); // 2
+    alloc(&l, 0, 0x2000, 20); // 3
+    l.probe(1, "cudaMemGetInfo", Some(100), Some(200), 0); // 4
+    l.failure(0, "cudaMalloc", 1 << 40, 2, "cudaErrorMemoryAllocation"); // 5
+    l.free(0x1000, "cudaFree"); // 6
+    l.free(0xbad, "cudaFree"); // unknown: records nothing
+    l.probe(0, "cudaMemGetInfo", Some(50), Some(200), 0); // 7
+    let (d0, d1) = (device_json(&l, 0), device_json(&l, 1));
+    assert_eq!(seqs(&d0, "probes"), [1, 7]);
+    assert_eq!(seqs(&d1, "probes"), [4]);
+    assert_eq!(seqs(&d0, "top_allocations"), [3]);
+    assert_eq!(seqs(&d0, "failures"), [5]);
+    assert_eq!(
+        d0["failures"][0]["last_probe"]["seq"], 1,
+        "the embedded last probe keeps its seq"
+    );
+    assert_eq!(
+        seqs(&d0, "events"),
+        [1, 5, 7],
+        "an event shares its record's seq"
+    );
+    assert_eq!(seqs(&d1, "events"), [4]);
+    assert_eq!(
+        seqs(&d0, "timeline"),
+        [3],
+        "a sample shares its allocation's seq"
+    );
+    assert_eq!(
+        seqs(&d1, "timeline"),
+        [2, 6],
+        "the free is sampled with its own seq"
+    );
+    // The whole point: same millisecond, order still known.
+    let probe0 = &d0["probes"][0];
+    let alloc0 = &d0["top_allocations"][0];
+    assert!(probe0["t_ms"].as_u64() <= alloc0["t_ms"].as_u64());
+    assert!(probe0["seq"].as_u64() < alloc0["seq"].as_u64());
+}
+
+#[test]
+fn seq_is_strictly_increasing_across_threads_and_devices() {
+    let l = Ledger::new();
+    let (threads, per) = (4u64, 100u64);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let l = &l;
+            s.spawn(move || {
+                for i in 0..per {
+                    // The probe's free value names its thread and step.
+                    let dev = ((t + i) % 2) as i32;
+                    l.probe(dev, "cudaMemGetInfo", Some(t * 1000 + i), Some(1 << 40), 0);
+                    alloc(l, dev, 0x1_0000_0000 * (t + 1) + i * 0x1000, 1);
+                }
+            });
+        }
+    });
+    let mut all = Vec::new();
+    for dev in 0..2 {
+        let d = device_json(&l, dev);
+        for key in ["probes", "events", "timeline"] {
+            assert!(
+                strictly_increasing(&seqs(&d, key)),
+                "device {dev} {key} in seq order"
+            );
+        }
+        for p in d["probes"].as_array().unwrap() {
+            let tag = p["free_bytes"].as_u64().unwrap();
+            all.push((tag / 1000, tag % 1000, p["seq"].as_u64().unwrap()));
+        }
+    }
+    assert_eq!(all.len() as u64, threads * per, "every probe kept");
+    let mut distinct: Vec<u64> = all.iter().map(|&(_, _, seq)| seq).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), all.len(), "no seq handed out twice");
+    for t in 0..threads {
+        let mut mine: Vec<(u64, u64)> = all
+            .iter()
+            .filter(|&&(owner, _, _)| owner == t)
+            .map(|&(_, step, seq)| (step, seq))
+            .collect();
+        mine.sort_unstable();
+        let by_step: Vec<u64> = mine.iter().map(|&(_, seq)| seq).collect();
+        assert!(
+            strictly_increasing(&by_step),
+            "thread {t}: program order across devices is seq order"
+        );
+    }
+}
+
+/// A fork child gets a fresh `Ledger::new()` (`reset_global_after_fork`): its numbering
+/// starts over, independent of the parent's.
+#[test]
+fn seq_restarts_with_the_ledger_after_fork() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x1000, 1);
+    alloc(&l, 0, 0x2000, 1);
+    let fresh = Ledger::new();
+    alloc(&fresh, 0, 0x1000, 1);
+    assert_eq!(seqs(&device_json(&l, 0), "timeline"), [1, 2]);
+    assert_eq!(seqs(&device_json(&fresh, 0), "timeline"), [1]);
 }
