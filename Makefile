@@ -27,9 +27,11 @@ lib:
 cli:
 	$(CARGO) build --release -p culedger-cli
 
-headers: $(HDR)/cuda.h
-$(HDR)/cuda.h:
+# Official CUDA 12.9 headers (and the real libcudart.so.12 the tests run) from PyPI wheels;
+# the script returns at once when they are already unpacked.
+headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
+$(HDR)/cuda.h: headers
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
 # plus the C scenario programs compiled against the official CUDA 12.9 headers.

@@ -66,9 +66,13 @@ unsafe fn lookup_in_owner(kind: Kind, name: *const c_char) -> *mut c_void {
             libc::dlclose(h);
             p
         }
-        Kind::Runtime => match RUNTIME_HANDLE.load(Ordering::Acquire) {
-            0 => std::ptr::null_mut(),
-            h => real_dlsym(h as *mut c_void, name),
+        Kind::Runtime => match runtime_owner() {
+            Some(h) => {
+                let p = real_dlsym(h, name);
+                libc::dlclose(h);
+                p
+            }
+            None => std::ptr::null_mut(),
         },
     }
 }
@@ -126,18 +130,38 @@ pub fn missing(sym: Sym) -> c_int {
 
 // ---- unhooked helpers ------------------------------------------------------------------
 
-/// A lazily resolved unhooked driver function, found through the real resolver we saw
-/// (`cuGetProcAddress_v2`/`cuGetProcAddress`), else in an already loaded `libcuda.so.1`.
-struct DriverFn {
-    base: &'static [u8],
-    version: c_int,
-    exported: &'static [u8],
-    ptr: AtomicUsize,
+/// Keep the loaded object that contains `p` loaded, and say whether there is one.
+///
+/// Bookkeeping calls functions it found earlier (the driver's resolver, `cuCtxGetDevice`).
+/// A runtime whose initialisation failed `dlclose`s libcuda, leaving such pointers
+/// dangling; the real libcudart 12.9 does exactly that on a driver it cannot use. Before
+/// a pointer is cached it is checked against the loaded objects (`dladdr`) and its object
+/// gets one more reference (`dlopen(RTLD_NOLOAD)`, never closed), so a cached pointer
+/// stays callable. Returns false when no loaded object contains `p`.
+unsafe fn keep_loaded(p: usize) -> bool {
+    if p == 0 {
+        return false;
+    }
+    let mut info: libc::Dl_info = std::mem::zeroed();
+    if libc::dladdr(p as *const c_void, &mut info) == 0 {
+        return false;
+    }
+    if !info.dli_fname.is_null() {
+        // Best effort: the main program has no name to reopen, and cannot go away anyway.
+        let _ = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+    }
+    true
 }
 
-impl DriverFn {
-    const fn new(base: &'static [u8], version: c_int, exported: &'static [u8]) -> Self {
-        DriverFn { base, version, exported, ptr: AtomicUsize::new(0) }
+/// A lazily resolved unhooked function, cached once found (and kept loaded).
+struct Lazy {
+    ptr: AtomicUsize,
+    resolve: unsafe fn() -> usize,
+}
+
+impl Lazy {
+    const fn new(resolve: unsafe fn() -> usize) -> Self {
+        Lazy { ptr: AtomicUsize::new(0), resolve }
     }
 
     fn get(&self) -> usize {
@@ -145,22 +169,24 @@ impl DriverFn {
         if p != 0 {
             return p;
         }
-        let p = unsafe { resolve_driver(self.base, self.version, self.exported) };
-        if p != 0 {
+        let p = unsafe { (self.resolve)() };
+        if p != 0 && unsafe { keep_loaded(p) } {
             self.ptr.store(p, Ordering::Release);
+            return p;
         }
-        p
+        0
     }
 }
 
 type GetProcV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
 
-/// Resolve an unhooked driver function without going through any of our wrappers.
+/// Resolve an unhooked driver function without going through any of our wrappers: through
+/// a real resolver we saw (if its library is still loaded), else by name in libcuda.
 unsafe fn resolve_driver(base: &[u8], version: c_int, exported_name: &[u8]) -> usize {
     let mut out: *mut c_void = std::ptr::null_mut();
     let v2 = any(Sym::cuGetProcAddress_v2);
-    if v2 != 0 {
+    if v2 != 0 && keep_loaded(v2) {
         let f: GetProcV2 = std::mem::transmute::<usize, GetProcV2>(v2);
         let mut status: c_int = 0;
         if f(base.as_ptr() as *const c_char, &mut out, version, 0, &mut status) == 0 && !out.is_null() {
@@ -168,56 +194,77 @@ unsafe fn resolve_driver(base: &[u8], version: c_int, exported_name: &[u8]) -> u
         }
     }
     let v1 = any(Sym::cuGetProcAddress);
-    if v1 != 0 {
+    if v1 != 0 && keep_loaded(v1) {
         let f: GetProcV1 = std::mem::transmute::<usize, GetProcV1>(v1);
         if f(base.as_ptr() as *const c_char, &mut out, version, 0) == 0 && !out.is_null() {
             return out as usize;
         }
     }
-    let p = lookup_in_owner(Kind::Driver, exported_name.as_ptr() as *const c_char);
-    if !p.is_null() && !is_ours(p) {
-        return p as usize;
-    }
-    let p = real_dlsym(RTLD_DEFAULT, exported_name.as_ptr() as *const c_char);
-    if !p.is_null() && !is_ours(p) {
-        return p as usize;
+    let name = exported_name.as_ptr() as *const c_char;
+    for p in [lookup_in_owner(Kind::Driver, name), real_dlsym(RTLD_DEFAULT, name)] {
+        if !p.is_null() && !is_ours(p) {
+            return p as usize;
+        }
     }
     0
 }
 
-static CU_CTX_GET_DEVICE: DriverFn = DriverFn::new(b"cuCtxGetDevice\0", 2000, b"cuCtxGetDevice\0");
-static CU_MEM_GET_INFO: DriverFn = DriverFn::new(b"cuMemGetInfo\0", 3020, b"cuMemGetInfo_v2\0");
-static CU_MEM_GET_ADDRESS_RANGE: DriverFn =
-    DriverFn::new(b"cuMemGetAddressRange\0", 3020, b"cuMemGetAddressRange_v2\0");
-
-/// Runtime `cudaGetDevice`, from the global scope or the handle a runtime symbol was
-/// looked up on (ctypes loads libcudart with RTLD_LOCAL).
-static CUDA_GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
-static RUNTIME_HANDLE: AtomicUsize = AtomicUsize::new(0);
-
-/// Remember a handle on which a runtime symbol was found (dlsym path).
-pub fn note_runtime_handle(handle: *mut c_void) {
-    RUNTIME_HANDLE.store(handle as usize, Ordering::Release);
+macro_rules! driver_fn {
+    ($name:ident, $base:literal, $version:literal, $exported:literal) => {
+        static $name: Lazy = Lazy::new({
+            unsafe fn resolve() -> usize {
+                resolve_driver($base, $version, $exported)
+            }
+            resolve
+        });
+    };
 }
 
-fn cuda_get_device() -> usize {
-    let p = CUDA_GET_DEVICE.load(Ordering::Acquire);
-    if p != 0 {
-        return p;
-    }
+driver_fn!(CU_CTX_GET_DEVICE, b"cuCtxGetDevice\0", 2000, b"cuCtxGetDevice\0");
+driver_fn!(CU_MEM_GET_INFO, b"cuMemGetInfo\0", 3020, b"cuMemGetInfo_v2\0");
+driver_fn!(CU_MEM_GET_ADDRESS_RANGE, b"cuMemGetAddressRange\0", 3020, b"cuMemGetAddressRange_v2\0");
+
+/// Runtime `cudaGetDevice`: from the global scope, else from the library in which a
+/// runtime symbol was last found through dlsym (ctypes loads libcudart `RTLD_LOCAL`).
+static CUDA_GET_DEVICE: Lazy = Lazy::new(resolve_cuda_get_device);
+/// Address of a runtime function found through dlsym on a handle (not the handle: the
+/// program may close it; an address can be checked against the loaded objects).
+static RUNTIME_SYMBOL: AtomicUsize = AtomicUsize::new(0);
+
+/// Remember a runtime symbol found through dlsym on a handle (dlsym path: a store only).
+pub fn note_runtime_symbol(found: *mut c_void) {
+    RUNTIME_SYMBOL.store(found as usize, Ordering::Release);
+}
+
+unsafe fn resolve_cuda_get_device() -> usize {
     let name = c"cudaGetDevice".as_ptr();
-    let mut p = unsafe { real_dlsym(RTLD_DEFAULT, name) };
-    if p.is_null() {
-        let h = RUNTIME_HANDLE.load(Ordering::Acquire);
-        if h != 0 {
-            p = unsafe { real_dlsym(h as *mut c_void, name) };
+    let p = real_dlsym(RTLD_DEFAULT, name);
+    if !p.is_null() && !is_ours(p) {
+        return p as usize;
+    }
+    match runtime_owner() {
+        Some(h) => {
+            let p = real_dlsym(h, name);
+            libc::dlclose(h);
+            p as usize
         }
+        None => 0,
     }
-    let p = p as usize;
-    if p != 0 {
-        CUDA_GET_DEVICE.store(p, Ordering::Release);
+}
+
+/// A handle on the runtime library a dlsym'd runtime symbol came from, if still loaded
+/// (the caller closes it).
+unsafe fn runtime_owner() -> Option<*mut c_void> {
+    let found = RUNTIME_SYMBOL.load(Ordering::Acquire);
+    if found == 0 {
+        return None;
     }
-    p
+    let mut info: libc::Dl_info = std::mem::zeroed();
+    if libc::dladdr(found as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+    (!h.is_null()).then_some(h)
 }
 
 /// The device of the calling thread's current context (driver), else the runtime's
@@ -231,7 +278,7 @@ pub fn current_device() -> i32 {
             return dev;
         }
     }
-    let f = cuda_get_device();
+    let f = CUDA_GET_DEVICE.get();
     if f != 0 {
         let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
         let mut dev: c_int = -1;
@@ -244,10 +291,7 @@ pub fn current_device() -> i32 {
 
 /// (free, total) of the current device from the driver, without recording a probe.
 pub fn measure_free() -> Option<(u64, u64)> {
-    let mut f = any(Sym::cuMemGetInfo_v2);
-    if f == 0 {
-        f = CU_MEM_GET_INFO.get();
-    }
+    let f = CU_MEM_GET_INFO.get();
     if f == 0 {
         return None;
     }

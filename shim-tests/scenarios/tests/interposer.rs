@@ -507,3 +507,36 @@ fn static_runtime_is_seen_through_dlsym_and_the_resolver() {
     assert_eq!(apis, want);
     assert_eq!(d["probes"][0]["api"], "cuMemGetInfo_v2");
 }
+
+// ---- real third-party code ------------------------------------------------------------------
+
+/// NVIDIA's real libcudart.so.12 (12.9.79, unpacked from the wheel by `make headers`),
+/// loaded by path through ctypes, on the fake driver. It resolves the driver through our
+/// dlsym and cuGetProcAddress wrappers, then gives up (no cuGetExportTable) and unloads
+/// libcuda; culedger must leave every result, and the resolution sequence, unchanged, and
+/// must not call into the unloaded driver afterwards (it once did, and crashed).
+#[test]
+fn real_libcudart_behaves_identically_under_culedger() {
+    let real = repo_root().join("target/cuda-headers/lib/libcudart.so.12");
+    assert!(real.is_file(), "{} missing: run `make headers`", real.display());
+    let mut plain = Sim::new("real_plain");
+    plain.enable_trace();
+    let a = plain.run_ok(plain.python("real_cudart.py").arg(&real));
+    let mut l = Ledgered::new("real");
+    l.sim.enable_trace();
+    let b = l.sim.run_ok(l.sim.python("real_cudart.py").arg(&real));
+    assert_eq!(a.stdout, b.stdout);
+    assert_eq!(b.u64("runtime"), 12090);
+    let (ta, tb) = (plain.trace(), l.sim.trace());
+    assert!(ta.lines().filter(|l| l.starts_with("getproc ")).count() > 400, "{ta}");
+    assert!(ta.contains("getproc cuMemAlloc 3020 0 -> 0 cuMemAlloc_v2"), "{ta}");
+    assert_eq!(ta, tb, "the real runtime asked the driver for something else under culedger");
+    // What it told the program is what culedger recorded.
+    let r = l.report();
+    let d = device(&r, 0);
+    assert_eq!(d["failures"][0]["api"], "cudaMalloc");
+    assert_eq!(u(&d["failures"][0]["error"]), b.u64("malloc_rc"));
+    assert_eq!(d["probes"][0]["api"], "cudaMemGetInfo");
+    assert_eq!(u(&d["probes"][0]["error"]), b.u64("info_rc"));
+    assert!(d["probes"][0]["free_bytes"].is_null());
+}
