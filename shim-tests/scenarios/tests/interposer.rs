@@ -540,3 +540,24 @@ fn real_libcudart_behaves_identically_under_culedger() {
     assert_eq!(u(&d["probes"][0]["error"]), b.u64("info_rc"));
     assert!(d["probes"][0]["free_bytes"].is_null());
 }
+
+/// LLVM's OpenMP runtime looks for a tool with `dlsym(RTLD_NEXT, "ompt_start_tool")` from
+/// inside libomp, which also defines that symbol. Loaded RTLD_GLOBAL (as `import torch`
+/// loads its dependencies), a dlsym hook that forwarded RTLD_NEXT with an ordinary call
+/// would answer "after libculedger", find libomp's own symbol and never return: this hung
+/// `import torch` under another interposer. Needs Debian's libomp5 (.ci/run installs it).
+#[test]
+fn openmp_tool_loader_under_culedger() {
+    let probe = "import ctypes; omp = ctypes.CDLL('libomp.so.5', mode=ctypes.RTLD_GLOBAL); \
+                 print('RESULT threads_ok=%d' % (omp.omp_get_max_threads() > 0))";
+    let mut plain = Sim::new("omp_plain");
+    plain.env("OMP_TOOL_VERBOSE_INIT", "stdout").timeout(Duration::from_secs(30));
+    let a = plain.run(plain.cmd("python3").args(["-c", probe]));
+    assert!(a.success(), "libomp.so.5 is needed (Debian: apt-get install libomp5)\n{}", a.describe());
+    let mut l = Ledgered::new("omp");
+    l.sim.env("OMP_TOOL_VERBOSE_INIT", "stdout").timeout(Duration::from_secs(30));
+    let b = l.sim.run_ok(l.sim.cmd("python3").args(["-c", probe]));
+    assert_eq!(b.u64("threads_ok"), 1);
+    assert!(b.stdout.contains("Search for OMP tool in current address space... Failed"), "{}", b.describe());
+    assert_eq!(a.stdout, b.stdout);
+}
