@@ -394,7 +394,17 @@ pub fn memory_viz(run: &Run) -> Snapshot {
 pub fn write_memory_viz(run: &Run, out: &Path) -> Result<()> {
     let bytes = serde_pickle::to_vec(&memory_viz(run), serde_pickle::SerOptions::new())
         .map_err(|e| Fail::input(format!("cannot encode the snapshot: {e}")))?;
-    write(out, &bytes)
+    write(out, &as_protocol_4(bytes))
+}
+
+/// serde-pickle writes protocol 3. Protocol 4 (what `torch.cuda.memory._dump_snapshot`
+/// writes) only adds opcodes and makes framing optional, so a protocol-3 opcode stream
+/// under a `PROTO 4` header is a valid protocol-4 pickle; only the header changes.
+fn as_protocol_4(mut bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.len() >= 2 && bytes[0] == 0x80 && bytes[1] <= 4 {
+        bytes[1] = 4;
+    }
+    bytes
 }
 
 #[cfg(test)]
