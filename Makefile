@@ -64,7 +64,7 @@ demo: all
 	scripts/demo.sh
 
 bench: all
-	@if [ -x scripts/bench.sh ]; then scripts/bench.sh; else echo "bench: no benchmarks yet"; fi
+	scripts/bench.sh
 
 clean:
 	$(CARGO) clean
