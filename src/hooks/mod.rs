@@ -14,7 +14,6 @@
 //! recording runs under `catch_unwind`, and a failure there is noted as a loss.
 
 pub mod types;
-#[macro_use]
 mod table;
 mod dlsym;
 mod families;
