@@ -75,7 +75,7 @@ fn guarded(f: impl FnOnce()) {
     }
 }
 
-pub unsafe fn cu_get_proc_address(
+pub(crate) unsafe fn cu_get_proc_address(
     _sym: Sym,
     real: super::table::cuGetProcAddress::Real,
     symbol: *const c_char,
@@ -90,7 +90,7 @@ pub unsafe fn cu_get_proc_address(
     rc
 }
 
-pub unsafe fn cu_get_proc_address_v2(
+pub(crate) unsafe fn cu_get_proc_address_v2(
     _sym: Sym,
     real: super::table::cuGetProcAddress_v2::Real,
     symbol: *const c_char,
@@ -107,7 +107,7 @@ pub unsafe fn cu_get_proc_address_v2(
     rc
 }
 
-pub unsafe fn cuda_get_driver_entry_point(
+pub(crate) unsafe fn cuda_get_driver_entry_point(
     _sym: Sym,
     real: super::table::cudaGetDriverEntryPoint::Real,
     symbol: *const c_char,
@@ -122,7 +122,7 @@ pub unsafe fn cuda_get_driver_entry_point(
     rc
 }
 
-pub unsafe fn cuda_get_driver_entry_point_by_version(
+pub(crate) unsafe fn cuda_get_driver_entry_point_by_version(
     _sym: Sym,
     real: super::table::cudaGetDriverEntryPointByVersion::Real,
     symbol: *const c_char,

@@ -131,9 +131,9 @@ fn dynamic_runtime_allocations_frees_probes_and_copies() {
 fn results_and_exit_codes_identical_without_preload() {
     for (program, args) in [("rt_ledger", &["basic"][..]), ("drv_ledger", &["basic"][..]), ("rt_ledger", &["oom"][..])] {
         let plain = Sim::new("plain");
-        let a = plain.run(&mut plain.cmd(program).args(args));
+        let a = plain.run(plain.cmd(program).args(args));
         let l = Ledgered::new("same");
-        let b = l.sim.run(&mut l.sim.cmd(program).args(args));
+        let b = l.sim.run(l.sim.cmd(program).args(args));
         assert_eq!(a.status.map(|s| s.code()), b.status.map(|s| s.code()), "{}\n{}", a.describe(), b.describe());
         assert_eq!(a.stdout, b.stdout, "{program} {args:?}: output differs under culedger");
     }
@@ -142,9 +142,9 @@ fn results_and_exit_codes_identical_without_preload() {
 #[test]
 fn process_that_never_touches_cuda_writes_nothing() {
     let plain = Sim::new("nocuda_plain");
-    let a = plain.run(&mut plain.cmd("rt_ledger").arg("nocuda"));
+    let a = plain.run(plain.cmd("rt_ledger").arg("nocuda"));
     let l = Ledgered::new("nocuda");
-    let b = l.sim.run(&mut l.sim.cmd("rt_ledger").arg("nocuda"));
+    let b = l.sim.run(l.sim.cmd("rt_ledger").arg("nocuda"));
     assert_eq!(a.status.unwrap().code(), Some(3));
     assert_eq!(b.status.unwrap().code(), Some(3));
     assert_eq!(a.stdout, b.stdout);
