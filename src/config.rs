@@ -78,10 +78,7 @@ impl Config {
         let flush_ms = match var(ENV_FLUSH_MS) {
             None => DEFAULT_FLUSH_MS,
             Some(raw) => parse_flush_ms(&raw.to_string_lossy()).unwrap_or_else(|why| {
-                warnings.push(format!(
-                    "{ENV_FLUSH_MS}={:?} {why}; using {DEFAULT_FLUSH_MS}",
-                    raw.to_string_lossy()
-                ));
+                warnings.push(format!("{ENV_FLUSH_MS}={:?} {why}; using {DEFAULT_FLUSH_MS}", raw.to_string_lossy()));
                 DEFAULT_FLUSH_MS
             }),
         };
@@ -152,8 +149,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn parse(vars: &[(&str, &str)]) -> Config {
-        let map: HashMap<String, OsString> =
-            vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        let map: HashMap<String, OsString> = vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
         Config::parse(|name| map.get(name).cloned(), Some(Path::new("/work/dir")))
     }
 

@@ -6,8 +6,7 @@
 
 use crate::load::Run;
 use crate::model::{
-    first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped,
-    CATEGORIES,
+    first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped, CATEGORIES,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -36,26 +35,16 @@ impl Member<'_> {
             return [0; 6];
         }
         // Timelines are in time order: binary search for the last sample at or before `at`.
-        let n = self
-            .dev
-            .timeline
-            .partition_point(|s| self.abs(s.t_ms) <= at);
-        n.checked_sub(1)
-            .map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c)))
-            .unwrap_or([0; 6])
+        let n = self.dev.timeline.partition_point(|s| self.abs(s.t_ms) <= at);
+        n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
     }
 
     /// Live bytes per category of this process on this device just before its own record
     /// stamped `at` (a probe, a failure): ordered by `(t_ms, seq)`, so allocations made in
     /// the same millisecond after it do not count.
     pub fn live_before(&self, at: Stamp) -> [i64; 6] {
-        let n = self
-            .dev
-            .timeline
-            .partition_point(|s| s.stamp().precedes(at));
-        n.checked_sub(1)
-            .map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c)))
-            .unwrap_or([0; 6])
+        let n = self.dev.timeline.partition_point(|s| s.stamp().precedes(at));
+        n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
     }
 }
 
@@ -71,18 +60,10 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
     let mut map: BTreeMap<(String, i64), Vec<Member>> = BTreeMap::new();
     for report in &run.procs {
         for dev in &report.devices {
-            map.entry((report.process.host.clone(), dev.index))
-                .or_default()
-                .push(Member { report, dev });
+            map.entry((report.process.host.clone(), dev.index)).or_default().push(Member { report, dev });
         }
     }
-    map.into_iter()
-        .map(|((host, index), members)| DeviceGroup {
-            host,
-            index,
-            members,
-        })
-        .collect()
+    map.into_iter().map(|((host, index), members)| DeviceGroup { host, index, members }).collect()
 }
 
 /// A point of a merged timeline: absolute time and live bytes per category.
@@ -124,10 +105,7 @@ impl<'a> DeviceGroup<'a> {
     }
 
     pub fn cat_live(&self, name: &str) -> i64 {
-        self.members
-            .iter()
-            .map(|m| m.dev.cat(name).live_bytes)
-            .sum()
+        self.members.iter().map(|m| m.dev.cat(name).live_bytes).sum()
     }
 
     /// The device timeline: every member's samples summed as step functions.
@@ -159,51 +137,28 @@ impl<'a> DeviceGroup<'a> {
     /// Peak of the device's summed live bytes. Exact for one process (its own counter);
     /// for several, the maximum of the merged timelines (at least any member's peak).
     pub fn peak(&self) -> i64 {
-        let member_max = self
-            .members
-            .iter()
-            .map(|m| m.dev.peak_bytes)
-            .max()
-            .unwrap_or(0);
+        let member_max = self.members.iter().map(|m| m.dev.peak_bytes).max().unwrap_or(0);
         if self.members.len() == 1 {
             return member_max;
         }
-        self.series()
-            .iter()
-            .map(Point::total)
-            .max()
-            .unwrap_or(0)
-            .max(member_max)
+        self.series().iter().map(Point::total).max().unwrap_or(0).max(member_max)
     }
 
     /// Peak of one category, computed like [`Self::peak`].
     pub fn cat_peak(&self, name: &str) -> i64 {
-        let member_max = self
-            .members
-            .iter()
-            .map(|m| m.dev.cat(name).peak_bytes)
-            .max()
-            .unwrap_or(0);
+        let member_max = self.members.iter().map(|m| m.dev.cat(name).peak_bytes).max().unwrap_or(0);
         if self.members.len() == 1 {
             return member_max;
         }
         let i = CATEGORIES.iter().position(|c| *c == name).unwrap_or(5);
-        self.series()
-            .iter()
-            .map(|p| p.cats[i])
-            .max()
-            .unwrap_or(0)
-            .max(member_max)
+        self.series().iter().map(|p| p.cats[i]).max().unwrap_or(0).max(member_max)
     }
 
     /// Every probe of every member, with the member, in time order (across processes by
     /// absolute time, within one by `(t_ms, seq)`).
     pub fn probes(&self) -> Vec<(Member<'a>, &'a Probe)> {
-        let mut all: Vec<(Member, &Probe)> = self
-            .members
-            .iter()
-            .flat_map(|m| m.dev.probes.iter().map(move |p| (*m, p)))
-            .collect();
+        let mut all: Vec<(Member, &Probe)> =
+            self.members.iter().flat_map(|m| m.dev.probes.iter().map(move |p| (*m, p))).collect();
         all.sort_by_key(|(m, p)| (m.abs(p.t_ms), m.pid(), p.stamp().key()));
         all
     }
@@ -215,11 +170,7 @@ impl<'a> DeviceGroup<'a> {
         self.members
             .iter()
             .map(|o| {
-                let live = if std::ptr::eq(o.report, m.report) {
-                    o.live_before(p.stamp())
-                } else {
-                    o.live_at(at)
-                };
+                let live = if std::ptr::eq(o.report, m.report) { o.live_before(p.stamp()) } else { o.live_at(at) };
                 live.iter().sum::<i64>()
             })
             .sum()
@@ -291,32 +242,17 @@ impl<'a> DeviceGroup<'a> {
     pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
         if let Some(big) = self.largest_allocation() {
             let m = self.member(big.pid)?;
-            let at = Stamp {
-                t_ms: big.t_ms,
-                seq: big.seq,
-            };
+            let at = Stamp { t_ms: big.t_ms, seq: big.seq };
             let p = last_before(&m.dev.probes, at)?;
             let what = match (&big.category, big.failed) {
-                (_, true) => format!(
-                    "failed {} of {}",
-                    big.api,
-                    crate::units::fmt_bytes(big.bytes)
-                ),
-                (Some(c), false) => format!(
-                    "{} {} of {}",
-                    c,
-                    big.api,
-                    crate::units::fmt_bytes(big.bytes)
-                ),
+                (_, true) => format!("failed {} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
+                (Some(c), false) => format!("{} {} of {}", c, big.api, crate::units::fmt_bytes(big.bytes)),
                 (None, false) => format!("{} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
             };
             return Some((
                 m,
                 p,
-                format!(
-                    "before the largest allocation ({what} at {})",
-                    crate::units::fmt_ms(big.t_ms)
-                ),
+                format!("before the largest allocation ({what} at {})", crate::units::fmt_ms(big.t_ms)),
             ));
         }
         let mut best: Option<(Member, Stamp, i64)> = None;
@@ -346,9 +282,8 @@ impl<'a> DeviceGroup<'a> {
     pub fn key_probes(&self) -> Vec<KeyProbe> {
         let mut out: Vec<(i64, KeyProbe)> = Vec::new();
         let mut add = |m: Member, p: &Probe, why: String| {
-            let same = |k: &KeyProbe| {
-                (k.pid, k.t_ms, k.seq, k.api.as_str()) == (m.pid(), p.t_ms, p.seq, p.api.as_str())
-            };
+            let same =
+                |k: &KeyProbe| (k.pid, k.t_ms, k.seq, k.api.as_str()) == (m.pid(), p.t_ms, p.seq, p.api.as_str());
             if let Some((_, k)) = out.iter_mut().find(|(_, k)| same(k)) {
                 if !k.why.contains(&why) {
                     k.why = format!("{}; {why}", k.why);
@@ -368,15 +303,7 @@ impl<'a> DeviceGroup<'a> {
         for m in &self.members {
             for f in &m.dev.failures {
                 if let Some(p) = &f.last_probe {
-                    add(
-                        *m,
-                        p,
-                        format!(
-                            "before the failed {} of {}",
-                            f.api,
-                            crate::units::fmt_bytes(f.bytes)
-                        ),
-                    );
+                    add(*m, p, format!("before the failed {} of {}", f.api, crate::units::fmt_bytes(f.bytes)));
                 }
             }
         }
@@ -385,20 +312,14 @@ impl<'a> DeviceGroup<'a> {
     }
 
     pub fn failures(&self) -> Vec<(Member<'a>, &'a Failure)> {
-        let mut all: Vec<(Member, &Failure)> = self
-            .members
-            .iter()
-            .flat_map(|m| m.dev.failures.iter().map(move |f| (*m, f)))
-            .collect();
+        let mut all: Vec<(Member, &Failure)> =
+            self.members.iter().flat_map(|m| m.dev.failures.iter().map(move |f| (*m, f))).collect();
         all.sort_by_key(|(m, f)| (m.abs(f.t_ms), m.pid(), f.stamp().key()));
         all
     }
 
     pub fn failures_total(&self) -> i64 {
-        self.members
-            .iter()
-            .map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64))
-            .sum()
+        self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
     }
 
     pub fn driver_cost_bytes(&self) -> i64 {
@@ -617,11 +538,7 @@ pub fn summarize(run: &Run) -> RunSummary {
         })
         .collect();
     let devices = groups(run).iter().map(summarize_device).collect();
-    RunSummary {
-        label: run.label.clone(),
-        processes,
-        devices,
-    }
+    RunSummary { label: run.label.clone(), processes, devices }
 }
 
 pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
@@ -644,13 +561,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             })
         })
         .collect();
-    top.sort_by(|a, b| {
-        b.bytes
-            .cmp(&a.bytes)
-            .then(a.pid.cmp(&b.pid))
-            .then(a.t_ms.cmp(&b.t_ms))
-            .then(a.seq.cmp(&b.seq))
-    });
+    top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.t_ms.cmp(&b.t_ms)).then(a.seq.cmp(&b.seq)));
     top.truncate(TOP_N);
     DeviceSummary {
         host: g.host.clone(),
@@ -682,11 +593,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         device_used_bytes: used,
         untracked_bytes: untracked,
         untracked_max_bytes: untracked_max,
-        probes_total: g
-            .members
-            .iter()
-            .map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64))
-            .sum(),
+        probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
         key_probes: g.key_probes(),
         failures_total: g.failures_total(),
         failures: g
@@ -760,11 +667,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn run(r: Report) -> Run {
-        Run {
-            label: "t".into(),
-            procs: vec![r],
-            sources: Vec::new(),
-        }
+        Run { label: "t".into(), procs: vec![r], sources: Vec::new() }
     }
 
     #[test]
@@ -801,10 +704,7 @@ pub(crate) mod tests {
         let g = &groups(&run)[0];
         let seqs: Vec<_> = g.probes().iter().map(|(_, p)| p.seq).collect();
         assert_eq!(seqs, [Some(2), Some(5)]);
-        let first = g
-            .key_probes()
-            .into_iter()
-            .find(|k| k.why.contains("first query"));
+        let first = g.key_probes().into_iter().find(|k| k.why.contains("first query"));
         assert_eq!(first.unwrap().seq, Some(2));
     }
 
@@ -813,11 +713,7 @@ pub(crate) mod tests {
         let run = run(report(true));
         let g = &groups(&run)[0];
         let (m, p) = g.probes()[0];
-        assert_eq!(
-            g.tracked_at(m, p),
-            20 * MIB,
-            "the KV pool came after this probe"
-        );
+        assert_eq!(g.tracked_at(m, p), 20 * MIB, "the KV pool came after this probe");
         let (m, p) = g.probes()[1];
         assert_eq!(g.tracked_at(m, p), 620 * MIB);
         // used at the last probe 724 MiB, tracked 620 MiB.

@@ -35,13 +35,7 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [(&'static str, Op); 5] = [
-        ("<=", Op::Le),
-        (">=", Op::Ge),
-        ("==", Op::Eq),
-        ("<", Op::Lt),
-        (">", Op::Gt),
-    ];
+    const ALL: [(&'static str, Op); 5] = [("<=", Op::Le), (">=", Op::Ge), ("==", Op::Eq), ("<", Op::Lt), (">", Op::Gt)];
 
     fn holds(self, value: i64, limit: i64) -> bool {
         match self {
@@ -83,50 +77,38 @@ pub fn parse_budget(text: &str) -> std::result::Result<Budget, String> {
         .iter()
         .filter_map(|(s, op)| compact.find(s).map(|i| (i, *s, *op)))
         .min_by_key(|(i, s, _)| (*i, std::cmp::Reverse(s.len())))
-        .ok_or_else(|| {
-            format!("budget `{text}`: no comparison (use <=, <, >=, > or ==), e.g. 'ipc<=64MiB'")
-        })?;
+        .ok_or_else(|| format!("budget `{text}`: no comparison (use <=, <, >=, > or ==), e.g. 'ipc<=64MiB'"))?;
     let (name, size) = (&compact[..at], &compact[at + op_text.len()..]);
     let category = |n: &str| CATEGORIES.iter().copied().find(|c| *c == n);
     let key = match name.strip_prefix("peak:") {
-        Some(c) => Key::CategoryPeak(category(c).ok_or_else(|| {
-            format!(
-                "budget `{text}`: `peak:` takes a category ({})",
-                CATEGORIES.join(", ")
-            )
-        })?),
+        Some(c) => Key::CategoryPeak(
+            category(c)
+                .ok_or_else(|| format!("budget `{text}`: `peak:` takes a category ({})", CATEGORIES.join(", ")))?,
+        ),
         None => match name {
             "live" => Key::Live,
             "peak" => Key::Peak,
             "untracked" => Key::Untracked,
             "ipc_imported" => Key::IpcImported,
             "driver_costs" => Key::DriverCosts,
-            n => Key::Category(category(n).ok_or_else(|| {
-                format!("budget `{text}`: unknown key `{n}` (keys: {KEYS_HELP})")
-            })?),
+            n => Key::Category(
+                category(n).ok_or_else(|| format!("budget `{text}`: unknown key `{n}` (keys: {KEYS_HELP})"))?,
+            ),
         },
     };
     let limit = parse_size(size).map_err(|e| format!("budget `{text}`: {e}"))?;
-    Ok(Budget {
-        text: text.trim().to_string(),
-        key,
-        op,
-        limit,
-    })
+    Ok(Budget { text: text.trim().to_string(), key, op, limit })
 }
 
 /// Parses a budgets file: one budget per line, `#` starts a comment, blank lines ignored.
 pub fn parse_file(path: &Path) -> Result<Vec<Budget>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Fail::input(format!("{}: cannot read: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Fail::input(format!("{}: cannot read: {e}", path.display())))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if !line.is_empty() {
-            out.push(
-                parse_budget(line)
-                    .map_err(|e| Fail::input(format!("{}:{}: {e}", path.display(), n + 1)))?,
-            );
+            out.push(parse_budget(line).map_err(|e| Fail::input(format!("{}:{}: {e}", path.display(), n + 1)))?);
         }
     }
     Ok(out)
@@ -146,11 +128,7 @@ fn value(g: &DeviceGroup, key: &Key) -> Option<i64> {
 }
 
 /// The lines of every breach (empty when all hold) and notes about unmeasured values.
-pub fn evaluate(
-    groups: &[DeviceGroup],
-    budgets: &[Budget],
-    no_failures: bool,
-) -> (Vec<String>, Vec<String>) {
+pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -> (Vec<String>, Vec<String>) {
     let (mut breaches, mut notes) = (Vec::new(), Vec::new());
     for g in groups {
         for b in budgets {
@@ -200,23 +178,13 @@ fn key_name(k: &Key) -> String {
     }
 }
 
-pub fn command(
-    path: &PathBuf,
-    texts: &[String],
-    file: Option<&Path>,
-    no_failures: bool,
-) -> Result<i32> {
-    let mut budgets: Vec<Budget> = texts
-        .iter()
-        .map(|t| parse_budget(t).map_err(Fail::input))
-        .collect::<Result<_>>()?;
+pub fn command(path: &PathBuf, texts: &[String], file: Option<&Path>, no_failures: bool) -> Result<i32> {
+    let mut budgets: Vec<Budget> = texts.iter().map(|t| parse_budget(t).map_err(Fail::input)).collect::<Result<_>>()?;
     if let Some(f) = file {
         budgets.extend(parse_file(f)?);
     }
     if budgets.is_empty() && !no_failures {
-        return Err(Fail::input(
-            "check: nothing to check: give --budget 'KEY<=SIZE', --budgets FILE or --no-failures",
-        ));
+        return Err(Fail::input("check: nothing to check: give --budget 'KEY<=SIZE', --budgets FILE or --no-failures"));
     }
     let run = load_run(std::slice::from_ref(path))?;
     let gs = groups(&run);
@@ -248,46 +216,28 @@ mod tests {
     #[test]
     fn parses_the_grammar() {
         let b = parse_budget("ipc<=64MiB").unwrap();
-        assert_eq!(
-            (b.key, b.op, b.limit),
-            (Key::Category("ipc"), Op::Le, 64 << 20)
-        );
+        assert_eq!((b.key, b.op, b.limit), (Key::Category("ipc"), Op::Le, 64 << 20));
         let b = parse_budget(" peak:other <= 1 GiB ").unwrap();
-        assert_eq!(
-            (b.key, b.op, b.limit),
-            (Key::CategoryPeak("other"), Op::Le, 1 << 30)
-        );
+        assert_eq!((b.key, b.op, b.limit), (Key::CategoryPeak("other"), Op::Le, 1 << 30));
         let b = parse_budget("kv_pool>=40GiB").unwrap();
         assert_eq!((b.key, b.op), (Key::Category("kv_pool"), Op::Ge));
         assert_eq!(parse_budget("untracked<2GB").unwrap().op, Op::Lt);
         assert_eq!(parse_budget("live>0").unwrap().key, Key::Live);
         assert_eq!(parse_budget("driver_costs==0").unwrap().op, Op::Eq);
-        assert_eq!(
-            parse_budget("ipc_imported<=1MiB").unwrap().key,
-            Key::IpcImported
-        );
+        assert_eq!(parse_budget("ipc_imported<=1MiB").unwrap().key, Key::IpcImported);
         assert_eq!(parse_budget("peak<=1TiB").unwrap().key, Key::Peak);
     }
 
     #[test]
     fn rejects_bad_budgets() {
-        for bad in [
-            "ipc",
-            "ipc<=",
-            "foo<=1GiB",
-            "peak:live<=1GiB",
-            "ipc<=64 parsecs",
-            "<=1GiB",
-        ] {
+        for bad in ["ipc", "ipc<=", "foo<=1GiB", "peak:live<=1GiB", "ipc<=64 parsecs", "<=1GiB"] {
             assert!(parse_budget(bad).is_err(), "{bad} should not parse");
         }
     }
 
     #[test]
     fn comparisons() {
-        assert!(
-            Op::Le.holds(5, 5) && !Op::Lt.holds(5, 5) && Op::Ge.holds(5, 5) && !Op::Gt.holds(5, 5)
-        );
+        assert!(Op::Le.holds(5, 5) && !Op::Lt.holds(5, 5) && Op::Ge.holds(5, 5) && !Op::Gt.holds(5, 5));
         assert!(Op::Eq.holds(0, 0) && !Op::Eq.holds(1, 0));
     }
 }

@@ -45,13 +45,7 @@ pub struct Row {
 impl Row {
     fn new(name: &str, a: i64, b: i64) -> Self {
         let delta = b - a;
-        Row {
-            name: name.into(),
-            a,
-            b,
-            delta,
-            pct: (a != 0).then(|| delta as f64 * 100.0 / a as f64),
-        }
+        Row { name: name.into(), a, b, delta, pct: (a != 0).then(|| delta as f64 * 100.0 / a as f64) }
     }
 }
 
@@ -129,60 +123,31 @@ fn failure_lines(g: &DeviceGroup) -> Vec<String> {
     g.failures()
         .iter()
         .map(|(m, f)| {
-            format!(
-                "pid {} at {}: {} of {} ({})",
-                m.pid(),
-                fmt_ms(f.t_ms),
-                f.api,
-                fmt_bytes(f.bytes),
-                f.error_name
-            )
+            format!("pid {} at {}: {} of {} ({})", m.pid(), fmt_ms(f.t_ms), f.api, fmt_bytes(f.bytes), f.error_name)
         })
         .collect()
 }
 
 /// Device-wide rows compared below the categories.
-const TOTALS: [&str; 5] = [
-    "tracked live",
-    "tracked peak",
-    "untracked (last query)",
-    "hidden driver costs",
-    "IPC opened from peers",
-];
+const TOTALS: [&str; 5] =
+    ["tracked live", "tracked peak", "untracked (last query)", "hidden driver costs", "IPC opened from peers"];
 
 fn totals(g: &DeviceGroup) -> [i64; 5] {
-    [
-        g.live(),
-        g.peak(),
-        g.untracked().0.unwrap_or(0),
-        g.driver_cost_bytes(),
-        g.ipc().imported_bytes,
-    ]
+    [g.live(), g.peak(), g.untracked().0.unwrap_or(0), g.driver_cost_bytes(), g.ipc().imported_bytes]
 }
 
 fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> DevDiff {
     let cat = |g: Option<&DeviceGroup>, c: &str| g.map_or(0, |g| g.cat_live(c));
-    let mut categories: Vec<Row> = CATEGORIES
-        .iter()
-        .map(|c| Row::new(c, cat(a, c), cat(b, c)))
-        .collect();
+    let mut categories: Vec<Row> = CATEGORIES.iter().map(|c| Row::new(c, cat(a, c), cat(b, c))).collect();
     categories.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
     let (ta, tb) = (a.map_or([0; 5], totals), b.map_or([0; 5], totals));
-    let totals = (0..TOTALS.len())
-        .map(|i| Row::new(TOTALS[i], ta[i], tb[i]))
-        .collect();
+    let totals = (0..TOTALS.len()).map(|i| Row::new(TOTALS[i], ta[i], tb[i])).collect();
     let costs = |g: Option<&DeviceGroup>| g.map(|g| g.driver_costs_by_api()).unwrap_or_default();
     let (ca, cb) = (costs(a), costs(b));
     let apis: BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
     let mut driver_costs: Vec<Row> = apis
         .into_iter()
-        .map(|api| {
-            Row::new(
-                api,
-                ca.get(api).map_or(0, |c| c.1),
-                cb.get(api).map_or(0, |c| c.1),
-            )
-        })
+        .map(|api| Row::new(api, ca.get(api).map_or(0, |c| c.1), cb.get(api).map_or(0, |c| c.1)))
         .filter(|r| r.delta != 0)
         .collect();
     driver_costs.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
@@ -192,17 +157,9 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
             (Some(x), Some(y)) => x.free_bytes.zip(y.free_bytes).map(|(x, y)| y - x),
             _ => None,
         };
-        ProbeDiff {
-            which: which.into(),
-            a: pa,
-            b: pb,
-            free_delta,
-        }
+        ProbeDiff { which: which.into(), a: pa, b: pb, free_delta }
     };
-    let (fa, fb) = (
-        a.map(failure_lines).unwrap_or_default(),
-        b.map(failure_lines).unwrap_or_default(),
-    );
+    let (fa, fb) = (a.map(failure_lines).unwrap_or_default(), b.map(failure_lines).unwrap_or_default());
     DevDiff {
         device: label,
         only_in: match (a, b) {
@@ -212,17 +169,9 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
         },
         categories,
         totals,
-        probes: vec![
-            probe("first", first_probe),
-            probe("sizing", sizing_probe),
-            probe("last", last_probe),
-        ],
+        probes: vec![probe("first", first_probe), probe("sizing", sizing_probe), probe("last", last_probe)],
         // Failures present on one side only: a device that failed in both runs lists both.
-        failures_a: if fb.is_empty() || !fa.is_empty() {
-            fa
-        } else {
-            Vec::new()
-        },
+        failures_a: if fb.is_empty() || !fa.is_empty() { fa } else { Vec::new() },
         failures_b: fb,
         driver_costs,
     }
@@ -256,22 +205,13 @@ pub fn diff(ra: &Run, rb: &Run) -> Diff {
         .into_values()
         .map(|(a, b)| {
             let g = a.or(b).expect("every key has a side");
-            let label = if by_index {
-                format!("GPU {}", g.index)
-            } else {
-                g.title()
-            };
+            let label = if by_index { format!("GPU {}", g.index) } else { g.title() };
             dev_diff(label, a, b)
         })
         .collect();
     let (sa, sb) = (short(&ra.label), short(&rb.label));
     let headline = headline(&sa, &sb, &devices);
-    Diff {
-        a: ra.label.clone(),
-        b: rb.label.clone(),
-        headline,
-        devices,
-    }
+    Diff { a: ra.label.clone(), b: rb.label.clone(), headline, devices }
 }
 
 fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
@@ -282,21 +222,12 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
         .filter(|(_, r)| r.delta != 0)
         .max_by_key(|(_, r)| r.delta.abs())
     {
-        let amount = if r.delta > 0 {
-            fmt_delta(r.delta)
-        } else {
-            format!("{} less", fmt_bytes(-r.delta))
-        };
+        let amount = if r.delta > 0 { fmt_delta(r.delta) } else { format!("{} less", fmt_bytes(-r.delta)) };
         parts.push(format!("{sb} uses {amount} {} on {}", r.name, d.device));
     }
     if let Some((d, p, delta)) = devices
         .iter()
-        .flat_map(|d| {
-            d.probes
-                .iter()
-                .filter(|p| p.which == "sizing")
-                .map(move |p| (d, p))
-        })
+        .flat_map(|d| d.probes.iter().filter(|p| p.which == "sizing").map(move |p| (d, p)))
         .filter_map(|(d, p)| p.free_delta.map(|x| (d, p, x)))
         .filter(|(_, _, x)| x.abs() >= 1 << 20)
         .max_by_key(|(_, _, x)| x.abs())
@@ -307,84 +238,37 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
             None => "its largest allocation".to_string(),
         };
         let more_less = if delta < 0 { "less" } else { "more" };
-        let verb = if parts.is_empty() {
-            format!("{sb} saw")
-        } else {
-            "saw".into()
-        };
-        parts.push(format!(
-            "{verb} {} {more_less} free memory before {what} on {}",
-            fmt_bytes(delta.abs()),
-            d.device
-        ));
+        let verb = if parts.is_empty() { format!("{sb} saw") } else { "saw".into() };
+        parts.push(format!("{verb} {} {more_less} free memory before {what} on {}", fmt_bytes(delta.abs()), d.device));
     }
     // The hidden driver memory that changed most: what free-memory queries taken before
     // it could not see.
     if let Some((d, r)) = devices
         .iter()
-        .flat_map(|d| {
-            d.totals
-                .iter()
-                .filter(|r| r.name == "hidden driver costs")
-                .map(move |r| (d, r))
-        })
+        .flat_map(|d| d.totals.iter().filter(|r| r.name == "hidden driver costs").map(move |r| (d, r)))
         .filter(|(_, r)| r.delta.abs() >= 1 << 20)
         .max_by_key(|(_, r)| r.delta.abs())
     {
         let more_less = if r.delta < 0 { "less" } else { "more" };
-        let verb = if parts.is_empty() {
-            format!("{sb} paid")
-        } else {
-            "paid".into()
-        };
-        parts.push(format!(
-            "{verb} {} {more_less} in hidden driver costs on {}",
-            fmt_bytes(r.delta.abs()),
-            d.device
-        ));
+        let verb = if parts.is_empty() { format!("{sb} paid") } else { "paid".into() };
+        parts.push(format!("{verb} {} {more_less} in hidden driver costs on {}", fmt_bytes(r.delta.abs()), d.device));
     }
     let only = |side: fn(&DevDiff) -> usize| devices.iter().map(side).sum::<usize>();
     let (fa, fb) = (
-        only(|d| {
-            if d.failures_b.is_empty() {
-                d.failures_a.len()
-            } else {
-                0
-            }
-        }),
-        only(|d| {
-            if d.failures_a.is_empty() {
-                d.failures_b.len()
-            } else {
-                0
-            }
-        }),
+        only(|d| if d.failures_b.is_empty() { d.failures_a.len() } else { 0 }),
+        only(|d| if d.failures_a.is_empty() { d.failures_b.len() } else { 0 }),
     );
     for (n, name) in [(fb, sb), (fa, sa)] {
         if n > 0 {
-            parts.push(format!(
-                "{n} allocation{} failed only in {name}",
-                if n == 1 { "" } else { "s" }
-            ));
+            parts.push(format!("{n} allocation{} failed only in {name}", if n == 1 { "" } else { "s" }));
         }
     }
     // "B uses ..., saw ... and paid ...; N allocations failed only in B".
-    let failures: Vec<String> = parts
-        .iter()
-        .filter(|p| p.contains("failed only"))
-        .cloned()
-        .collect();
-    let facts: Vec<String> = parts
-        .into_iter()
-        .filter(|p| !p.contains("failed only"))
-        .collect();
+    let failures: Vec<String> = parts.iter().filter(|p| p.contains("failed only")).cloned().collect();
+    let facts: Vec<String> = parts.into_iter().filter(|p| !p.contains("failed only")).collect();
     let mut sentences: Vec<String> = Vec::new();
     if let Some((last, rest)) = facts.split_last() {
-        sentences.push(if rest.is_empty() {
-            last.clone()
-        } else {
-            format!("{} and {last}", rest.join(", "))
-        });
+        sentences.push(if rest.is_empty() { last.clone() } else { format!("{} and {last}", rest.join(", ")) });
     }
     sentences.extend(failures);
     if sentences.is_empty() {
@@ -410,13 +294,9 @@ fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
 
 fn side(p: &Option<ProbeSide>) -> String {
     match p {
-        Some(p) => format!(
-            "{} of {} (pid {} at {})",
-            fmt_opt(p.free_bytes),
-            fmt_opt(p.total_bytes),
-            p.pid,
-            fmt_ms(p.t_ms)
-        ),
+        Some(p) => {
+            format!("{} of {} (pid {} at {})", fmt_opt(p.free_bytes), fmt_opt(p.total_bytes), p.pid, fmt_ms(p.t_ms))
+        }
         None => "-".into(),
     }
 }
@@ -437,21 +317,13 @@ pub fn document(d: &Diff) -> Doc {
         doc.push(Block::Sub("What each side was told".into()));
         let mut t = Table::new(&["query", &sa, &sb, "free delta"], &[3]);
         for p in &dev.probes {
-            let category =
-                p.b.as_ref()
-                    .or(p.a.as_ref())
-                    .and_then(|s| s.before_category.clone());
+            let category = p.b.as_ref().or(p.a.as_ref()).and_then(|s| s.before_category.clone());
             let name = match (p.which.as_str(), category) {
                 ("sizing", Some(c)) => format!("before the largest allocation ({c})"),
                 ("sizing", None) => "before the largest allocation".into(),
                 (w, _) => format!("{w} query"),
             };
-            t.row(vec![
-                name,
-                side(&p.a),
-                side(&p.b),
-                p.free_delta.map_or("-".into(), fmt_delta),
-            ]);
+            t.row(vec![name, side(&p.a), side(&p.b), p.free_delta.map_or("-".into(), fmt_delta)]);
         }
         doc.table(t);
         for (fails, name) in [(&dev.failures_a, &sa), (&dev.failures_b, &sb)] {

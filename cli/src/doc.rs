@@ -20,11 +20,7 @@ pub struct Table {
 
 impl Table {
     pub fn new(headers: &[&str], right: &[usize]) -> Self {
-        Table {
-            headers: headers.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-            right: right.to_vec(),
-        }
+        Table { headers: headers.iter().map(|h| h.to_string()).collect(), rows: Vec::new(), right: right.to_vec() }
     }
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
@@ -80,9 +76,7 @@ impl Doc {
         for b in &self.blocks {
             match b {
                 Block::Title(s) => out.push_str(&format!("{}\n", paint("1", s))),
-                Block::Heading(s) => {
-                    out.push_str(&format!("\n{}\n", paint("1;36", &format!("== {s} =="))))
-                }
+                Block::Heading(s) => out.push_str(&format!("\n{}\n", paint("1;36", &format!("== {s} ==")))),
                 Block::Sub(s) => out.push_str(&format!("\n{}\n", paint("1", &format!("-- {s}")))),
                 Block::Para(s) => out.push_str(&format!("{s}\n")),
                 Block::Alert(s) => out.push_str(&format!("{}\n", paint("1;31", s))),
@@ -120,21 +114,13 @@ impl Doc {
                 Block::Table(t) => {
                     out.push_str(&format!(
                         "| {} |\n",
-                        t.headers
-                            .iter()
-                            .map(|h| esc(h))
-                            .collect::<Vec<_>>()
-                            .join(" | ")
+                        t.headers.iter().map(|h| esc(h)).collect::<Vec<_>>().join(" | ")
                     ));
-                    let seps: Vec<&str> = (0..t.headers.len())
-                        .map(|i| if t.right.contains(&i) { "---:" } else { "---" })
-                        .collect();
+                    let seps: Vec<&str> =
+                        (0..t.headers.len()).map(|i| if t.right.contains(&i) { "---:" } else { "---" }).collect();
                     out.push_str(&format!("| {} |\n", seps.join(" | ")));
                     for r in &t.rows {
-                        out.push_str(&format!(
-                            "| {} |\n",
-                            r.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | ")
-                        ));
+                        out.push_str(&format!("| {} |\n", r.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | ")));
                     }
                     out.push('\n');
                 }
@@ -165,9 +151,7 @@ mod tests {
 
     #[test]
     fn colour_only_when_asked() {
-        assert!(sample()
-            .render(Format::Text, true)
-            .contains("\x1b[1;31ma | b\x1b[0m"));
+        assert!(sample().render(Format::Text, true).contains("\x1b[1;31ma | b\x1b[0m"));
         assert!(!sample().render(Format::Text, false).contains('\x1b'));
         assert!(!sample().render(Format::Markdown, true).contains('\x1b'));
         assert!(!use_color(false));
@@ -177,9 +161,6 @@ mod tests {
     fn markdown_escapes_pipes_and_aligns_numbers() {
         let md = sample().render(Format::Markdown, false);
         assert!(md.contains("> **a \\| b**"), "{md}");
-        assert!(
-            md.contains("| k | v |\n| --- | ---: |\n| x\\|y | 1 |"),
-            "{md}"
-        );
+        assert!(md.contains("| k | v |\n| --- | ---: |\n| x\\|y | 1 |"), "{md}");
     }
 }

@@ -14,10 +14,7 @@ pub struct Fail {
 impl Fail {
     /// Bad input (exit status 2).
     pub fn input(message: impl Into<String>) -> Self {
-        Fail {
-            code: EXIT_BAD_INPUT,
-            message: message.into(),
-        }
+        Fail { code: EXIT_BAD_INPUT, message: message.into() }
     }
 }
 

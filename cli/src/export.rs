@@ -12,16 +12,11 @@ use std::path::Path;
 
 /// The earliest process start of the run: time zero of the exported traces.
 fn t0(run: &Run) -> i64 {
-    run.procs
-        .iter()
-        .map(|r| r.process.start_unix_ms)
-        .min()
-        .unwrap_or(0)
+    run.procs.iter().map(|r| r.process.start_unix_ms).min().unwrap_or(0)
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes)
-        .map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
+    std::fs::write(path, bytes).map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -40,25 +35,16 @@ pub fn perfetto(run: &Run) -> Value {
     for (i, r) in run.procs.iter().enumerate() {
         let p = &r.process;
         // Processes of different hosts may share a pid: keep trace pids unique.
-        let pid = if used.insert(p.pid) {
-            p.pid
-        } else {
-            1_000_000 + i as i64
-        };
+        let pid = if used.insert(p.pid) { p.pid } else { 1_000_000 + i as i64 };
         let us = |t_ms: i64| (p.start_unix_ms + t_ms - zero) * 1000;
-        events.push(
-            json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-            "args": {"name": format!("{} pid {} on {}", p.role(), p.pid, p.host)}}),
-        );
+        events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+            "args": {"name": format!("{} pid {} on {}", p.role(), p.pid, p.host)}}));
         for d in &r.devices {
             let track = format!("GPU {}", d.index);
             // (record order, event) for this device, sorted (stably) before writing.
             let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();
             for s in &d.timeline {
-                let args: Map<String, Value> = CATEGORIES
-                    .iter()
-                    .map(|c| (c.to_string(), json!(s.cat(c))))
-                    .collect();
+                let args: Map<String, Value> = CATEGORIES.iter().map(|c| (c.to_string(), json!(s.cat(c)))).collect();
                 dev_events.push((
                     s.stamp().key(),
                     json!({"name": track, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.t_ms), "args": args}),
@@ -91,11 +77,7 @@ pub fn perfetto(run: &Run) -> Value {
                     "error_name": f.error_name, "live_bytes": f.live_bytes}),
                 ));
             }
-            for e in d
-                .events
-                .iter()
-                .filter(|e| e.kind != "probe" && e.kind != "failure")
-            {
+            for e in d.events.iter().filter(|e| e.kind != "probe" && e.kind != "failure") {
                 dev_events.push(instant(
                     format!("{} {}", e.kind, e.api),
                     e,
@@ -206,22 +188,10 @@ impl Synth {
     }
 
     fn frames(owner: &str, category: &str) -> Vec<Frame> {
-        vec![Frame {
-            filename: "culedger".into(),
-            line: 0,
-            name: format!("{owner} {category}"),
-        }]
+        vec![Frame { filename: "culedger".into(), line: 0, name: format!("{owner} {category}") }]
     }
 
-    fn emit(
-        &mut self,
-        action: &'static str,
-        addr: i64,
-        size: i64,
-        time_us: i64,
-        owner: &str,
-        category: &str,
-    ) {
+    fn emit(&mut self, action: &'static str, addr: i64, size: i64, time_us: i64, owner: &str, category: &str) {
         self.trace.push(TraceEntry {
             action,
             addr,
@@ -241,10 +211,7 @@ impl Synth {
             let addr = self.next_addr;
             // 512-byte aligned like the caching allocator's blocks.
             self.next_addr += (value - now + 511) / 512 * 512;
-            self.chunks
-                .entry(key.clone())
-                .or_default()
-                .push((addr, value - now));
+            self.chunks.entry(key.clone()).or_default().push((addr, value - now));
             self.emit("alloc", addr, value - now, time_us, owner, category);
         } else if value < now {
             let mut remaining = now - value;
@@ -257,10 +224,7 @@ impl Synth {
                     let keep = size - remaining;
                     let new_addr = self.next_addr;
                     self.next_addr += (keep + 511) / 512 * 512;
-                    self.chunks
-                        .entry(key.clone())
-                        .or_default()
-                        .push((new_addr, keep));
+                    self.chunks.entry(key.clone()).or_default().push((new_addr, keep));
                     self.emit("alloc", new_addr, keep, time_us, owner, category);
                 }
                 remaining -= size.min(remaining);
@@ -270,11 +234,8 @@ impl Synth {
     }
 
     fn segments(&self) -> Vec<Segment> {
-        let mut all: Vec<(&Owned, &Chunk)> = self
-            .chunks
-            .iter()
-            .flat_map(|(k, v)| v.iter().map(move |c| (k, c)))
-            .collect();
+        let mut all: Vec<(&Owned, &Chunk)> =
+            self.chunks.iter().flat_map(|(k, v)| v.iter().map(move |c| (k, c))).collect();
         all.sort_by_key(|(_, (addr, _))| *addr);
         all.into_iter()
             .map(|((owner, cat), &(addr, size))| Segment {
@@ -313,14 +274,7 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
         let owner = format!("pid {}", m.pid());
         for sample in &m.dev.timeline {
             for c in CATEGORIES {
-                steps.push((
-                    us(m.abs(sample.t_ms)),
-                    order,
-                    sample.stamp().key(),
-                    owner.clone(),
-                    c,
-                    sample.cat(c),
-                ));
+                steps.push((us(m.abs(sample.t_ms)), order, sample.stamp().key(), owner.clone(), c, sample.cat(c)));
             }
         }
         let p = &m.report.process;
@@ -383,12 +337,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     }
     let mut categories: Vec<String> = CATEGORIES.iter().map(|c| c.to_string()).collect();
     categories.push(UNKNOWN.into());
-    Snapshot {
-        segments,
-        device_traces: traces,
-        allocator_settings: BTreeMap::new(),
-        categories,
-    }
+    Snapshot { segments, device_traces: traces, allocator_settings: BTreeMap::new(), categories }
 }
 
 pub fn write_memory_viz(run: &Run, out: &Path) -> Result<()> {

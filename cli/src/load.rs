@@ -21,11 +21,7 @@ pub fn report_from_value(value: Value, origin: &Path) -> std::result::Result<Rep
     let shown = origin.display();
     let schema = match value.get("schema") {
         Some(Value::String(s)) => s.clone(),
-        Some(_) | None => {
-            return Err(format!(
-                "{shown}: not a culedger report (no \"schema\" field)"
-            ))
-        }
+        Some(_) | None => return Err(format!("{shown}: not a culedger report (no \"schema\" field)")),
     };
     if schema != SCHEMA {
         return Err(if schema.starts_with("culedger/") {
@@ -53,25 +49,19 @@ fn read_file(path: &Path) -> std::result::Result<Vec<Report>, String> {
             .get("processes")
             .and_then(Value::as_array)
             .ok_or_else(|| format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"))?;
-        return procs
-            .iter()
-            .cloned()
-            .map(|p| report_from_value(p, path))
-            .collect();
+        return procs.iter().cloned().map(|p| report_from_value(p, path)).collect();
     }
     Ok(vec![report_from_value(value, path)?])
 }
 
 /// The `culedger-*.json` files of a directory, sorted by name.
 fn report_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| Fail::input(format!("{}: cannot read directory: {e}", dir.display())))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Fail::input(format!("{}: cannot read directory: {e}", dir.display())))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("culedger-") && n.ends_with(".json"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("culedger-") && n.ends_with(".json"))
         })
         .collect();
     files.sort();
@@ -94,11 +84,7 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    let mut run = Run {
-        label,
-        procs: Vec::new(),
-        sources: Vec::new(),
-    };
+    let mut run = Run { label, procs: Vec::new(), sources: Vec::new() };
     for path in paths {
         if path.is_dir() {
             let mut files = report_files(path)?;
@@ -128,10 +114,7 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
             let reports = read_file(path).map_err(Fail::input)?;
             push(&mut run, reports, path);
         } else {
-            return Err(Fail::input(format!(
-                "{}: no such file or directory",
-                path.display()
-            )));
+            return Err(Fail::input(format!("{}: no such file or directory", path.display())));
         }
     }
     // A stable order: by host, then start time, then pid.

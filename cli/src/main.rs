@@ -22,11 +22,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(
-    name = "culedger",
-    version,
-    about = "Where did every byte of GPU memory go?"
-)]
+#[command(name = "culedger", version, about = "Where did every byte of GPU memory go?")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -122,16 +118,10 @@ fn main() {
 }
 
 /// Prints a document or JSON value to stdout.
-fn emit<T: serde::Serialize>(
-    format: Format,
-    doc: impl FnOnce() -> doc::Doc,
-    data: &T,
-) -> Result<()> {
+fn emit<T: serde::Serialize>(format: Format, doc: impl FnOnce() -> doc::Doc, data: &T) -> Result<()> {
     let text = match format {
         // Serialised from the struct itself so fields keep their documented order.
-        Format::Json => {
-            serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n"
-        }
+        Format::Json => serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n",
         _ => doc().render(format, doc::use_color(std::io::stdout().is_terminal())),
     };
     let mut out = std::io::stdout().lock();
@@ -142,11 +132,7 @@ fn emit<T: serde::Serialize>(
 
 fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Run {
-            output,
-            lib,
-            command,
-        } => run::run(output, lib, command),
+        Command::Run { output, lib, command } => run::run(output, lib, command),
         Command::Report { paths, format } => {
             let run = load::load_run(&paths)?;
             let s = analysis::summarize(&run);
@@ -159,19 +145,14 @@ fn dispatch(cli: Cli) -> Result<i32> {
             emit(format.into(), || diff::document(&d), &d)?;
             Ok(0)
         }
-        Command::Check {
-            path,
-            budgets,
-            budgets_file,
-            no_failures,
-        } => check::command(&path, &budgets, budgets_file.as_deref(), no_failures),
-        Command::Export {
-            path,
-            perfetto,
-            memory_viz,
-        } => {
+        Command::Check { path, budgets, budgets_file, no_failures } => {
+            check::command(&path, &budgets, budgets_file.as_deref(), no_failures)
+        }
+        Command::Export { path, perfetto, memory_viz } => {
             if perfetto.is_none() && memory_viz.is_none() {
-                return Err(Fail::input("export: name an output with --perfetto OUT.json and/or --memory-viz OUT.pickle"));
+                return Err(Fail::input(
+                    "export: name an output with --perfetto OUT.json and/or --memory-viz OUT.pickle",
+                ));
             }
             let run = load::load_run(&[path])?;
             if let Some(out) = perfetto {

@@ -257,10 +257,7 @@ stamped!(Probe, Failure, Allocation, Sample, Event);
 /// The last of `items` recorded before `at` (ties in the same millisecond without `seq`:
 /// the last in list order).
 pub fn last_before<T: Stamped>(items: &[T], at: Stamp) -> Option<&T> {
-    items
-        .iter()
-        .filter(|i| i.stamp().precedes(at))
-        .max_by_key(|i| i.stamp().key())
+    items.iter().filter(|i| i.stamp().precedes(at)).max_by_key(|i| i.stamp().key())
 }
 
 /// The first of `items` in record order.
@@ -304,12 +301,7 @@ impl Process {
             if !out.is_empty() {
                 out.push(' ');
             }
-            out.push_str(
-                a.rsplit('/')
-                    .next()
-                    .filter(|_| a.ends_with(".py"))
-                    .unwrap_or(a),
-            );
+            out.push_str(a.rsplit('/').next().filter(|_| a.ends_with(".py")).unwrap_or(a));
         }
         if out.is_empty() {
             self.exe.clone().unwrap_or_else(|| "?".into())

@@ -18,9 +18,7 @@ const RIGHT: f64 = 20.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 40.0;
 /// Tableau 10, one colour per category in schema order.
-const COLORS: [&str; 6] = [
-    "#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f", "#edc949",
-];
+const COLORS: [&str; 6] = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f", "#edc949"];
 
 /// Linear mapping of time and bytes onto a panel's plot area.
 struct Scale {
@@ -73,26 +71,15 @@ fn vline(x: f64, y0: f64, y1: f64, color: &str, dash: &str) -> Line {
 fn panel(g: &DeviceGroup, i: usize, t0: i64, t1: i64) -> Group {
     let series: Vec<Point> = g.series();
     let peak = series.iter().map(Point::total).max().unwrap_or(0);
-    let s = Scale {
-        t0,
-        t1,
-        ymax: nice_max(peak.max(1)),
-        top: i as f64 * PANEL_H,
-    };
-    let id = format!("panel-{}-gpu-{}", g.host, g.index)
-        .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
+    let s = Scale { t0, t1, ymax: nice_max(peak.max(1)), top: i as f64 * PANEL_H };
+    let id = format!("panel-{}-gpu-{}", g.host, g.index).replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
     let pids: Vec<String> = g.members.iter().map(|m| m.pid().to_string()).collect();
     let mut grp = Group::new().set("class", "panel").set("id", id);
     grp = grp.add(
         text(
             LEFT,
             s.top + 22.0,
-            format!(
-                "{} (pids {}) peak {}",
-                g.title(),
-                pids.join(", "),
-                fmt_bytes(peak)
-            ),
+            format!("{} (pids {}) peak {}", g.title(), pids.join(", "), fmt_bytes(peak)),
             "start",
             15,
         )
@@ -136,11 +123,7 @@ fn panel(g: &DeviceGroup, i: usize, t0: i64, t1: i64) -> Group {
     if !series.is_empty() {
         let mut below = vec![0i64; series.len()];
         for (k, color) in COLORS.iter().enumerate() {
-            let above: Vec<i64> = series
-                .iter()
-                .zip(&below)
-                .map(|(p, b)| b + p.cats[k])
-                .collect();
+            let above: Vec<i64> = series.iter().zip(&below).map(|(p, b)| b + p.cats[k]).collect();
             if above == below {
                 continue;
             }
@@ -172,12 +155,7 @@ fn panel(g: &DeviceGroup, i: usize, t0: i64, t1: i64) -> Group {
         grp = grp.add(
             Group::new()
                 .set("class", "probe")
-                .add(Title::new(format!(
-                    "pid {} {} at {}: free {free}",
-                    m.pid(),
-                    p.api,
-                    fmt_ms(p.t_ms)
-                )))
+                .add(Title::new(format!("pid {} {} at {}: free {free}", m.pid(), p.api, fmt_ms(p.t_ms))))
                 .add(vline(x, y_top, y_bottom, "#3366cc", "4 3")),
         );
     }
@@ -195,14 +173,8 @@ fn panel(g: &DeviceGroup, i: usize, t0: i64, t1: i64) -> Group {
                 )))
                 .add(vline(x, y_top, y_bottom, "#d62728", "none"))
                 .add(
-                    text(
-                        x + 3.0,
-                        y_top + 12.0,
-                        format!("OOM {}", fmt_bytes(f.bytes)),
-                        "start",
-                        11,
-                    )
-                    .set("fill", "#d62728"),
+                    text(x + 3.0, y_top + 12.0, format!("OOM {}", fmt_bytes(f.bytes)), "start", 11)
+                        .set("fill", "#d62728"),
                 ),
         );
     }
@@ -211,30 +183,14 @@ fn panel(g: &DeviceGroup, i: usize, t0: i64, t1: i64) -> Group {
 
 pub fn write_svg(run: &Run, out: &std::path::Path) -> Result<()> {
     let gs = groups(run);
-    let t0 = run
-        .procs
-        .iter()
-        .map(|r| r.process.start_unix_ms)
-        .min()
-        .unwrap_or(0);
-    let t1 = run
-        .procs
-        .iter()
-        .map(|r| r.process.end_unix_ms)
-        .max()
-        .unwrap_or(t0)
-        .max(t0 + 1);
+    let t0 = run.procs.iter().map(|r| r.process.start_unix_ms).min().unwrap_or(0);
+    let t1 = run.procs.iter().map(|r| r.process.end_unix_ms).max().unwrap_or(t0).max(t0 + 1);
     let height = PANEL_H * gs.len().max(1) as f64;
     let mut doc = Document::new()
         .set("width", WIDTH)
         .set("height", height)
         .set("viewBox", (0, 0, WIDTH, height))
-        .add(
-            Rectangle::new()
-                .set("width", "100%")
-                .set("height", "100%")
-                .set("fill", "white"),
-        );
+        .add(Rectangle::new().set("width", "100%").set("height", "100%").set("fill", "white"));
     for (i, g) in gs.iter().enumerate() {
         doc = doc.add(panel(g, i, t0, t1));
     }

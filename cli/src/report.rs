@@ -7,8 +7,7 @@ use crate::units::{fmt_bytes, fmt_ms, fmt_opt, fmt_pct};
 /// Builds the report document of a run.
 pub fn document(s: &RunSummary) -> Doc {
     let mut d = Doc::default();
-    let hosts: std::collections::BTreeSet<&str> =
-        s.processes.iter().map(|p| p.host.as_str()).collect();
+    let hosts: std::collections::BTreeSet<&str> = s.processes.iter().map(|p| p.host.as_str()).collect();
     d.push(Block::Title(format!(
         "culedger report: {} ({}, {}, {})",
         s.label,
@@ -17,31 +16,14 @@ pub fn document(s: &RunSummary) -> Doc {
         count(s.devices.len(), "device", "devices")
     )));
 
-    let mut procs = Table::new(
-        &[
-            "pid",
-            "host",
-            "process",
-            "exit",
-            "ran",
-            "pinned host (peak)",
-        ],
-        &[0, 4, 5],
-    );
+    let mut procs = Table::new(&["pid", "host", "process", "exit", "ran", "pinned host (peak)"], &[0, 4, 5]);
     for p in &s.processes {
         let exit = match (p.exit.as_str(), p.exit_code) {
             ("exit", Some(c)) => format!("exit {c}"),
             ("exit", None) => "exited".into(),
             (other, _) => other.to_string(),
         };
-        procs.row(vec![
-            p.pid.to_string(),
-            p.host.clone(),
-            p.role.clone(),
-            exit,
-            fmt_ms(p.duration_ms),
-            host_memory(p),
-        ]);
+        procs.row(vec![p.pid.to_string(), p.host.clone(), p.role.clone(), exit, fmt_ms(p.duration_ms), host_memory(p)]);
     }
     d.push(Block::Heading("Processes".into()));
     d.table(procs);
@@ -67,11 +49,7 @@ pub fn document(s: &RunSummary) -> Doc {
 
 /// Pinned host memory now (peak), plus registered host memory when there is any.
 fn host_memory(p: &crate::analysis::ProcSummary) -> String {
-    let mut s = format!(
-        "{} ({})",
-        fmt_bytes(p.pinned_live_bytes),
-        fmt_bytes(p.pinned_peak_bytes)
-    );
+    let mut s = format!("{} ({})", fmt_bytes(p.pinned_live_bytes), fmt_bytes(p.pinned_peak_bytes));
     if p.registered_peak_bytes > 0 {
         s.push_str(&format!(
             " + registered {} ({})",
@@ -89,17 +67,9 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 
 fn device_section(d: &mut Doc, dev: &DeviceSummary) {
     let total = dev.total_bytes.unwrap_or(0);
-    d.push(Block::Heading(format!(
-        "{} GPU {} ({} total)",
-        dev.host,
-        dev.index,
-        fmt_opt(dev.total_bytes)
-    )));
+    d.push(Block::Heading(format!("{} GPU {} ({} total)", dev.host, dev.index, fmt_opt(dev.total_bytes))));
     if dev.processes.len() > 1 {
-        let mut t = Table::new(
-            &["pid", "process", "live", "peak", "allocs", "frees"],
-            &[0, 2, 3, 4, 5],
-        );
+        let mut t = Table::new(&["pid", "process", "live", "peak", "allocs", "frees"], &[0, 2, 3, 4, 5]);
         for p in &dev.processes {
             t.row(vec![
                 p.pid.to_string(),
@@ -115,26 +85,15 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
             format!("sum of {} processes", dev.processes.len()),
             fmt_bytes(dev.live_bytes),
             fmt_bytes(dev.peak_bytes),
-            dev.processes
-                .iter()
-                .map(|p| p.alloc_count)
-                .sum::<i64>()
-                .to_string(),
-            dev.processes
-                .iter()
-                .map(|p| p.free_count)
-                .sum::<i64>()
-                .to_string(),
+            dev.processes.iter().map(|p| p.alloc_count).sum::<i64>().to_string(),
+            dev.processes.iter().map(|p| p.free_count).sum::<i64>().to_string(),
         ]);
         d.table(t);
     } else if let Some(p) = dev.processes.first() {
         d.para(format!("process {} ({})", p.pid, p.role));
     }
 
-    let mut t = Table::new(
-        &["category", "live", "peak", "share of device", "live allocs"],
-        &[1, 2, 3, 4],
-    );
+    let mut t = Table::new(&["category", "live", "peak", "share of device", "live allocs"], &[1, 2, 3, 4]);
     for c in &dev.categories {
         t.row(vec![
             c.name.clone(),
@@ -149,11 +108,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
         fmt_bytes(dev.live_bytes),
         fmt_bytes(dev.peak_bytes),
         fmt_pct(dev.live_bytes, total),
-        dev.categories
-            .iter()
-            .map(|c| c.allocs)
-            .sum::<i64>()
-            .to_string(),
+        dev.categories.iter().map(|c| c.allocs).sum::<i64>().to_string(),
     ]);
     d.table(t);
     d.para(match (dev.device_used_bytes, dev.untracked_bytes) {
@@ -168,20 +123,9 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
     });
 
     if !dev.key_probes.is_empty() {
-        d.push(Block::Sub(format!(
-            "Free-memory queries that matter ({} made)",
-            dev.probes_total
-        )));
+        d.push(Block::Sub(format!("Free-memory queries that matter ({} made)", dev.probes_total)));
         let mut t = Table::new(
-            &[
-                "pid",
-                "at",
-                "api",
-                "told free",
-                "of total",
-                "process had",
-                "why it matters",
-            ],
+            &["pid", "at", "api", "told free", "of total", "process had", "why it matters"],
             &[0, 1, 3, 4, 5],
         );
         for p in &dev.key_probes {
@@ -189,11 +133,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
                 p.pid.to_string(),
                 fmt_ms(p.t_ms),
                 p.api.clone(),
-                if p.error != 0 {
-                    format!("error {}", p.error)
-                } else {
-                    fmt_opt(p.free_bytes)
-                },
+                if p.error != 0 { format!("error {}", p.error) } else { fmt_opt(p.free_bytes) },
                 fmt_opt(p.total_bytes),
                 fmt_bytes(p.tracked_bytes),
                 p.why.clone(),
@@ -203,17 +143,10 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
     }
 
     if dev.failures_total > 0 {
-        d.push(Block::Sub(format!(
-            "Failed allocations ({})",
-            dev.failures_total
-        )));
+        d.push(Block::Sub(format!("Failed allocations ({})", dev.failures_total)));
         for f in &dev.failures {
-            let cats: Vec<String> = f
-                .categories
-                .iter()
-                .filter(|(_, v)| **v != 0)
-                .map(|(k, v)| format!("{k} {}", fmt_bytes(*v)))
-                .collect();
+            let cats: Vec<String> =
+                f.categories.iter().filter(|(_, v)| **v != 0).map(|(k, v)| format!("{k} {}", fmt_bytes(*v))).collect();
             d.push(Block::Alert(format!(
                 "pid {} at {}: {} of {} failed with {}; the process held {} ({}); last query before it{}",
                 f.pid,
@@ -232,36 +165,22 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
         }
         let shown = dev.failures.len() as i64;
         if shown < dev.failures_total {
-            d.para(format!(
-                "({} more failures not recorded in detail)",
-                dev.failures_total - shown
-            ));
+            d.para(format!("({} more failures not recorded in detail)", dev.failures_total - shown));
         }
     }
 
     if !dev.driver_costs.is_empty() {
-        d.push(Block::Sub(format!(
-            "Hidden driver costs ({}, approximate)",
-            fmt_bytes(dev.driver_cost_bytes)
-        )));
+        d.push(Block::Sub(format!("Hidden driver costs ({}, approximate)", fmt_bytes(dev.driver_cost_bytes))));
         let mut t = Table::new(&["pid", "api", "calls", "bytes"], &[0, 2, 3]);
         for c in &dev.driver_costs {
-            t.row(vec![
-                c.pid.to_string(),
-                c.api.clone(),
-                c.calls.to_string(),
-                fmt_bytes(c.bytes),
-            ]);
+            t.row(vec![c.pid.to_string(), c.api.clone(), c.calls.to_string(), fmt_bytes(c.bytes)]);
         }
         d.table(t);
     }
 
     if !dev.top_allocations.is_empty() {
         d.push(Block::Sub("Top allocations".into()));
-        let mut t = Table::new(
-            &["pid", "size", "category", "api", "at", "flags", "caller"],
-            &[0, 1, 4],
-        );
+        let mut t = Table::new(&["pid", "size", "category", "api", "at", "flags", "caller"], &[0, 1, 4]);
         for a in &dev.top_allocations {
             let flags: Vec<&str> = [(a.exported, "exported"), (a.captured, "captured")]
                 .iter()

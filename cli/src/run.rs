@@ -23,15 +23,12 @@ const LIB_NAME: &str = "libculedger.so";
 
 /// `--lib`, else `$CULEDGER_LIB`, else `libculedger.so` next to this executable.
 fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf> {
-    let (candidate, origin) = match (
-        explicit,
-        std::env::var_os("CULEDGER_LIB").filter(|v| !v.is_empty()),
-    ) {
+    let (candidate, origin) = match (explicit, std::env::var_os("CULEDGER_LIB").filter(|v| !v.is_empty())) {
         (Some(p), _) => (p, "--lib"),
         (None, Some(p)) => (PathBuf::from(p), "CULEDGER_LIB"),
         (None, None) => {
-            let exe = std::env::current_exe()
-                .map_err(|e| Fail::input(format!("cannot locate this executable: {e}")))?;
+            let exe =
+                std::env::current_exe().map_err(|e| Fail::input(format!("cannot locate this executable: {e}")))?;
             (exe.with_file_name(LIB_NAME), "next to the culedger binary")
         }
     };
@@ -41,8 +38,7 @@ fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf> {
             candidate.display()
         )));
     }
-    std::fs::canonicalize(&candidate)
-        .map_err(|e| Fail::input(format!("{}: {e}", candidate.display())))
+    std::fs::canonicalize(&candidate).map_err(|e| Fail::input(format!("{}: {e}", candidate.display())))
 }
 
 /// `LD_PRELOAD` with the interposer first, keeping what was there.
@@ -54,18 +50,10 @@ pub fn preload_value(lib: &Path, existing: Option<&str>) -> String {
 }
 
 fn out_dir(explicit: Option<PathBuf>) -> Result<PathBuf> {
-    let dir = explicit.unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "culedger-{}",
-            chrono::Local::now().format("%Y%m%d-%H%M%S")
-        ))
-    });
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        Fail::input(format!(
-            "{}: cannot create output directory: {e}",
-            dir.display()
-        ))
-    })?;
+    let dir =
+        explicit.unwrap_or_else(|| PathBuf::from(format!("culedger-{}", chrono::Local::now().format("%Y%m%d-%H%M%S"))));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Fail::input(format!("{}: cannot create output directory: {e}", dir.display())))?;
     std::fs::canonicalize(&dir).map_err(|e| Fail::input(format!("{}: {e}", dir.display())))
 }
 
@@ -85,10 +73,7 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
         .env("LD_PRELOAD", preload)
         .env("CULEDGER_OUT", &dir)
         .spawn()
-        .map_err(|e| Fail {
-            code: 127,
-            message: format!("{}: cannot run: {e}", command[0]),
-        })?;
+        .map_err(|e| Fail { code: 127, message: format!("{}: cannot run: {e}", command[0]) })?;
     let pid = child.id() as libc::pid_t;
 
     let forwarder = std::thread::spawn(move || {
@@ -105,13 +90,9 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
     wait_unreaped(pid);
     handle.close();
     let _ = forwarder.join();
-    let status = child
-        .wait()
-        .map_err(|e| Fail::input(format!("waiting for {}: {e}", command[0])))?;
+    let status = child.wait().map_err(|e| Fail::input(format!("waiting for {}: {e}", command[0])))?;
 
-    let code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let reports = collect(&dir, started);
     let summary = json!({
         "schema": SUMMARY_SCHEMA,
@@ -121,38 +102,21 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
     });
     write_atomic(&dir.join("summary.json"), &summary)?;
     if reports.is_empty() {
-        eprintln!(
-            "culedger: no process touched CUDA (no culedger-*.json in {})",
-            dir.display()
-        );
+        eprintln!("culedger: no process touched CUDA (no culedger-*.json in {})", dir.display());
         return Ok(code);
     }
-    let mut run = Run {
-        label: format!("{}/", dir.display()),
-        procs: Vec::new(),
-        sources: Vec::new(),
-    };
+    let mut run = Run { label: format!("{}/", dir.display()), procs: Vec::new(), sources: Vec::new() };
     for (path, value) in reports {
         if let Ok(r) = report_from_value(value, &path) {
             run.procs.push(r);
             run.sources.push(path);
         }
     }
-    run.procs.sort_by_key(|r| {
-        (
-            r.process.host.clone(),
-            r.process.start_unix_ms,
-            r.process.pid,
-        )
-    });
-    let text = crate::report::document(&summarize(&run))
-        .render(Format::Text, use_color(std::io::stderr().is_terminal()));
+    run.procs.sort_by_key(|r| (r.process.host.clone(), r.process.start_unix_ms, r.process.pid));
+    let text =
+        crate::report::document(&summarize(&run)).render(Format::Text, use_color(std::io::stderr().is_terminal()));
     eprint!("{text}");
-    eprintln!(
-        "culedger: {} report(s) merged into {}",
-        run.procs.len(),
-        dir.join("summary.json").display()
-    );
+    eprintln!("culedger: {} report(s) merged into {}", run.procs.len(), dir.join("summary.json").display());
     Ok(code)
 }
 
@@ -163,14 +127,7 @@ fn wait_unreaped(pid: libc::pid_t) {
         // SAFETY: waitid(2) with a zeroed siginfo_t to fill in; WNOWAIT leaves the child
         // to be reaped by `Child::wait`.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
+        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if r == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return;
         }
@@ -180,18 +137,12 @@ fn wait_unreaped(pid: libc::pid_t) {
 /// The run's `culedger-*.json` files (written since it started), parsed; bad ones are
 /// reported and skipped.
 fn collect(dir: &Path, started: SystemTime) -> Vec<(PathBuf, Value)> {
-    let since = started
-        .checked_sub(Duration::from_secs(1))
-        .unwrap_or(started);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let since = started.checked_sub(Duration::from_secs(1)).unwrap_or(started);
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let fresh = p
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t >= since);
+        let fresh = p.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
         name.starts_with("culedger-") && name.ends_with(".json") && fresh
     });
     files.sort();
@@ -231,9 +182,6 @@ mod tests {
         let lib = Path::new("/x/libculedger.so");
         assert_eq!(preload_value(lib, None), "/x/libculedger.so");
         assert_eq!(preload_value(lib, Some("")), "/x/libculedger.so");
-        assert_eq!(
-            preload_value(lib, Some("/y/a.so")),
-            "/x/libculedger.so:/y/a.so"
-        );
+        assert_eq!(preload_value(lib, Some("/y/a.so")), "/x/libculedger.so:/y/a.so");
     }
 }

@@ -53,9 +53,7 @@ pub fn fmt_ms(ms: i64) -> String {
 /// powers of 1024, decimal ones (KB, MB, GB, TB) powers of 1000; no unit means bytes.
 pub fn parse_size(text: &str) -> Result<i64, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let unit = unit.trim();
     let factor: f64 = match unit {
@@ -68,15 +66,9 @@ pub fn parse_size(text: &str) -> Result<i64, String> {
         "MB" => 1e6,
         "GB" => 1e9,
         "TB" => 1e12,
-        other => {
-            return Err(format!(
-                "unknown unit `{other}` in `{text}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            ))
-        }
+        other => return Err(format!("unknown unit `{other}` in `{text}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (examples: 64MiB, 1.5GiB, 4096)"))?;
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a size (examples: 64MiB, 1.5GiB, 4096)"))?;
     let bytes = (value * factor).round();
     if !bytes.is_finite() || bytes > i64::MAX as f64 {
         return Err(format!("`{text}` is too large"));

@@ -59,12 +59,7 @@ print('devices', devices_with_events, 'segments', len(s['segments']),
 fn memory_viz_snapshot_follows_the_viewer_rules() {
     let d = tempdir();
     let out = d.path().join("snap.pickle");
-    let o = culedger(&[
-        "export",
-        "tests/fixtures/custom-ar",
-        "--memory-viz",
-        out.to_str().unwrap(),
-    ]);
+    let o = culedger(&["export", "tests/fixtures/custom-ar", "--memory-viz", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let py = Command::new("python3")
         .arg("-c")
@@ -73,12 +68,7 @@ fn memory_viz_snapshot_follows_the_viewer_rules() {
         .output()
         .expect("python3 is needed for this test");
     let text = String::from_utf8_lossy(&py.stdout);
-    assert!(
-        py.status.success(),
-        "{}{}",
-        text,
-        String::from_utf8_lossy(&py.stderr)
-    );
+    assert!(py.status.success(), "{}{}", text, String::from_utf8_lossy(&py.stderr));
     assert!(text.starts_with("devices 2 "), "{text}");
 }
 
@@ -88,12 +78,7 @@ fn memory_viz_replays_the_category_totals() {
     // per category gives the live bytes of the last sample before the process exited.
     let d = tempdir();
     let out = d.path().join("snap.pickle");
-    let o = culedger(&[
-        "export",
-        "tests/fixtures/nccl/culedger-4102.json",
-        "--memory-viz",
-        out.to_str().unwrap(),
-    ]);
+    let o = culedger(&["export", "tests/fixtures/nccl/culedger-4102.json", "--memory-viz", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let script = r#"
 import pickle, sys, json
@@ -105,34 +90,18 @@ for e in s['device_traces'][1]:
     peak[e['category']] = max(peak.get(e['category'], 0), live[e['category']])
 print(json.dumps(peak, sort_keys=True))
 "#;
-    let py = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&out)
-        .output()
-        .expect("python3");
-    assert!(
-        py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&py.stderr)
-    );
+    let py = Command::new("python3").arg("-c").arg(script).arg(&out).output().expect("python3");
+    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
     let peaks: Value = serde_json::from_slice(&py.stdout).unwrap();
-    let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("nccl/culedger-4102.json")).unwrap(),
-    )
-    .unwrap();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("nccl/culedger-4102.json")).unwrap()).unwrap();
     // A category that never held memory has no events in the trace.
     let cats = &report["devices"][0]["categories"];
     for c in ["weights", "kv_pool", "ipc", "graphs", "comm", "other"] {
-        assert_eq!(
-            peaks[c].as_i64().unwrap_or(0),
-            cats[c]["peak_bytes"].as_i64().unwrap(),
-            "{c}"
-        );
+        assert_eq!(peaks[c].as_i64().unwrap_or(0), cats[c]["peak_bytes"].as_i64().unwrap(), "{c}");
     }
     assert!(
-        cats["graphs"]["peak_bytes"].as_i64() > Some(0)
-            && cats["other"]["peak_bytes"].as_i64() > Some(0),
+        cats["graphs"]["peak_bytes"].as_i64() > Some(0) && cats["other"]["peak_bytes"].as_i64() > Some(0),
         "the fixture exercises more than one category"
     );
 }
@@ -141,26 +110,14 @@ print(json.dumps(peak, sort_keys=True))
 fn perfetto_trace_has_the_required_fields() {
     let d = tempdir();
     let out = d.path().join("trace.json");
-    let o = culedger(&[
-        "export",
-        "tests/fixtures/custom-ar",
-        "--perfetto",
-        out.to_str().unwrap(),
-    ]);
+    let o = culedger(&["export", "tests/fixtures/custom-ar", "--perfetto", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().expect("traceEvents");
-    let of = |ph: &str| {
-        events
-            .iter()
-            .filter(move |e| e["ph"] == ph)
-            .collect::<Vec<_>>()
-    };
+    let of = |ph: &str| events.iter().filter(move |e| e["ph"] == ph).collect::<Vec<_>>();
     let meta = of("M");
     assert_eq!(meta.len(), 3, "one process_name per process");
-    assert!(meta.iter().all(|e| e["name"] == "process_name"
-        && e["args"]["name"].is_string()
-        && e["pid"].is_i64()));
+    assert!(meta.iter().all(|e| e["name"] == "process_name" && e["args"]["name"].is_string() && e["pid"].is_i64()));
     let counters = of("C");
     assert!(!counters.is_empty());
     for c in &counters {
@@ -171,20 +128,9 @@ fn perfetto_trace_has_the_required_fields() {
         }
     }
     let instants = of("i");
-    assert!(instants
-        .iter()
-        .all(|e| e["ts"].is_i64() && e["s"] == "p" && e["name"].is_string()));
-    let named = |p: &str| {
-        instants
-            .iter()
-            .filter(|e| e["name"].as_str().unwrap().starts_with(p))
-            .count()
-    };
-    assert_eq!(
-        named("probe"),
-        7,
-        "every probe of the three processes (1 + 3 + 3)"
-    );
+    assert!(instants.iter().all(|e| e["ts"].is_i64() && e["s"] == "p" && e["name"].is_string()));
+    let named = |p: &str| instants.iter().filter(|e| e["name"].as_str().unwrap().starts_with(p)).count();
+    assert_eq!(named("probe"), 7, "every probe of the three processes (1 + 3 + 3)");
     assert_eq!(named("FAILED"), 2, "each rank's KV allocation");
     assert!(named("driver_cost") > 0 && named("ipc_import") == 4 && named("ipc_export") == 4);
     // The instants of each process are written in record order: their seqs increase.
@@ -194,18 +140,11 @@ fn perfetto_trace_has_the_required_fields() {
             .filter(|e| e["pid"] == m["pid"])
             .map(|e| e["args"]["seq"].as_i64().expect("seq in args"))
             .collect();
-        assert!(
-            !seqs.is_empty() && seqs.windows(2).all(|w| w[0] < w[1]),
-            "{seqs:?}"
-        );
+        assert!(!seqs.is_empty() && seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     }
     // Counter timestamps of one process are in time order.
     let pid = counters[0]["pid"].clone();
-    let ts: Vec<i64> = counters
-        .iter()
-        .filter(|c| c["pid"] == pid)
-        .map(|c| c["ts"].as_i64().unwrap())
-        .collect();
+    let ts: Vec<i64> = counters.iter().filter(|c| c["pid"] == pid).map(|c| c["ts"].as_i64().unwrap()).collect();
     assert!(ts.windows(2).all(|w| w[0] <= w[1]));
 }
 
@@ -220,38 +159,18 @@ fn export_without_an_output_is_bad_input() {
 fn plot_has_one_panel_per_device() {
     let d = tempdir();
     let out = d.path().join("plot.svg");
-    let o = culedger(&[
-        "plot",
-        "tests/fixtures/custom-ar",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = culedger(&["plot", "tests/fixtures/custom-ar", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let svg = std::fs::read_to_string(&out).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches(r#"class="panel""#).count(), 2);
     assert_eq!(svg.matches(r#"class="panel-title""#).count(), 2);
-    assert!(
-        svg.contains("sim-host GPU 0 (pids 5100, 5102)")
-            && svg.contains("sim-host GPU 1 (pids 5101)"),
-        "{svg}"
-    );
+    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5102)") && svg.contains("sim-host GPU 1 (pids 5101)"), "{svg}");
     assert_eq!(svg.matches(r#"class="failure""#).count(), 2);
     assert_eq!(svg.matches(r#"class="probe""#).count(), 7);
     assert!(svg.contains(r#"class="area ipc""#) && svg.contains(r#"class="area other""#));
     // A single process: one panel.
-    let o = culedger(&[
-        "plot",
-        "tests/fixtures/nccl/culedger-4102.json",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = culedger(&["plot", "tests/fixtures/nccl/culedger-4102.json", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
-    assert_eq!(
-        std::fs::read_to_string(&out)
-            .unwrap()
-            .matches(r#"class="panel""#)
-            .count(),
-        1
-    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap().matches(r#"class="panel""#).count(), 1);
 }

@@ -6,12 +6,7 @@ use common::*;
 
 fn case(name: &str, args: &[&str], code: i32) {
     let o = culedger(args);
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "{name}: stderr: {}",
-        stderr(&o)
-    );
+    assert_eq!(o.status.code(), Some(code), "{name}: stderr: {}", stderr(&o));
     golden(name, &stdout(&o));
 }
 
@@ -20,11 +15,7 @@ fn report_goldens() {
     for cfg in ["nccl", "custom-ar"] {
         let dir = format!("tests/fixtures/{cfg}");
         for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
-            case(
-                &format!("report-{cfg}.{ext}"),
-                &["report", &dir, "--format", fmt],
-                0,
-            );
+            case(&format!("report-{cfg}.{ext}"), &["report", &dir, "--format", fmt], 0);
         }
     }
 }
@@ -32,17 +23,7 @@ fn report_goldens() {
 #[test]
 fn diff_goldens() {
     for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
-        case(
-            &format!("diff.{ext}"),
-            &[
-                "diff",
-                "tests/fixtures/nccl",
-                "tests/fixtures/custom-ar",
-                "--format",
-                fmt,
-            ],
-            0,
-        );
+        case(&format!("diff.{ext}"), &["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar", "--format", fmt], 0);
     }
 }
 
@@ -63,25 +44,12 @@ fn diff_headline_names_what_changed() {
     // The same runs the other way round: the failure is on B's side... of A now.
     let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl"]);
     let first = stdout(&o).lines().next().unwrap_or_default().to_string();
-    assert!(
-        first.starts_with("nccl/ uses +7.57 GiB other on GPU 1"),
-        "{first}"
-    );
-    assert!(
-        first.contains("paid 724.00 MiB less in hidden driver costs on GPU 1"),
-        "{first}"
-    );
-    assert!(
-        first.ends_with("2 allocations failed only in custom-ar/"),
-        "{first}"
-    );
+    assert!(first.starts_with("nccl/ uses +7.57 GiB other on GPU 1"), "{first}");
+    assert!(first.contains("paid 724.00 MiB less in hidden driver costs on GPU 1"), "{first}");
+    assert!(first.ends_with("2 allocations failed only in custom-ar/"), "{first}");
     // A run compared with itself.
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/nccl"]);
-    assert!(
-        stdout(&o).starts_with("nccl/ and nccl/: no difference"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).starts_with("nccl/ and nccl/: no difference"), "{}", stdout(&o));
 }
 
 #[test]

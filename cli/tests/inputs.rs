@@ -11,10 +11,7 @@ fn rejects(path: &Path, needle: &str) {
     assert_eq!(o.status.code(), Some(2), "stdout: {}", stdout(&o));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "one line expected: {err}");
-    assert!(
-        err.starts_with("culedger: ") && err.contains(needle),
-        "{err}"
-    );
+    assert!(err.starts_with("culedger: ") && err.contains(needle), "{err}");
     assert!(stdout(&o).is_empty());
 }
 
@@ -24,10 +21,7 @@ fn good_report() -> String {
 
 #[test]
 fn missing_file() {
-    rejects(
-        Path::new("/nonexistent/culedger-1.json"),
-        "no such file or directory",
-    );
+    rejects(Path::new("/nonexistent/culedger-1.json"), "no such file or directory");
 }
 
 #[test]
@@ -68,31 +62,19 @@ fn malformed_report() {
 #[test]
 fn empty_directory() {
     let d = tempdir();
-    rejects(
-        d.path(),
-        "no culedger-*.json reports or summary.json in this directory",
-    );
+    rejects(d.path(), "no culedger-*.json reports or summary.json in this directory");
 }
 
 #[test]
 fn bad_file_in_directory_is_skipped() {
     let d = tempdir();
     std::fs::write(d.path().join("culedger-4101.json"), good_report()).unwrap();
-    std::fs::write(
-        d.path().join("culedger-9999.json"),
-        "{\"schema\": \"culedger/1\", ",
-    )
-    .unwrap();
+    std::fs::write(d.path().join("culedger-9999.json"), "{\"schema\": \"culedger/1\", ").unwrap();
     let o = culedger(&["report", d.path().to_str().unwrap(), "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("skipping")
-            && err.contains("culedger-9999.json")
-            && err.contains("truncated JSON"),
-        "{err}"
-    );
+    assert!(err.contains("skipping") && err.contains("culedger-9999.json") && err.contains("truncated JSON"), "{err}");
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["processes"].as_array().unwrap().len(), 1);
     assert_eq!(v["processes"][0]["pid"], 4101);
@@ -105,17 +87,15 @@ fn directory_of_only_bad_files() {
     let o = culedger(&["report", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
-    assert!(
-        err.contains("skipping") && err.contains("no readable culedger/1 report"),
-        "{err}"
-    );
+    assert!(err.contains("skipping") && err.contains("no readable culedger/1 report"), "{err}");
 }
 
 #[test]
 fn summary_json_is_read_when_alone() {
     let d = tempdir();
     let report: serde_json::Value = serde_json::from_str(&good_report()).unwrap();
-    let summary = serde_json::json!({"schema": "culedger-summary/1", "command": ["x"], "exit_code": 0, "processes": [report]});
+    let summary =
+        serde_json::json!({"schema": "culedger-summary/1", "command": ["x"], "exit_code": 0, "processes": [report]});
     std::fs::write(d.path().join("summary.json"), summary.to_string()).unwrap();
     let o = culedger(&["report", d.path().to_str().unwrap(), "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -128,31 +108,13 @@ fn summary_json_is_read_when_alone() {
 fn check_bad_input_exits_2() {
     let nccl = "tests/fixtures/nccl";
     for (args, needle) in [
-        (
-            vec!["check", nccl, "--budget", "ipc 64MiB"],
-            "no comparison",
-        ),
-        (
-            vec!["check", nccl, "--budget", "ipc=<64MiB"],
-            "unknown key `ipc=`",
-        ),
-        (
-            vec!["check", nccl, "--budget", "vram<=1GiB"],
-            "unknown key `vram`",
-        ),
-        (
-            vec!["check", nccl, "--budget", "ipc<=64 parsecs"],
-            "unknown unit",
-        ),
-        (
-            vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"],
-            "no such file or directory",
-        ),
+        (vec!["check", nccl, "--budget", "ipc 64MiB"], "no comparison"),
+        (vec!["check", nccl, "--budget", "ipc=<64MiB"], "unknown key `ipc=`"),
+        (vec!["check", nccl, "--budget", "vram<=1GiB"], "unknown key `vram`"),
+        (vec!["check", nccl, "--budget", "ipc<=64 parsecs"], "unknown unit"),
+        (vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"], "no such file or directory"),
         (vec!["check", nccl], "nothing to check"),
-        (
-            vec!["check", nccl, "--budgets", "/nonexistent/budgets.txt"],
-            "cannot read",
-        ),
+        (vec!["check", nccl, "--budgets", "/nonexistent/budgets.txt"], "cannot read"),
     ] {
         let o = culedger(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -166,20 +128,10 @@ fn check_budgets_file() {
     let d = tempdir();
     let f = d.path().join("budgets.txt");
     std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nother >= 20GiB  # weights and KV pool must fit\npeak:graphs<=128MiB\n").unwrap();
-    let o = culedger(&[
-        "check",
-        "tests/fixtures/nccl",
-        "--budgets",
-        f.to_str().unwrap(),
-    ]);
+    let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o), "ok: 3 checks hold on 2 devices\n");
-    let o = culedger(&[
-        "check",
-        "tests/fixtures/custom-ar",
-        "--budgets",
-        f.to_str().unwrap(),
-    ]);
+    let o = culedger(&["check", "tests/fixtures/custom-ar", "--budgets", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stdout(&o),
@@ -187,16 +139,7 @@ fn check_budgets_file() {
          BREACH sim-host GPU 1: other is 15.68 GiB (budget other >= 20GiB)\n"
     );
     std::fs::write(&f, "ipc <= 64MiB\nkv_pool => 1GiB\n").unwrap();
-    let o = culedger(&[
-        "check",
-        "tests/fixtures/nccl",
-        "--budgets",
-        f.to_str().unwrap(),
-    ]);
+    let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"), "{}", stderr(&o));
 }

@@ -11,27 +11,15 @@ use std::time::{Duration, Instant};
 
 fn run_cmd(out: &Path, lib: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_culedger"));
-    c.current_dir(crate_dir())
-        .env("NO_COLOR", "1")
-        .env_remove("CULEDGER_LIB");
-    c.args([
-        "run",
-        "-o",
-        out.to_str().unwrap(),
-        "--lib",
-        lib.to_str().unwrap(),
-        "--",
-    ]);
+    c.current_dir(crate_dir()).env("NO_COLOR", "1").env_remove("CULEDGER_LIB");
+    c.args(["run", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--"]);
     c
 }
 
 #[test]
 fn environment_exit_status_and_summary() {
     let d = tempdir();
-    let (lib, other) = (
-        stub_lib(d.path(), "libstub"),
-        stub_lib(d.path(), "libother"),
-    );
+    let (lib, other) = (stub_lib(d.path(), "libstub"), stub_lib(d.path(), "libother"));
     let out = d.path().join("out");
     let fixture = fixtures().join("nccl/culedger-4101.json");
     let script = format!(
@@ -41,30 +29,17 @@ echo 'not json' > "$CULEDGER_OUT/culedger-1.json"
 exit 3"#,
         fixture.display()
     );
-    let o = run_cmd(&out, &lib)
-        .args(["sh", "-c", &script])
-        .env("LD_PRELOAD", &other)
-        .output()
-        .unwrap();
+    let o = run_cmd(&out, &lib).args(["sh", "-c", &script]).env("LD_PRELOAD", &other).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
 
     let env = std::fs::read_to_string(out.join("env.txt")).unwrap();
     let lines: Vec<&str> = env.lines().collect();
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap().display().to_string();
-    assert_eq!(
-        lines[0],
-        format!("{}:{}", canon(&lib), other.display()),
-        "LD_PRELOAD prepended"
-    );
-    assert_eq!(
-        lines[1],
-        canon(&out),
-        "CULEDGER_OUT is the absolute output directory"
-    );
+    assert_eq!(lines[0], format!("{}:{}", canon(&lib), other.display()), "LD_PRELOAD prepended");
+    assert_eq!(lines[1], canon(&out), "CULEDGER_OUT is the absolute output directory");
 
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["schema"], "culedger-summary/1");
     assert_eq!(summary["exit_code"], 3);
     assert_eq!(summary["command"][0], "sh");
@@ -73,23 +48,12 @@ exit 3"#,
     assert_eq!(procs.len(), 1, "the broken report is skipped");
     assert_eq!(procs[0]["schema"], "culedger/1");
     assert_ne!(procs[0]["process"]["pid"], 4101);
-    assert!(
-        err.contains("skipping") && err.contains("culedger-1.json"),
-        "{err}"
-    );
-    assert!(
-        err.contains("culedger report:") && err.contains("== sim-host GPU 0"),
-        "{err}"
-    );
+    assert!(err.contains("skipping") && err.contains("culedger-1.json"), "{err}");
+    assert!(err.contains("culedger report:") && err.contains("== sim-host GPU 0"), "{err}");
     assert!(err.contains("1 report(s) merged into"), "{err}");
 
     // The merged summary reads back like the run directory.
-    let o = culedger(&[
-        "report",
-        out.join("summary.json").to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let o = culedger(&["report", out.join("summary.json").to_str().unwrap(), "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
@@ -101,41 +65,24 @@ fn signals_are_forwarded_to_the_child() {
     let script = r#"trap 'echo term > "$CULEDGER_OUT/got-term"; exit 7' TERM
 touch "$CULEDGER_OUT/ready"
 while :; do sleep 0.05; done"#;
-    let mut child = run_cmd(&out, &lib)
-        .args(["sh", "-c", script])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = run_cmd(&out, &lib).args(["sh", "-c", script]).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !out.join("ready").exists() {
         assert!(Instant::now() < deadline, "the child never started");
         std::thread::sleep(Duration::from_millis(20));
     }
     // SIGTERM to culedger only (not its process group): culedger must pass it on.
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            assert_eq!(
-                status.code(),
-                Some(7),
-                "culedger exits with the child's status"
-            );
+            assert_eq!(status.code(), Some(7), "culedger exits with the child's status");
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the child did not stop after SIGTERM"
-        );
+        assert!(Instant::now() < deadline, "the child did not stop after SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        std::fs::read_to_string(out.join("got-term")).unwrap(),
-        "term\n"
-    );
+    assert_eq!(std::fs::read_to_string(out.join("got-term")).unwrap(), "term\n");
     let mut err = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(err.contains("no process touched CUDA"), "{err}");
@@ -145,14 +92,10 @@ while :; do sleep 0.05; done"#;
 fn death_by_signal_is_128_plus_the_signal() {
     let d = tempdir();
     let lib = stub_lib(d.path(), "libstub");
-    let o = run_cmd(&d.path().join("out"), &lib)
-        .args(["sh", "-c", "kill -KILL $$"])
-        .output()
-        .unwrap();
+    let o = run_cmd(&d.path().join("out"), &lib).args(["sh", "-c", "kill -KILL $$"]).output().unwrap();
     assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
     let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(d.path().join("out/summary.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("out/summary.json")).unwrap()).unwrap();
     assert_eq!(summary["exit_code"], 137);
     assert_eq!(summary["processes"], serde_json::json!([]));
 }
@@ -162,42 +105,19 @@ fn interposer_lookup() {
     let d = tempdir();
     let out = d.path().join("out");
     // An explicit --lib that does not exist.
-    let o = culedger(&[
-        "run",
-        "-o",
-        out.to_str().unwrap(),
-        "--lib",
-        "/nonexistent/libculedger.so",
-        "--",
-        "true",
-    ]);
+    let o = culedger(&["run", "-o", out.to_str().unwrap(), "--lib", "/nonexistent/libculedger.so", "--", "true"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("/nonexistent/libculedger.so: interposer not found (--lib)"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("/nonexistent/libculedger.so: interposer not found (--lib)"), "{}", stderr(&o));
     // CULEDGER_LIB is used when --lib is absent.
     let lib = stub_lib(d.path(), "libstub");
     let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
-        .args([
-            "run",
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "echo \"$LD_PRELOAD\"",
-        ])
+        .args(["run", "-o", out.to_str().unwrap(), "--", "sh", "-c", "echo \"$LD_PRELOAD\""])
         .env("CULEDGER_LIB", &lib)
         .env_remove("LD_PRELOAD")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert_eq!(
-        stdout(&o).trim(),
-        std::fs::canonicalize(&lib).unwrap().display().to_string()
-    );
+    assert_eq!(stdout(&o).trim(), std::fs::canonicalize(&lib).unwrap().display().to_string());
     // Otherwise the library next to the binary (target/release/libculedger.so).
     let next_to = Path::new(env!("CARGO_BIN_EXE_culedger")).with_file_name("libculedger.so");
     let o = culedger(&["run", "-o", out.to_str().unwrap(), "--", "true"]);
@@ -205,11 +125,7 @@ fn interposer_lookup() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     } else {
         assert_eq!(o.status.code(), Some(2));
-        assert!(
-            stderr(&o).contains("interposer not found (next to the culedger binary)"),
-            "{}",
-            stderr(&o)
-        );
+        assert!(stderr(&o).contains("interposer not found (next to the culedger binary)"), "{}", stderr(&o));
     }
 }
 
@@ -219,32 +135,15 @@ fn default_output_directory_is_timestamped() {
     let lib = stub_lib(d.path(), "libstub");
     let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
         .current_dir(d.path())
-        .args([
-            "run",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "echo \"$CULEDGER_OUT\"",
-        ])
+        .args(["run", "--lib", lib.to_str().unwrap(), "--", "sh", "-c", "echo \"$CULEDGER_OUT\""])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let dir = stdout(&o).trim().to_string();
-    let name = Path::new(&dir)
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let name = Path::new(&dir).file_name().unwrap().to_str().unwrap().to_string();
     // culedger-YYYYmmdd-HHMMSS
     assert_eq!(name.len(), "culedger-20260101-000000".len(), "{name}");
-    assert!(
-        name.starts_with("culedger-")
-            && name[9..17].chars().all(|c| c.is_ascii_digit())
-            && &name[17..18] == "-"
-    );
+    assert!(name.starts_with("culedger-") && name[9..17].chars().all(|c| c.is_ascii_digit()) && &name[17..18] == "-");
     assert!(Path::new(&dir).join("summary.json").is_file());
 }
 
@@ -252,16 +151,9 @@ fn default_output_directory_is_timestamped() {
 fn a_command_that_cannot_start() {
     let d = tempdir();
     let lib = stub_lib(d.path(), "libstub");
-    let o = run_cmd(&d.path().join("out"), &lib)
-        .arg("/nonexistent/program")
-        .output()
-        .unwrap();
+    let o = run_cmd(&d.path().join("out"), &lib).arg("/nonexistent/program").output().unwrap();
     assert_eq!(o.status.code(), Some(127));
-    assert!(
-        stderr(&o).contains("/nonexistent/program: cannot run"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("/nonexistent/program: cannot run"), "{}", stderr(&o));
 }
 
 /// With the real interposer and the simulated CUDA stack built (`make all`), the demo
@@ -286,24 +178,8 @@ fn real_interposer_on_the_simulated_stack() {
         let machine = format!("culedger-cli-test-{cfg}-{}", std::process::id());
         let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
             .current_dir(&repo)
-            .args([
-                "run",
-                "-o",
-                out.to_str().unwrap(),
-                "--lib",
-                lib.to_str().unwrap(),
-                "--",
-                "python3",
-            ])
-            .args([
-                "shim-tests/py/sglang_sim.py",
-                "--tp",
-                "2",
-                "--model-mib",
-                "1024",
-                "--mem-fraction-static",
-                "0.95",
-            ])
+            .args(["run", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--", "python3"])
+            .args(["shim-tests/py/sglang_sim.py", "--tp", "2", "--model-mib", "1024", "--mem-fraction-static", "0.95"])
             .args(["--allreduce", cfg])
             .env("LD_LIBRARY_PATH", &sim)
             .env("FAKECUDA_MACHINE", &machine)
@@ -315,15 +191,8 @@ fn real_interposer_on_the_simulated_stack() {
             .unwrap();
         let _ = std::fs::remove_file(format!("/dev/shm/fakecuda-{machine}"));
         let err = stderr(&o);
-        assert_eq!(
-            o.status.code(),
-            Some(expected),
-            "{cfg}: {}{err}",
-            stdout(&o)
-        );
-        let summary: Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-                .unwrap();
+        assert_eq!(o.status.code(), Some(expected), "{cfg}: {}{err}", stdout(&o));
+        let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
         let procs = summary["processes"].as_array().unwrap();
         assert_eq!(procs.len(), 3, "{cfg}: the launcher and two ranks: {err}");
         let failures: i64 = procs
@@ -331,26 +200,10 @@ fn real_interposer_on_the_simulated_stack() {
             .flat_map(|p| p["devices"].as_array().unwrap().iter())
             .map(|d| d["failures_total"].as_i64().unwrap())
             .sum();
-        assert_eq!(
-            failures > 0,
-            expected == 1,
-            "{cfg}: failures recorded {failures}"
-        );
+        assert_eq!(failures > 0, expected == 1, "{cfg}: failures recorded {failures}");
         assert!(err.contains("== ") && err.contains("GPU 1"), "{cfg}: {err}");
     }
-    let o = culedger(&[
-        "diff",
-        d.path().join("nccl").to_str().unwrap(),
-        d.path().join("custom").to_str().unwrap(),
-    ]);
+    let o = culedger(&["diff", d.path().join("nccl").to_str().unwrap(), d.path().join("custom").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        stdout(&o)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .contains("failed only in custom/"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).lines().next().unwrap_or_default().contains("failed only in custom/"), "{}", stdout(&o));
 }

@@ -11,14 +11,8 @@ pub enum Category {
     Other,
 }
 
-pub const ALL: [Category; 6] = [
-    Category::Weights,
-    Category::KvPool,
-    Category::Ipc,
-    Category::Graphs,
-    Category::Comm,
-    Category::Other,
-];
+pub const ALL: [Category; 6] =
+    [Category::Weights, Category::KvPool, Category::Ipc, Category::Graphs, Category::Comm, Category::Other];
 
 impl Category {
     pub fn name(self) -> &'static str {
@@ -56,28 +50,17 @@ mod tests {
 
     #[test]
     fn builtin_rules_in_priority_order() {
-        let facts = |exported, captured| Facts {
-            exported,
-            captured,
-            ..Facts::default()
-        };
+        let facts = |exported, captured| Facts { exported, captured, ..Facts::default() };
         assert_eq!(classify(&facts(false, false)), Category::Other);
         assert_eq!(classify(&facts(false, true)), Category::Graphs);
         assert_eq!(classify(&facts(true, false)), Category::Ipc);
-        assert_eq!(
-            classify(&facts(true, true)),
-            Category::Ipc,
-            "exported wins over captured"
-        );
+        assert_eq!(classify(&facts(true, true)), Category::Ipc, "exported wins over captured");
     }
 
     #[test]
     fn names_and_indices_follow_report_order() {
         let names: Vec<&str> = ALL.iter().map(|c| c.name()).collect();
-        assert_eq!(
-            names,
-            ["weights", "kv_pool", "ipc", "graphs", "comm", "other"]
-        );
+        assert_eq!(names, ["weights", "kv_pool", "ipc", "graphs", "comm", "other"]);
         assert!(ALL.iter().enumerate().all(|(i, c)| c.index() == i));
     }
 }

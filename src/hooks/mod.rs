@@ -13,12 +13,12 @@
 //! call on a thread records (a runtime call that reaches a driver wrapper counts once);
 //! recording runs under `catch_unwind`, and a failure there is noted as a loss.
 
-pub mod types;
-mod table;
 mod dlsym;
 mod families;
 pub mod real;
 pub mod resolve;
+mod table;
+pub mod types;
 
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
 

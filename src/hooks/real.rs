@@ -102,11 +102,7 @@ pub fn is_ours(p: *mut c_void) -> bool {
 
 /// Any real pointer known for `sym` (the first filled slot).
 pub fn any(sym: Sym) -> usize {
-    REAL[sym as usize]
-        .iter()
-        .map(|c| c.load(Ordering::Acquire))
-        .find(|&p| p != 0)
-        .unwrap_or(0)
+    REAL[sym as usize].iter().map(|c| c.load(Ordering::Acquire)).find(|&p| p != 0).unwrap_or(0)
 }
 
 static MISSING_WARNED: [AtomicBool; NSYMS] = {

@@ -29,13 +29,11 @@ pub fn select(base: &[u8], version: u32, flags: u64) -> Option<&'static Entry> {
     let rows = || TABLE.iter().filter(|e| e.kind == Kind::Driver && e.base.as_bytes() == base);
     let hooked = rows().map(|e| (e.version, e.per_thread));
     let unwrapped = UNWRAPPED_VARIANTS.iter().filter(|v| v.0.as_bytes() == base).map(|v| (v.1, v.2));
-    let newest = hooked
-        .chain(unwrapped)
-        .filter(|&(v, pt)| v <= version && (per_thread || !pt))
-        .map(|(v, _)| v)
-        .max()?;
+    let newest =
+        hooked.chain(unwrapped).filter(|&(v, pt)| v <= version && (per_thread || !pt)).map(|(v, _)| v).max()?;
     let at = |pt: bool| rows().find(|e| e.version == newest && e.per_thread == pt);
-    let unwrapped_at = |pt: bool| UNWRAPPED_VARIANTS.iter().any(|v| v.0.as_bytes() == base && v.1 == newest && v.2 == pt);
+    let unwrapped_at =
+        |pt: bool| UNWRAPPED_VARIANTS.iter().any(|v| v.0.as_bytes() == base && v.1 == newest && v.2 == pt);
     if per_thread {
         if let Some(e) = at(true) {
             return Some(e);
@@ -138,7 +136,6 @@ pub(crate) unsafe fn cuda_get_driver_entry_point_by_version(
     rc
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,8 +193,7 @@ mod tests {
     #[test]
     fn table_matches_cuda_typedefs() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/cuda-headers/include/cudaTypedefs.h");
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("{path}: {e} (run `make headers` first)"));
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e} (run `make headers` first)"));
         let mut pfn = std::collections::BTreeSet::new();
         for tok in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
             let Some(rest) = tok.strip_prefix("PFN_") else { continue };

@@ -12,10 +12,7 @@ pub(crate) struct FirstN<T, const N: usize> {
 
 impl<T, const N: usize> Default for FirstN<T, N> {
     fn default() -> Self {
-        FirstN {
-            items: Vec::new(),
-            total: 0,
-        }
+        FirstN { items: Vec::new(), total: 0 }
     }
 }
 
@@ -53,11 +50,7 @@ pub(crate) struct FirstLast<T, const N: usize> {
 
 impl<T, const N: usize> Default for FirstLast<T, N> {
     fn default() -> Self {
-        FirstLast {
-            first: Vec::new(),
-            last: VecDeque::new(),
-            total: 0,
-        }
+        FirstLast { first: Vec::new(), last: VecDeque::new(), total: 0 }
     }
 }
 
@@ -119,12 +112,7 @@ pub(crate) struct Timeline {
 
 impl Default for Timeline {
     fn default() -> Self {
-        Timeline {
-            samples: Vec::new(),
-            stride: 1,
-            skipped: 0,
-            pending: None,
-        }
+        Timeline { samples: Vec::new(), stride: 1, skipped: 0, pending: None }
     }
 }
 
@@ -170,10 +158,7 @@ mod tests {
         }
         assert_eq!(b.total(), 100);
         assert_eq!(b.len(), 8);
-        assert_eq!(
-            b.iter().copied().collect::<Vec<_>>(),
-            vec![0, 1, 2, 3, 96, 97, 98, 99]
-        );
+        assert_eq!(b.iter().copied().collect::<Vec<_>>(), vec![0, 1, 2, 3, 96, 97, 98, 99]);
     }
 
     #[test]
@@ -192,12 +177,7 @@ mod tests {
     }
 
     fn sample(i: u64) -> Sample {
-        Sample {
-            t_ms: i,
-            seq: i,
-            live: i,
-            cats: [0, 0, 0, 0, 0, i],
-        }
+        Sample { t_ms: i, seq: i, live: i, cats: [0, 0, 0, 0, 0, i] }
     }
 
     #[test]
@@ -206,29 +186,14 @@ mod tests {
         for n in 1..=20_000u64 {
             t.push(sample(n));
             let v: Vec<_> = t.iter().copied().collect();
-            assert!(
-                v.len() <= TIMELINE_CAP,
-                "{} samples after {n} changes",
-                v.len()
-            );
-            assert_eq!(
-                *v.last().unwrap(),
-                sample(n),
-                "last sample is the current state"
-            );
+            assert!(v.len() <= TIMELINE_CAP, "{} samples after {n} changes", v.len());
+            assert_eq!(*v.last().unwrap(), sample(n), "last sample is the current state");
             if n % 997 == 0 {
-                assert!(
-                    v.windows(2).all(|w| w[0].t_ms < w[1].t_ms),
-                    "samples in order"
-                );
+                assert!(v.windows(2).all(|w| w[0].t_ms < w[1].t_ms), "samples in order");
             }
         }
         let v: Vec<_> = t.iter().collect();
-        assert!(
-            v.len() > TIMELINE_CAP / 2,
-            "decimation keeps at least half: {}",
-            v.len()
-        );
+        assert!(v.len() > TIMELINE_CAP / 2, "decimation keeps at least half: {}", v.len());
         assert_eq!(v[0].t_ms, 1, "the first change is kept");
     }
 }

@@ -209,12 +209,7 @@ impl DeviceStats {
 
     /// Record the current totals on the timeline (after any change of them).
     fn sample(&mut self, now: Stamp) {
-        let s = Sample {
-            t_ms: now.t_ms,
-            seq: now.seq,
-            live: self.live_bytes,
-            cats: self.cat_live(),
-        };
+        let s = Sample { t_ms: now.t_ms, seq: now.seq, live: self.live_bytes, cats: self.cat_live() };
         self.timeline.push(s);
     }
 
@@ -230,20 +225,8 @@ impl DeviceStats {
         }
     }
 
-    fn event(
-        &mut self,
-        now: Stamp,
-        kind: EventKind,
-        api: &'static str,
-        detail: impl FnOnce() -> String,
-    ) {
-        self.events.push_with(|| Event {
-            t_ms: now.t_ms,
-            seq: now.seq,
-            kind,
-            api,
-            detail: detail(),
-        });
+    fn event(&mut self, now: Stamp, kind: EventKind, api: &'static str, detail: impl FnOnce() -> String) {
+        self.events.push_with(|| Event { t_ms: now.t_ms, seq: now.seq, kind, api, detail: detail() });
     }
 }
 
@@ -343,23 +326,13 @@ impl DeviceLedger {
         }
         if facts.captured {
             self.stats.graphs.captured_allocs += 1;
-            self.stats.graphs.captured_bytes =
-                self.stats.graphs.captured_bytes.saturating_add(bytes);
+            self.stats.graphs.captured_bytes = self.stats.graphs.captured_bytes.saturating_add(bytes);
         }
         let category = classify::classify(&facts);
         self.stats.add_live(category, bytes, now);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        let a = Alloc {
-            base,
-            bytes,
-            kind,
-            api,
-            t_ms: now.t_ms,
-            seq: now.seq,
-            facts,
-            category,
-        };
+        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, seq: now.seq, facts, category };
         match key {
             Key::Addr(b) => self.allocs.insert(b, a),
             Key::Handle(h) => self.phys.insert(h, a),
@@ -376,12 +349,7 @@ impl DeviceLedger {
 
     /// Change the facts of a record and reclassify it. Returns what `change` returned,
     /// or None when the record is unknown.
-    pub(crate) fn update_facts<R>(
-        &mut self,
-        key: Key,
-        now: Stamp,
-        change: impl FnOnce(&mut Facts) -> R,
-    ) -> Option<R> {
+    pub(crate) fn update_facts<R>(&mut self, key: Key, now: Stamp, change: impl FnOnce(&mut Facts) -> R) -> Option<R> {
         let a = match key {
             Key::Addr(base) => self.allocs.get_mut(&base),
             Key::Handle(h) => self.phys.get_mut(&h),
@@ -394,9 +362,7 @@ impl DeviceLedger {
     /// Flag a record exported and reclassify it; counted in `ipc.exported_*` only the
     /// first time. False when the record is unknown.
     pub(crate) fn mark_exported(&mut self, key: Key, api: &'static str, now: Stamp) -> bool {
-        let Some(newly) =
-            self.update_facts(key, now, |f| !std::mem::replace(&mut f.exported, true))
-        else {
+        let Some(newly) = self.update_facts(key, now, |f| !std::mem::replace(&mut f.exported, true)) else {
             return false;
         };
         if newly {
@@ -404,32 +370,14 @@ impl DeviceLedger {
             let ipc = &mut self.stats.ipc;
             ipc.exported_count += 1;
             ipc.exported_bytes = ipc.exported_bytes.saturating_add(bytes);
-            self.stats.event(now, EventKind::IpcExport, api, || {
-                format!("0x{base:x} {bytes} bytes")
-            });
+            self.stats.event(now, EventKind::IpcExport, api, || format!("0x{base:x} {bytes} bytes"));
         }
         true
     }
 
-    pub(crate) fn probe(
-        &mut self,
-        api: &'static str,
-        free: Option<u64>,
-        total: Option<u64>,
-        error: i32,
-        now: Stamp,
-    ) {
+    pub(crate) fn probe(&mut self, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32, now: Stamp) {
         let s = &mut self.stats;
-        let p = Probe {
-            t_ms: now.t_ms,
-            seq: now.seq,
-            api,
-            free,
-            total,
-            error,
-            live: s.live_bytes,
-            cats: s.cat_live(),
-        };
+        let p = Probe { t_ms: now.t_ms, seq: now.seq, api, free, total, error, live: s.live_bytes, cats: s.cat_live() };
         s.probes.push(p);
         s.last_probe = Some(p);
         if error == 0 {
@@ -449,14 +397,7 @@ impl DeviceLedger {
         });
     }
 
-    pub(crate) fn failure(
-        &mut self,
-        api: &'static str,
-        bytes: u64,
-        error: i32,
-        error_name: &'static str,
-        now: Stamp,
-    ) {
+    pub(crate) fn failure(&mut self, api: &'static str, bytes: u64, error: i32, error_name: &'static str, now: Stamp) {
         let s = &mut self.stats;
         let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
         s.failures.push_with(|| Failure {
@@ -470,9 +411,7 @@ impl DeviceLedger {
             cats,
             last_probe,
         });
-        s.event(now, EventKind::Failure, api, || {
-            format!("{bytes} bytes: {error_name} ({error})")
-        });
+        s.event(now, EventKind::Failure, api, || format!("{bytes} bytes: {error_name} ({error})"));
     }
 
     pub(crate) fn set_total(&mut self, total: u64) {
@@ -481,13 +420,7 @@ impl DeviceLedger {
 
     /// A peer buffer opened at `ptr`. True when `ptr` was already open (the earlier open is
     /// replaced: we missed its close).
-    pub(crate) fn ipc_import(
-        &mut self,
-        ptr: u64,
-        bytes: Option<u64>,
-        api: &'static str,
-        now: Stamp,
-    ) -> bool {
+    pub(crate) fn ipc_import(&mut self, ptr: u64, bytes: Option<u64>, api: &'static str, now: Stamp) -> bool {
         let b = bytes.unwrap_or(0);
         let old = self.imports.insert(ptr, b);
         let ipc = &mut self.stats.ipc;
@@ -499,11 +432,10 @@ impl DeviceLedger {
             ipc.imported_live_count += 1;
         }
         ipc.imported_live_bytes = ipc.imported_live_bytes.saturating_add(b);
-        self.stats
-            .event(now, EventKind::IpcImport, api, || match bytes {
-                Some(b) => format!("0x{ptr:x} {b} bytes"),
-                None => format!("0x{ptr:x} size unknown"),
-            });
+        self.stats.event(now, EventKind::IpcImport, api, || match bytes {
+            Some(b) => format!("0x{ptr:x} {b} bytes"),
+            None => format!("0x{ptr:x} size unknown"),
+        });
         old.is_some()
     }
 
@@ -527,9 +459,7 @@ impl DeviceLedger {
         let g = &mut self.stats.graphs;
         g.captures += 1;
         g.captures_active = self.captures.len() as u64;
-        self.stats.event(now, EventKind::CaptureBegin, api, || {
-            format!("stream 0x{stream:x}")
-        });
+        self.stats.event(now, EventKind::CaptureBegin, api, || format!("stream 0x{stream:x}"));
         fresh
     }
 
@@ -540,9 +470,7 @@ impl DeviceLedger {
         };
         self.captures.swap_remove(i);
         self.stats.graphs.captures_active = self.captures.len() as u64;
-        self.stats.event(now, EventKind::CaptureEnd, api, || {
-            format!("stream 0x{stream:x}")
-        });
+        self.stats.event(now, EventKind::CaptureEnd, api, || format!("stream 0x{stream:x}"));
         true
     }
 
@@ -555,23 +483,17 @@ impl DeviceLedger {
         !self.captures.is_empty()
     }
 
-    pub(crate) fn graph_instantiate(
-        &mut self,
-        api: &'static str,
-        measured: Option<i64>,
-        now: Stamp,
-    ) {
+    pub(crate) fn graph_instantiate(&mut self, api: &'static str, measured: Option<i64>, now: Stamp) {
         let g = &mut self.stats.graphs;
         g.instantiations += 1;
         if let Some(m) = measured {
             g.instantiate_measured += 1;
             g.instantiate_bytes = g.instantiate_bytes.saturating_add(m);
         }
-        self.stats
-            .event(now, EventKind::Instantiate, api, || match measured {
-                Some(m) => format!("{m} bytes"),
-                None => "not measured".to_string(),
-            });
+        self.stats.event(now, EventKind::Instantiate, api, || match measured {
+            Some(m) => format!("{m} bytes"),
+            None => "not measured".to_string(),
+        });
     }
 
     pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, now: Stamp) {
@@ -581,26 +503,16 @@ impl DeviceLedger {
                 c.calls += 1;
                 c.bytes = c.bytes.saturating_add(bytes);
             }
-            None => costs.push(DriverCost {
-                api,
-                calls: 1,
-                bytes,
-            }),
+            None => costs.push(DriverCost { api, calls: 1, bytes }),
         }
-        self.stats
-            .event(now, EventKind::DriverCost, api, || format!("{bytes} bytes"));
+        self.stats.event(now, EventKind::DriverCost, api, || format!("{bytes} bytes"));
     }
 
     /// Up to `TOP_ALLOCATIONS` largest live records, largest first (ties: lower base first).
     pub(crate) fn top_allocations(&self) -> Vec<Alloc> {
         // A min-heap of the best so far, keyed so that the smallest sits on top.
-        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, bool)>> =
-            BinaryHeap::new();
-        let all = self
-            .allocs
-            .values()
-            .map(|a| (a, false))
-            .chain(self.phys.values().map(|a| (a, true)));
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, bool)>> = BinaryHeap::new();
+        let all = self.allocs.values().map(|a| (a, false)).chain(self.phys.values().map(|a| (a, true)));
         for (a, phys) in all {
             let k = std::cmp::Reverse((a.bytes, std::cmp::Reverse(a.base), phys));
             if heap.len() < TOP_ALLOCATIONS {
@@ -613,12 +525,7 @@ impl DeviceLedger {
         heap.into_sorted_vec()
             .into_iter()
             .filter_map(|std::cmp::Reverse((_, std::cmp::Reverse(base), phys))| {
-                self.get(if phys {
-                    Key::Handle(base)
-                } else {
-                    Key::Addr(base)
-                })
-                .cloned()
+                self.get(if phys { Key::Handle(base) } else { Key::Addr(base) }).cloned()
             })
             .collect()
     }

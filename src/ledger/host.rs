@@ -58,9 +58,6 @@ mod tests {
         assert_eq!(p.remove(0x1000), Some(100));
         assert_eq!(p.remove(0x1000), None, "double free is unknown");
         assert_eq!(p.add(0x2000, 10), Some(50), "same pointer replaces");
-        assert_eq!(
-            (p.live_bytes, p.peak_bytes, p.added, p.removed),
-            (10, 150, 3, 2)
-        );
+        assert_eq!((p.live_bytes, p.peak_bytes, p.added, p.removed), (10, 150, 3, 2));
     }
 }

@@ -11,11 +11,7 @@ use crate::classify::ALL;
 
 /// A category map with all six categories: name to `value(index)`.
 fn categories(value: impl Fn(usize) -> Value) -> Value {
-    Value::Object(
-        ALL.iter()
-            .map(|c| (c.name().to_string(), value(c.index())))
-            .collect(),
-    )
+    Value::Object(ALL.iter().map(|c| (c.name().to_string(), value(c.index()))).collect())
 }
 
 fn kind_name(kind: MemKind) -> &'static str {

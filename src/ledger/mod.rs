@@ -143,10 +143,7 @@ impl Ledger {
     /// The time and a fresh sequence number for a record being made now. Callers take it
     /// under the lock of the shard the record goes to.
     fn stamp(&self) -> Stamp {
-        Stamp {
-            t_ms: self.t_ms(),
-            seq: self.seq.fetch_add(1, Ordering::Relaxed),
-        }
+        Stamp { t_ms: self.t_ms(), seq: self.seq.fetch_add(1, Ordering::Relaxed) }
     }
 
     pub fn start_unix_ms(&self) -> u64 {
@@ -167,9 +164,7 @@ impl Ledger {
         match usize::try_from(dev).ok().and_then(|i| self.devices.get(i)) {
             Some(cell) => Some(cell.get_or_init(Default::default)),
             None => {
-                self.note_loss(&format!(
-                    "{api}: device ordinal {dev} is outside 0..{MAX_DEVICES}"
-                ));
+                self.note_loss(&format!("{api}: device ordinal {dev} is outside 0..{MAX_DEVICES}"));
                 None
             }
         }
@@ -182,19 +177,11 @@ impl Ledger {
 
     /// Devices that saw an event, in index order.
     fn shards(&self) -> impl Iterator<Item = (i32, &Mutex<DeviceLedger>)> {
-        self.devices
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.get().map(|m| (i as i32, m)))
+        self.devices.iter().enumerate().filter_map(|(i, c)| c.get().map(|m| (i as i32, m)))
     }
 
     /// Run `f` on the shard of `dev` under its lock, with a stamp for now, and count a change.
-    fn on_device<R>(
-        &self,
-        dev: i32,
-        api: &str,
-        f: impl FnOnce(&mut DeviceLedger, Stamp) -> R,
-    ) -> Option<R> {
+    fn on_device<R>(&self, dev: i32, api: &str, f: impl FnOnce(&mut DeviceLedger, Stamp) -> R) -> Option<R> {
         let mut d = self.shard(dev, api)?.lock();
         // Stamp under the lock so each device's records are in time and sequence order.
         let now = self.stamp();
@@ -211,15 +198,7 @@ impl Ledger {
         for (dev, shard) in self.shards() {
             let mut d = shard.lock();
             if let Some((base, bytes)) = d.containing(ptr) {
-                return Some(f(
-                    &mut d,
-                    Hit {
-                        dev,
-                        key: Key::Addr(base),
-                        base,
-                        bytes,
-                    },
-                ));
+                return Some(f(&mut d, Hit { dev, key: Key::Addr(base), base, bytes }));
             }
         }
         let (m, dev) = {
@@ -229,26 +208,10 @@ impl Ledger {
         };
         let mut d = self.existing(dev)?.lock();
         let key = Key::Handle(m.handle);
-        d.has(key).then(|| {
-            f(
-                &mut d,
-                Hit {
-                    dev,
-                    key,
-                    base: m.va,
-                    bytes: m.size,
-                },
-            )
-        })
+        d.has(key).then(|| f(&mut d, Hit { dev, key, base: m.va, bytes: m.size }))
     }
 
-    fn warn_displaced(
-        &self,
-        api: &str,
-        dev: i32,
-        at: std::fmt::Arguments<'_>,
-        d: device::Displaced,
-    ) {
+    fn warn_displaced(&self, api: &str, dev: i32, at: std::fmt::Arguments<'_>, d: device::Displaced) {
         if d.count > 0 {
             self.note_warning(&format!(
                 "{api}: {at} on device {dev} replaced {} live record(s) ({} bytes) whose free was missed; counted as freed",
@@ -261,24 +224,12 @@ impl Ledger {
     /// A successful allocation of `bytes` at `ptr` on device `dev`. If a capture is active on
     /// `dev`, the allocation is flagged captured. Live allocations overlapping the new one
     /// (frees we missed) are replaced and counted as implicit frees, with a warning.
-    pub fn alloc(
-        &self,
-        dev: i32,
-        ptr: u64,
-        bytes: u64,
-        kind: MemKind,
-        api: &'static str,
-        facts: Facts,
-    ) {
+    pub fn alloc(&self, dev: i32, ptr: u64, bytes: u64, kind: MemKind, api: &'static str, facts: Facts) {
         if ptr == 0 {
-            self.note_warning(&format!(
-                "{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"
-            ));
+            self.note_warning(&format!("{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"));
             return;
         }
-        if let Some(d) = self.on_device(dev, api, |d, now| {
-            d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)
-        }) {
+        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)) {
             self.warn_displaced(api, dev, format_args!("allocation at 0x{ptr:x}"), d);
         }
     }
@@ -319,9 +270,7 @@ impl Ledger {
 
     /// `mark_exported`, naming the exporting entry point in the event list.
     pub fn mark_exported_by(&self, ptr: u64, api: &'static str) -> bool {
-        let found = self
-            .at_ptr(ptr, |d, h| d.mark_exported(h.key, api, self.stamp()))
-            .unwrap_or(false);
+        let found = self.at_ptr(ptr, |d, h| d.mark_exported(h.key, api, self.stamp())).unwrap_or(false);
         if found {
             self.bump();
         }
@@ -332,11 +281,7 @@ impl Ledger {
     /// Copies into memory we do not track are ignored.
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
         let add = |f: &mut Facts| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes);
-        if self
-            .at_ptr(ptr, |d, h| d.update_facts(h.key, self.stamp(), add))
-            .flatten()
-            .is_some()
-        {
+        if self.at_ptr(ptr, |d, h| d.update_facts(h.key, self.stamp(), add)).flatten().is_some() {
             self.bump();
         }
     }
@@ -350,19 +295,14 @@ impl Ledger {
         let previous = self.vmm.lock().create(handle, dev);
         if let Some(old_dev) = previous.filter(|&d| d != dev) {
             // The handle value was live on another device: its release was missed.
-            let gone = self
-                .on_device(old_dev, api, |d, now| d.remove(Key::Handle(handle), now))
-                .flatten();
-            let displaced = device::Displaced {
-                count: 1,
-                bytes: gone.unwrap_or(0),
-            };
+            let gone = self.on_device(old_dev, api, |d, now| d.remove(Key::Handle(handle), now)).flatten();
+            let displaced = device::Displaced { count: 1, bytes: gone.unwrap_or(0) };
             self.warn_displaced(api, old_dev, format_args!("handle 0x{handle:x}"), displaced);
         }
         let kind = MemKind::VmmPhysical;
-        if let Some(d) = self.on_device(dev, api, |d, now| {
-            d.insert(Key::Handle(handle), bytes, kind, api, Facts::default(), now)
-        }) {
+        if let Some(d) =
+            self.on_device(dev, api, |d, now| d.insert(Key::Handle(handle), bytes, kind, api, Facts::default(), now))
+        {
             self.warn_displaced(api, dev, format_args!("handle 0x{handle:x}"), d);
         }
     }
@@ -372,21 +312,12 @@ impl Ledger {
         let Some(dev) = self.vmm.lock().release(handle) else {
             return false;
         };
-        self.on_device(dev, "vmm_release", |d, now| {
-            d.remove(Key::Handle(handle), now)
-        })
-        .flatten()
-        .is_some()
+        self.on_device(dev, "vmm_release", |d, now| d.remove(Key::Handle(handle), now)).flatten().is_some()
     }
 
     /// Virtual range [va, va+size) now maps `handle` at `offset`.
     pub fn vmm_map(&self, va: u64, size: u64, offset: u64, handle: u64) {
-        self.vmm.lock().map(Mapping {
-            va,
-            size,
-            offset,
-            handle,
-        });
+        self.vmm.lock().map(Mapping { va, size, offset, handle });
         self.bump();
     }
 
@@ -395,9 +326,7 @@ impl Ledger {
         let removed = self.vmm.lock().unmap(va, size);
         self.bump();
         if removed == 0 {
-            self.note_warning(&format!(
-                "unmap of 0x{va:x} ({size} bytes): no mapping recorded there"
-            ));
+            self.note_warning(&format!("unmap of 0x{va:x} ({size} bytes): no mapping recorded there"));
         }
     }
 
@@ -416,37 +345,18 @@ impl Ledger {
         let Some(dev) = self.vmm.lock().device_of(handle) else {
             return false;
         };
-        self.on_device(dev, api, |d, now| {
-            d.mark_exported(Key::Handle(handle), api, now)
-        })
-        .unwrap_or(false)
+        self.on_device(dev, api, |d, now| d.mark_exported(Key::Handle(handle), api, now)).unwrap_or(false)
     }
 
     // ---- queries, failures -----------------------------------------------------
     /// A free-memory query; `free`/`total` None when not known (NULL pointer, failed call).
-    pub fn probe(
-        &self,
-        dev: i32,
-        api: &'static str,
-        free: Option<u64>,
-        total: Option<u64>,
-        error: i32,
-    ) {
+    pub fn probe(&self, dev: i32, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32) {
         self.on_device(dev, api, |d, now| d.probe(api, free, total, error, now));
     }
 
     /// A failed allocation of `bytes`.
-    pub fn failure(
-        &self,
-        dev: i32,
-        api: &'static str,
-        bytes: u64,
-        error: i32,
-        error_name: &'static str,
-    ) {
-        self.on_device(dev, api, |d, now| {
-            d.failure(api, bytes, error, error_name, now)
-        });
+    pub fn failure(&self, dev: i32, api: &'static str, bytes: u64, error: i32, error_name: &'static str) {
+        self.on_device(dev, api, |d, now| d.failure(api, bytes, error, error_name, now));
     }
 
     /// The device memory size, known from a property query.
@@ -458,9 +368,7 @@ impl Ledger {
     /// A peer buffer opened at `ptr` (size if known: the handle's allocation size).
     pub fn ipc_import(&self, dev: i32, ptr: u64, bytes: Option<u64>, api: &'static str) {
         if self.on_device(dev, api, |d, now| d.ipc_import(ptr, bytes, api, now)) == Some(true) {
-            self.note_warning(&format!(
-                "{api}: 0x{ptr:x} opened again on device {dev} without a close"
-            ));
+            self.note_warning(&format!("{api}: 0x{ptr:x} opened again on device {dev} without a close"));
         }
     }
 
@@ -480,19 +388,14 @@ impl Ledger {
     // ---- capture, graphs, hidden costs ----------------------------------------------
     pub fn capture_begin(&self, dev: i32, stream: u64, api: &'static str) {
         if self.on_device(dev, api, |d, now| d.capture_begin(stream, api, now)) == Some(false) {
-            self.note_warning(&format!(
-                "{api}: stream 0x{stream:x} on device {dev} was already capturing"
-            ));
+            self.note_warning(&format!("{api}: stream 0x{stream:x} on device {dev} was already capturing"));
         }
     }
 
     /// The capture on `stream` ended. Looked up on `dev` first, then on the other devices
     /// (the current device may have changed since the capture began).
     pub fn capture_end(&self, dev: i32, stream: u64, api: &'static str) {
-        let others = self
-            .shards()
-            .filter(|&(other, _)| other != dev)
-            .map(|(_, s)| s);
+        let others = self.shards().filter(|&(other, _)| other != dev).map(|(_, s)| s);
         for shard in self.existing(dev).into_iter().chain(others) {
             let mut d = shard.lock();
             let ended = d.capturing_on(stream) && d.capture_end(stream, api, self.stamp());
@@ -502,9 +405,7 @@ impl Ledger {
                 return;
             }
         }
-        self.note_warning(&format!(
-            "{api}: stream 0x{stream:x} (device {dev}) ended a capture it never began"
-        ));
+        self.note_warning(&format!("{api}: stream 0x{stream:x} (device {dev}) ended a capture it never began"));
     }
 
     /// Whether a capture is active on `dev`.
@@ -524,13 +425,7 @@ impl Ledger {
 
     // ---- host ---------------------------------------------------------------------------
     /// Add a host range to one pool, warning when it replaces a live one.
-    fn host_add(
-        &self,
-        pool: fn(&mut HostLedger) -> &mut host::HostPool,
-        ptr: u64,
-        bytes: u64,
-        api: &str,
-    ) {
+    fn host_add(&self, pool: fn(&mut HostLedger) -> &mut host::HostPool, ptr: u64, bytes: u64, api: &str) {
         let replaced = pool(&mut self.host.lock()).add(ptr, bytes);
         self.bump();
         if let Some(old) = replaced {

@@ -14,23 +14,11 @@ const IPC: usize = 2;
 const GRAPHS: usize = 3;
 
 fn stats(l: &Ledger, dev: i32) -> DeviceStats {
-    l.devices[dev as usize]
-        .get()
-        .expect("device shard exists")
-        .lock()
-        .stats
-        .clone()
+    l.devices[dev as usize].get().expect("device shard exists").lock().stats.clone()
 }
 
 fn alloc(l: &Ledger, dev: i32, ptr: u64, bytes: u64) {
-    l.alloc(
-        dev,
-        ptr,
-        bytes,
-        MemKind::Device,
-        "cudaMalloc",
-        Facts::default(),
-    );
+    l.alloc(dev, ptr, bytes, MemKind::Device, "cudaMalloc", Facts::default());
 }
 
 fn device_json(l: &Ledger, dev: i64) -> Value {
@@ -93,18 +81,9 @@ impl Model {
         assert_eq!(s.alloc_count, self.allocs, "alloc_count at step {step}");
         assert_eq!(s.free_count, self.frees, "free_count at step {step}");
         for i in 0..6 {
-            assert_eq!(
-                s.cats[i].live, self.cat_live[i],
-                "cat {i} live at step {step}"
-            );
-            assert_eq!(
-                s.cats[i].peak, self.cat_peak[i],
-                "cat {i} peak at step {step}"
-            );
-            assert_eq!(
-                s.cats[i].allocs, self.cat_allocs[i],
-                "cat {i} allocs at step {step}"
-            );
+            assert_eq!(s.cats[i].live, self.cat_live[i], "cat {i} live at step {step}");
+            assert_eq!(s.cats[i].peak, self.cat_peak[i], "cat {i} peak at step {step}");
+            assert_eq!(s.cats[i].allocs, self.cat_allocs[i], "cat {i} allocs at step {step}");
         }
     }
 }
@@ -131,13 +110,7 @@ fn random_sequences_give_exact_totals_and_peaks() {
                         models[odev as usize].frees += 1;
                     } else {
                         // Other device: free it properly first, as a program would.
-                        assert_eq!(
-                            l.free(base, "cudaFree"),
-                            Freed::Known {
-                                dev: odev,
-                                bytes: obytes
-                            }
-                        );
+                        assert_eq!(l.free(base, "cudaFree"), Freed::Known { dev: odev, bytes: obytes });
                         models[odev as usize].sub(ocat, obytes);
                         models[odev as usize].frees += 1;
                     }
@@ -188,10 +161,7 @@ fn random_sequences_give_exact_totals_and_peaks() {
         m.check(&stats(&l, dev as i32), usize::MAX);
         let d = device_json(&l, dev as i64);
         assert_eq!(d["live_bytes"], m.live);
-        let sum: u64 = ALL
-            .iter()
-            .map(|c| d["categories"][c.name()]["live_bytes"].as_u64().unwrap())
-            .sum();
+        let sum: u64 = ALL.iter().map(|c| d["categories"][c.name()]["live_bytes"].as_u64().unwrap()).sum();
         assert_eq!(sum, m.live, "categories sum to live_bytes");
     }
 }
@@ -205,33 +175,17 @@ fn range_lookups() {
     alloc(&l, 0, 0x5000, 0);
     assert_eq!(l.lookup(0x1000), Some((0, 0x1000, 0x1000)), "at base");
     assert_eq!(l.lookup(0x1fff), Some((0, 0x1000, 0x1000)), "last byte");
-    assert_eq!(
-        l.lookup(0x2000),
-        Some((0, 0x2000, 0x100)),
-        "end of one is the next base"
-    );
+    assert_eq!(l.lookup(0x2000), Some((0, 0x2000, 0x100)), "end of one is the next base");
     assert_eq!(l.lookup(0x2100), None, "one past the end");
     assert_eq!(l.lookup(0x3000), None, "between allocations");
     assert_eq!(l.lookup(0xfff), None, "before the first");
-    assert_eq!(
-        l.lookup(0x5000),
-        None,
-        "an empty allocation contains nothing"
-    );
+    assert_eq!(l.lookup(0x5000), None, "an empty allocation contains nothing");
     assert_eq!(l.lookup(0x900f), Some((1, 0x9000, 0x10)), "other device");
     assert_eq!(l.lookup(u64::MAX), None);
-    assert_eq!(
-        l.free(0x1800, "cudaFree"),
-        Freed::Unknown,
-        "free needs the exact base"
-    );
+    assert_eq!(l.free(0x1800, "cudaFree"), Freed::Unknown, "free needs the exact base");
     assert_eq!(l.health.unknown_frees.load(Ordering::Relaxed), 1);
     assert_eq!(l.free(0, "cudaFree"), Freed::Unknown);
-    assert_eq!(
-        l.health.unknown_frees.load(Ordering::Relaxed),
-        1,
-        "free(NULL) is not an unknown free"
-    );
+    assert_eq!(l.health.unknown_frees.load(Ordering::Relaxed), 1, "free(NULL) is not an unknown free");
 }
 
 #[test]
@@ -242,55 +196,22 @@ fn export_reclassifies_and_keeps_peaks_right() {
     assert!(l.mark_exported(0x10000 + 99));
     assert!(l.mark_exported(0x10000), "exporting again still finds it");
     let s = stats(&l, 0);
-    assert_eq!(
-        (s.cats[IPC].live, s.cats[IPC].peak, s.cats[IPC].allocs),
-        (100, 100, 1)
-    );
-    assert_eq!(
-        (s.cats[OTHER].live, s.cats[OTHER].peak, s.cats[OTHER].allocs),
-        (50, 150, 1)
-    );
-    assert_eq!(
-        (s.live_bytes, s.peak_bytes),
-        (150, 150),
-        "moving bytes keeps the device total"
-    );
-    assert_eq!(
-        (s.ipc.exported_count, s.ipc.exported_bytes),
-        (1, 100),
-        "counted once"
-    );
-    assert_eq!(
-        l.free(0x10000, "cudaFree"),
-        Freed::Known { dev: 0, bytes: 100 }
-    );
+    assert_eq!((s.cats[IPC].live, s.cats[IPC].peak, s.cats[IPC].allocs), (100, 100, 1));
+    assert_eq!((s.cats[OTHER].live, s.cats[OTHER].peak, s.cats[OTHER].allocs), (50, 150, 1));
+    assert_eq!((s.live_bytes, s.peak_bytes), (150, 150), "moving bytes keeps the device total");
+    assert_eq!((s.ipc.exported_count, s.ipc.exported_bytes), (1, 100), "counted once");
+    assert_eq!(l.free(0x10000, "cudaFree"), Freed::Known { dev: 0, bytes: 100 });
     let s = stats(&l, 0);
-    assert_eq!(
-        (s.cats[IPC].live, s.cats[IPC].peak, s.cats[IPC].allocs),
-        (0, 100, 0)
-    );
-    assert_eq!(
-        (s.ipc.exported_count, s.ipc.exported_bytes),
-        (1, 100),
-        "cumulative"
-    );
+    assert_eq!((s.cats[IPC].live, s.cats[IPC].peak, s.cats[IPC].allocs), (0, 100, 0));
+    assert_eq!((s.ipc.exported_count, s.ipc.exported_bytes), (1, 100), "cumulative");
     assert!(!l.mark_exported(0x10000), "freed");
     let d = device_json(&l, 0);
     let last = d["timeline"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
-        (
-            last["live_bytes"].as_u64(),
-            last["ipc"].as_u64(),
-            last["other"].as_u64()
-        ),
+        (last["live_bytes"].as_u64(), last["ipc"].as_u64(), last["other"].as_u64()),
         (Some(50), Some(0), Some(50))
     );
-    let kinds: Vec<&str> = d["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["kind"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = d["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["ipc_export"]);
 }
 
@@ -312,10 +233,7 @@ fn allocations_during_capture_are_flagged() {
     l.capture_begin(0, 0xabc, "cudaStreamBeginCapture");
     assert!(l.capturing(0));
     assert!(!l.capturing(1));
-    assert!(
-        !l.capturing(-3) && !l.capturing(1000),
-        "out of range is simply false"
-    );
+    assert!(!l.capturing(-3) && !l.capturing(1000), "out of range is simply false");
     alloc(&l, 0, 0x1000, 64);
     alloc(&l, 1, 0x2000, 32);
     // The capture ends while device 1 is current: found by stream on device 0.
@@ -324,32 +242,19 @@ fn allocations_during_capture_are_flagged() {
     alloc(&l, 0, 0x3000, 16);
     let s0 = stats(&l, 0);
     assert_eq!((s0.cats[GRAPHS].live, s0.cats[OTHER].live), (64, 16));
-    assert_eq!(
-        (s0.graphs.captured_allocs, s0.graphs.captured_bytes),
-        (1, 64)
-    );
+    assert_eq!((s0.graphs.captured_allocs, s0.graphs.captured_bytes), (1, 64));
     assert_eq!((s0.graphs.captures, s0.graphs.captures_active), (1, 0));
     assert_eq!(stats(&l, 1).cats[OTHER].live, 32);
     assert!(warnings(&l).is_empty(), "{:?}", warnings(&l));
     l.capture_end(0, 0xabc, "cudaStreamEndCapture");
-    assert_eq!(
-        warnings(&l).len(),
-        1,
-        "end of a capture never begun is a warning"
-    );
+    assert_eq!(warnings(&l).len(), 1, "end of a capture never begun is a warning");
     l.capture_end(7, 0xabc, "cudaStreamEndCapture");
-    assert!(
-        l.devices[7].get().is_none(),
-        "an unknown end creates no device"
-    );
+    assert!(l.devices[7].get().is_none(), "an unknown end creates no device");
     assert!(l.free(0x1000, "cudaFree") != Freed::Unknown);
     assert_eq!(stats(&l, 0).graphs.captured_bytes, 64, "cumulative");
     let d = device_json(&l, 0);
     let top = &d["top_allocations"][0];
-    assert_eq!(
-        (top["captured"].as_bool(), top["ptr"].as_str()),
-        (Some(false), Some("0x3000"))
-    );
+    assert_eq!((top["captured"].as_bool(), top["ptr"].as_str()), (Some(false), Some("0x3000")));
 }
 
 #[test]
@@ -359,59 +264,32 @@ fn vmm_create_map_export_unmap_release() {
     l.vmm_create(1, h, 1 << 21, "cuMemCreate");
     alloc(&l, 1, 0x1000, 64); // an address equal to the handle value: no collision
     let s = stats(&l, 1);
-    assert_eq!(
-        (s.live_bytes, s.cats[OTHER].allocs, s.alloc_count),
-        ((1 << 21) + 64, 2, 2)
-    );
+    assert_eq!((s.live_bytes, s.cats[OTHER].allocs, s.alloc_count), ((1 << 21) + 64, 2, 2));
     assert_eq!(l.lookup(va), None, "not mapped yet");
     l.vmm_map(va, 1 << 20, 0, h);
     l.vmm_map(va + (1 << 20), 1 << 20, 1 << 20, h);
-    assert_eq!(
-        stats(&l, 1).live_bytes,
-        (1 << 21) + 64,
-        "mapping adds no bytes"
-    );
+    assert_eq!(stats(&l, 1).live_bytes, (1 << 21) + 64, "mapping adds no bytes");
     assert_eq!(l.vmm_handle_at(va + (1 << 20) + 5), Some(h));
-    assert_eq!(
-        l.lookup(va + (1 << 20) + 5),
-        Some((1, va + (1 << 20), 1 << 20))
-    );
+    assert_eq!(l.lookup(va + (1 << 20) + 5), Some((1, va + (1 << 20), 1 << 20)));
     assert!(l.mark_exported(va + 7));
     assert!(l.vmm_export(h), "exporting the handle again finds it");
     l.add_h2d(va + 3, 4096);
     let s = stats(&l, 1);
-    assert_eq!(
-        (s.cats[IPC].live, s.ipc.exported_count, s.ipc.exported_bytes),
-        (1 << 21, 1, 1 << 21)
-    );
+    assert_eq!((s.cats[IPC].live, s.ipc.exported_count, s.ipc.exported_bytes), (1 << 21, 1, 1 << 21));
     let d = device_json(&l, 1);
     let top = &d["top_allocations"][0];
     assert_eq!(
-        (
-            top["kind"].as_str(),
-            top["h2d_bytes"].as_u64(),
-            top["exported"].as_bool()
-        ),
+        (top["kind"].as_str(), top["h2d_bytes"].as_u64(), top["exported"].as_bool()),
         (Some("vmm_physical"), Some(4096), Some(true))
     );
     l.vmm_unmap(va, 1 << 21);
-    assert_eq!(
-        (l.lookup(va), l.vmm_handle_at(va + (1 << 20))),
-        (None, None)
-    );
-    assert_eq!(
-        l.free(0x1000, "cudaFree"),
-        Freed::Known { dev: 1, bytes: 64 },
-        "free does not touch handles"
-    );
+    assert_eq!((l.lookup(va), l.vmm_handle_at(va + (1 << 20))), (None, None));
+    assert_eq!(l.free(0x1000, "cudaFree"), Freed::Known { dev: 1, bytes: 64 }, "free does not touch handles");
     assert!(l.vmm_release(h));
     assert!(!l.vmm_release(h), "second release");
     assert!(!l.vmm_export(h));
     let s = stats(&l, 1);
-    assert_eq!(
-        (s.live_bytes, s.peak_bytes, s.free_count, s.cats[IPC].live),
-        (0, (1 << 21) + 64, 2, 0)
-    );
+    assert_eq!((s.live_bytes, s.peak_bytes, s.free_count, s.cats[IPC].live), (0, (1 << 21) + 64, 2, 0));
     assert!(warnings(&l).is_empty(), "{:?}", warnings(&l));
     l.vmm_unmap(va, 4096);
     assert_eq!(warnings(&l).len(), 1, "unmapping nothing is a warning");
@@ -434,24 +312,12 @@ fn missed_frees_are_replaced_by_overlapping_allocations() {
     alloc(&l, 0, 0x3000, 0x1000);
     alloc(&l, 0, 0x1800, 0x2000); // overlaps both: both frees were missed
     let s = stats(&l, 0);
-    assert_eq!(
-        (
-            s.live_bytes,
-            s.alloc_count,
-            s.free_count,
-            s.cats[OTHER].allocs
-        ),
-        (0x2000, 3, 2, 1)
-    );
+    assert_eq!((s.live_bytes, s.alloc_count, s.free_count, s.cats[OTHER].allocs), (0x2000, 3, 2, 1));
     alloc(&l, 0, 0x1800, 0x10); // same base
     assert_eq!(stats(&l, 0).live_bytes, 0x10);
     assert_eq!(warnings(&l).len(), 2);
     alloc(&l, 0, 0, 10);
-    assert_eq!(
-        stats(&l, 0).alloc_count,
-        4,
-        "NULL allocations are not recorded"
-    );
+    assert_eq!(stats(&l, 0).alloc_count, 4, "NULL allocations are not recorded");
 }
 
 #[test]
@@ -460,86 +326,44 @@ fn probes_are_bounded_and_compute_untracked() {
     alloc(&l, 0, 0x1000, 1000);
     l.probe(0, "cudaMemGetInfo", Some(4000), Some(10_000), 0);
     let s = stats(&l, 0);
-    assert_eq!(
-        (s.total_bytes, s.untracked, s.untracked_max),
-        (Some(10_000), Some(5000), Some(5000))
-    );
+    assert_eq!((s.total_bytes, s.untracked, s.untracked_max), (Some(10_000), Some(5000), Some(5000)));
     alloc(&l, 0, 0x10000, 7000);
     l.probe(0, "cuMemGetInfo_v2", Some(3000), Some(10_000), 0);
     let s = stats(&l, 0);
-    assert_eq!(
-        (s.untracked, s.untracked_max),
-        (Some(-1000), Some(5000)),
-        "may be negative"
-    );
+    assert_eq!((s.untracked, s.untracked_max), (Some(-1000), Some(5000)), "may be negative");
     l.probe(0, "cudaMemGetInfo", None, Some(10_000), 0);
     l.probe(0, "cudaMemGetInfo", Some(1), Some(2), 2);
     let s = stats(&l, 0);
-    assert_eq!(
-        s.untracked,
-        Some(-1000),
-        "NULL outputs and failed calls do not update untracked"
-    );
+    assert_eq!(s.untracked, Some(-1000), "NULL outputs and failed calls do not update untracked");
     assert_eq!(s.probes.total(), 4);
     for i in 0..996u64 {
         l.probe(0, "cudaMemGetInfo", Some(i), Some(10_000), 0);
     }
     let d = device_json(&l, 0);
     let probes = d["probes"].as_array().unwrap();
-    assert_eq!(
-        (probes.len(), d["probes_total"].as_u64()),
-        (512, Some(1000))
-    );
+    assert_eq!((probes.len(), d["probes_total"].as_u64()), (512, Some(1000)));
     assert_eq!(probes[0]["free_bytes"], 4000, "the first ones are kept");
     assert_eq!(probes[2]["free_bytes"], Value::Null);
     assert_eq!(probes[3]["error"], 2);
     assert_eq!(probes[511]["free_bytes"], 995, "the last ones are kept");
     assert_eq!(probes[256]["free_bytes"], 995 - 255);
-    assert_eq!(
-        (
-            probes[1]["live_bytes"].as_u64(),
-            probes[1]["categories"]["other"].as_u64()
-        ),
-        (Some(8000), Some(8000))
-    );
+    assert_eq!((probes[1]["live_bytes"].as_u64(), probes[1]["categories"]["other"].as_u64()), (Some(8000), Some(8000)));
     let events = d["events"].as_array().unwrap();
-    assert_eq!(
-        (events.len(), d["events_total"].as_u64()),
-        (1000, Some(1000)),
-        "one event per probe"
-    );
+    assert_eq!((events.len(), d["events_total"].as_u64()), (1000, Some(1000)), "one event per probe");
 }
 
 #[test]
 fn events_are_bounded() {
     let l = Ledger::new();
     for i in 0..3000 {
-        l.driver_cost(
-            0,
-            if i % 2 == 0 {
-                "cuModuleLoadData"
-            } else {
-                "cuCtxEnablePeerAccess"
-            },
-            10,
-        );
+        l.driver_cost(0, if i % 2 == 0 { "cuModuleLoadData" } else { "cuCtxEnablePeerAccess" }, 10);
     }
     let d = device_json(&l, 0);
-    assert_eq!(
-        (
-            d["events"].as_array().unwrap().len(),
-            d["events_total"].as_u64()
-        ),
-        (1024, Some(3000))
-    );
+    assert_eq!((d["events"].as_array().unwrap().len(), d["events_total"].as_u64()), (1024, Some(3000)));
     let costs = d["driver_costs"].as_array().unwrap();
     assert_eq!(costs.len(), 2);
     assert_eq!(
-        (
-            costs[0]["api"].as_str(),
-            costs[0]["calls"].as_u64(),
-            costs[0]["bytes"].as_i64()
-        ),
+        (costs[0]["api"].as_str(), costs[0]["calls"].as_u64(), costs[0]["bytes"].as_i64()),
         (Some("cuModuleLoadData"), Some(1500), Some(15_000))
     );
 }
@@ -557,22 +381,10 @@ fn failures_snapshot_the_ledger_and_last_probe() {
     let d = device_json(&l, 0);
     let f = d["failures"].as_array().unwrap();
     assert_eq!((f.len(), d["failures_total"].as_u64()), (256, Some(302)));
-    assert_eq!(
-        (f[0]["live_bytes"].as_u64(), f[0]["last_probe"].is_null()),
-        (Some(0), true)
-    );
+    assert_eq!((f[0]["live_bytes"].as_u64(), f[0]["last_probe"].is_null()), (Some(0), true));
     assert_eq!(f[1]["error_name"], "CUDA_ERROR_OUT_OF_MEMORY");
-    assert_eq!(
-        (f[1]["bytes"].as_u64(), f[1]["error"].as_i64()),
-        (Some(1 << 40), Some(2))
-    );
-    assert_eq!(
-        (
-            f[1]["live_bytes"].as_u64(),
-            f[1]["categories"]["other"].as_u64()
-        ),
-        (Some(1000), Some(1000))
-    );
+    assert_eq!((f[1]["bytes"].as_u64(), f[1]["error"].as_i64()), (Some(1 << 40), Some(2)));
+    assert_eq!((f[1]["live_bytes"].as_u64(), f[1]["categories"]["other"].as_u64()), (Some(1000), Some(1000)));
     assert_eq!(f[1]["last_probe"]["free_bytes"], 123);
 }
 
@@ -584,12 +396,7 @@ fn ipc_imports_are_not_local_memory() {
     let s = stats(&l, 2);
     assert_eq!(s.live_bytes, 0);
     assert_eq!(
-        (
-            s.ipc.imported_count,
-            s.ipc.imported_bytes,
-            s.ipc.imported_live_count,
-            s.ipc.imported_live_bytes
-        ),
+        (s.ipc.imported_count, s.ipc.imported_bytes, s.ipc.imported_live_count, s.ipc.imported_live_bytes),
         (2, 1000, 2, 1000)
     );
     assert_eq!(l.lookup(0x5000), None);
@@ -597,12 +404,7 @@ fn ipc_imports_are_not_local_memory() {
     assert!(!l.ipc_close(0x5000), "double close");
     let s = stats(&l, 2);
     assert_eq!(
-        (
-            s.ipc.imported_count,
-            s.ipc.imported_bytes,
-            s.ipc.imported_live_count,
-            s.ipc.imported_live_bytes
-        ),
+        (s.ipc.imported_count, s.ipc.imported_bytes, s.ipc.imported_live_count, s.ipc.imported_live_bytes),
         (2, 1000, 1, 0)
     );
     assert_eq!(warnings(&l).len(), 1);
@@ -624,12 +426,7 @@ fn timeline_is_bounded_and_ends_with_current_state() {
     let last = t.last().unwrap();
     assert_eq!(last["live_bytes"], d["live_bytes"]);
     for c in ALL {
-        assert_eq!(
-            last[c.name()],
-            d["categories"][c.name()]["live_bytes"],
-            "{}",
-            c.name()
-        );
+        assert_eq!(last[c.name()], d["categories"][c.name()]["live_bytes"], "{}", c.name());
     }
     assert_eq!(last["ipc"], 0x10);
 }
@@ -650,10 +447,7 @@ fn many_threads_give_exact_totals() {
                     if i % 2 == 1 {
                         assert_eq!(
                             l.free(base + (i - 1) * 0x1000, "cudaFree"),
-                            Freed::Known {
-                                dev,
-                                bytes: (i - 1) % 97 + 1
-                            }
+                            Freed::Known { dev, bytes: (i - 1) % 97 + 1 }
                         );
                     }
                     if i % 100 == 0 {
@@ -673,10 +467,7 @@ fn many_threads_give_exact_totals() {
         let s = stats(&l, dev);
         let kept: u64 = (0..per).filter(|i| i % 2 == 1).map(|i| i % 97 + 1).sum();
         assert_eq!(s.live_bytes, kept * threads / 2);
-        assert_eq!(
-            (s.alloc_count, s.free_count),
-            (per * threads / 2, per / 2 * threads / 2)
-        );
+        assert_eq!((s.alloc_count, s.free_count), (per * threads / 2, per / 2 * threads / 2));
         assert_eq!(s.cats[OTHER].allocs, per / 2 * threads / 2);
     }
 }
@@ -710,10 +501,7 @@ fn warnings_are_bounded_and_deduplicated() {
     assert_eq!(w[0], "warning 0 second line");
     assert_eq!(w[1], "same");
     assert_eq!(j["health"]["warnings_dropped"], 100 - 63);
-    assert_eq!(
-        j["health"]["unwrapped_symbols"],
-        serde_json::json!(["cudaMalloc"])
-    );
+    assert_eq!(j["health"]["unwrapped_symbols"], serde_json::json!(["cudaMalloc"]));
 }
 
 #[test]
@@ -743,11 +531,7 @@ fn host_pinned_and_registered() {
     .collect();
     assert_eq!(got, [50, 150, 2, 1, 0, 4096, 1, 1]);
     assert_eq!(j["health"]["unknown_frees"], 1);
-    assert_eq!(
-        j["devices"].as_array().unwrap().len(),
-        0,
-        "host memory is no device"
-    );
+    assert_eq!(j["devices"].as_array().unwrap().len(), 0, "host memory is no device");
 }
 
 #[test]
@@ -763,10 +547,7 @@ fn graphs_and_generation() {
     assert_eq!(l.generation(), g1, "queries change nothing");
     let d = device_json(&l, 0);
     assert_eq!(
-        (
-            d["graphs"]["instantiations"].as_u64(),
-            d["graphs"]["instantiate_bytes"].as_i64()
-        ),
+        (d["graphs"]["instantiations"].as_u64(), d["graphs"]["instantiate_bytes"].as_i64()),
         (Some(3), Some(4000))
     );
 }
@@ -785,17 +566,13 @@ const OPT_OBJ: Check = |v| v.is_null() || v.is_object();
 
 fn check_fields(what: &str, v: &Value, fields: &[(&str, Check)]) {
     for (name, ok) in fields {
-        let f = v
-            .get(name)
-            .unwrap_or_else(|| panic!("{what}: missing {name} in {v}"));
+        let f = v.get(name).unwrap_or_else(|| panic!("{what}: missing {name} in {v}"));
         assert!(ok(f), "{what}.{name} has the wrong type: {f}");
     }
 }
 
 fn check_categories(what: &str, v: &Value, each: Check) {
-    let m = v
-        .as_object()
-        .unwrap_or_else(|| panic!("{what}: not an object: {v}"));
+    let m = v.as_object().unwrap_or_else(|| panic!("{what}: not an object: {v}"));
     assert_eq!(m.len(), 6, "{what}: {v}");
     for c in ALL {
         assert!(each(&m[c.name()]), "{what}.{}: {v}", c.name());
@@ -814,10 +591,7 @@ fn json_has_every_documented_field() {
         4096,
         MemKind::Async,
         "cudaMallocAsync",
-        Facts {
-            caller: Some("model.py:10".into()),
-            ..Facts::default()
-        },
+        Facts { caller: Some("model.py:10".into()), ..Facts::default() },
     );
     l.capture_end(0, 1, "cudaStreamEndCapture");
     alloc(&l, 0, 0x9000, 10);
@@ -831,19 +605,11 @@ fn json_has_every_documented_field() {
     l.note_unwrapped("cuMemAlloc");
     let j = l.to_json();
     let top = j.as_object().unwrap();
-    assert_eq!(
-        top.keys().collect::<Vec<_>>(),
-        ["devices", "health", "host"]
-    );
+    assert_eq!(top.keys().collect::<Vec<_>>(), ["devices", "health", "host"]);
     check_fields(
         "health",
         &j["health"],
-        &[
-            ("lost_events", UINT),
-            ("unknown_frees", UINT),
-            ("unwrapped_symbols", ARR),
-            ("warnings", ARR),
-        ],
+        &[("lost_events", UINT), ("unknown_frees", UINT), ("unwrapped_symbols", ARR), ("warnings", ARR)],
     );
     check_fields(
         "host",
@@ -861,10 +627,7 @@ fn json_has_every_documented_field() {
     );
     let devices = j["devices"].as_array().unwrap();
     assert_eq!(
-        devices
-            .iter()
-            .map(|d| d["index"].as_i64().unwrap())
-            .collect::<Vec<_>>(),
+        devices.iter().map(|d| d["index"].as_i64().unwrap()).collect::<Vec<_>>(),
         [0, 3],
         "sorted, only used devices"
     );
@@ -896,9 +659,7 @@ fn json_has_every_documented_field() {
             ],
         );
         check_categories("categories", &d["categories"], |c| {
-            [&c["live_bytes"], &c["peak_bytes"], &c["allocs"]]
-                .iter()
-                .all(|v| v.is_u64())
+            [&c["live_bytes"], &c["peak_bytes"], &c["allocs"]].iter().all(|v| v.is_u64())
         });
         check_fields(
             "ipc",
@@ -960,16 +721,7 @@ fn json_has_every_documented_field() {
             check_categories("failure.categories", &f["categories"], UINT);
         }
         for c in d["driver_costs"].as_array().unwrap() {
-            check_fields(
-                "driver_cost",
-                c,
-                &[
-                    ("api", STR),
-                    ("calls", UINT),
-                    ("bytes", INT),
-                    ("approximate", BOOL),
-                ],
-            );
+            check_fields("driver_cost", c, &[("api", STR), ("calls", UINT), ("bytes", INT), ("approximate", BOOL)]);
             assert_eq!(c["approximate"], true);
         }
         for a in d["top_allocations"].as_array().unwrap() {
@@ -992,44 +744,19 @@ fn json_has_every_documented_field() {
             assert!(a["ptr"].as_str().unwrap().starts_with("0x"));
         }
         for t in d["timeline"].as_array().unwrap() {
-            let mut fields: Vec<(&str, Check)> =
-                vec![("t_ms", UINT), ("seq", UINT), ("live_bytes", UINT)];
+            let mut fields: Vec<(&str, Check)> = vec![("t_ms", UINT), ("seq", UINT), ("live_bytes", UINT)];
             fields.extend(ALL.iter().map(|c| (c.name(), UINT)));
             check_fields("timeline", t, &fields);
         }
         for e in d["events"].as_array().unwrap() {
-            check_fields(
-                "event",
-                e,
-                &[
-                    ("t_ms", UINT),
-                    ("seq", UINT),
-                    ("kind", STR),
-                    ("api", STR),
-                    ("detail", STR),
-                ],
-            );
+            check_fields("event", e, &[("t_ms", UINT), ("seq", UINT), ("kind", STR), ("api", STR), ("detail", STR)]);
         }
     }
     let d0 = &devices[0];
-    let kinds: Vec<&str> = d0["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["kind"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = d0["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
-        [
-            "probe",
-            "capture_begin",
-            "capture_end",
-            "ipc_export",
-            "failure",
-            "instantiate",
-            "ipc_import",
-            "driver_cost"
-        ]
+        ["probe", "capture_begin", "capture_end", "ipc_export", "failure", "instantiate", "ipc_import", "driver_cost"]
     );
     let top: Vec<(&str, &str)> = d0["top_allocations"]
         .as_array()
@@ -1037,21 +764,13 @@ fn json_has_every_documented_field() {
         .iter()
         .map(|a| (a["ptr"].as_str().unwrap(), a["category"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        top,
-        [("0x1000", "graphs"), ("0x9000", "ipc")],
-        "largest first"
-    );
+    assert_eq!(top, [("0x1000", "graphs"), ("0x9000", "ipc")], "largest first");
     assert_eq!(d0["top_allocations"][0]["caller"], "model.py:10");
     assert_eq!(d0["top_allocations"][1]["caller"], Value::Null);
     assert_eq!(d0["untracked_bytes"], 1u64 << 29);
     let d3 = &devices[1];
     assert_eq!(
-        (
-            d3["total_bytes"].clone(),
-            d3["untracked_bytes"].clone(),
-            d3["peak_t_ms"].is_u64()
-        ),
+        (d3["total_bytes"].clone(), d3["untracked_bytes"].clone(), d3["peak_t_ms"].is_u64()),
         (Value::Null, Value::Null, true)
     );
 }
@@ -1064,12 +783,8 @@ fn top_allocations_are_the_32_largest() {
         alloc(&l, 0, 0x1000 * (i + 1), (i * 37) % 100 + 1);
     }
     let d = device_json(&l, 0);
-    let sizes: Vec<u64> = d["top_allocations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["bytes"].as_u64().unwrap())
-        .collect();
+    let sizes: Vec<u64> =
+        d["top_allocations"].as_array().unwrap().iter().map(|a| a["bytes"].as_u64().unwrap()).collect();
     assert_eq!(sizes, (69..=100).rev().collect::<Vec<_>>());
 }
 
@@ -1080,38 +795,21 @@ fn reset_after_fork_gives_an_empty_ledger() {
     let dev = MAX_DEVICES as i32 - 1;
     let before = global();
     assert!(std::ptr::eq(before, global()), "one ledger");
-    before.alloc(
-        dev,
-        0xdead_0000,
-        77,
-        MemKind::Device,
-        "cudaMalloc",
-        Facts::default(),
-    );
+    before.alloc(dev, 0xdead_0000, 77, MemKind::Device, "cudaMalloc", Facts::default());
     assert_eq!(global().lookup(0xdead_0000), Some((dev, 0xdead_0000, 77)));
     reset_global_after_fork();
     let after = global();
     assert!(!std::ptr::eq(before, after));
     assert_eq!(after.lookup(0xdead_0000), None);
-    assert!(
-        after.devices[dev as usize].get().is_none(),
-        "no shard carried over"
-    );
+    assert!(after.devices[dev as usize].get().is_none(), "no shard carried over");
     assert_eq!(after.free(0xdead_0000, "cudaFree"), Freed::Unknown);
-    assert_eq!(
-        before.lookup(0xdead_0000),
-        Some((dev, 0xdead_0000, 77)),
-        "the old one is leaked, not freed"
-    );
+    assert_eq!(before.lookup(0xdead_0000), Some((dev, 0xdead_0000, 77)), "the old one is leaked, not freed");
 }
 
 #[test]
 fn classify_is_consistent_with_categories() {
     assert_eq!(ALL.map(Category::index), [0, 1, 2, 3, 4, 5]);
-    assert_eq!(
-        (ALL[IPC], ALL[GRAPHS], ALL[OTHER]),
-        (Category::Ipc, Category::Graphs, Category::Other)
-    );
+    assert_eq!((ALL[IPC], ALL[GRAPHS], ALL[OTHER]), (Category::Ipc, Category::Graphs, Category::Other));
 }
 
 /// The `seq` of every element of `d[key]`, in list order.
@@ -1145,26 +843,11 @@ fn seq_orders_records_across_devices_within_one_millisecond() {
     assert_eq!(seqs(&d1, "probes"), [4]);
     assert_eq!(seqs(&d0, "top_allocations"), [3]);
     assert_eq!(seqs(&d0, "failures"), [5]);
-    assert_eq!(
-        d0["failures"][0]["last_probe"]["seq"], 1,
-        "the embedded last probe keeps its seq"
-    );
-    assert_eq!(
-        seqs(&d0, "events"),
-        [1, 5, 7],
-        "an event shares its record's seq"
-    );
+    assert_eq!(d0["failures"][0]["last_probe"]["seq"], 1, "the embedded last probe keeps its seq");
+    assert_eq!(seqs(&d0, "events"), [1, 5, 7], "an event shares its record's seq");
     assert_eq!(seqs(&d1, "events"), [4]);
-    assert_eq!(
-        seqs(&d0, "timeline"),
-        [3],
-        "a sample shares its allocation's seq"
-    );
-    assert_eq!(
-        seqs(&d1, "timeline"),
-        [2, 6],
-        "the free is sampled with its own seq"
-    );
+    assert_eq!(seqs(&d0, "timeline"), [3], "a sample shares its allocation's seq");
+    assert_eq!(seqs(&d1, "timeline"), [2, 6], "the free is sampled with its own seq");
     // The whole point: same millisecond, order still known.
     let probe0 = &d0["probes"][0];
     let alloc0 = &d0["top_allocations"][0];
@@ -1193,10 +876,7 @@ fn seq_is_strictly_increasing_across_threads_and_devices() {
     for dev in 0..2 {
         let d = device_json(&l, dev);
         for key in ["probes", "events", "timeline"] {
-            assert!(
-                strictly_increasing(&seqs(&d, key)),
-                "device {dev} {key} in seq order"
-            );
+            assert!(strictly_increasing(&seqs(&d, key)), "device {dev} {key} in seq order");
         }
         for p in d["probes"].as_array().unwrap() {
             let tag = p["free_bytes"].as_u64().unwrap();
@@ -1209,17 +889,11 @@ fn seq_is_strictly_increasing_across_threads_and_devices() {
     distinct.dedup();
     assert_eq!(distinct.len(), all.len(), "no seq handed out twice");
     for t in 0..threads {
-        let mut mine: Vec<(u64, u64)> = all
-            .iter()
-            .filter(|&&(owner, _, _)| owner == t)
-            .map(|&(_, step, seq)| (step, seq))
-            .collect();
+        let mut mine: Vec<(u64, u64)> =
+            all.iter().filter(|&&(owner, _, _)| owner == t).map(|&(_, step, seq)| (step, seq)).collect();
         mine.sort_unstable();
         let by_step: Vec<u64> = mine.iter().map(|&(_, seq)| seq).collect();
-        assert!(
-            strictly_increasing(&by_step),
-            "thread {t}: program order across devices is seq order"
-        );
+        assert!(strictly_increasing(&by_step), "thread {t}: program order across devices is seq order");
     }
 }
 

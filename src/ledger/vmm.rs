@@ -43,12 +43,7 @@ impl VmmTable {
     pub(crate) fn unmap(&mut self, va: u64, size: u64) -> usize {
         let end = va.saturating_add(size.max(1));
         let mut removed = 0;
-        while let Some((&k, _)) = self
-            .maps
-            .range(..end)
-            .next_back()
-            .filter(|(_, m)| m.va.saturating_add(m.size) > va)
-        {
+        while let Some((&k, _)) = self.maps.range(..end).next_back().filter(|(_, m)| m.va.saturating_add(m.size) > va) {
             self.maps.remove(&k);
             removed += 1;
         }
@@ -69,24 +64,9 @@ mod tests {
     #[test]
     fn mappings_resolve_and_unmap() {
         let mut t = VmmTable::default();
-        t.map(Mapping {
-            va: 0x10000,
-            size: 0x2000,
-            offset: 0,
-            handle: 7,
-        });
-        t.map(Mapping {
-            va: 0x12000,
-            size: 0x1000,
-            offset: 0x2000,
-            handle: 7,
-        });
-        t.map(Mapping {
-            va: 0x20000,
-            size: 0x1000,
-            offset: 0,
-            handle: 9,
-        });
+        t.map(Mapping { va: 0x10000, size: 0x2000, offset: 0, handle: 7 });
+        t.map(Mapping { va: 0x12000, size: 0x1000, offset: 0x2000, handle: 7 });
+        t.map(Mapping { va: 0x20000, size: 0x1000, offset: 0, handle: 9 });
         assert_eq!(t.mapping_at(0x10000).map(|m| m.handle), Some(7));
         assert_eq!(t.mapping_at(0x12fff).map(|m| m.offset), Some(0x2000));
         assert_eq!(t.mapping_at(0x13000), None, "one past the end");

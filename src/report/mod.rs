@@ -270,10 +270,8 @@ impl Reporter {
     }
 
     fn spawn_flush_thread(&'static self, s: &'static Session) -> io::Result<()> {
-        std::thread::Builder::new()
-            .name(FLUSH_THREAD_NAME.into())
-            .spawn(move || self.flush_loop(s))
-            .map(drop) // detached: process exit simply ends it
+        std::thread::Builder::new().name(FLUSH_THREAD_NAME.into()).spawn(move || self.flush_loop(s)).map(drop)
+        // detached: process exit simply ends it
     }
 
     /// The flush thread: periodic writes every `flush_ms` (none when 0), and the final
@@ -346,7 +344,9 @@ impl Reporter {
         // A signal handler exiting from inside a hook's bookkeeping: this thread may hold
         // the ledger lock the write needs. The last periodic report stands.
         if crate::hooks::in_bookkeeping() {
-            crate::info!("exit from inside culedger's bookkeeping (a signal handler); keeping the last periodic report");
+            crate::info!(
+                "exit from inside culedger's bookkeeping (a signal handler); keeping the last periodic report"
+            );
             return false;
         }
         if !s.helper.load(Ordering::Acquire) {

@@ -189,7 +189,8 @@ mod tests {
     #[test]
     fn document_merges_ledger_keys() {
         let cfg = Config { out_dir: "/o".into(), flush_ms: 5, log: crate::log::Level::Info, warnings: vec![] };
-        let ledger = json!({"devices": [], "host": {"pinned_live_bytes": 0}, "health": {"warnings": []}, "schema": "bogus"});
+        let ledger =
+            json!({"devices": [], "host": {"pinned_live_bytes": 0}, "health": {"warnings": []}, "schema": "bogus"});
         let doc = build_document(&info(ExitState::Running), &cfg, ledger);
         let obj = doc.as_object().unwrap();
         let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();

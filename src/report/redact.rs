@@ -179,7 +179,14 @@ mod tests {
     fn environment_looking_arguments() {
         assert_eq!(
             r(&["HF_TOKEN=hf_abc", "OPENAI_API_KEY=sk-1", "DB_PASSWORD=x", "aws.secret=y", "PATH=/bin", "lr=0.1"]),
-            ["HF_TOKEN=<redacted>", "OPENAI_API_KEY=<redacted>", "DB_PASSWORD=<redacted>", "aws.secret=<redacted>", "PATH=/bin", "lr=0.1"]
+            [
+                "HF_TOKEN=<redacted>",
+                "OPENAI_API_KEY=<redacted>",
+                "DB_PASSWORD=<redacted>",
+                "aws.secret=<redacted>",
+                "PATH=/bin",
+                "lr=0.1"
+            ]
         );
         // Not an assignment name: left alone.
         assert_eq!(r(&["a b token=x", "1token=x", "=token"]), ["a b token=x", "1token=x", "=token"]);
@@ -188,7 +195,8 @@ mod tests {
 
     #[test]
     fn argv0_and_plain_positionals_untouched() {
-        let argv: Vec<String> = ["/usr/bin/token-server", "token", "secret.txt"].iter().map(|s| s.to_string()).collect();
+        let argv: Vec<String> =
+            ["/usr/bin/token-server", "token", "secret.txt"].iter().map(|s| s.to_string()).collect();
         assert_eq!(redact_argv(&argv), argv);
         assert!(redact_argv(&[]).is_empty());
     }

@@ -367,7 +367,9 @@ fn flush_thread_writes_periodically_and_stops_after_final() {
     assert!(flushers.iter().all(|m| m & int != 0 && m & term != 0), "signals blocked: {flushers:x?}");
     h.ledger.generation.store(2, Ordering::SeqCst);
     wait_for("write after a change", Duration::from_secs(5), || {
-        std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .is_some_and(|d| d["health"]["generation"] == 2)
     });
     let renders = h.ledger.renders.load(Ordering::SeqCst);

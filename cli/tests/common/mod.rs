@@ -39,17 +39,10 @@ pub fn golden(name: &str, actual: &str) {
         std::fs::write(&path, actual).expect("write golden");
         return;
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run UPDATE_GOLDEN=1 cargo test -p culedger-cli)",
-            path.display()
-        )
-    });
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run UPDATE_GOLDEN=1 cargo test -p culedger-cli)", path.display()));
     if expected != actual {
-        let first = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b);
+        let first = expected.lines().zip(actual.lines()).position(|(a, b)| a != b);
         panic!(
             "{name} differs from the golden file (first differing line: {:?}); rerun with UPDATE_GOLDEN=1 if the change is intended\n--- actual ---\n{actual}",
             first.map(|i| i + 1)

@@ -40,15 +40,13 @@ impl Config {
         let mib = |key: &str, default: u64, min: u64| -> u64 {
             match get(key) {
                 None => default * MIB,
-                Some(v) => {
-                    match v.trim().parse::<u64>() {
-                        Ok(n) if n >= min && n <= (1 << 30) => n * MIB,
-                        _ => {
-                            crate::warn(&format!("{key}={v:?} is not a number of MiB in [{min}, 2^30]; using {default}"));
-                            default * MIB
-                        }
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if n >= min && n <= (1 << 30) => n * MIB,
+                    _ => {
+                        crate::warn(&format!("{key}={v:?} is not a number of MiB in [{min}, 2^30]; using {default}"));
+                        default * MIB
                     }
-                }
+                },
             }
         };
         let devices = match get("FAKECUDA_DEVICES") {
@@ -56,9 +54,7 @@ impl Config {
             Some(v) => match v.trim().parse::<usize>() {
                 Ok(n) if n <= MAX_DEVICES => n,
                 _ => {
-                    crate::warn(&format!(
-                        "FAKECUDA_DEVICES={v:?} is not in 0..={MAX_DEVICES}; using 8"
-                    ));
+                    crate::warn(&format!("FAKECUDA_DEVICES={v:?} is not in 0..={MAX_DEVICES}; using 8"));
                     8
                 }
             },
@@ -102,24 +98,19 @@ impl Config {
 pub fn valid_machine_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 100
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
         && s != "."
         && s != ".."
 }
 
 /// Rounds `bytes` up to the allocation granularity (None on overflow).
 pub fn round_up(bytes: u64) -> Option<u64> {
-    bytes
-        .checked_add(GRANULARITY - 1)
-        .map(|v| v & !(GRANULARITY - 1))
+    bytes.checked_add(GRANULARITY - 1).map(|v| v & !(GRANULARITY - 1))
 }
 
 /// FNV-1a hash of the machine name: identifies the machine inside IPC handles and shareable fds.
 pub fn machine_hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]
@@ -128,28 +119,16 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Config {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 
     #[test]
     fn defaults() {
         let c = cfg(&[]);
+        assert_eq!((c.machine.as_str(), c.devices, c.total), ("default", 8, 98304 * MIB));
         assert_eq!(
-            (c.machine.as_str(), c.devices, c.total),
-            ("default", 8, 98304 * MIB)
-        );
-        assert_eq!(
-            (
-                c.ctx_cost,
-                c.peer_cost,
-                c.graph_cost,
-                c.module_cost,
-                c.ipc_open_cost
-            ),
+            (c.ctx_cost, c.peer_cost, c.graph_cost, c.module_cost, c.ipc_open_cost),
             (512 * MIB, 64 * MIB, 16 * MIB, 8 * MIB, 2 * MIB)
         );
         assert!(!c.reset);
@@ -164,20 +143,14 @@ mod tests {
             ("FAKECUDA_RESET", "1"),
             ("FAKECUDA_MACHINE", "t1-x.y"),
         ]);
-        assert_eq!(
-            (c.devices, c.total, c.ctx_cost, c.reset, c.machine.as_str()),
-            (2, 64 * MIB, 0, true, "t1-x.y")
-        );
+        assert_eq!((c.devices, c.total, c.ctx_cost, c.reset, c.machine.as_str()), (2, 64 * MIB, 0, true, "t1-x.y"));
         let c = cfg(&[
             ("FAKECUDA_DEVICES", "17"),
             ("FAKECUDA_TOTAL_MIB", "lots"),
             ("FAKECUDA_CTX_MIB", "-1"),
             ("FAKECUDA_MACHINE", "../etc"),
         ]);
-        assert_eq!(
-            (c.devices, c.total, c.ctx_cost, c.machine.as_str()),
-            (8, 98304 * MIB, 512 * MIB, "default")
-        );
+        assert_eq!((c.devices, c.total, c.ctx_cost, c.machine.as_str()), (8, 98304 * MIB, 512 * MIB, "default"));
         assert_eq!(c.shm_path(), "/dev/shm/fakecuda-default");
     }
 

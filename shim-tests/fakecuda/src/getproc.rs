@@ -207,39 +207,25 @@ pub type Miss = (CUresult, CUdriverProcAddressQueryResult);
 /// 2 per-thread default stream: the `_ptsz`/`_ptds` row when one exists at least as new as the
 /// legacy row that would be chosen).
 pub fn resolve(name: &str, version: c_int, flags: u64) -> Result<&'static Entry, Miss> {
-    if flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
-        != 0
-        || flags
-            == CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    if flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
+        || flags == CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
     {
-        return Err((
-            CUDA_ERROR_INVALID_VALUE,
-            CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
-        ));
+        return Err((CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     }
     let rows = || TABLE.iter().filter(|e| e.base == name);
     if rows().next().is_none() {
         return Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     }
     let newest = |per_thread: bool| {
-        rows()
-            .filter(|e| (e.flavor != Flavor::Legacy) == per_thread && e.version <= version)
-            .max_by_key(|e| e.version)
+        rows().filter(|e| (e.flavor != Flavor::Legacy) == per_thread && e.version <= version).max_by_key(|e| e.version)
     };
     let legacy = newest(false);
-    let per_thread = if flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM {
-        newest(true)
-    } else {
-        None
-    };
+    let per_thread = if flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM { newest(true) } else { None };
     match (per_thread, legacy) {
         (Some(pt), Some(l)) if pt.version >= l.version => Ok(pt),
         (Some(pt), None) => Ok(pt),
         (_, Some(l)) => Ok(l),
-        (None, None) => Err((
-            CUDA_ERROR_NOT_FOUND,
-            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
-        )),
+        (None, None) => Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)),
     }
 }
 
@@ -251,16 +237,9 @@ unsafe fn get_proc(
     flags: u64,
     status: *mut CUdriverProcAddressQueryResult,
 ) -> CUresult {
-    let name = if symbol.is_null() {
-        None
-    } else {
-        CStr::from_ptr(symbol).to_str().ok()
-    };
+    let name = if symbol.is_null() { None } else { CStr::from_ptr(symbol).to_str().ok() };
     let result = match (name, pfn.is_null()) {
-        (None, _) | (_, true) => Err((
-            CUDA_ERROR_INVALID_VALUE,
-            CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
-        )),
+        (None, _) | (_, true) => Err((CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)),
         (Some(n), false) => resolve(n, version, flags),
     };
     if !pfn.is_null() {
@@ -304,6 +283,5 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     symbol_status: *mut CUdriverProcAddressQueryResult,
 ) -> CUresult {
-    std::panic::catch_unwind(|| get_proc(symbol, pfn, cuda_version, flags, symbol_status))
-        .unwrap_or(CUDA_ERROR_UNKNOWN)
+    std::panic::catch_unwind(|| get_proc(symbol, pfn, cuda_version, flags, symbol_status)).unwrap_or(CUDA_ERROR_UNKNOWN)
 }

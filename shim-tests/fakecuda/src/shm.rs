@@ -83,10 +83,7 @@ pub fn machine() -> Option<&'static Shm> {
     SHM.get_or_init(|| match Shm::open(Config::get()) {
         Ok(s) => Some(s),
         Err(e) => {
-            crate::warn(&format!(
-                "cannot map the machine file {}: {e}",
-                Config::get().shm_path()
-            ));
+            crate::warn(&format!("cannot map the machine file {}: {e}", Config::get().shm_path()));
             None
         }
     })
@@ -100,11 +97,7 @@ impl Shm {
         let size = std::mem::size_of::<Layout>();
         // SAFETY: plain POSIX calls on a path we own; the mapping is checked and never unmapped.
         let map = unsafe {
-            let fd = libc::open(
-                path.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-                0o666,
-            );
+            let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -115,24 +108,14 @@ impl Shm {
                 libc::close(fd);
                 return Err(e);
             }
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            );
+            let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
             libc::close(fd);
             if p == libc::MAP_FAILED {
                 return Err(std::io::Error::last_os_error());
             }
             &*(p as *const Layout)
         };
-        let shm = Shm {
-            map,
-            machine: cfg.machine.clone(),
-        };
+        let shm = Shm { map, machine: cfg.machine.clone() };
         shm.initialise(cfg);
         Ok(shm)
     }
@@ -218,7 +201,9 @@ impl Shm {
                 return Some(i);
             }
         }
-        crate::warn(&format!("all {PROC_SLOTS} process slots of the machine are taken; this process's usage is not reclaimed if it dies"));
+        crate::warn(&format!(
+            "all {PROC_SLOTS} process slots of the machine are taken; this process's usage is not reclaimed if it dies"
+        ));
         None
     }
 
@@ -256,11 +241,7 @@ impl Shm {
             if pid == 0 || pid == BUSY || pid == me {
                 continue;
             }
-            let alive = if full {
-                process_alive(pid, s.start.load(Acquire))
-            } else {
-                pid_exists(pid)
-            };
+            let alive = if full { process_alive(pid, s.start.load(Acquire)) } else { pid_exists(pid) };
             if alive {
                 continue;
             }
@@ -291,11 +272,7 @@ impl Shm {
 
     fn try_reserve(&self, dev: usize, bytes: u64) -> bool {
         let total = self.total(dev);
-        self.map.used[dev]
-            .fetch_update(AcqRel, Acquire, |u| {
-                u.checked_add(bytes).filter(|n| *n <= total)
-            })
-            .is_ok()
+        self.map.used[dev].fetch_update(AcqRel, Acquire, |u| u.checked_add(bytes).filter(|n| *n <= total)).is_ok()
     }
 
     /// Gives back `bytes` of the device.
@@ -307,14 +284,7 @@ impl Shm {
     }
 
     /// Records an exported allocation; returns its slot and unique id (None: table full).
-    pub fn export(
-        &self,
-        pid: u32,
-        start: u64,
-        dev: u32,
-        base: u64,
-        size: u64,
-    ) -> Option<(u32, u64)> {
+    pub fn export(&self, pid: u32, start: u64, dev: u32, base: u64, size: u64) -> Option<(u32, u64)> {
         for attempt in 0..2 {
             for (i, s) in self.map.ipc.iter().enumerate() {
                 if s.id.compare_exchange(0, WRITING, AcqRel, Acquire).is_ok() {

@@ -57,9 +57,7 @@ pub struct Arena {
 
 impl Arena {
     pub fn new((start, len): (u64, u64)) -> Arena {
-        Arena {
-            free: BTreeMap::from([(start, len)]),
-        }
+        Arena { free: BTreeMap::from([(start, len)]) }
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two).
@@ -127,12 +125,7 @@ pub enum Kind {
     /// Stream-ordered (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`), from `pool`.
     Async { pool: u64 },
     /// A mapping of another process's allocation (`cuIpcOpenMemHandle`), exported by `exporter`.
-    IpcOpen {
-        slot: u32,
-        id: u64,
-        refs: u32,
-        exporter: u32,
-    },
+    IpcOpen { slot: u32, id: u64, refs: u32, exporter: u32 },
     /// A VMM mapping of physical handle `phys` (`cuMemMap`).
     VmmMap { phys: u64 },
 }
@@ -350,13 +343,7 @@ fn unreachable_state() -> ! {
 
 /// Like [`with`], but `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
 pub fn with_init<T>(f: impl FnOnce(&mut Proc) -> R<T>) -> R<T> {
-    with(|p| {
-        if p.initialized {
-            f(p)
-        } else {
-            Err(CUDA_ERROR_NOT_INITIALIZED)
-        }
-    })
+    with(|p| if p.initialized { f(p) } else { Err(CUDA_ERROR_NOT_INITIALIZED) })
 }
 
 /// Process exit: give this process's usage and exports back to the machine right away.
@@ -386,12 +373,8 @@ impl Proc {
             ctx_count: Vec::new(),
             allocs: BTreeMap::new(),
             host: BTreeMap::new(),
-            arenas: (0..MAX_DEVICES)
-                .map(|d| Arena::new(device_window(d)))
-                .collect(),
-            low: (0..MAX_DEVICES)
-                .map(|d| low_window(d).map(Arena::new))
-                .collect(),
+            arenas: (0..MAX_DEVICES).map(|d| Arena::new(device_window(d))).collect(),
+            low: (0..MAX_DEVICES).map(|d| low_window(d).map(Arena::new)).collect(),
             vmm_va: Arena::new(VMM_WINDOW),
             reservations: BTreeMap::new(),
             phys: HashMap::new(),
@@ -432,19 +415,13 @@ impl Proc {
 
     /// Validates a device ordinal.
     pub fn device(&self, dev: CUdevice) -> R<usize> {
-        usize::try_from(dev)
-            .ok()
-            .filter(|d| *d < self.devices)
-            .ok_or(CUDA_ERROR_INVALID_DEVICE)
+        usize::try_from(dev).ok().filter(|d| *d < self.devices).ok_or(CUDA_ERROR_INVALID_DEVICE)
     }
 
     /// The calling thread's current context and its device (`CUDA_ERROR_INVALID_CONTEXT` if none).
     pub fn current(&self) -> R<(u64, usize)> {
         let h = current_handle();
-        self.ctxs
-            .get(&h)
-            .map(|c| (h, c.dev))
-            .ok_or(CUDA_ERROR_INVALID_CONTEXT)
+        self.ctxs.get(&h).map(|c| (h, c.dev)).ok_or(CUDA_ERROR_INVALID_CONTEXT)
     }
 
     /// Validates a context handle.
@@ -497,33 +474,18 @@ impl Proc {
     /// modules, peer mappings, IPC mappings), giving their memory back.
     pub fn destroy_ctx(&mut self, h: u64) -> R {
         let ctx = self.ctxs.remove(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-        let owned: Vec<u64> = self
-            .allocs
-            .values()
-            .filter(|a| a.ctx == h)
-            .map(|a| a.base)
-            .collect();
+        let owned: Vec<u64> = self.allocs.values().filter(|a| a.ctx == h).map(|a| a.base).collect();
         for base in owned {
             self.remove_alloc(base);
         }
-        let hosts: Vec<u64> = self
-            .host
-            .values()
-            .filter(|r| r.ctx == h)
-            .map(|r| r.base)
-            .collect();
+        let hosts: Vec<u64> = self.host.values().filter(|r| r.ctx == h).map(|r| r.base).collect();
         for base in hosts {
             self.remove_host(base);
         }
         self.streams.retain(|_, s| s.ctx != h);
-        self.captures
-            .retain(|k, _| *k & PER_THREAD_KEY != 0 || self.streams.contains_key(k));
+        self.captures.retain(|k, _| *k & PER_THREAD_KEY != 0 || self.streams.contains_key(k));
         for costly in [&mut self.execs, &mut self.modules] {
-            let gone: Vec<u64> = costly
-                .iter()
-                .filter(|(_, c)| c.ctx == h)
-                .map(|(k, _)| *k)
-                .collect();
+            let gone: Vec<u64> = costly.iter().filter(|(_, c)| c.ctx == h).map(|(k, _)| *k).collect();
             for k in gone {
                 if let Some(c) = costly.remove(&k) {
                     if let Some(shm) = self.shm {
@@ -532,12 +494,7 @@ impl Proc {
                 }
             }
         }
-        let peers: Vec<(u64, u64)> = self
-            .peers
-            .keys()
-            .filter(|(a, b)| *a == h || *b == h)
-            .copied()
-            .collect();
+        let peers: Vec<(u64, u64)> = self.peers.keys().filter(|(a, b)| *a == h || *b == h).copied().collect();
         for k in peers {
             if let Some(c) = self.peers.remove(&k) {
                 self.uncharge(c.dev, c.charged);
@@ -553,25 +510,15 @@ impl Proc {
 
     /// Reserves device address space: from the 32-bit window when `low`.
     pub fn reserve_va(&mut self, dev: usize, span: u64, low: bool) -> R<u64> {
-        let arena = if low {
-            self.low[dev].as_mut()
-        } else {
-            Some(&mut self.arenas[dev])
-        };
-        arena
-            .and_then(|a| a.alloc(span, GRANULARITY))
-            .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+        let arena = if low { self.low[dev].as_mut() } else { Some(&mut self.arenas[dev]) };
+        arena.and_then(|a| a.alloc(span, GRANULARITY)).ok_or(CUDA_ERROR_OUT_OF_MEMORY)
     }
 
     fn release_va(&mut self, a: &Alloc) {
         if a.kind == Kind::Managed {
             return;
         }
-        let arena = if a.low {
-            self.low[a.dev].as_mut()
-        } else {
-            Some(&mut self.arenas[a.dev])
-        };
+        let arena = if a.low { self.low[a.dev].as_mut() } else { Some(&mut self.arenas[a.dev]) };
         if let Some(arena) = arena {
             arena.release(a.base, a.span);
         }
@@ -579,24 +526,14 @@ impl Proc {
 
     /// Allocates owned device memory of `size` bytes on `dev` for the current context: rounds up,
     /// charges, reserves an address (or maps real memory for managed) and records it.
-    pub fn alloc_device(
-        &mut self,
-        ctx: u64,
-        dev: usize,
-        size: u64,
-        kind: Kind,
-        low: bool,
-    ) -> R<u64> {
+    pub fn alloc_device(&mut self, ctx: u64, dev: usize, size: u64, kind: Kind, low: bool) -> R<u64> {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let span = round_up(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         self.charge(dev, span)?;
-        let base = if kind == Kind::Managed {
-            map_host(span).map(|p| p as u64)
-        } else {
-            self.reserve_va(dev, span, low)
-        };
+        let base =
+            if kind == Kind::Managed { map_host(span).map(|p| p as u64) } else { self.reserve_va(dev, span, low) };
         let base = match base {
             Ok(b) => b,
             Err(e) => {
@@ -604,30 +541,14 @@ impl Proc {
                 return Err(e);
             }
         };
-        self.allocs.insert(
-            base,
-            Alloc {
-                base,
-                size,
-                span,
-                dev,
-                kind,
-                ctx,
-                charge: Some((dev, span)),
-                export: None,
-                low,
-            },
-        );
+        self.allocs
+            .insert(base, Alloc { base, size, span, dev, kind, ctx, charge: Some((dev, span)), export: None, low });
         Ok(base)
     }
 
     /// The allocation containing `ptr`.
     pub fn find(&self, ptr: u64) -> Option<&Alloc> {
-        self.allocs
-            .range(..=ptr)
-            .next_back()
-            .map(|(_, a)| a)
-            .filter(|a| ptr - a.base < a.size.max(1))
+        self.allocs.range(..=ptr).next_back().map(|(_, a)| a).filter(|a| ptr - a.base < a.size.max(1))
     }
 
     /// Checks that `[ptr, ptr+len)` lies inside one live device-visible allocation.
@@ -642,9 +563,7 @@ impl Proc {
     /// True if `ptr` lies in one of the fake address windows (it must then be a live allocation).
     pub fn in_fake_window(&self, ptr: u64) -> bool {
         let inside = |(s, l): (u64, u64)| ptr >= s && ptr - s < l;
-        inside(VMM_WINDOW)
-            || (0..MAX_DEVICES)
-                .any(|d| inside(device_window(d)) || low_window(d).is_some_and(inside))
+        inside(VMM_WINDOW) || (0..MAX_DEVICES).any(|d| inside(device_window(d)) || low_window(d).is_some_and(inside))
     }
 
     /// Removes an allocation: gives back its charge, address range, export and real memory.
@@ -690,11 +609,7 @@ impl Proc {
 
     /// The host range (pinned or registered) containing `ptr`.
     pub fn find_host(&self, ptr: u64) -> Option<&HostRange> {
-        self.host
-            .range(..=ptr)
-            .next_back()
-            .map(|(_, r)| r)
-            .filter(|r| ptr - r.base < r.size.max(1))
+        self.host.range(..=ptr).next_back().map(|(_, r)| r).filter(|r| ptr - r.base < r.size.max(1))
     }
 
     /// Removes a host range, unmapping memory the fake allocated.
@@ -725,8 +640,7 @@ impl Proc {
         for c in self.captures.values_mut() {
             let applies = c.mode != CU_STREAM_CAPTURE_MODE_RELAXED
                 && (c.thread == me
-                    || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL
-                        && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL));
+                    || (mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL));
             if applies {
                 c.invalidated = true;
                 refused = true;
@@ -748,11 +662,7 @@ impl Proc {
             0 if per_thread => Ok((Some(PER_THREAD_KEY | thread_token()), dev)),
             0 | CU_STREAM_LEGACY => Ok((None, dev)),
             CU_STREAM_PER_THREAD => Ok((Some(PER_THREAD_KEY | thread_token()), dev)),
-            _ => self
-                .streams
-                .get(&(v as u64))
-                .map(|st| (Some(v as u64), st.dev))
-                .ok_or(CUDA_ERROR_INVALID_HANDLE),
+            _ => self.streams.get(&(v as u64)).map(|st| (Some(v as u64), st.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE),
         }
     }
 }
@@ -799,17 +709,9 @@ mod tests {
         assert_eq!((x, y, z), (0x1000_0000, 0x1020_0000, 0x1040_0000));
         assert_eq!(a.alloc(2 << 20, 2 << 20), None, "full");
         a.release(y, 2 << 20);
-        assert_eq!(
-            a.alloc(4 << 20, 2 << 20),
-            None,
-            "a 2 MiB hole does not fit 4 MiB"
-        );
+        assert_eq!(a.alloc(4 << 20, 2 << 20), None, "a 2 MiB hole does not fit 4 MiB");
         a.release(x, 2 << 20);
-        assert_eq!(
-            a.alloc(4 << 20, 2 << 20),
-            Some(x),
-            "freed neighbours coalesce"
-        );
+        assert_eq!(a.alloc(4 << 20, 2 << 20), Some(x), "freed neighbours coalesce");
         a.release(x, 4 << 20);
         a.release(z, 4 << 20);
         assert_eq!(a.free.len(), 1, "everything coalesces back into one range");
@@ -828,10 +730,7 @@ mod tests {
             assert!(w[0].0 + w[0].1 <= w[1].0, "{w:x?}");
         }
         let last = device_window(MAX_DEVICES - 1);
-        assert!(
-            last.0 + last.1 <= 0x7800_0000_0000,
-            "below typical host mappings"
-        );
+        assert!(last.0 + last.1 <= 0x7800_0000_0000, "below typical host mappings");
         assert!(low_window(14).is_some_and(|(s, l)| s + l <= 1 << 32));
         assert!(low_window(15).is_none());
     }

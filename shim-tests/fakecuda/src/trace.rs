@@ -14,20 +14,12 @@ fn fd() -> Option<c_int> {
     static FD: OnceLock<Option<c_int>> = OnceLock::new();
     *FD.get_or_init(|| {
         let path = std::env::var_os("FAKECUDA_TRACE")?;
-        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-            .ok()?;
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()?;
         // SAFETY: open(2) on a NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
+        let fd =
+            unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o644) };
         if fd < 0 {
-            crate::warn(&format!(
-                "cannot open FAKECUDA_TRACE file {path:?}; tracing disabled"
-            ));
+            crate::warn(&format!("cannot open FAKECUDA_TRACE file {path:?}; tracing disabled"));
             return None;
         }
         Some(fd)

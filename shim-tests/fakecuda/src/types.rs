@@ -246,16 +246,8 @@ pub fn error_cstr(code: CUresult, name: bool) -> Option<*const c_char> {
     let t = TABLE.get_or_init(|| {
         ERRORS
             .iter()
-            .map(|(c, n, s)| {
-                (
-                    *c,
-                    CString::new(*n).unwrap_or_default(),
-                    CString::new(*s).unwrap_or_default(),
-                )
-            })
+            .map(|(c, n, s)| (*c, CString::new(*n).unwrap_or_default(), CString::new(*s).unwrap_or_default()))
             .collect()
     });
-    t.iter()
-        .find(|(c, _, _)| *c == code)
-        .map(|(_, n, s)| if name { n.as_ptr() } else { s.as_ptr() })
+    t.iter().find(|(c, _, _)| *c == code).map(|(_, n, s)| if name { n.as_ptr() } else { s.as_ptr() })
 }

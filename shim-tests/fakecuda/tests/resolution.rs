@@ -14,18 +14,10 @@ fn getproc_v2(name: &str, version: c_int, flags: u64) -> (CUresult, c_int, Optio
     let c = CString::new(name).unwrap();
     let mut pfn: *mut c_void = std::ptr::dangling_mut::<c_void>();
     let mut status: c_int = -1;
-    let r = unsafe {
-        fakecuda::getproc::cuGetProcAddress_v2(c.as_ptr(), &mut pfn, version, flags, &mut status)
-    };
-    let sym = TABLE
-        .iter()
-        .find(|e| std::ptr::eq(e.addr.0, pfn))
-        .map(|e| e.symbol);
+    let r = unsafe { fakecuda::getproc::cuGetProcAddress_v2(c.as_ptr(), &mut pfn, version, flags, &mut status) };
+    let sym = TABLE.iter().find(|e| std::ptr::eq(e.addr.0, pfn)).map(|e| e.symbol);
     if r != CUDA_SUCCESS {
-        assert!(
-            pfn.is_null(),
-            "{name}@{version}: pfn must be NULL on failure"
-        );
+        assert!(pfn.is_null(), "{name}@{version}: pfn must be NULL on failure");
     }
     (r, status, sym)
 }
@@ -46,19 +38,9 @@ fn resolution_table() {
         ("cuIpcOpenMemHandle", 10020, 0, "cuIpcOpenMemHandle"),
         ("cuIpcOpenMemHandle", 4010, 0, "cuIpcOpenMemHandle"),
         ("cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"),
-        (
-            "cuStreamBeginCapture",
-            10010,
-            2,
-            "cuStreamBeginCapture_v2_ptsz",
-        ),
+        ("cuStreamBeginCapture", 10010, 2, "cuStreamBeginCapture_v2_ptsz"),
         ("cuStreamBeginCapture", 10000, 0, "cuStreamBeginCapture"),
-        (
-            "cuStreamBeginCapture",
-            10000,
-            2,
-            "cuStreamBeginCapture_ptsz",
-        ),
+        ("cuStreamBeginCapture", 10000, 2, "cuStreamBeginCapture_ptsz"),
         ("cuStreamBeginCapture", 12090, 1, "cuStreamBeginCapture_v2"),
         ("cuMemHostRegister", 6050, 0, "cuMemHostRegister_v2"),
         ("cuMemHostRegister", 6000, 0, "cuMemHostRegister"),
@@ -77,44 +59,20 @@ fn resolution_table() {
         ("cuGraphLaunch", 12000, 2, "cuGraphLaunch_ptsz"),
         ("cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2"),
         ("cuGraphInstantiate", 10000, 0, "cuGraphInstantiate"),
-        (
-            "cuGraphInstantiate",
-            12000,
-            0,
-            "cuGraphInstantiateWithFlags",
-        ),
-        (
-            "cuGraphInstantiateWithFlags",
-            11040,
-            0,
-            "cuGraphInstantiateWithFlags",
-        ),
+        ("cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"),
+        ("cuGraphInstantiateWithFlags", 11040, 0, "cuGraphInstantiateWithFlags"),
         ("cuGetProcAddress", 11030, 0, "cuGetProcAddress"),
         ("cuGetProcAddress", 11080, 0, "cuGetProcAddress"),
         ("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"),
         ("cuCtxCreate", 12090, 0, "cuCtxCreate_v4"),
         ("cuCtxCreate", 11040, 0, "cuCtxCreate_v3"),
         ("cuCtxCreate", 3020, 0, "cuCtxCreate_v2"),
-        (
-            "cuDevicePrimaryCtxRelease",
-            11000,
-            0,
-            "cuDevicePrimaryCtxRelease_v2",
-        ),
-        (
-            "cuDevicePrimaryCtxRelease",
-            7000,
-            0,
-            "cuDevicePrimaryCtxRelease",
-        ),
+        ("cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"),
+        ("cuDevicePrimaryCtxRelease", 7000, 0, "cuDevicePrimaryCtxRelease"),
         ("cuInit", 2000, 0, "cuInit"),
     ];
     for &(name, version, flags, want) in found {
-        assert_eq!(
-            getproc_v2(name, version, flags),
-            (CUDA_SUCCESS, 0, Some(want)),
-            "{name}@{version} flags={flags}"
-        );
+        assert_eq!(getproc_v2(name, version, flags), (CUDA_SUCCESS, 0, Some(want)), "{name}@{version} flags={flags}");
     }
     // (base, version, flags, result, status)
     let missing: &[(&str, c_int, u64, CUresult, c_int)] = &[
@@ -128,11 +86,7 @@ fn resolution_table() {
         ("cuMemAlloc", 12000, 3, CUDA_ERROR_INVALID_VALUE, 1),
     ];
     for &(name, version, flags, rc, status) in missing {
-        assert_eq!(
-            getproc_v2(name, version, flags),
-            (rc, status, None),
-            "{name}@{version} flags={flags}"
-        );
+        assert_eq!(getproc_v2(name, version, flags), (rc, status, None), "{name}@{version} flags={flags}");
     }
 }
 
@@ -141,49 +95,21 @@ fn null_arguments_and_four_argument_form() {
     unsafe {
         let mut status: c_int = -1;
         let name = CString::new("cuMemAlloc").unwrap();
-        let r = fakecuda::getproc::cuGetProcAddress_v2(
-            name.as_ptr(),
-            std::ptr::null_mut(),
-            12000,
-            0,
-            &mut status,
-        );
+        let r = fakecuda::getproc::cuGetProcAddress_v2(name.as_ptr(), std::ptr::null_mut(), 12000, 0, &mut status);
         assert_eq!((r, status), (CUDA_ERROR_INVALID_VALUE, 1));
         let mut pfn: *mut c_void = std::ptr::null_mut();
         status = -1;
-        let r = fakecuda::getproc::cuGetProcAddress_v2(
-            std::ptr::null(),
-            &mut pfn,
-            12000,
-            0,
-            &mut status,
-        );
+        let r = fakecuda::getproc::cuGetProcAddress_v2(std::ptr::null(), &mut pfn, 12000, 0, &mut status);
         assert_eq!((r, status), (CUDA_ERROR_INVALID_VALUE, 1));
         // Status is optional.
-        let r = fakecuda::getproc::cuGetProcAddress_v2(
-            name.as_ptr(),
-            &mut pfn,
-            12000,
-            0,
-            std::ptr::null_mut(),
-        );
+        let r = fakecuda::getproc::cuGetProcAddress_v2(name.as_ptr(), &mut pfn, 12000, 0, std::ptr::null_mut());
         assert_eq!(r, CUDA_SUCCESS);
-        assert_eq!(
-            pfn as usize,
-            fakecuda::api::mem::cuMemAlloc_v2 as *const () as usize
-        );
+        assert_eq!(pfn as usize, fakecuda::api::mem::cuMemAlloc_v2 as *const () as usize);
         // The 11.3 four-argument ABI resolves the same way.
         pfn = std::ptr::null_mut();
         let r = fakecuda::getproc::cuGetProcAddress(name.as_ptr(), &mut pfn, 2000, 0);
-        assert_eq!(
-            (r, pfn as usize),
-            (
-                CUDA_SUCCESS,
-                fakecuda::api::mem::cuMemAlloc as *const () as usize
-            )
-        );
-        let r =
-            fakecuda::getproc::cuGetProcAddress(CString::default().as_ptr(), &mut pfn, 12000, 0);
+        assert_eq!((r, pfn as usize), (CUDA_SUCCESS, fakecuda::api::mem::cuMemAlloc as *const () as usize));
+        let r = fakecuda::getproc::cuGetProcAddress(CString::default().as_ptr(), &mut pfn, 12000, 0);
         assert_eq!((r, pfn as usize), (CUDA_ERROR_NOT_FOUND, 0));
     }
 }
@@ -215,10 +141,10 @@ type Typedefs = BTreeSet<(String, c_int, Flavor)>;
 type Aliases = BTreeMap<String, (String, c_int)>;
 
 fn header_typedefs() -> (Typedefs, Aliases) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/cuda-headers/include/cudaTypedefs.h");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `make headers` first", path.display()));
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/cuda-headers/include/cudaTypedefs.h");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run `make headers` first", path.display()));
     let mut typedefs = BTreeSet::new();
     let mut defines = BTreeMap::new();
     for line in text.lines().map(str::trim) {
@@ -237,8 +163,7 @@ fn header_typedefs() -> (Typedefs, Aliases) {
         } else if let Some(rest) = line.strip_prefix("#define PFN_") {
             let mut words = rest.split_whitespace();
             if let (Some(base), Some(target)) = (words.next(), words.next()) {
-                if let Some((tb, tv)) = target.strip_prefix("PFN_").and_then(|t| t.split_once("_v"))
-                {
+                if let Some((tb, tv)) = target.strip_prefix("PFN_").and_then(|t| t.split_once("_v")) {
                     if let Ok(v) = tv.parse() {
                         defines.insert(base.to_string(), (tb.to_string(), v));
                     }
@@ -246,11 +171,7 @@ fn header_typedefs() -> (Typedefs, Aliases) {
             }
         }
     }
-    assert!(
-        typedefs.len() > 500,
-        "cudaTypedefs.h parsed only {} typedefs",
-        typedefs.len()
-    );
+    assert!(typedefs.len() > 500, "cudaTypedefs.h parsed only {} typedefs", typedefs.len());
     (typedefs, defines)
 }
 
@@ -264,9 +185,7 @@ fn table_matches_cuda_typedefs() {
         }
         // The only allowed alias: a base that cuda.h redefines to another function
         // (cuGraphInstantiate -> cuGraphInstantiateWithFlags since CUDA 12.0).
-        let (target, target_version) = defines
-            .get(e.base)
-            .unwrap_or_else(|| panic!("row {key:?} has no PFN typedef"));
+        let (target, target_version) = defines.get(e.base).unwrap_or_else(|| panic!("row {key:?} has no PFN typedef"));
         assert!(
             target != e.base
                 && target == e.symbol
@@ -275,27 +194,19 @@ fn table_matches_cuda_typedefs() {
             e.symbol,
             e.base
         );
-        assert!(
-            e.version >= 12000,
-            "alias row {key:?} must only apply from CUDA 12.0"
-        );
+        assert!(e.version >= 12000, "alias row {key:?} must only apply from CUDA 12.0");
     }
     let bases: BTreeSet<&str> = TABLE.iter().map(|e| e.base).collect();
     for (base, version, flavor) in &typedefs {
         if bases.contains(base.as_str()) {
             assert!(
-                TABLE
-                    .iter()
-                    .any(|e| e.base == base && e.version == *version && e.flavor == *flavor),
+                TABLE.iter().any(|e| e.base == base && e.version == *version && e.flavor == *flavor),
                 "PFN_{base}_v{version} {flavor:?} is missing from the table"
             );
         }
     }
     // No duplicate rows.
-    let rows: BTreeSet<(&str, c_int, Flavor)> = TABLE
-        .iter()
-        .map(|e| (e.base, e.version, e.flavor))
-        .collect();
+    let rows: BTreeSet<(&str, c_int, Flavor)> = TABLE.iter().map(|e| (e.base, e.version, e.flavor)).collect();
     assert_eq!(rows.len(), TABLE.len());
 }
 
@@ -304,32 +215,13 @@ fn table_matches_cuda_typedefs() {
 #[test]
 fn table_symbols_are_exported() {
     let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("libfakecuda.so");
-    assert!(
-        lib.exists(),
-        "{} missing: build the cdylib (cargo build --release -p fakecuda)",
-        lib.display()
-    );
+    let lib = exe.parent().and_then(|d| d.parent()).unwrap().join("libfakecuda.so");
+    assert!(lib.exists(), "{} missing: build the cdylib (cargo build --release -p fakecuda)", lib.display());
     let path = CString::new(lib.to_str().unwrap()).unwrap();
     unsafe {
         let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        assert!(
-            !h.is_null(),
-            "dlopen {}: {:?}",
-            lib.display(),
-            CStr::from_ptr(libc::dlerror())
-        );
-        type GetProc = unsafe extern "C" fn(
-            *const c_char,
-            *mut *mut c_void,
-            c_int,
-            u64,
-            *mut c_int,
-        ) -> CUresult;
+        assert!(!h.is_null(), "dlopen {}: {:?}", lib.display(), CStr::from_ptr(libc::dlerror()));
+        type GetProc = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
         let gp = libc::dlsym(h, CString::new("cuGetProcAddress_v2").unwrap().as_ptr());
         assert!(!gp.is_null());
         let gp: GetProc = std::mem::transmute(gp);
@@ -341,10 +233,7 @@ fn table_symbols_are_exported() {
             let flags = if e.flavor == Flavor::Legacy { 1 } else { 2 };
             let mut pfn = std::ptr::null_mut();
             let mut status = -1;
-            assert_eq!(
-                gp(base.as_ptr(), &mut pfn, e.version, flags, &mut status),
-                CUDA_SUCCESS
-            );
+            assert_eq!(gp(base.as_ptr(), &mut pfn, e.version, flags, &mut status), CUDA_SUCCESS);
             assert_eq!(
                 pfn, exported,
                 "{}@{} resolves to another address than the export {}",
@@ -358,12 +247,6 @@ fn table_symbols_are_exported() {
 fn resolve_is_consistent_with_table() {
     for e in TABLE {
         let flags = if e.flavor == Flavor::Legacy { 1 } else { 2 };
-        assert_eq!(
-            resolve(e.base, e.version, flags).map(|r| r.symbol),
-            Ok(e.symbol),
-            "{}@{}",
-            e.base,
-            e.version
-        );
+        assert_eq!(resolve(e.base, e.version, flags).map(|r| r.symbol), Ok(e.symbol), "{}@{}", e.base, e.version);
     }
 }

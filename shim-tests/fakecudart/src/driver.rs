@@ -27,8 +27,7 @@ use crate::errors::*;
 use crate::types::*;
 
 /// `cuGetProcAddress_v2` (CUDA 12.0 ABI, five arguments).
-pub(crate) type GetProcV2 =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
+pub(crate) type GetProcV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 
 /// The runtime's own version (`CUDART_VERSION` of the 12.9 headers).
 pub(crate) const CUDART_VERSION: c_int = 12090;
@@ -140,12 +139,7 @@ driver_table! {
 
 /// Asks the driver for one entry; `None` when it has none (the caller then reports
 /// `cudaErrorCallRequiresNewerDriver` if the entry is ever needed).
-unsafe fn resolve_one(
-    get_proc: GetProcV2,
-    base: &str,
-    version: c_int,
-    flags: u64,
-) -> Option<*mut c_void> {
+unsafe fn resolve_one(get_proc: GetProcV2, base: &str, version: c_int, flags: u64) -> Option<*mut c_void> {
     let mut pfn: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
     let res = get_proc(base.as_ptr().cast(), &mut pfn, version, flags, &mut status);
@@ -247,20 +241,14 @@ pub(crate) fn check(res: CUresult) -> Result<(), cudaError_t> {
 /// The one-time load (see the module documentation for the steps).
 unsafe fn load() -> Result<Driver, cudaError_t> {
     let handle = libc::dlopen(b"libcuda.so.1\0".as_ptr().cast(), libc::RTLD_NOW);
-    trace(&format!(
-        "rt dlopen libcuda.so.1 -> {}",
-        if handle.is_null() { "fail" } else { "ok" }
-    ));
+    trace(&format!("rt dlopen libcuda.so.1 -> {}", if handle.is_null() { "fail" } else { "ok" }));
     if handle.is_null() {
         warn("libcuda.so.1 could not be loaded; CUDA calls fail with cudaErrorInsufficientDriver");
         return Err(cudaErrorInsufficientDriver);
     }
     // The ONLY dlsym: through the global symbol, as an interposer of dlsym expects.
     let sym = libc::dlsym(handle, b"cuGetProcAddress_v2\0".as_ptr().cast());
-    trace(&format!(
-        "rt dlsym cuGetProcAddress_v2 -> {}",
-        if sym.is_null() { "fail" } else { "ok" }
-    ));
+    trace(&format!("rt dlsym cuGetProcAddress_v2 -> {}", if sym.is_null() { "fail" } else { "ok" }));
     if sym.is_null() {
         warn("libcuda.so.1 has no cuGetProcAddress_v2; CUDA calls fail with cudaErrorInsufficientDriver");
         return Err(cudaErrorInsufficientDriver);
@@ -271,13 +259,7 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
     // Probe: the empty name is never a symbol; a driver that says otherwise is not trusted further.
     let mut probe: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
-    let res = bootstrap(
-        b"\0".as_ptr().cast(),
-        &mut probe,
-        CUDART_VERSION,
-        CU_GET_PROC_ADDRESS_DEFAULT,
-        &mut status,
-    );
+    let res = bootstrap(b"\0".as_ptr().cast(), &mut probe, CUDART_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &mut status);
     if res == CUDA_SUCCESS {
         warn("libcuda.so.1 resolved the empty symbol name; treating the driver as unusable");
         return Err(cudaErrorInsufficientDriver);
@@ -292,18 +274,8 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
     let init_res = init(0);
 
     // cuGetProcAddress through itself: the 11.3 form (resolved, like the real runtime) and the 12.0 one.
-    let _v11030 = resolve_one(
-        bootstrap,
-        "cuGetProcAddress\0",
-        11030,
-        CU_GET_PROC_ADDRESS_DEFAULT,
-    );
-    let get_proc = match resolve_one(
-        bootstrap,
-        "cuGetProcAddress\0",
-        12000,
-        CU_GET_PROC_ADDRESS_DEFAULT,
-    ) {
+    let _v11030 = resolve_one(bootstrap, "cuGetProcAddress\0", 11030, CU_GET_PROC_ADDRESS_DEFAULT);
+    let get_proc = match resolve_one(bootstrap, "cuGetProcAddress\0", 12000, CU_GET_PROC_ADDRESS_DEFAULT) {
         // SAFETY: PFN_cuGetProcAddress_v12000 is the five-argument ABI.
         Some(p) => std::mem::transmute::<*mut c_void, GetProcV2>(p),
         None => bootstrap,
@@ -314,11 +286,7 @@ unsafe fn load() -> Result<Driver, cudaError_t> {
         core: Core::resolve(get_proc, CU_GET_PROC_ADDRESS_DEFAULT),
         legacy: Streamed::resolve(get_proc, CU_GET_PROC_ADDRESS_DEFAULT),
         per_thread: Streamed::resolve(get_proc, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
-        init_error: if init_res == CUDA_SUCCESS {
-            cudaSuccess
-        } else {
-            from_driver(init_res)
-        },
+        init_error: if init_res == CUDA_SUCCESS { cudaSuccess } else { from_driver(init_res) },
         primary: Mutex::new(HashMap::new()),
     })
 }
@@ -334,18 +302,13 @@ fn trace(line: &str) {
     let Some(path) = std::env::var_os("FAKECUDA_TRACE") else {
         return;
     };
-    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-    else {
+    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())) else {
         return;
     };
     let text = format!("{line}\n");
     // SAFETY: plain POSIX calls on a NUL-terminated path and an owned buffer.
     unsafe {
-        let fd = libc::open(
-            path.as_ptr(),
-            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
-            0o644,
-        );
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC, 0o644);
         if fd >= 0 {
             let _ = libc::write(fd, text.as_ptr().cast(), text.len());
             libc::close(fd);
@@ -360,12 +323,8 @@ mod tests {
 
     /// `PFN_<name>` typedef name -> number of parameters, from the official `cudaTypedefs.h`.
     fn pfn_typedefs() -> HashMap<String, usize> {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../target/cuda-headers/include/cudaTypedefs.h"
-        );
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("{path}: {e}: run `make headers` first"));
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/cuda-headers/include/cudaTypedefs.h");
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}: run `make headers` first"));
         let mut out = HashMap::new();
         for line in text.lines() {
             let Some(rest) = line.trim().strip_prefix("typedef CUresult (CUDAAPI *PFN_") else {
@@ -375,18 +334,10 @@ mod tests {
                 continue;
             };
             let params = params.trim_end_matches(");");
-            let arity = if params.trim() == "void" {
-                0
-            } else {
-                params.split(',').count()
-            };
+            let arity = if params.trim() == "void" { 0 } else { params.split(',').count() };
             out.insert(name.to_string(), arity);
         }
-        assert!(
-            out.len() > 400,
-            "cudaTypedefs.h parsed to only {} typedefs",
-            out.len()
-        );
+        assert!(out.len() > 400, "cudaTypedefs.h parsed to only {} typedefs", out.len());
         out
     }
 
@@ -395,19 +346,10 @@ mod tests {
         let pfn = pfn_typedefs();
         for &(base, ver, pt, arity) in Core::ROWS.iter().chain(Streamed::ROWS) {
             let legacy = format!("{base}_v{ver}");
-            assert_eq!(
-                pfn.get(&legacy),
-                Some(&arity),
-                "no PFN_{legacy} with {arity} parameters"
-            );
+            assert_eq!(pfn.get(&legacy), Some(&arity), "no PFN_{legacy} with {arity} parameters");
             if let Some(pt) = pt {
-                let found = ["ptsz", "ptds"]
-                    .iter()
-                    .any(|sfx| pfn.get(&format!("{base}_v{pt}_{sfx}")) == Some(&arity));
-                assert!(
-                    found,
-                    "no PFN_{base}_v{pt}_ptsz/_ptds with {arity} parameters"
-                );
+                let found = ["ptsz", "ptds"].iter().any(|sfx| pfn.get(&format!("{base}_v{pt}_{sfx}")) == Some(&arity));
+                assert!(found, "no PFN_{base}_v{pt}_ptsz/_ptds with {arity} parameters");
             }
         }
         // Stream-ordered rows all have a per-thread version.

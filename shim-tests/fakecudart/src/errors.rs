@@ -161,12 +161,8 @@ fn description(code: cudaError_t) -> Option<&'static str> {
         cudaErrorMemoryAllocation => "out of memory\0",
         cudaErrorInitializationError => "initialization error\0",
         cudaErrorInvalidMemcpyDirection => "invalid copy direction for memcpy\0",
-        cudaErrorInsufficientDriver => {
-            "CUDA driver version is insufficient for CUDA runtime version\0"
-        }
-        cudaErrorCallRequiresNewerDriver => {
-            "API call is not supported in the installed CUDA driver\0"
-        }
+        cudaErrorInsufficientDriver => "CUDA driver version is insufficient for CUDA runtime version\0",
+        cudaErrorCallRequiresNewerDriver => "API call is not supported in the installed CUDA driver\0",
         cudaErrorNoDevice => "no CUDA-capable device is detected\0",
         cudaErrorInvalidDevice => "invalid device ordinal\0",
         cudaErrorDeviceUninitialized => "invalid device context\0",
@@ -174,17 +170,11 @@ fn description(code: cudaError_t) -> Option<&'static str> {
         cudaErrorSymbolNotFound => "named symbol not found\0",
         cudaErrorPeerAccessAlreadyEnabled => "peer access is already enabled\0",
         cudaErrorPeerAccessNotEnabled => "peer access has not been enabled\0",
-        cudaErrorHostMemoryAlreadyRegistered => {
-            "part or all of the requested memory range is already mapped\0"
-        }
-        cudaErrorHostMemoryNotRegistered => {
-            "pointer does not correspond to a registered memory region\0"
-        }
+        cudaErrorHostMemoryAlreadyRegistered => "part or all of the requested memory range is already mapped\0",
+        cudaErrorHostMemoryNotRegistered => "pointer does not correspond to a registered memory region\0",
         cudaErrorNotSupported => "operation not supported\0",
         cudaErrorStreamCaptureUnsupported => "operation not permitted when stream is capturing\0",
-        cudaErrorStreamCaptureInvalidated => {
-            "operation failed due to a previous error during capture\0"
-        }
+        cudaErrorStreamCaptureInvalidated => "operation failed due to a previous error during capture\0",
         cudaErrorStreamCaptureUnmatched => "capture was not initiated in this stream\0",
         cudaErrorStreamCaptureWrongThread => {
             "attempt to terminate a thread-local capture sequence from another thread\0"
@@ -196,10 +186,7 @@ fn description(code: cudaError_t) -> Option<&'static str> {
 
 /// The NUL-terminated enumerator name of `code`, if it is a known code.
 fn name_of(code: cudaError_t) -> Option<&'static str> {
-    ERROR_NAMES
-        .binary_search_by_key(&code, |&(c, _)| c)
-        .ok()
-        .map(|i| ERROR_NAMES[i].1)
+    ERROR_NAMES.binary_search_by_key(&code, |&(c, _)| c).ok().map(|i| ERROR_NAMES[i].1)
 }
 
 /// `cudaGetErrorName`: the enumerator name; like the real one, an unrecognised code yields
@@ -210,9 +197,7 @@ pub(crate) fn error_name(code: cudaError_t) -> &'static str {
 
 /// `cudaGetErrorString`: a human description (our wording), or the name, or `"unrecognized error code"`.
 pub(crate) fn error_string(code: cudaError_t) -> &'static str {
-    description(code)
-        .or_else(|| name_of(code))
-        .unwrap_or("unrecognized error code\0")
+    description(code).or_else(|| name_of(code)).unwrap_or("unrecognized error code\0")
 }
 
 /// Maps a driver `CUresult` to the runtime's code. Since CUDA 11 the two enumerations share their
@@ -234,22 +219,14 @@ mod tests {
     #[test]
     fn table_is_sorted_and_nul_terminated() {
         assert!(ERROR_NAMES.windows(2).all(|w| w[0].0 < w[1].0));
-        assert!(ERROR_NAMES
-            .iter()
-            .all(|(_, n)| n.ends_with('\0') && n.starts_with("cuda")));
+        assert!(ERROR_NAMES.iter().all(|(_, n)| n.ends_with('\0') && n.starts_with("cuda")));
     }
 
     #[test]
     fn names_strings_and_mapping() {
-        assert_eq!(
-            error_name(cudaErrorMemoryAllocation),
-            "cudaErrorMemoryAllocation\0"
-        );
+        assert_eq!(error_name(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation\0");
         assert_eq!(error_string(cudaErrorMemoryAllocation), "out of memory\0");
-        assert_eq!(
-            error_string(cudaErrorIllegalAddress),
-            "cudaErrorIllegalAddress\0"
-        );
+        assert_eq!(error_string(cudaErrorIllegalAddress), "cudaErrorIllegalAddress\0");
         assert_eq!(error_name(12345), "unrecognized error code\0");
         assert_eq!(from_driver(2), cudaErrorMemoryAllocation);
         assert_eq!(from_driver(201), cudaErrorDeviceUninitialized);

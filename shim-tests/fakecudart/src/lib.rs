@@ -89,11 +89,7 @@ fn valid_device(d: &Driver, device: c_int) -> Result<(), cudaError_t> {
 /// Picks the driver table and the driver stream handle for a runtime stream argument:
 /// `cudaStreamPerThread` -> per-thread table with the driver's NULL (its per-thread default stream),
 /// `cudaStreamLegacy` -> legacy table with NULL, NULL -> the entry point's default, others unchanged.
-fn streamed(
-    d: &'static Driver,
-    stream: cudaStream_t,
-    mode: DefaultStream,
-) -> (&'static Streamed, CUstream) {
+fn streamed(d: &'static Driver, stream: cudaStream_t, mode: DefaultStream) -> (&'static Streamed, CUstream) {
     let by_mode = match mode {
         DefaultStream::Legacy => &d.legacy,
         DefaultStream::PerThread => &d.per_thread,
@@ -493,15 +489,9 @@ export! {
 
 /// Shared body of the two graph-instantiation entry points (both forward to
 /// `cuGraphInstantiateWithFlags`, as the 12.x runtime does).
-unsafe fn graph_instantiate(
-    exec: *mut cudaGraphExec_t,
-    graph: cudaGraph_t,
-    flags: u64,
-) -> Result<(), cudaError_t> {
+unsafe fn graph_instantiate(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64) -> Result<(), cudaError_t> {
     non_null(exec)?;
-    check(need(with_ctx()?.core.graph_instantiate_with_flags)?(
-        exec, graph, flags,
-    ))
+    check(need(with_ctx()?.core.graph_instantiate_with_flags)?(exec, graph, flags))
 }
 
 /// Shared body of `cudaGetDriverEntryPoint*`. Per the header: an unknown symbol or an insufficient
@@ -555,9 +545,7 @@ pub extern "C" fn cudaGetErrorString(error: cudaError_t) -> *const c_char {
 /// `cudaGetLastError`: the last error of this thread, which is reset to `cudaSuccess`.
 #[no_mangle]
 pub extern "C" fn cudaGetLastError() -> cudaError_t {
-    LAST_ERROR
-        .try_with(|l| l.replace(cudaSuccess))
-        .unwrap_or(cudaSuccess)
+    LAST_ERROR.try_with(|l| l.replace(cudaSuccess)).unwrap_or(cudaSuccess)
 }
 
 /// `cudaPeekAtLastError`: the last error of this thread, left in place.

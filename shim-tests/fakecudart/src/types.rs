@@ -49,9 +49,7 @@ pub type cudaIpcMemHandle_t = IpcMemHandle;
 
 impl Default for IpcMemHandle {
     fn default() -> Self {
-        Self {
-            reserved: [0; IPC_HANDLE_SIZE],
-        }
+        Self { reserved: [0; IPC_HANDLE_SIZE] }
     }
 }
 

@@ -101,9 +101,7 @@ impl Vmm {
     fn free_bytes(&self) -> Result<i64, String> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        ck("cuMemGetInfo", unsafe {
-            (self.mem_get_info)(&mut free, &mut total)
-        })?;
+        ck("cuMemGetInfo", unsafe { (self.mem_get_info)(&mut free, &mut total) })?;
         Ok(free as i64)
     }
 
@@ -111,10 +109,7 @@ impl Vmm {
     /// reserved range with read-write access, then unmaps and releases everything.
     /// A context must be current.
     pub fn round_trip(&self, device: c_int, chunks: usize) -> Result<VmmReport, String> {
-        let location = CUmemLocation {
-            kind: CU_MEM_LOCATION_TYPE_DEVICE,
-            id: device,
-        };
+        let location = CUmemLocation { kind: CU_MEM_LOCATION_TYPE_DEVICE, id: device };
         let prop = CUmemAllocationProp {
             kind: CU_MEM_ALLOCATION_TYPE_PINNED,
             requested_handle_types: 0,
@@ -122,10 +117,7 @@ impl Vmm {
             win32_handle_meta_data: std::ptr::null_mut(),
             alloc_flags: CUmemAllocFlags::default(),
         };
-        let access = CUmemAccessDesc {
-            location,
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
+        let access = CUmemAccessDesc { location, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         let start = self.free_bytes()?;
         // SAFETY: the entries have their PFN typedef ABIs; every pointer is valid for the call.
         unsafe {
@@ -136,18 +128,12 @@ impl Vmm {
             )?;
             let size = gran * chunks;
             let mut base = 0u64;
-            ck(
-                "cuMemAddressReserve",
-                (self.reserve)(&mut base, size, 0, 0, 0),
-            )?;
+            ck("cuMemAddressReserve", (self.reserve)(&mut base, size, 0, 0, 0))?;
             let mut handles = Vec::with_capacity(chunks);
             for i in 0..chunks {
                 let mut h = 0u64;
                 ck("cuMemCreate", (self.create)(&mut h, gran, &prop, 0))?;
-                ck(
-                    "cuMemMap",
-                    (self.map)(base + (i * gran) as u64, gran, 0, h, 0),
-                )?;
+                ck("cuMemMap", (self.map)(base + (i * gran) as u64, gran, 0, h, 0))?;
                 handles.push(h);
             }
             ck("cuMemSetAccess", (self.set_access)(base, size, &access, 1))?;
@@ -157,11 +143,7 @@ impl Vmm {
                 ck("cuMemRelease", (self.release)(h))?;
             }
             ck("cuMemAddressFree", (self.address_free)(base, size))?;
-            Ok(VmmReport {
-                granularity: gran,
-                mapped_delta,
-                released_delta: start - self.free_bytes()?,
-            })
+            Ok(VmmReport { granularity: gran, mapped_delta, released_delta: start - self.free_bytes()? })
         }
     }
 }

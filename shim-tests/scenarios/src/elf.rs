@@ -59,8 +59,7 @@ fn parse(d: &[u8]) -> Result<DynInfo, String> {
     }
     let strtab = |link: usize| -> Result<&[u8], String> {
         let s = sections.get(link).ok_or("bad section link")?;
-        d.get(s.offset..s.offset + s.size)
-            .ok_or_else(|| "string table out of range".to_string())
+        d.get(s.offset..s.offset + s.size).ok_or_else(|| "string table out of range".to_string())
     };
     let mut info = DynInfo::default();
     for sec in &sections {
@@ -100,9 +99,7 @@ fn parse(d: &[u8]) -> Result<DynInfo, String> {
 }
 
 fn bytes<const N: usize>(d: &[u8], at: usize) -> Result<[u8; N], String> {
-    d.get(at..at + N)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| format!("truncated at {at:#x}"))
+    d.get(at..at + N).and_then(|b| b.try_into().ok()).ok_or_else(|| format!("truncated at {at:#x}"))
 }
 fn u16_at(d: &[u8], at: usize) -> Result<u16, String> {
     bytes(d, at).map(u16::from_le_bytes)
@@ -115,10 +112,7 @@ fn u64_at(d: &[u8], at: usize) -> Result<u64, String> {
 }
 fn c_string(strs: &[u8], at: usize) -> Result<String, String> {
     let tail = strs.get(at..).ok_or("string offset out of range")?;
-    let end = tail
-        .iter()
-        .position(|&b| b == 0)
-        .ok_or("unterminated string")?;
+    let end = tail.iter().position(|&b| b == 0).ok_or("unterminated string")?;
     Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
 }
 
@@ -130,14 +124,8 @@ mod tests {
     fn reads_a_system_binary() {
         // Every dynamically linked program on Linux needs libc.
         let info = dyn_info(Path::new("/bin/sh")).expect("parse /bin/sh");
-        assert!(
-            info.needed.iter().any(|n| n.starts_with("libc.so")),
-            "{info:?}"
-        );
+        assert!(info.needed.iter().any(|n| n.starts_with("libc.so")), "{info:?}");
         assert!(!info.undefined.is_empty());
-        assert!(parse(
-            b"not an elf at all, just some bytes padding the header out to 64 bytes....."
-        )
-        .is_err());
+        assert!(parse(b"not an elf at all, just some bytes padding the header out to 64 bytes.....").is_err());
     }
 }

@@ -32,18 +32,13 @@ static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// The repository root (from this crate's manifest directory).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
 }
 
 /// The simulated stack: `$CULEDGER_SIM_DIR` or `<repo>/target/sim`. Panics with
 /// "run `make sim` first" when the fake libraries are missing.
 pub fn sim_dir() -> PathBuf {
-    let dir = std::env::var_os("CULEDGER_SIM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/sim"));
+    let dir = std::env::var_os("CULEDGER_SIM_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/sim"));
     for lib in ["lib/libcuda.so.1", "lib/libcudart.so.12"] {
         assert!(
             dir.join(lib).is_file(),
@@ -81,26 +76,13 @@ pub struct Sim {
 impl Sim {
     /// A fresh machine for `test_name` (unique per process and call).
     pub fn new(test_name: &str) -> Sim {
-        let clean: String = test_name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .take(40)
-            .collect();
-        let machine = format!(
-            "cl_{clean}_{}_{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
+        let clean: String =
+            test_name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(40).collect();
+        let machine = format!("cl_{clean}_{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let scratch = std::env::temp_dir().join(format!("culedger-sim-{machine}"));
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(&scratch).expect("create the scratch directory");
-        let sim = Sim {
-            name: test_name.to_string(),
-            machine,
-            scratch,
-            envs: Vec::new(),
-            timeout: DEFAULT_TIMEOUT,
-        };
+        let sim = Sim { name: test_name.to_string(), machine, scratch, envs: Vec::new(), timeout: DEFAULT_TIMEOUT };
         sim.remove_shm();
         sim
     }
@@ -122,8 +104,7 @@ impl Sim {
 
     /// Adds an environment variable to every command built afterwards.
     pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Self {
-        self.envs
-            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self.envs.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -200,9 +181,7 @@ impl Sim {
     /// Runs `cmd` to completion (killed after the time limit) and parses its `RESULT` lines.
     pub fn run(&self, cmd: &mut Command) -> Run {
         let what = format!("{cmd:?}");
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("[{}] cannot start {what}: {e}", self.name));
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("[{}] cannot start {what}: {e}", self.name));
         wait_with_timeout(child, self.timeout, what)
     }
 
@@ -223,8 +202,7 @@ impl Sim {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
                 name.find(&self.machine).is_some_and(|at| {
-                    !name[at + self.machine.len()..]
-                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                    !name[at + self.machine.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
                 })
             })
             .map(|e| e.path())
@@ -270,13 +248,7 @@ impl Run {
 
     /// Panics with the program's output unless it exited with status 0.
     pub fn assert_success(&self) {
-        assert!(
-            self.success(),
-            "{} failed ({:?})\n{}",
-            self.what,
-            self.status,
-            self.describe()
-        );
+        assert!(self.success(), "{} failed ({:?})\n{}", self.what, self.status, self.describe());
     }
 
     /// Output of the program, for assertion messages.
@@ -291,20 +263,13 @@ impl Run {
 
     /// The last value of `key`; panics with the output if missing.
     pub fn value(&self, key: &str) -> &str {
-        self.get(key)
-            .unwrap_or_else(|| panic!("{}: no RESULT {key}=...\n{}", self.what, self.describe()))
+        self.get(key).unwrap_or_else(|| panic!("{}: no RESULT {key}=...\n{}", self.what, self.describe()))
     }
 
     /// The last value of `key` as an integer (decimal or 0x-hex); panics with the output otherwise.
     pub fn u64(&self, key: &str) -> u64 {
         let v = self.value(key);
-        parse_u64(v).unwrap_or_else(|| {
-            panic!(
-                "{}: RESULT {key}={v} is not an integer\n{}",
-                self.what,
-                self.describe()
-            )
-        })
+        parse_u64(v).unwrap_or_else(|| panic!("{}: RESULT {key}={v} is not an integer\n{}", self.what, self.describe()))
     }
 
     /// Every value of `key` in order.
@@ -345,11 +310,7 @@ impl Results {
 
     /// Every value of `key` in order.
     pub fn all(&self, key: &str) -> Vec<&str> {
-        self.pairs
-            .iter()
-            .filter(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .collect()
+        self.pairs.iter().filter(|(k, _)| k == key).map(|(_, v)| v.as_str()).collect()
     }
 
     /// All pairs in order.
@@ -377,18 +338,8 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration, what: String) -> Run
             String::from_utf8_lossy(&buf).into_owned()
         })
     };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let pid = child.id();
     let deadline = Instant::now() + limit;
     let status = loop {
@@ -408,14 +359,7 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration, what: String) -> Run
         stderr.push_str(&format!("\n[killed after {limit:?}]\n"));
     }
     let results = Results::parse(&stdout);
-    Run {
-        what,
-        pid,
-        status,
-        stdout,
-        stderr,
-        results,
-    }
+    Run { what, pid, status, stdout, stderr, results }
 }
 
 #[cfg(test)]
@@ -434,12 +378,7 @@ mod tests {
 
     #[test]
     fn timeout_kills() {
-        let child = Command::new("sleep")
-            .arg("30")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = Command::new("sleep").arg("30").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let t = Instant::now();
         let run = wait_with_timeout(child, Duration::from_millis(200), "sleep".into());
         assert!(run.status.is_none() && !run.success());

@@ -129,7 +129,8 @@ fn dynamic_runtime_allocations_frees_probes_and_copies() {
 
 #[test]
 fn results_and_exit_codes_identical_without_preload() {
-    for (program, args) in [("rt_ledger", &["basic"][..]), ("drv_ledger", &["basic"][..]), ("rt_ledger", &["oom"][..])] {
+    for (program, args) in [("rt_ledger", &["basic"][..]), ("drv_ledger", &["basic"][..]), ("rt_ledger", &["oom"][..])]
+    {
         let plain = Sim::new("plain");
         let a = plain.run(plain.cmd(program).args(args));
         let l = Ledgered::new("same");
@@ -211,8 +212,12 @@ fn async_allocations_legacy_and_per_thread_stream() {
     let l = Ledgered::new("ptds_api");
     l.run("rt_ledger_ptds", &["async"]);
     let r = l.report();
-    let apis: Vec<_> =
-        device(&r, 0)["top_allocations"].as_array().unwrap().iter().map(|t| t["api"].as_str().unwrap().to_string()).collect();
+    let apis: Vec<_> = device(&r, 0)["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["api"].as_str().unwrap().to_string())
+        .collect();
     assert!(apis.iter().all(|a| a == "cudaMallocAsync_ptsz"), "{apis:?}");
 }
 
@@ -468,7 +473,8 @@ fn another_interposer_keeps_its_rtld_next() {
     let other = culedger_scenarios::lib_dir().join("libother_interposer.so");
     assert!(other.is_file(), "{} missing: run `make sim`", other.display());
     let ours = libculedger();
-    for order in [format!("{}:{}", ours.display(), other.display()), format!("{}:{}", other.display(), ours.display())] {
+    for order in [format!("{}:{}", ours.display(), other.display()), format!("{}:{}", other.display(), ours.display())]
+    {
         let l = Ledgered::with_preload("chain", &order);
         let run = l.run("rt_ledger", &["basic"]);
         assert!(run.stderr.contains("OTHER_INTERPOSER cudaMalloc=3"), "{order}\n{}", run.describe());

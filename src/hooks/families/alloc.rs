@@ -10,20 +10,45 @@ pub unsafe fn cuda_malloc(sym: Sym, real: cudaMalloc::Real, p: *mut VoidPtr, siz
     allocation(sym, MemKind::Device, size as u64, || real(p, size), || out(p).map(|a| (a, size as u64)))
 }
 
-pub unsafe fn cuda_malloc_async(sym: Sym, real: cudaMallocAsync::Real, p: *mut VoidPtr, size: usize, s: cudaStream_t) -> c_int {
+pub unsafe fn cuda_malloc_async(
+    sym: Sym,
+    real: cudaMallocAsync::Real,
+    p: *mut VoidPtr,
+    size: usize,
+    s: cudaStream_t,
+) -> c_int {
     allocation(sym, MemKind::Async, size as u64, || real(p, size, s), || out(p).map(|a| (a, size as u64)))
 }
 
-pub unsafe fn cuda_malloc_managed(sym: Sym, real: cudaMallocManaged::Real, p: *mut VoidPtr, size: usize, flags: c_uint) -> c_int {
+pub unsafe fn cuda_malloc_managed(
+    sym: Sym,
+    real: cudaMallocManaged::Real,
+    p: *mut VoidPtr,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     allocation(sym, MemKind::Managed, size as u64, || real(p, size, flags), || out(p).map(|a| (a, size as u64)))
 }
 
-pub unsafe fn cuda_malloc_pitch(sym: Sym, real: cudaMallocPitch::Real, p: *mut VoidPtr, pitch: *mut usize, w: usize, h: usize) -> c_int {
+pub unsafe fn cuda_malloc_pitch(
+    sym: Sym,
+    real: cudaMallocPitch::Real,
+    p: *mut VoidPtr,
+    pitch: *mut usize,
+    w: usize,
+    h: usize,
+) -> c_int {
     let want = (w as u64).saturating_mul(h as u64);
-    allocation(sym, MemKind::Pitch, want, || real(p, pitch, w, h), || {
-        let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
-        out(p).map(|a| (a, size))
-    })
+    allocation(
+        sym,
+        MemKind::Pitch,
+        want,
+        || real(p, pitch, w, h),
+        || {
+            let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
+            out(p).map(|a| (a, size))
+        },
+    )
 }
 
 pub unsafe fn cuda_free(sym: Sym, real: cudaFree::Real, p: VoidPtr) -> c_int {
@@ -38,7 +63,13 @@ pub unsafe fn cu_mem_alloc(sym: Sym, real: cuMemAlloc_v2::Real, p: *mut CUdevice
     allocation(sym, MemKind::Device, size as u64, || real(p, size), || out(p).map(|a| (a, size as u64)))
 }
 
-pub unsafe fn cu_mem_alloc_managed(sym: Sym, real: cuMemAllocManaged::Real, p: *mut CUdeviceptr, size: usize, flags: c_uint) -> c_int {
+pub unsafe fn cu_mem_alloc_managed(
+    sym: Sym,
+    real: cuMemAllocManaged::Real,
+    p: *mut CUdeviceptr,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     allocation(sym, MemKind::Managed, size as u64, || real(p, size, flags), || out(p).map(|a| (a, size as u64)))
 }
 
@@ -52,13 +83,25 @@ pub unsafe fn cu_mem_alloc_pitch(
     elem: c_uint,
 ) -> c_int {
     let want = (w as u64).saturating_mul(h as u64);
-    allocation(sym, MemKind::Pitch, want, || real(p, pitch, w, h, elem), || {
-        let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
-        out(p).map(|a| (a, size))
-    })
+    allocation(
+        sym,
+        MemKind::Pitch,
+        want,
+        || real(p, pitch, w, h, elem),
+        || {
+            let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
+            out(p).map(|a| (a, size))
+        },
+    )
 }
 
-pub unsafe fn cu_mem_alloc_async(sym: Sym, real: cuMemAllocAsync::Real, p: *mut CUdeviceptr, size: usize, s: CUstream) -> c_int {
+pub unsafe fn cu_mem_alloc_async(
+    sym: Sym,
+    real: cuMemAllocAsync::Real,
+    p: *mut CUdeviceptr,
+    size: usize,
+    s: CUstream,
+) -> c_int {
     allocation(sym, MemKind::Async, size as u64, || real(p, size, s), || out(p).map(|a| (a, size as u64)))
 }
 
@@ -109,7 +152,14 @@ fn copy(sym: Sym, dst: u64, src: u64, count: usize, kind: c_int, call: impl FnOn
     rc
 }
 
-pub unsafe fn cuda_memcpy(sym: Sym, real: cudaMemcpy::Real, dst: VoidPtr, src: *const c_void, n: usize, kind: c_int) -> c_int {
+pub unsafe fn cuda_memcpy(
+    sym: Sym,
+    real: cudaMemcpy::Real,
+    dst: VoidPtr,
+    src: *const c_void,
+    n: usize,
+    kind: c_int,
+) -> c_int {
     copy(sym, dst as u64, src as u64, n, kind, || real(dst, src, n, kind))
 }
 
@@ -125,7 +175,13 @@ pub unsafe fn cuda_memcpy_async(
     copy(sym, dst as u64, src as u64, n, kind, || real(dst, src, n, kind, s))
 }
 
-pub unsafe fn cu_memcpy_htod(sym: Sym, real: cuMemcpyHtoD_v2::Real, dst: CUdeviceptr, src: *const c_void, n: usize) -> c_int {
+pub unsafe fn cu_memcpy_htod(
+    sym: Sym,
+    real: cuMemcpyHtoD_v2::Real,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> c_int {
     on_success(sym, || real(dst, src, n), |l| l.add_h2d(dst, n as u64))
 }
 

@@ -15,29 +15,53 @@ fn cost(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
     })
 }
 
-pub unsafe fn cuda_device_enable_peer_access(sym: Sym, real: cudaDeviceEnablePeerAccess::Real, peer: c_int, flags: c_uint) -> c_int {
+pub unsafe fn cuda_device_enable_peer_access(
+    sym: Sym,
+    real: cudaDeviceEnablePeerAccess::Real,
+    peer: c_int,
+    flags: c_uint,
+) -> c_int {
     cost(sym, || real(peer, flags))
 }
 
-pub unsafe fn cu_ctx_enable_peer_access(sym: Sym, real: cuCtxEnablePeerAccess::Real, peer: CUcontext, flags: c_uint) -> c_int {
+pub unsafe fn cu_ctx_enable_peer_access(
+    sym: Sym,
+    real: cuCtxEnablePeerAccess::Real,
+    peer: CUcontext,
+    flags: c_uint,
+) -> c_int {
     cost(sym, || real(peer, flags))
 }
 
 /// Retaining a primary context creates it the first time: its cost can only be measured
 /// when another context of the thread was current before (otherwise it shows as untracked).
-pub unsafe fn cu_device_primary_ctx_retain(sym: Sym, real: cuDevicePrimaryCtxRetain::Real, pctx: *mut CUcontext, dev: CUdevice) -> c_int {
-    measured(sym, || real(pctx, dev), |l, rc, _current, delta| {
-        if let (0, Some(bytes)) = (rc, delta) {
-            l.driver_cost(dev, api(sym), bytes);
-        }
-    })
+pub unsafe fn cu_device_primary_ctx_retain(
+    sym: Sym,
+    real: cuDevicePrimaryCtxRetain::Real,
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+) -> c_int {
+    measured(
+        sym,
+        || real(pctx, dev),
+        |l, rc, _current, delta| {
+            if let (0, Some(bytes)) = (rc, delta) {
+                l.driver_cost(dev, api(sym), bytes);
+            }
+        },
+    )
 }
 
 pub unsafe fn cu_module_load(sym: Sym, real: cuModuleLoad::Real, m: *mut CUmodule, f: *const c_char) -> c_int {
     cost(sym, || real(m, f))
 }
 
-pub unsafe fn cu_module_load_data(sym: Sym, real: cuModuleLoadData::Real, m: *mut CUmodule, image: *const c_void) -> c_int {
+pub unsafe fn cu_module_load_data(
+    sym: Sym,
+    real: cuModuleLoadData::Real,
+    m: *mut CUmodule,
+    image: *const c_void,
+) -> c_int {
     cost(sym, || real(m, image))
 }
 

@@ -57,7 +57,13 @@ fn instantiate(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
 }
 
 /// `cudaGraphInstantiate` (12.x), `cudaGraphInstantiateWithFlags`, `cuGraphInstantiateWithFlags`.
-pub unsafe fn instantiate_flags(sym: Sym, real: cuGraphInstantiateWithFlags::Real, e: *mut CUgraphExec, g: CUgraph, f: c_ulonglong) -> c_int {
+pub unsafe fn instantiate_flags(
+    sym: Sym,
+    real: cuGraphInstantiateWithFlags::Real,
+    e: *mut CUgraphExec,
+    g: CUgraph,
+    f: c_ulonglong,
+) -> c_int {
     instantiate(sym, || real(e, g, f))
 }
 

@@ -22,11 +22,23 @@ pub unsafe fn cuda_malloc_host(sym: Sym, real: cudaMallocHost::Real, p: *mut Voi
     pinned(sym, p, size, || real(p, size))
 }
 
-pub unsafe fn cuda_host_alloc(sym: Sym, real: cudaHostAlloc::Real, p: *mut VoidPtr, size: usize, flags: c_uint) -> c_int {
+pub unsafe fn cuda_host_alloc(
+    sym: Sym,
+    real: cudaHostAlloc::Real,
+    p: *mut VoidPtr,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     pinned(sym, p, size, || real(p, size, flags))
 }
 
-pub unsafe fn cu_mem_host_alloc(sym: Sym, real: cuMemHostAlloc::Real, p: *mut VoidPtr, size: usize, flags: c_uint) -> c_int {
+pub unsafe fn cu_mem_host_alloc(
+    sym: Sym,
+    real: cuMemHostAlloc::Real,
+    p: *mut VoidPtr,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     pinned(sym, p, size, || real(p, size, flags))
 }
 
@@ -56,7 +68,11 @@ pub unsafe fn host_register(sym: Sym, real: cudaHostRegister::Real, p: VoidPtr, 
 
 /// `cudaHostUnregister`/`cuMemHostUnregister` (same ABI).
 pub unsafe fn host_unregister(sym: Sym, real: cudaHostUnregister::Real, p: VoidPtr) -> c_int {
-    on_success(sym, || real(p), |l| {
-        l.host_unregister(p as u64);
-    })
+    on_success(
+        sym,
+        || real(p),
+        |l| {
+            l.host_unregister(p as u64);
+        },
+    )
 }

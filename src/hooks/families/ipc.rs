@@ -15,11 +15,21 @@ fn export(sym: Sym, ptr: u64, call: impl FnOnce() -> c_int) -> c_int {
     })
 }
 
-pub unsafe fn cuda_ipc_get_mem_handle(sym: Sym, real: cudaIpcGetMemHandle::Real, h: *mut IpcMemHandle, p: VoidPtr) -> c_int {
+pub unsafe fn cuda_ipc_get_mem_handle(
+    sym: Sym,
+    real: cudaIpcGetMemHandle::Real,
+    h: *mut IpcMemHandle,
+    p: VoidPtr,
+) -> c_int {
     export(sym, p as u64, || real(h, p))
 }
 
-pub unsafe fn cu_ipc_get_mem_handle(sym: Sym, real: cuIpcGetMemHandle::Real, h: *mut IpcMemHandle, p: CUdeviceptr) -> c_int {
+pub unsafe fn cu_ipc_get_mem_handle(
+    sym: Sym,
+    real: cuIpcGetMemHandle::Real,
+    h: *mut IpcMemHandle,
+    p: CUdeviceptr,
+) -> c_int {
     export(sym, p, || real(h, p))
 }
 
@@ -61,13 +71,21 @@ pub unsafe fn cu_ipc_open_mem_handle(
 }
 
 pub unsafe fn cuda_ipc_close_mem_handle(sym: Sym, real: cudaIpcCloseMemHandle::Real, p: VoidPtr) -> c_int {
-    on_success(sym, || real(p), |l| {
-        l.ipc_close(p as u64);
-    })
+    on_success(
+        sym,
+        || real(p),
+        |l| {
+            l.ipc_close(p as u64);
+        },
+    )
 }
 
 pub unsafe fn cu_ipc_close_mem_handle(sym: Sym, real: cuIpcCloseMemHandle::Real, p: CUdeviceptr) -> c_int {
-    on_success(sym, || real(p), |l| {
-        l.ipc_close(p);
-    })
+    on_success(
+        sym,
+        || real(p),
+        |l| {
+            l.ipc_close(p);
+        },
+    )
 }

@@ -41,9 +41,13 @@ pub unsafe fn cu_mem_create(
 }
 
 pub unsafe fn cu_mem_release(sym: Sym, real: cuMemRelease::Real, handle: CUmemGenericAllocationHandle) -> c_int {
-    on_success(sym, || real(handle), |l| {
-        l.vmm_release(handle);
-    })
+    on_success(
+        sym,
+        || real(handle),
+        |l| {
+            l.vmm_release(handle);
+        },
+    )
 }
 
 pub unsafe fn cu_mem_map(
@@ -70,7 +74,11 @@ pub unsafe fn cu_mem_export_to_shareable_handle(
     handle_type: c_int,
     flags: u64,
 ) -> c_int {
-    on_success(sym, || real(shareable, handle, handle_type, flags), |l| {
-        l.vmm_export_by(handle, api(sym));
-    })
+    on_success(
+        sym,
+        || real(shareable, handle, handle_type, flags),
+        |l| {
+            l.vmm_export_by(handle, api(sym));
+        },
+    )
 }

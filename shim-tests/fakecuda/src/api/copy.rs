@@ -16,11 +16,7 @@ enum End {
 /// A device side: must be a live allocation covering `[ptr, ptr+len)`.
 fn device_end(p: &Proc, ptr: u64, len: u64) -> R<End> {
     let a = p.check_range(ptr, len)?;
-    Ok(if a.kind == Kind::Managed {
-        End::Real(ptr as *mut u8)
-    } else {
-        End::Fake
-    })
+    Ok(if a.kind == Kind::Managed { End::Real(ptr as *mut u8) } else { End::Fake })
 }
 
 /// A host side: any non-NULL pointer outside the fake device windows.
@@ -43,14 +39,7 @@ fn any_end(p: &Proc, ptr: u64, len: u64) -> R<End> {
 type Side = fn(&Proc, u64, u64) -> R<End>;
 
 /// Validates both sides (and the stream, for async forms) under the lock, then moves real bytes.
-fn copy(
-    dst: u64,
-    dst_side: Side,
-    src: u64,
-    src_side: Side,
-    len: usize,
-    stream: Option<(CUstream, bool)>,
-) -> R {
+fn copy(dst: u64, dst_side: Side, src: u64, src_side: Side, len: usize, stream: Option<(CUstream, bool)>) -> R {
     let (d, s) = with_init(|p| {
         match stream {
             Some((h, per_thread)) => p.stream(h, per_thread).map(|_| ())?,

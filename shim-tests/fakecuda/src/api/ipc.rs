@@ -25,11 +25,7 @@ pub struct Decoded {
 }
 
 fn checksum(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
-        (h ^ *b as u64)
-            .wrapping_mul(0x0100_0000_01b3)
-            .rotate_left(5)
-    })
+    bytes.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3).rotate_left(5))
 }
 
 /// Encodes a handle.
@@ -83,12 +79,8 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         let shm = p.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
-        let e = shm
-            .lookup_export(d.slot, d.id)
-            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if (e.pid, e.dev, e.base, e.size) != (d.pid, d.dev, d.base, d.size)
-            || e.dev as usize >= p.devices
-        {
+        let e = shm.lookup_export(d.slot, d.id).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if (e.pid, e.dev, e.base, e.size) != (d.pid, d.dev, d.base, d.size) || e.dev as usize >= p.devices {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         if e.pid == p.pid {
@@ -96,11 +88,7 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
         if let Some(&base) = p.ipc_opens.get(&(d.slot, d.id, ctx)) {
-            if let Some(Alloc {
-                kind: Kind::IpcOpen { refs, .. },
-                ..
-            }) = p.allocs.get_mut(&base)
-            {
+            if let Some(Alloc { kind: Kind::IpcOpen { refs, .. }, .. }) = p.allocs.get_mut(&base) {
                 *refs += 1;
             }
             return Ok(base);
@@ -130,12 +118,7 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
                 size: e.size,
                 span,
                 dev: e.dev as usize,
-                kind: Kind::IpcOpen {
-                    slot: d.slot,
-                    id: d.id,
-                    refs: 1,
-                    exporter: e.pid,
-                },
+                kind: Kind::IpcOpen { slot: d.slot, id: d.id, refs: 1, exporter: e.pid },
                 ctx,
                 charge: Some((my_dev, cost)),
                 export: None,
@@ -211,15 +194,7 @@ mod tests {
 
     #[test]
     fn handle_round_trip_and_garbage() {
-        let d = Decoded {
-            machine: 7,
-            dev: 3,
-            pid: 4242,
-            slot: 17,
-            id: 99,
-            base: 0x7000_0020_0000,
-            size: 8 << 20,
-        };
+        let d = Decoded { machine: 7, dev: 3, pid: 4242, slot: 17, id: 99, base: 0x7000_0020_0000, size: 8 << 20 };
         let h = encode(&d);
         assert_eq!(decode(&h), Some(d));
         for i in [0, 9, 17, 30, 45, 60] {

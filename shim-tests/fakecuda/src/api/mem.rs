@@ -50,22 +50,14 @@ fn pitch_of(width: u64, height: u64, element_size: c_uint) -> R<(u64, u64)> {
     if width == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let pitch = width
-        .checked_add(PITCH_ALIGN - 1)
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?
-        & !(PITCH_ALIGN - 1);
-    Ok((
-        pitch,
-        pitch.checked_mul(height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?,
-    ))
+    let pitch = width.checked_add(PITCH_ALIGN - 1).ok_or(CUDA_ERROR_INVALID_VALUE)? & !(PITCH_ALIGN - 1);
+    Ok((pitch, pitch.checked_mul(height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?))
 }
 
 fn address_range(dptr: u64) -> R<(u64, u64)> {
     with_init(|p| {
         p.current()?;
-        p.find(dptr)
-            .map(|a| (a.base, a.size))
-            .ok_or(CUDA_ERROR_NOT_FOUND)
+        p.find(dptr).map(|a| (a.base, a.size)).ok_or(CUDA_ERROR_NOT_FOUND)
     })
 }
 
@@ -129,16 +121,7 @@ unsafe fn host_alloc(pp: *mut *mut c_void, size: u64, flags: c_uint) -> R {
         let len = size.checked_add(4095).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? & !4095;
         let ptr = state::map_host(len)?;
         let base = ptr as u64;
-        p.host.insert(
-            base,
-            HostRange {
-                base,
-                size,
-                owned: Some(len as usize),
-                ctx,
-                dev,
-            },
-        );
+        p.host.insert(base, HostRange { base, size, owned: Some(len as usize), ctx, dev });
         Ok(ptr)
     })?;
     pp.write(ptr);
@@ -153,24 +136,11 @@ fn host_register(ptr: *mut c_void, size: usize, flags: c_uint) -> R {
         let (ctx, dev) = p.current()?;
         let (base, size) = (ptr as u64, size as u64);
         let end = base.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let overlaps = p
-            .host
-            .range(..end)
-            .next_back()
-            .is_some_and(|(_, r)| r.base + r.size > base);
+        let overlaps = p.host.range(..end).next_back().is_some_and(|(_, r)| r.base + r.size > base);
         if overlaps {
             return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        p.host.insert(
-            base,
-            HostRange {
-                base,
-                size,
-                owned: None,
-                ctx,
-                dev,
-            },
-        );
+        p.host.insert(base, HostRange { base, size, owned: None, ctx, dev });
         Ok(())
     })
 }

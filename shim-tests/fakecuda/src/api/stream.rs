@@ -49,22 +49,8 @@ fn begin_capture(h: CUstream, mode: c_int, per_thread: bool) -> R {
             return Err(CUDA_ERROR_ILLEGAL_STATE);
         }
         let graph = p.new_handle(tag::GRAPH);
-        p.graphs.insert(
-            graph,
-            Graph {
-                dev,
-                alloc_nodes: Vec::new(),
-            },
-        );
-        p.captures.insert(
-            key,
-            Capture {
-                mode,
-                thread: state::thread_token(),
-                graph,
-                invalidated: false,
-            },
-        );
+        p.graphs.insert(graph, Graph { dev, alloc_nodes: Vec::new() });
+        p.captures.insert(key, Capture { mode, thread: state::thread_token(), graph, invalidated: false });
         Ok(())
     })
 }
@@ -117,14 +103,7 @@ unsafe fn instantiate(p_exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R
         let cost = Config::get().graph_cost;
         p.charge(dev, cost)?;
         let h = p.new_handle(tag::EXEC);
-        p.execs.insert(
-            h,
-            Costly {
-                ctx,
-                dev,
-                charged: cost,
-            },
-        );
+        p.execs.insert(h, Costly { ctx, dev, charged: cost });
         Ok(h)
     })?;
     p_exec.write(h as CUgraphExec);
@@ -164,14 +143,7 @@ fn load_costly(p: &mut Proc, tag: u64, ctx: u64, dev: usize) -> R<u64> {
     let cost = Config::get().module_cost;
     p.charge(dev, cost)?;
     let h = p.new_handle(tag);
-    p.modules.insert(
-        h,
-        Costly {
-            ctx,
-            dev,
-            charged: cost,
-        },
-    );
+    p.modules.insert(h, Costly { ctx, dev, charged: cost });
     Ok(h)
 }
 
@@ -212,9 +184,7 @@ unsafe fn check_file(fname: *const c_char) -> R<bool> {
     if fname.is_null() {
         return Ok(false);
     }
-    let path = std::ffi::CStr::from_ptr(fname)
-        .to_string_lossy()
-        .into_owned();
+    let path = std::ffi::CStr::from_ptr(fname).to_string_lossy().into_owned();
     match std::fs::metadata(&path) {
         Ok(m) if m.is_file() => Ok(true),
         _ => Err(CUDA_ERROR_FILE_NOT_FOUND),

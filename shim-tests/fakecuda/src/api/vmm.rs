@@ -31,9 +31,7 @@ fn aligned(size: usize) -> bool {
 
 /// The VMM mappings overlapping `[ptr, ptr+size)`, which must cover it exactly and contiguously.
 fn covering_maps(p: &Proc, ptr: u64, size: usize) -> R<Vec<u64>> {
-    let end = ptr
-        .checked_add(size as u64)
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let end = ptr.checked_add(size as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let mut next = ptr;
     let mut maps = Vec::new();
     for (base, a) in p.allocs.range(..end) {

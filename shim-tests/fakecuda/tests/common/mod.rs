@@ -60,13 +60,10 @@ pub fn helper() -> Option<String> {
 /// `KEY=value` from a helper's `RESULT KEY=value` stdout lines.
 pub fn result(stdout: &str, key: &str) -> Option<String> {
     // libtest may print "test name ... " on the same line before the helper's output.
-    stdout
-        .lines()
-        .filter_map(|l| l.find("RESULT ").map(|i| &l[i + 7..]))
-        .find_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            (k == key).then(|| v.to_string())
-        })
+    stdout.lines().filter_map(|l| l.find("RESULT ").map(|i| &l[i + 7..])).find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.to_string())
+    })
 }
 
 /// cuInit + primary context of `dev` made current.
@@ -96,10 +93,6 @@ pub fn used() -> usize {
 /// cuMemAlloc_v2 that must succeed.
 pub fn alloc(size: usize) -> CUdeviceptr {
     let mut p = 0;
-    assert_eq!(
-        unsafe { cuMemAlloc_v2(&mut p, size) },
-        CUDA_SUCCESS,
-        "cuMemAlloc_v2({size})"
-    );
+    assert_eq!(unsafe { cuMemAlloc_v2(&mut p, size) }, CUDA_SUCCESS, "cuMemAlloc_v2({size})");
     p
 }

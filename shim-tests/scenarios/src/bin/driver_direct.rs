@@ -14,8 +14,7 @@ use culedger_scenarios::cuda::Vmm;
 
 const MIB: usize = 1 << 20;
 
-type GetProc =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+type GetProc = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
 struct Driver {
     get_proc: GetProc,
@@ -25,10 +24,7 @@ impl Driver {
     fn open() -> Result<Driver, String> {
         // SAFETY: plain dlopen/dlsym with NUL-terminated names.
         unsafe {
-            let h = libc::dlopen(
-                b"libcuda.so.1\0".as_ptr().cast(),
-                libc::RTLD_NOW | libc::RTLD_LOCAL,
-            );
+            let h = libc::dlopen(b"libcuda.so.1\0".as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL);
             if h.is_null() {
                 return Err("dlopen(libcuda.so.1) failed".into());
             }
@@ -36,9 +32,7 @@ impl Driver {
             if p.is_null() {
                 return Err("dlsym(cuGetProcAddress_v2) failed".into());
             }
-            Ok(Driver {
-                get_proc: std::mem::transmute::<*mut c_void, GetProc>(p),
-            })
+            Ok(Driver { get_proc: std::mem::transmute::<*mut c_void, GetProc>(p) })
         }
     }
 
@@ -84,20 +78,16 @@ fn run() -> Result<(), String> {
     unsafe {
         let init: unsafe extern "C" fn(c_uint) -> c_int = d.get("cuInit", 2000, 0)?;
         ck("cuInit", init(0))?;
-        let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int =
-            d.get("cuDeviceGet", 2000, 0)?;
+        let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = d.get("cuDeviceGet", 2000, 0)?;
         let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int =
             d.get("cuDevicePrimaryCtxRetain", 7000, 0)?;
-        let set_current: unsafe extern "C" fn(*mut c_void) -> c_int =
-            d.get("cuCtxSetCurrent", 4000, 0)?;
+        let set_current: unsafe extern "C" fn(*mut c_void) -> c_int = d.get("cuCtxSetCurrent", 4000, 0)?;
         let alloc: unsafe extern "C" fn(*mut u64, usize) -> c_int = d.get("cuMemAlloc", 3020, 0)?;
         let free: unsafe extern "C" fn(u64) -> c_int = d.get("cuMemFree", 3020, 0)?;
-        let info: unsafe extern "C" fn(*mut usize, *mut usize) -> c_int =
-            d.get("cuMemGetInfo", 3020, 0)?;
+        let info: unsafe extern "C" fn(*mut usize, *mut usize) -> c_int = d.get("cuMemGetInfo", 3020, 0)?;
         let alloc_async: unsafe extern "C" fn(*mut u64, usize, *mut c_void) -> c_int =
             d.get("cuMemAllocAsync", 11020, 2)?;
-        let free_async: unsafe extern "C" fn(u64, *mut c_void) -> c_int =
-            d.get("cuMemFreeAsync", 11020, 2)?;
+        let free_async: unsafe extern "C" fn(u64, *mut c_void) -> c_int = d.get("cuMemFreeAsync", 11020, 2)?;
 
         let mut dev = 0;
         ck("cuDeviceGet", device_get(&mut dev, 0))?;
@@ -118,10 +108,7 @@ fn run() -> Result<(), String> {
         println!("RESULT freed_delta={}", f0 - free_bytes()?);
 
         let mut q = 0u64;
-        ck(
-            "cuMemAllocAsync_ptsz",
-            alloc_async(&mut q, 4 * MIB, null_mut()),
-        )?;
+        ck("cuMemAllocAsync_ptsz", alloc_async(&mut q, 4 * MIB, null_mut()))?;
         ck("cuMemFreeAsync_ptsz", free_async(q, null_mut()))?;
         println!("RESULT async_ok=1");
 

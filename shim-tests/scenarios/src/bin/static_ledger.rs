@@ -8,7 +8,9 @@ use std::ffi::{c_int, c_void, CString};
 use std::process::ExitCode;
 use std::ptr::null_mut;
 
-use culedger_scenarios::cuda::{CUmemAllocFlags, CUmemAllocationProp, CUmemLocation, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE};
+use culedger_scenarios::cuda::{
+    CUmemAllocFlags, CUmemAllocationProp, CUmemLocation, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+};
 use fakecudart as rt;
 
 const MIB: usize = 1 << 20;
@@ -42,7 +44,10 @@ fn run() -> Result<(), String> {
         let name = CString::new("cuMemCreate").unwrap();
         let mut f: *mut c_void = null_mut();
         let mut status: c_int = -1;
-        ck("cudaGetDriverEntryPoint", rt::cudaGetDriverEntryPoint(name.as_ptr(), &mut f, rt::cudaEnableDefault, &mut status))?;
+        ck(
+            "cudaGetDriverEntryPoint",
+            rt::cudaGetDriverEntryPoint(name.as_ptr(), &mut f, rt::cudaEnableDefault, &mut status),
+        )?;
         let create = std::mem::transmute::<*mut c_void, CuMemCreate>(f);
         let prop = CUmemAllocationProp {
             kind: CU_MEM_ALLOCATION_TYPE_PINNED,

@@ -25,9 +25,7 @@ fn ck(what: &str, e: rt::cudaError_t) -> Result<(), String> {
 
 fn free_bytes() -> Result<usize, String> {
     let (mut f, mut t) = (0usize, 0usize);
-    ck("cudaMemGetInfo", unsafe {
-        rt::cudaMemGetInfo(&mut f, &mut t)
-    })?;
+    ck("cudaMemGetInfo", unsafe { rt::cudaMemGetInfo(&mut f, &mut t) })?;
     Ok(f)
 }
 
@@ -52,43 +50,21 @@ fn run() -> Result<(), String> {
 
         let mut h = rt::cudaIpcMemHandle_t::default();
         ck("cudaIpcGetMemHandle", rt::cudaIpcGetMemHandle(&mut h, p))?;
-        println!(
-            "RESULT ipc_export={}",
-            h.reserved.iter().any(|&b| b != 0) as u8
-        );
+        println!("RESULT ipc_export={}", h.reserved.iter().any(|&b| b != 0) as u8);
 
         // cudaStreamPerThread routes to the per-thread driver table; the _ptsz export too.
         let mut q = null_mut();
-        ck(
-            "cudaMallocAsync",
-            rt::cudaMallocAsync(
-                &mut q,
-                4 * MIB,
-                rt::CUDA_STREAM_PER_THREAD as rt::cudaStream_t,
-            ),
-        )?;
-        ck(
-            "cudaFreeAsync",
-            rt::cudaFreeAsync(q, rt::CUDA_STREAM_PER_THREAD as rt::cudaStream_t),
-        )?;
-        ck(
-            "cudaMallocAsync_ptsz",
-            rt::cudaMallocAsync_ptsz(&mut q, 2 * MIB, null_mut()),
-        )?;
+        ck("cudaMallocAsync", rt::cudaMallocAsync(&mut q, 4 * MIB, rt::CUDA_STREAM_PER_THREAD as rt::cudaStream_t))?;
+        ck("cudaFreeAsync", rt::cudaFreeAsync(q, rt::CUDA_STREAM_PER_THREAD as rt::cudaStream_t))?;
+        ck("cudaMallocAsync_ptsz", rt::cudaMallocAsync_ptsz(&mut q, 2 * MIB, null_mut()))?;
         ck("cudaFreeAsync_ptsz", rt::cudaFreeAsync_ptsz(q, null_mut()))?;
-        ck(
-            "cudaStreamSynchronize",
-            rt::cudaStreamSynchronize(rt::CUDA_STREAM_PER_THREAD as rt::cudaStream_t),
-        )?;
+        ck("cudaStreamSynchronize", rt::cudaStreamSynchronize(rt::CUDA_STREAM_PER_THREAD as rt::cudaStream_t))?;
         println!("RESULT ptsz_ok=1");
 
         let (_, status) = entry_point("cuMemCreate")?;
         println!("RESULT entry_status={status}");
         let (missing, missing_status) = entry_point("cuNoSuchFunction")?;
-        println!(
-            "RESULT entry_missing_status={missing_status} entry_missing_null={}",
-            missing.is_null() as u8
-        );
+        println!("RESULT entry_missing_status={missing_status} entry_missing_null={}", missing.is_null() as u8);
         // By version: cuMemAlloc at 2000 is the v1 ABI (another entry than at 12090); cuMemCreate
         // did not exist in 10.0.
         let by_version = |name: &str, version: u32| -> Result<(*mut c_void, c_int), String> {
@@ -96,30 +72,17 @@ fn run() -> Result<(), String> {
             let (mut p, mut status) = (null_mut(), -1);
             ck(
                 "cudaGetDriverEntryPointByVersion",
-                rt::cudaGetDriverEntryPointByVersion(
-                    c.as_ptr(),
-                    &mut p,
-                    version,
-                    rt::cudaEnableDefault,
-                    &mut status,
-                ),
+                rt::cudaGetDriverEntryPointByVersion(c.as_ptr(), &mut p, version, rt::cudaEnableDefault, &mut status),
             )?;
             Ok((p, status))
         };
         let (v1, _) = by_version("cuMemAlloc", 2000)?;
         let (v2, _) = entry_point("cuMemAlloc")?;
-        println!(
-            "RESULT by_version_v1_differs={}",
-            (!v1.is_null() && v1 != v2) as u8
-        );
+        println!("RESULT by_version_v1_differs={}", (!v1.is_null() && v1 != v2) as u8);
         let (old, old_status) = by_version("cuMemCreate", 10000)?;
-        println!(
-            "RESULT by_version_old_status={old_status} by_version_old_null={}",
-            old.is_null() as u8
-        );
+        println!("RESULT by_version_old_status={old_status} by_version_old_null={}", old.is_null() as u8);
 
-        let vmm =
-            Vmm::resolve(|name, _version| entry_point(name).map(|(p, _)| p).unwrap_or(null_mut()))?;
+        let vmm = Vmm::resolve(|name, _version| entry_point(name).map(|(p, _)| p).unwrap_or(null_mut()))?;
         let r = vmm.round_trip(0, 3)?;
         println!(
             "RESULT vmm_granularity={} vmm_mapped_delta={} vmm_released_delta={}",
