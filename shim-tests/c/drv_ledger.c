@@ -71,6 +71,16 @@ static int vmm(void) {
     return 0;
 }
 
+/* A pitched allocation is accounted as pitch x height, the pitch the driver chose. */
+static int pitch(void) {
+    setup(0);
+    CUdeviceptr p;
+    size_t pitch = 0;
+    CHECK(cuMemAllocPitch(&p, &pitch, 1000, 3, 4));
+    printf("RESULT live=%zu pitch=%zu\n", pitch * 3, pitch);
+    return 0;
+}
+
 typedef CUresult (*alloc_v2_t)(CUdeviceptr *, size_t);
 typedef CUresult (*alloc_v1_t)(unsigned int *, unsigned int);
 typedef CUresult (*free_v1_t)(unsigned int);
@@ -96,6 +106,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "basic")) return basic();
     if (!strcmp(mode, "vmm")) return vmm();
     if (!strcmp(mode, "getproc")) return getproc();
+    if (!strcmp(mode, "pitch")) return pitch();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

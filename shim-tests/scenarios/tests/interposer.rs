@@ -405,6 +405,17 @@ fn driver_api_direct() {
 }
 
 #[test]
+fn pitched_allocation_counts_pitch_times_height() {
+    let l = Ledgered::new("pitch");
+    let run = l.run("drv_ledger", &["pitch"]);
+    assert!(run.u64("pitch") >= 1000);
+    let d = device(&l.report(), 0).clone();
+    assert_eq!(u(&d["live_bytes"]), run.u64("live"));
+    assert_eq!(d["top_allocations"][0]["kind"], "pitch");
+    assert_eq!(d["top_allocations"][0]["api"], "cuMemAllocPitch_v2");
+}
+
+#[test]
 fn vmm_physical_memory_counts_until_release() {
     let l = Ledgered::new("vmm");
     let run = l.run("drv_ledger", &["vmm"]);

@@ -1,6 +1,6 @@
 //! Device allocations and frees (runtime and driver), and host-to-device copies.
 
-use super::{allocation, api, free, on_success, out};
+use super::{allocation, api, free, on_success, out, Word};
 use crate::hooks::table::*;
 use crate::hooks::types::*;
 use crate::ledger::MemKind;
@@ -30,6 +30,23 @@ pub unsafe fn cuda_malloc_managed(
     allocation(sym, MemKind::Managed, size as u64, || real(p, size, flags), || out(p).map(|a| (a, size as u64)))
 }
 
+/// A pitched allocation: `pitch * height` bytes as the driver chose the pitch, or
+/// `width * height` when it failed (or gave no pitch back).
+unsafe fn pitched<T: Word>(
+    sym: Sym,
+    p: *mut T,
+    pitch: *mut usize,
+    w: usize,
+    h: usize,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let want = (w as u64).saturating_mul(h as u64);
+    allocation(sym, MemKind::Pitch, want, call, || {
+        let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
+        out(p).map(|a| (a, size))
+    })
+}
+
 pub unsafe fn cuda_malloc_pitch(
     sym: Sym,
     real: cudaMallocPitch::Real,
@@ -38,17 +55,7 @@ pub unsafe fn cuda_malloc_pitch(
     w: usize,
     h: usize,
 ) -> c_int {
-    let want = (w as u64).saturating_mul(h as u64);
-    allocation(
-        sym,
-        MemKind::Pitch,
-        want,
-        || real(p, pitch, w, h),
-        || {
-            let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
-            out(p).map(|a| (a, size))
-        },
-    )
+    pitched(sym, p, pitch, w, h, || real(p, pitch, w, h))
 }
 
 pub unsafe fn cuda_free(sym: Sym, real: cudaFree::Real, p: VoidPtr) -> c_int {
@@ -82,17 +89,7 @@ pub unsafe fn cu_mem_alloc_pitch(
     h: usize,
     elem: c_uint,
 ) -> c_int {
-    let want = (w as u64).saturating_mul(h as u64);
-    allocation(
-        sym,
-        MemKind::Pitch,
-        want,
-        || real(p, pitch, w, h, elem),
-        || {
-            let size = out(pitch).map(|pitch| pitch.saturating_mul(h as u64)).unwrap_or(want);
-            out(p).map(|a| (a, size))
-        },
-    )
+    pitched(sym, p, pitch, w, h, || real(p, pitch, w, h, elem))
 }
 
 pub unsafe fn cu_mem_alloc_async(
