@@ -81,6 +81,34 @@ static int pitch(void) {
     return 0;
 }
 
+/* The other driver families: managed, pinned host, pool, module load (hidden cost),
+ * capture with a stream-ordered allocation, instantiation (hidden cost). */
+static int misc(void) {
+    setup(0);
+    CUdeviceptr m, a, c;
+    CHECK(cuMemAllocManaged(&m, 2 * MiB, CU_MEM_ATTACH_GLOBAL));
+    void *h = NULL, *h2 = NULL;
+    CHECK(cuMemHostAlloc(&h, 3 * MiB, 0));
+    CHECK(cuMemAllocHost(&h2, 1 * MiB));
+    CHECK(cuMemFreeHost(h2));
+    CUmemoryPool pool;
+    CHECK(cuDeviceGetDefaultMemPool(&pool, 0));
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemAllocFromPoolAsync(&a, 4 * MiB, pool, s));
+    CUmodule mod;
+    static const char image[] = "a module image";
+    CHECK(cuModuleLoadData(&mod, image));
+    CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuMemAllocAsync(&c, 6 * MiB, s));
+    CUgraph g;
+    CHECK(cuStreamEndCapture(s, &g));
+    CUgraphExec e;
+    CHECK(cuGraphInstantiate(&e, g, 0));
+    printf("RESULT live=%llu captured=%llu pinned=%llu pinned_peak=%llu\n", 12 * MiB, 6 * MiB, 3 * MiB, 4 * MiB);
+    return 0;
+}
+
 typedef CUresult (*alloc_v2_t)(CUdeviceptr *, size_t);
 typedef CUresult (*alloc_v1_t)(unsigned int *, unsigned int);
 typedef CUresult (*free_v1_t)(unsigned int);
@@ -107,6 +135,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "vmm")) return vmm();
     if (!strcmp(mode, "getproc")) return getproc();
     if (!strcmp(mode, "pitch")) return pitch();
+    if (!strcmp(mode, "misc")) return misc();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

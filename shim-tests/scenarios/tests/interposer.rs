@@ -416,6 +416,34 @@ fn pitched_allocation_counts_pitch_times_height() {
 }
 
 #[test]
+fn driver_managed_pinned_pool_module_capture_and_instantiate() {
+    let l = Ledgered::new("drv_misc");
+    let run = l.run("drv_ledger", &["misc"]);
+    let r = l.report();
+    let d = device(&r, 0);
+    assert_eq!(u(&d["live_bytes"]), run.u64("live"));
+    assert_eq!(cat(d, "graphs"), run.u64("captured"));
+    let kinds: Vec<(String, String)> = d["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["api"].as_str().unwrap().to_string(), t["kind"].as_str().unwrap().to_string()))
+        .collect();
+    for (api, kind) in
+        [("cuMemAllocAsync", "async"), ("cuMemAllocFromPoolAsync", "async"), ("cuMemAllocManaged", "managed")]
+    {
+        assert!(kinds.contains(&(api.to_string(), kind.to_string())), "{api}: {kinds:?}");
+    }
+    // cuStreamBeginCapture and cuGraphInstantiate are macros for the _v2 / WithFlags forms.
+    assert_eq!(u(&d["graphs"]["captures"]), 1);
+    assert_eq!(u(&d["graphs"]["instantiations"]), 1);
+    let costs: Vec<&str> = d["driver_costs"].as_array().unwrap().iter().map(|c| c["api"].as_str().unwrap()).collect();
+    assert!(costs.contains(&"cuModuleLoadData") && costs.contains(&"cuGraphInstantiateWithFlags"), "{costs:?}");
+    assert_eq!(u(&r["host"]["pinned_live_bytes"]), run.u64("pinned"));
+    assert_eq!(u(&r["host"]["pinned_peak_bytes"]), run.u64("pinned_peak"));
+}
+
+#[test]
 fn vmm_physical_memory_counts_until_release() {
     let l = Ledgered::new("vmm");
     let run = l.run("drv_ledger", &["vmm"]);
