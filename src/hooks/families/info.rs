@@ -14,11 +14,8 @@ pub unsafe fn mem_get_info(sym: Sym, real: cudaMemGetInfo::Real, free: *mut usiz
     if depth.outer {
         let (f, t) = if rc == 0 { (out(free), out(total)) } else { (None, None) };
         record(api(sym), |l| {
-            let dev = current_device();
-            if let Some(t) = t {
-                l.set_total(dev, t);
-            }
-            l.probe(dev, api(sym), f, t, rc);
+            // The probe also records the device's total.
+            l.probe(current_device(), api(sym), f, t, rc);
         });
     }
     rc
