@@ -27,10 +27,12 @@ lib:
 cli:
 	$(CARGO) build --release -p culedger-cli
 
-# Official CUDA 12.9 headers (and the real libcudart.so.12 the tests run) from PyPI wheels;
-# the script returns at once when they are already unpacked.
+# Official CUDA 12.9 headers (and the real libcudart.so.12 the tests run) from PyPI wheels,
+# and CUDA 13 (13.0 and the newest 13.x: headers and the real libcudart.so.13) into
+# target/cuda13/; the scripts return at once when everything is already unpacked.
 headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
+	PYTHON=$(PYTHON) scripts/fetch-cuda13.sh
 $(HDR)/cuda.h: headers
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
