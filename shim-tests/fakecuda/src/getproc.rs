@@ -207,6 +207,7 @@ table! {
     cuModuleLoad 2000 => cuModuleLoad;
     cuModuleLoadData 2000 => cuModuleLoadData;
     cuModuleLoadDataEx 2010 => cuModuleLoadDataEx;
+    cuModuleLoadFatBinary 2000 => cuModuleLoadFatBinary;
     cuModuleUnload 2000 => cuModuleUnload;
     cuLibraryLoadData 12000 => cuLibraryLoadData;
     cuLibraryLoadFromFile 12000 => cuLibraryLoadFromFile;

@@ -407,6 +407,11 @@ entry! {
         module_load(module, !image.is_null() && options_ok(num_options, options, option_values))
     }
 
+    /// A fat binary image (not parsed).
+    fn cuModuleLoadFatBinary(module: *mut CUmodule, fat_cubin: *const c_void) {
+        module_load(module, !fat_cubin.is_null())
+    }
+
     /// The file must exist (its content is not parsed).
     fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) {
         let exists = check_file(fname)?;
