@@ -12,6 +12,9 @@ HDR     := target/cuda-headers/include
 CFLAGS  ?= -O1 -g -Wall -Wextra -Werror
 C_SRCS  := $(wildcard shim-tests/c/*.c)
 C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
+C13_SRCS := $(wildcard shim-tests/c13/*.c)
+C13_BINS := $(patsubst shim-tests/c13/%.c,$(SIM)/bin/%,$(C13_SRCS))
+HDR13   := target/cuda13/13.5.37/include
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 
@@ -33,7 +36,7 @@ cli:
 headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
 	PYTHON=$(PYTHON) scripts/fetch-cuda13.sh
-$(HDR)/cuda.h: headers
+$(HDR)/cuda.h $(HDR13)/cuda.h: headers
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
 # plus the C scenario programs compiled against the official CUDA 12.9 headers.
@@ -46,7 +49,7 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(SO_LIBS)
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS)
 
 # Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
@@ -55,6 +58,10 @@ $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
 # drv_*.c talk to the driver directly; everything else links the runtime.
 $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcuda.so.1
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+
+# cu13_*.c: driver programs built against the CUDA 13 headers (make headers fetches them).
+$(SIM)/bin/cu13_%: shim-tests/c13/cu13_%.c $(HDR13)/cuda.h $(SIM)/lib/libcuda.so.1
+	$(CC) $(CFLAGS) -I$(HDR13) -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'

@@ -114,6 +114,7 @@ driver_table! {
         graph_instantiate_with_flags: "cuGraphInstantiateWithFlags" @ 11040 => fn(*mut CUgraphExec, CUgraph, u64);
         graph_exec_destroy: "cuGraphExecDestroy" @ 10000 => fn(CUgraphExec);
         graph_destroy: "cuGraphDestroy" @ 10000 => fn(CUgraph);
+        graph_create: "cuGraphCreate" @ 10000 => fn(*mut CUgraph, c_uint);
     }
 }
 

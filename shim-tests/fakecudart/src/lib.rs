@@ -412,6 +412,12 @@ export! {
         check(need(with_ctx()?.core.graph_exec_destroy)?(exec))
     };
 
+    /// `cudaGraphCreate` (flags must be 0).
+    fn cudaGraphCreate(graph: *mut cudaGraph_t, flags: c_uint) => |mode| {
+        non_null(graph)?;
+        check(need(with_ctx()?.core.graph_create)?(graph, flags))
+    };
+
     /// `cudaGraphDestroy`.
     fn cudaGraphDestroy(graph: cudaGraph_t) => |mode| {
         check(need(with_ctx()?.core.graph_destroy)?(graph))
