@@ -594,7 +594,7 @@ def main(argv):
     ap.add_argument("--cli", help="the culedger CLI (optional: renders `culedger report` per run)")
     ap.add_argument("--python", help="interpreter for the workloads (default: this one)")
     ap.add_argument("--self-test", action="store_true", help="run on the simulated stack (no GPU)")
-    ap.add_argument("--steps", type=int, default=300, help="decode steps per timed run")
+    ap.add_argument("--steps", type=int, default=2000, help="decode steps per timed run")
     ap.add_argument("--rounds", type=int, default=2, help="plain/culedger pairs for the overhead check")
     args = ap.parse_args(argv)
     if not os.path.isfile(args.lib):
