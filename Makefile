@@ -60,8 +60,8 @@ $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
 # cu13_*.c: driver programs built against the CUDA 13 headers (make headers fetches them).
-$(SIM)/bin/cu13_%: shim-tests/c13/cu13_%.c $(HDR13)/cuda.h $(SIM)/lib/libcuda.so.1
-	$(CC) $(CFLAGS) -I$(HDR13) -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+$(SIM)/bin/cu13_%: shim-tests/c13/cu13_%.c shim-tests/c/sim.h $(HDR13)/cuda.h $(SIM)/lib/libcuda.so.1
+	$(CC) $(CFLAGS) -I$(HDR13) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'

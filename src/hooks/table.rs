@@ -203,7 +203,8 @@ hook_table! {
     cuModuleLoadDataEx: Driver("cuModuleLoadDataEx", 2010, false) fn(module: *mut CUmodule, image: *const c_void, n_options: c_uint, options: *mut c_int, values: *mut VoidPtr) => costs::cu_module_load_data_ex;
     cuModuleLoadFatBinary: Driver("cuModuleLoadFatBinary", 2000, false) fn(module: *mut CUmodule, fat_cubin: *const c_void) => costs::cu_module_load_data;
     cuLibraryLoadData: Driver("cuLibraryLoadData", 12000, false) fn(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_data;
-    cuLibraryLoadFromFile: Driver("cuLibraryLoadFromFile", 12000, false) fn(library: *mut CUlibrary, file: *const c_char, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_from_file;
+    // `file` is a `const char *`; declared as the data form's pointer, one implementation serves both.
+    cuLibraryLoadFromFile: Driver("cuLibraryLoadFromFile", 12000, false) fn(library: *mut CUlibrary, file: *const c_void, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_data;
     cuMemcpyHtoD_v2: Driver("cuMemcpyHtoD", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;
     cuMemcpyHtoD_v2_ptds: Driver("cuMemcpyHtoD", 7000, true) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;
     cuMemcpyHtoDAsync_v2: Driver("cuMemcpyHtoDAsync", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream) => alloc::cu_memcpy_htod_async;

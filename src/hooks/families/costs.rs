@@ -133,22 +133,7 @@ pub unsafe fn cu_module_load_data_ex(
     cost(sym, || real(m, image, n, options, values))
 }
 
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn cu_library_load_from_file(
-    sym: Sym,
-    real: cuLibraryLoadFromFile::Real,
-    lib: *mut CUlibrary,
-    file: *const c_char,
-    jit_options: *mut c_int,
-    jit_values: *mut VoidPtr,
-    n_jit: c_uint,
-    lib_options: *mut c_int,
-    lib_values: *mut VoidPtr,
-    n_lib: c_uint,
-) -> c_int {
-    cost(sym, || real(lib, file, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib))
-}
-
+/// `cuLibraryLoadData` and `cuLibraryLoadFromFile` (the file name is the same pointer argument).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn cu_library_load_data(
     sym: Sym,
