@@ -13,5 +13,7 @@ dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device(f"c
 t = torch.ones(16 << 20, dtype=torch.float32, device=f"cuda:{dev}")
 dist.all_reduce(t)
 torch.cuda.synchronize(dev)
-kit(pid=os.getpid(), device=dev, sum=float(t[0].item()), nccl=".".join(map(str, torch.cuda.nccl.version())))
+version = torch.cuda.nccl.version()
+version = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+kit(pid=os.getpid(), device=dev, sum=float(t[0].item()), nccl=version)
 finish()
