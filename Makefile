@@ -12,6 +12,9 @@ HDR     := target/cuda-headers/include
 CFLAGS  ?= -O1 -g -Wall -Wextra -Werror
 C_SRCS  := $(wildcard shim-tests/c/*.c)
 C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
+C13_SRCS := $(wildcard shim-tests/c13/*.c)
+C13_BINS := $(patsubst shim-tests/c13/%.c,$(SIM)/bin/%,$(C13_SRCS))
+HDR13   := target/cuda13/13.5.37/include
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 
@@ -27,11 +30,13 @@ lib:
 cli:
 	$(CARGO) build --release -p culedger-cli
 
-# Official CUDA 12.9 headers (and the real libcudart.so.12 the tests run) from PyPI wheels;
-# the script returns at once when they are already unpacked.
+# Official CUDA 12.9 headers (and the real libcudart.so.12 the tests run) from PyPI wheels,
+# and CUDA 13 (13.0 and the newest 13.x: headers and the real libcudart.so.13) into
+# target/cuda13/; the scripts return at once when everything is already unpacked.
 headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
-$(HDR)/cuda.h: headers
+	PYTHON=$(PYTHON) scripts/fetch-cuda13.sh
+$(HDR)/cuda.h $(HDR13)/cuda.h: headers
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
 # plus the C scenario programs compiled against the official CUDA 12.9 headers.
@@ -44,7 +49,7 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(SO_LIBS)
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS)
 
 # Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
@@ -53,6 +58,10 @@ $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
 # drv_*.c talk to the driver directly; everything else links the runtime.
 $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcuda.so.1
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
+
+# cu13_*.c: driver programs built against the CUDA 13 headers (make headers fetches them).
+$(SIM)/bin/cu13_%: shim-tests/c13/cu13_%.c shim-tests/c/sim.h $(HDR13)/cuda.h $(SIM)/lib/libcuda.so.1
+	$(CC) $(CFLAGS) -I$(HDR13) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'

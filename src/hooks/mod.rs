@@ -13,6 +13,8 @@
 //! call on a thread records (a runtime call that reaches a driver wrapper counts once);
 //! recording runs under `catch_unwind`, and a failure there is noted as a loss.
 
+#[cfg(test)]
+mod coverage;
 mod dlsym;
 mod families;
 pub mod real;

@@ -134,10 +134,14 @@ hook_table! {
     cudaIpcCloseMemHandle: Runtime("", 0, false) fn(dev_ptr: VoidPtr) => ipc::cuda_ipc_close_mem_handle;
     cudaStreamBeginCapture: Runtime("", 0, false) fn(stream: cudaStream_t, mode: c_int) => graphs::begin_capture_mode;
     cudaStreamBeginCapture_ptsz: Runtime("", 0, false) fn(stream: cudaStream_t, mode: c_int) => graphs::begin_capture_mode;
+    cudaStreamBeginCaptureToGraph: Runtime("", 0, false) fn(stream: cudaStream_t, graph: CUgraph, deps: *const CUgraphNode, dep_data: *const c_void, n_deps: usize, mode: c_int) => graphs::begin_capture_to_graph;
+    cudaStreamBeginCaptureToGraph_ptsz: Runtime("", 0, false) fn(stream: cudaStream_t, graph: CUgraph, deps: *const CUgraphNode, dep_data: *const c_void, n_deps: usize, mode: c_int) => graphs::begin_capture_to_graph;
     cudaStreamEndCapture: Runtime("", 0, false) fn(stream: cudaStream_t, graph: *mut CUgraph) => graphs::end_capture;
     cudaStreamEndCapture_ptsz: Runtime("", 0, false) fn(stream: cudaStream_t, graph: *mut CUgraph) => graphs::end_capture;
     cudaGraphInstantiate: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) => graphs::instantiate_flags;
     cudaGraphInstantiateWithFlags: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) => graphs::instantiate_flags;
+    cudaGraphInstantiateWithParams: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
+    cudaGraphInstantiateWithParams_ptsz: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
     cudaDeviceEnablePeerAccess: Runtime("", 0, false) fn(peer: c_int, flags: c_uint) => costs::cuda_device_enable_peer_access;
     cudaMemcpy: Runtime("", 0, false) fn(dst: VoidPtr, src: *const c_void, count: usize, kind: c_int) => alloc::cuda_memcpy;
     cudaMemcpy_ptds: Runtime("", 0, false) fn(dst: VoidPtr, src: *const c_void, count: usize, kind: c_int) => alloc::cuda_memcpy;
@@ -145,6 +149,8 @@ hook_table! {
     cudaMemcpyAsync_ptsz: Runtime("", 0, false) fn(dst: VoidPtr, src: *const c_void, count: usize, kind: c_int, stream: cudaStream_t) => alloc::cuda_memcpy_async;
     cudaGetDriverEntryPoint: Runtime("", 0, false) fn(symbol: *const c_char, func: *mut VoidPtr, flags: c_ulonglong, status: *mut c_int) => resolve::cuda_get_driver_entry_point;
     cudaGetDriverEntryPointByVersion: Runtime("", 0, false) fn(symbol: *const c_char, func: *mut VoidPtr, version: c_uint, flags: c_ulonglong, status: *mut c_int) => resolve::cuda_get_driver_entry_point_by_version;
+    cudaGetDriverEntryPoint_ptsz: Runtime("", 0, false) fn(symbol: *const c_char, func: *mut VoidPtr, flags: c_ulonglong, status: *mut c_int) => resolve::cuda_get_driver_entry_point;
+    cudaGetDriverEntryPointByVersion_ptsz: Runtime("", 0, false) fn(symbol: *const c_char, func: *mut VoidPtr, version: c_uint, flags: c_ulonglong, status: *mut c_int) => resolve::cuda_get_driver_entry_point_by_version;
 
     // ---- driver (libcuda) ---------------------------------------------------------------
     cuMemAlloc_v2: Driver("cuMemAlloc", 3020, false) fn(dptr: *mut CUdeviceptr, bytes: usize) => alloc::cu_mem_alloc;
@@ -176,16 +182,29 @@ hook_table! {
     cuStreamBeginCapture_ptsz: Driver("cuStreamBeginCapture", 10000, true) fn(stream: CUstream) => graphs::begin_capture;
     cuStreamBeginCapture_v2: Driver("cuStreamBeginCapture", 10010, false) fn(stream: CUstream, mode: c_int) => graphs::begin_capture_mode;
     cuStreamBeginCapture_v2_ptsz: Driver("cuStreamBeginCapture", 10010, true) fn(stream: CUstream, mode: c_int) => graphs::begin_capture_mode;
+    cuStreamBeginCaptureToGraph: Driver("cuStreamBeginCaptureToGraph", 12030, false) fn(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode, dep_data: *const c_void, n_deps: usize, mode: c_int) => graphs::begin_capture_to_graph;
+    cuStreamBeginCaptureToGraph_ptsz: Driver("cuStreamBeginCaptureToGraph", 12030, true) fn(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode, dep_data: *const c_void, n_deps: usize, mode: c_int) => graphs::begin_capture_to_graph;
+    cuStreamBeginRecaptureToGraph: Driver("cuStreamBeginRecaptureToGraph", 13030, false) fn(stream: CUstream, mode: c_int, graph: CUgraph, callback: VoidPtr, user_data: VoidPtr) => graphs::begin_recapture;
+    cuStreamBeginRecaptureToGraph_ptsz: Driver("cuStreamBeginRecaptureToGraph", 13030, true) fn(stream: CUstream, mode: c_int, graph: CUgraph, callback: VoidPtr, user_data: VoidPtr) => graphs::begin_recapture;
     cuStreamEndCapture: Driver("cuStreamEndCapture", 10000, false) fn(stream: CUstream, graph: *mut CUgraph) => graphs::end_capture;
     cuStreamEndCapture_ptsz: Driver("cuStreamEndCapture", 10000, true) fn(stream: CUstream, graph: *mut CUgraph) => graphs::end_capture;
     cuGraphInstantiate: Driver("cuGraphInstantiate", 10000, false) fn(exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) => graphs::instantiate_log;
     cuGraphInstantiate_v2: Driver("cuGraphInstantiate", 11000, false) fn(exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) => graphs::instantiate_log;
     cuGraphInstantiateWithFlags: Driver("cuGraphInstantiateWithFlags", 11040, false) fn(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) => graphs::instantiate_flags;
+    cuGraphInstantiateWithParams: Driver("cuGraphInstantiateWithParams", 12000, false) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
+    cuGraphInstantiateWithParams_ptsz: Driver("cuGraphInstantiateWithParams", 12000, true) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
     cuCtxEnablePeerAccess: Driver("cuCtxEnablePeerAccess", 4000, false) fn(peer: CUcontext, flags: c_uint) => costs::cu_ctx_enable_peer_access;
+    cuCtxCreate_v2: Driver("cuCtxCreate", 3020, false) fn(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => costs::cu_ctx_create_v2;
+    cuCtxCreate_v3: Driver("cuCtxCreate", 11040, false) fn(pctx: *mut CUcontext, params: VoidPtr, n_params: c_int, flags: c_uint, dev: CUdevice) => costs::cu_ctx_create_v3;
+    cuCtxCreate_v4: Driver("cuCtxCreate", 12050, false) fn(pctx: *mut CUcontext, params: VoidPtr, flags: c_uint, dev: CUdevice) => costs::cu_ctx_create_v4;
     cuDevicePrimaryCtxRetain: Driver("cuDevicePrimaryCtxRetain", 7000, false) fn(pctx: *mut CUcontext, dev: CUdevice) => costs::cu_device_primary_ctx_retain;
     cuModuleLoad: Driver("cuModuleLoad", 2000, false) fn(module: *mut CUmodule, fname: *const c_char) => costs::cu_module_load;
     cuModuleLoadData: Driver("cuModuleLoadData", 2000, false) fn(module: *mut CUmodule, image: *const c_void) => costs::cu_module_load_data;
+    cuModuleLoadDataEx: Driver("cuModuleLoadDataEx", 2010, false) fn(module: *mut CUmodule, image: *const c_void, n_options: c_uint, options: *mut c_int, values: *mut VoidPtr) => costs::cu_module_load_data_ex;
+    cuModuleLoadFatBinary: Driver("cuModuleLoadFatBinary", 2000, false) fn(module: *mut CUmodule, fat_cubin: *const c_void) => costs::cu_module_load_data;
     cuLibraryLoadData: Driver("cuLibraryLoadData", 12000, false) fn(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_data;
+    // `file` is a `const char *`; declared as the data form's pointer, one implementation serves both.
+    cuLibraryLoadFromFile: Driver("cuLibraryLoadFromFile", 12000, false) fn(library: *mut CUlibrary, file: *const c_void, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_data;
     cuMemcpyHtoD_v2: Driver("cuMemcpyHtoD", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;
     cuMemcpyHtoD_v2_ptds: Driver("cuMemcpyHtoD", 7000, true) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;
     cuMemcpyHtoDAsync_v2: Driver("cuMemcpyHtoDAsync", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream) => alloc::cu_memcpy_htod_async;
@@ -206,7 +225,16 @@ pub const UNWRAPPED_VARIANTS: &[(&str, u32, bool)] = &[
     ("cuMemHostRegister", 4000, false),
     ("cuMemcpyHtoD", 2000, false),
     ("cuMemcpyHtoDAsync", 2000, false),
+    // The CUDA 2.0 context ABI (`CUdevice_v1`): no program built since CUDA 3.2 asks for it.
+    ("cuCtxCreate", 2000, false),
 ];
+
+/// Bases the driver resolves to ANOTHER function from some version on: cuda.h 12.0+
+/// `#define`s `cuGraphInstantiate` as `cuGraphInstantiateWithFlags` (12.x also
+/// `#define PFN_cuGraphInstantiate PFN_cuGraphInstantiateWithFlags_v11040`), and the driver
+/// answers `cuGetProcAddress("cuGraphInstantiate", 12000+)` with that function's 3-argument
+/// ABI. (base, from version, target base).
+pub const ALIASES: &[(&str, u32, &str)] = &[("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags")];
 
 /// Look up a hooked symbol by exported name.
 pub fn by_name(name: &[u8]) -> Option<&'static Entry> {

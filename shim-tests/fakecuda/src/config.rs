@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 pub const MAX_DEVICES: usize = 16;
 /// One MiB.
 pub const MIB: u64 = 1 << 20;
+/// The driver version reported by default: CUDA 12.9.
+pub const DEFAULT_DRIVER_VERSION: i32 = 12090;
 /// Allocation granularity: every allocation is rounded up to this, and the rounding is charged.
 pub const GRANULARITY: u64 = 2 * MIB;
 
@@ -32,6 +34,12 @@ pub struct Config {
     pub ipc_open_cost: u64,
     /// `FAKECUDA_RESET=1`: clear the machine's shared usage when this process attaches to it.
     pub reset: bool,
+    /// `FAKECUDA_CTX_EXTRA_MIB`: hidden cost of every further context on a device in a process
+    /// (`cuCtxCreate*` next to the primary context), bytes; released when that context goes.
+    pub ctx_extra_cost: u64,
+    /// `FAKECUDA_DRIVER_VERSION`: the CUDA version the driver reports (`cuDriverGetVersion`) and the
+    /// newest ABI it resolves: rows of the resolution table introduced after it do not exist.
+    pub driver_version: i32,
 }
 
 impl Config {
@@ -79,6 +87,20 @@ impl Config {
             module_cost: mib("FAKECUDA_MODULE_MIB", 8, 0),
             ipc_open_cost: mib("FAKECUDA_IPC_OPEN_MIB", 2, 0),
             reset: matches!(get("FAKECUDA_RESET").as_deref().map(str::trim), Some("1")),
+            ctx_extra_cost: mib("FAKECUDA_CTX_EXTRA_MIB", 0, 0),
+            driver_version: match get("FAKECUDA_DRIVER_VERSION") {
+                None => DEFAULT_DRIVER_VERSION,
+                Some(v) => match v.trim().parse::<i32>() {
+                    Ok(n) if (2000..=99990).contains(&n) && n % 10 == 0 => n,
+                    _ => {
+                        crate::warn(&format!(
+                            "FAKECUDA_DRIVER_VERSION={v:?} is not a CUDA version (1000*major + 10*minor, e.g. 13000); \
+                             using {DEFAULT_DRIVER_VERSION}"
+                        ));
+                        DEFAULT_DRIVER_VERSION
+                    }
+                },
+            },
         }
     }
 
@@ -132,6 +154,16 @@ mod tests {
             (512 * MIB, 64 * MIB, 16 * MIB, 8 * MIB, 2 * MIB)
         );
         assert!(!c.reset);
+        assert_eq!((c.ctx_extra_cost, c.driver_version), (0, 12090));
+    }
+
+    #[test]
+    fn driver_version_and_extra_context_cost() {
+        let c = cfg(&[("FAKECUDA_DRIVER_VERSION", "13000"), ("FAKECUDA_CTX_EXTRA_MIB", "64")]);
+        assert_eq!((c.driver_version, c.ctx_extra_cost), (13000, 64 * MIB));
+        for bad in ["13", "13.0", "13001", "100000", ""] {
+            assert_eq!(cfg(&[("FAKECUDA_DRIVER_VERSION", bad)]).driver_version, 12090, "{bad:?}");
+        }
     }
 
     #[test]

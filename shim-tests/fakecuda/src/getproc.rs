@@ -2,9 +2,14 @@
 //!
 //! [`TABLE`] is the one list of resolvable entry points: (base name, CUDA version that introduced
 //! the ABI, per-thread-stream flavour, exported symbol, address). It mirrors the
-//! `PFN_<base>_v<version>[_ptsz|_ptds]` typedefs of `cudaTypedefs.h` (a test cross-checks both
-//! ways). The one alias is `cuGraphInstantiate` from 12000 on, which cuda.h defines as
-//! `cuGraphInstantiateWithFlags` (`#define PFN_cuGraphInstantiate PFN_cuGraphInstantiateWithFlags_v11040`).
+//! `PFN_<base>_v<version>[_ptsz|_ptds]` typedefs of `cudaTypedefs.h` of CUDA 12.9 and 13.x (a test
+//! cross-checks both ways, per header, for the rows up to that header's version). The one alias is
+//! `cuGraphInstantiate` from 12000 on, which cuda.h defines as `cuGraphInstantiateWithFlags`
+//! (12.9 also `#define PFN_cuGraphInstantiate PFN_cuGraphInstantiateWithFlags_v11040`).
+//!
+//! Rows introduced after the driver's version (`FAKECUDA_DRIVER_VERSION`, default 12090) do not
+//! exist for that driver: a 12.9 driver knows no `cuCtxGetDevice_v2` (13000) and resolves
+//! `cuCtxGetDevice` at 13000 to the 2000 ABI, as a real 12.9 driver does.
 
 use crate::api::{copy::*, ctx::*, ipc::*, mem::*, stream::*, vmm::*};
 use crate::types::*;
@@ -98,7 +103,9 @@ table! {
     cuCtxSetCurrent 4000 => cuCtxSetCurrent;
     cuCtxGetCurrent 4000 => cuCtxGetCurrent;
     cuCtxGetDevice 2000 => cuCtxGetDevice;
+    cuCtxGetDevice 13000 => cuCtxGetDevice_v2;
     cuCtxSynchronize 2000 => cuCtxSynchronize;
+    cuCtxSynchronize 13000 => cuCtxSynchronize_v2;
     cuCtxEnablePeerAccess 4000 => cuCtxEnablePeerAccess;
     cuCtxDisablePeerAccess 4000 => cuCtxDisablePeerAccess;
     cuMemGetInfo 2000 => cuMemGetInfo;
@@ -177,6 +184,10 @@ table! {
     cuStreamBeginCapture 10000 ptsz => cuStreamBeginCapture_ptsz;
     cuStreamBeginCapture 10010 => cuStreamBeginCapture_v2;
     cuStreamBeginCapture 10010 ptsz => cuStreamBeginCapture_v2_ptsz;
+    cuStreamBeginCaptureToGraph 12030 => cuStreamBeginCaptureToGraph;
+    cuStreamBeginCaptureToGraph 12030 ptsz => cuStreamBeginCaptureToGraph_ptsz;
+    cuStreamBeginRecaptureToGraph 13030 => cuStreamBeginRecaptureToGraph;
+    cuStreamBeginRecaptureToGraph 13030 ptsz => cuStreamBeginRecaptureToGraph_ptsz;
     cuStreamEndCapture 10000 => cuStreamEndCapture;
     cuStreamEndCapture 10000 ptsz => cuStreamEndCapture_ptsz;
     cuStreamIsCapturing 10000 => cuStreamIsCapturing;
@@ -188,12 +199,15 @@ table! {
     cuGraphInstantiate 11000 => cuGraphInstantiate_v2;
     cuGraphInstantiate 12000 => cuGraphInstantiateWithFlags;
     cuGraphInstantiateWithFlags 11040 => cuGraphInstantiateWithFlags;
+    cuGraphInstantiateWithParams 12000 => cuGraphInstantiateWithParams;
+    cuGraphInstantiateWithParams 12000 ptsz => cuGraphInstantiateWithParams_ptsz;
     cuGraphExecDestroy 10000 => cuGraphExecDestroy;
     cuGraphLaunch 10000 => cuGraphLaunch;
     cuGraphLaunch 10000 ptsz => cuGraphLaunch_ptsz;
     cuModuleLoad 2000 => cuModuleLoad;
     cuModuleLoadData 2000 => cuModuleLoadData;
     cuModuleLoadDataEx 2010 => cuModuleLoadDataEx;
+    cuModuleLoadFatBinary 2000 => cuModuleLoadFatBinary;
     cuModuleUnload 2000 => cuModuleUnload;
     cuLibraryLoadData 12000 => cuLibraryLoadData;
     cuLibraryLoadFromFile 12000 => cuLibraryLoadFromFile;
@@ -205,14 +219,19 @@ pub type Miss = (CUresult, CUdriverProcAddressQueryResult);
 
 /// Resolves a base name for `version` and `flags` (0 default = legacy in the driver, 1 legacy,
 /// 2 per-thread default stream: the `_ptsz`/`_ptds` row when one exists at least as new as the
-/// legacy row that would be chosen).
+/// legacy row that would be chosen), on a driver of the configured version.
 pub fn resolve(name: &str, version: c_int, flags: u64) -> Result<&'static Entry, Miss> {
+    resolve_on(crate::config::Config::get().driver_version, name, version, flags)
+}
+
+/// [`resolve`] on a driver of version `driver`: rows newer than it do not exist.
+pub fn resolve_on(driver: c_int, name: &str, version: c_int, flags: u64) -> Result<&'static Entry, Miss> {
     if flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
         || flags == CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
     {
         return Err((CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     }
-    let rows = || TABLE.iter().filter(|e| e.base == name);
+    let rows = || TABLE.iter().filter(|e| e.base == name && e.version <= driver);
     if rows().next().is_none() {
         return Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     }

@@ -166,6 +166,8 @@ pub struct HostRange {
 pub struct Ctx {
     pub dev: usize,
     pub primary: bool,
+    /// `FAKECUDA_CTX_EXTRA_MIB` charged for this context (not the first on its device).
+    pub extra: u64,
 }
 
 /// A VMM physical allocation (`cuMemCreate` / `cuMemImportFromShareableHandle`).
@@ -196,6 +198,9 @@ pub struct Capture {
     pub thread: u64,
     pub graph: u64,
     pub invalidated: bool,
+    /// Capturing into a graph the caller owns (`cuStreamBeginCaptureToGraph`,
+    /// `cuStreamBeginRecaptureToGraph`): an invalidated capture leaves it to the caller.
+    pub into_existing: bool,
 }
 
 /// A graph (captured or created) and an instantiated one.
@@ -460,13 +465,17 @@ impl Proc {
 
     /// Creates a context on `dev` (charging the hidden context cost if it is the device's first).
     pub fn create_ctx(&mut self, dev: usize, primary: bool) -> R<u64> {
-        if self.ctx_count[dev] == 0 {
-            let cost = Config::get().ctx_cost;
-            self.charge(dev, cost)?;
-        }
+        let extra = if self.ctx_count[dev] == 0 {
+            self.charge(dev, Config::get().ctx_cost)?;
+            0
+        } else {
+            let extra = Config::get().ctx_extra_cost;
+            self.charge(dev, extra)?;
+            extra
+        };
         self.ctx_count[dev] += 1;
         let h = self.new_handle(tag::CTX);
-        self.ctxs.insert(h, Ctx { dev, primary });
+        self.ctxs.insert(h, Ctx { dev, primary, extra });
         Ok(h)
     }
 
@@ -500,6 +509,7 @@ impl Proc {
                 self.uncharge(c.dev, c.charged);
             }
         }
+        self.uncharge(ctx.dev, ctx.extra);
         self.ctx_count[ctx.dev] -= 1;
         if self.ctx_count[ctx.dev] == 0 {
             self.uncharge(ctx.dev, Config::get().ctx_cost);

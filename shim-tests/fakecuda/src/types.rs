@@ -131,6 +131,18 @@ pub struct CUctxCreateParams {
     pub cig_params: *mut c_void,
 }
 
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (CUDA 12.0; `cudaGraphInstantiateParams` has the same layout).
+#[repr(C)]
+#[derive(Debug)]
+#[allow(non_camel_case_types)]
+pub struct CUDA_GRAPH_INSTANTIATE_PARAMS {
+    pub flags: u64,
+    pub h_upload_stream: CUstream,
+    pub h_err_node_out: CUgraphNode,
+    /// `CUgraphInstantiateResult`.
+    pub result_out: c_int,
+}
+
 /// `CUdriverProcAddressQueryResult` (an enum, `int`-sized).
 pub type CUdriverProcAddressQueryResult = c_int;
 

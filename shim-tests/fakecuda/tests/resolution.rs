@@ -3,7 +3,7 @@
 
 mod common;
 
-use fakecuda::getproc::{resolve, Flavor, TABLE};
+use fakecuda::getproc::{resolve_on, Flavor, TABLE};
 use fakecuda::types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString};
@@ -136,15 +136,24 @@ fn resolves_before_cuinit() {
     });
 }
 
-/// `PFN_<base>_v<version>[_ptsz|_ptds]` typedefs of cudaTypedefs.h, and `#define PFN_<base> PFN_<x>_v<n>`.
+/// `PFN_<base>_v<version>[_ptsz|_ptds]` typedefs of a cudaTypedefs.h, and its aliases: `#define
+/// PFN_<base> PFN_<x>_v<n>` (12.x) or cuda.h's `#define <base> <x>` to another function (13.x has no
+/// PFN aliases any more; cuda.h keeps `#define cuGraphInstantiate cuGraphInstantiateWithFlags`).
 type Typedefs = BTreeSet<(String, c_int, Flavor)>;
 type Aliases = BTreeMap<String, (String, c_int)>;
 
-fn header_typedefs() -> (Typedefs, Aliases) {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/cuda-headers/include/cudaTypedefs.h");
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run `make headers` first", path.display()));
+/// The headers the table is checked against: CUDA 12.9 and the two CUDA 13 releases `make headers`
+/// fetches (13.0.96, what PyTorch 2.11 installs, and 13.5.37, the newest 13.x).
+const HEADERS: &[&str] = &["cuda-headers/include", "cuda13/13.0.96/include", "cuda13/13.5.37/include"];
+
+fn read_header(dir: &str, file: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target").join(dir).join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run `make headers` first", path.display()))
+}
+
+/// (`CUDA_VERSION` of cuda.h, typedefs, aliases) of one header directory.
+fn header_typedefs(dir: &str) -> (c_int, Typedefs, Aliases) {
+    let text = read_header(dir, "cudaTypedefs.h");
     let mut typedefs = BTreeSet::new();
     let mut defines = BTreeMap::new();
     for line in text.lines().map(str::trim) {
@@ -171,38 +180,65 @@ fn header_typedefs() -> (Typedefs, Aliases) {
             }
         }
     }
-    assert!(typedefs.len() > 500, "cudaTypedefs.h parsed only {} typedefs", typedefs.len());
-    (typedefs, defines)
+    assert!(typedefs.len() > 500, "{dir}/cudaTypedefs.h parsed only {} typedefs", typedefs.len());
+    let cuda_h = read_header(dir, "cuda.h");
+    let mut version = 0;
+    for line in cuda_h.lines().map(str::trim) {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("#define"), Some("CUDA_VERSION"), Some(v), None) => version = v.parse().expect("CUDA_VERSION"),
+            // `#define cuGraphInstantiate cuGraphInstantiateWithFlags`: a base cuda.h maps to
+            // another function, whose newest legacy typedef is the alias.
+            (Some("#define"), Some(base), Some(target), None)
+                if base.starts_with("cu")
+                    && target.starts_with("cu")
+                    && !target.strip_prefix(base).is_some_and(|r| r.is_empty() || r.starts_with('_')) =>
+            {
+                let newest = typedefs.iter().filter(|(b, _, f)| b == target && *f == Flavor::Legacy).map(|k| k.1).max();
+                if let Some(v) = newest {
+                    defines.entry(base.to_string()).or_insert((target.to_string(), v));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(version >= 12090, "{dir}/cuda.h: no CUDA_VERSION");
+    (version, typedefs, defines)
 }
 
+/// Each header: every row up to its `CUDA_VERSION` is one of its typedefs (or its alias), and
+/// every typedef of a base the table implements is a row.
 #[test]
 fn table_matches_cuda_typedefs() {
-    let (typedefs, defines) = header_typedefs();
-    for e in TABLE {
-        let key = (e.base.to_string(), e.version, e.flavor);
-        if typedefs.contains(&key) {
-            continue;
-        }
-        // The only allowed alias: a base that cuda.h redefines to another function
-        // (cuGraphInstantiate -> cuGraphInstantiateWithFlags since CUDA 12.0).
-        let (target, target_version) = defines.get(e.base).unwrap_or_else(|| panic!("row {key:?} has no PFN typedef"));
-        assert!(
-            target != e.base
-                && target == e.symbol
-                && typedefs.contains(&(target.clone(), *target_version, Flavor::Legacy)),
-            "row {key:?} -> {} is neither a typedef nor the header's PFN_{} alias",
-            e.symbol,
-            e.base
-        );
-        assert!(e.version >= 12000, "alias row {key:?} must only apply from CUDA 12.0");
-    }
-    let bases: BTreeSet<&str> = TABLE.iter().map(|e| e.base).collect();
-    for (base, version, flavor) in &typedefs {
-        if bases.contains(base.as_str()) {
+    for dir in HEADERS {
+        let (version, typedefs, defines) = header_typedefs(dir);
+        for e in TABLE.iter().filter(|e| e.version <= version) {
+            let key = (e.base.to_string(), e.version, e.flavor);
+            if typedefs.contains(&key) {
+                continue;
+            }
+            // The only allowed alias: a base that cuda.h redefines to another function
+            // (cuGraphInstantiate -> cuGraphInstantiateWithFlags since CUDA 12.0).
+            let (target, target_version) =
+                defines.get(e.base).unwrap_or_else(|| panic!("{dir}: row {key:?} has no PFN typedef"));
             assert!(
-                TABLE.iter().any(|e| e.base == base && e.version == *version && e.flavor == *flavor),
-                "PFN_{base}_v{version} {flavor:?} is missing from the table"
+                target != e.base
+                    && target == e.symbol
+                    && typedefs.contains(&(target.clone(), *target_version, Flavor::Legacy)),
+                "{dir}: row {key:?} -> {} is neither a typedef nor the header's alias of {}",
+                e.symbol,
+                e.base
             );
+            assert!(e.version >= 12000, "alias row {key:?} must only apply from CUDA 12.0");
+        }
+        let bases: BTreeSet<&str> = TABLE.iter().map(|e| e.base).collect();
+        for (base, v, flavor) in &typedefs {
+            if bases.contains(base.as_str()) {
+                assert!(
+                    TABLE.iter().any(|e| e.base == base && e.version == *v && e.flavor == *flavor),
+                    "{dir}: PFN_{base}_v{v} {flavor:?} is missing from the table"
+                );
+            }
         }
     }
     // No duplicate rows.
@@ -214,6 +250,10 @@ fn table_matches_cuda_typedefs() {
 /// library's own cuGetProcAddress_v2 returns exactly that export.
 #[test]
 fn table_symbols_are_exported() {
+    common::in_child("table_symbols_are_exported", &[("FAKECUDA_DRIVER_VERSION", "99990")], table_symbols_exported);
+}
+
+fn table_symbols_exported() {
     let exe = std::env::current_exe().unwrap();
     let lib = exe.parent().and_then(|d| d.parent()).unwrap().join("libfakecuda.so");
     assert!(lib.exists(), "{} missing: build the cdylib (cargo build --release -p fakecuda)", lib.display());
@@ -247,6 +287,79 @@ fn table_symbols_are_exported() {
 fn resolve_is_consistent_with_table() {
     for e in TABLE {
         let flags = if e.flavor == Flavor::Legacy { 1 } else { 2 };
-        assert_eq!(resolve(e.base, e.version, flags).map(|r| r.symbol), Ok(e.symbol), "{}@{}", e.base, e.version);
+        let got = resolve_on(c_int::MAX, e.base, e.version, flags).map(|r| r.symbol);
+        assert_eq!(got, Ok(e.symbol), "{}@{}", e.base, e.version);
     }
+}
+
+/// What a CUDA 13 driver hands out that a 12.9 driver does not: the 13000 ABIs of
+/// `cuCtxGetDevice`/`cuCtxSynchronize` (a context argument), capture into an existing graph
+/// again (13030). On a 12.9 driver the same requests give the old ABIs, or nothing.
+#[test]
+fn cuda13_driver_resolution() {
+    let ask = |driver: c_int, name: &str, version: c_int, flags: u64| {
+        resolve_on(driver, name, version, flags).map(|e| e.symbol).map_err(|(_, status)| status)
+    };
+    for (name, version, flags, on13, on129) in [
+        ("cuCtxGetDevice", 13000, 0, Ok("cuCtxGetDevice_v2"), Ok("cuCtxGetDevice")),
+        ("cuCtxGetDevice", 12090, 0, Ok("cuCtxGetDevice"), Ok("cuCtxGetDevice")),
+        ("cuCtxGetDevice", 2000, 0, Ok("cuCtxGetDevice"), Ok("cuCtxGetDevice")),
+        ("cuCtxSynchronize", 13000, 0, Ok("cuCtxSynchronize_v2"), Ok("cuCtxSynchronize")),
+        ("cuCtxCreate", 13000, 0, Ok("cuCtxCreate_v4"), Ok("cuCtxCreate_v4")),
+        ("cuMemAlloc", 13000, 0, Ok("cuMemAlloc_v2"), Ok("cuMemAlloc_v2")),
+        ("cuMemGetInfo", 13050, 0, Ok("cuMemGetInfo_v2"), Ok("cuMemGetInfo_v2")),
+        ("cuGraphInstantiate", 13000, 0, Ok("cuGraphInstantiateWithFlags"), Ok("cuGraphInstantiateWithFlags")),
+        ("cuStreamBeginCapture", 13000, 2, Ok("cuStreamBeginCapture_v2_ptsz"), Ok("cuStreamBeginCapture_v2_ptsz")),
+        (
+            "cuStreamBeginCaptureToGraph",
+            13000,
+            2,
+            Ok("cuStreamBeginCaptureToGraph_ptsz"),
+            Ok("cuStreamBeginCaptureToGraph_ptsz"),
+        ),
+        ("cuStreamBeginRecaptureToGraph", 13030, 0, Ok("cuStreamBeginRecaptureToGraph"), Err(1)),
+        ("cuStreamBeginRecaptureToGraph", 13050, 2, Ok("cuStreamBeginRecaptureToGraph_ptsz"), Err(1)),
+        ("cuStreamBeginRecaptureToGraph", 13000, 0, Err(2), Err(1)),
+        (
+            "cuGraphInstantiateWithParams",
+            13000,
+            2,
+            Ok("cuGraphInstantiateWithParams_ptsz"),
+            Ok("cuGraphInstantiateWithParams_ptsz"),
+        ),
+    ] {
+        assert_eq!(ask(13050, name, version, flags), on13, "13.5 driver: {name}@{version} flags={flags}");
+        assert_eq!(ask(12090, name, version, flags), on129, "12.9 driver: {name}@{version} flags={flags}");
+    }
+}
+
+/// `FAKECUDA_DRIVER_VERSION` sets what `cuDriverGetVersion` reports and what resolves, through
+/// the exported entry points.
+#[test]
+fn driver_version_from_environment() {
+    common::in_child("driver_version_from_environment", &[("FAKECUDA_DRIVER_VERSION", "13000")], || unsafe {
+        let mut v: c_int = 0;
+        assert_eq!(fakecuda::api::ctx::cuDriverGetVersion(&mut v), CUDA_SUCCESS);
+        assert_eq!(v, 13000);
+        assert_eq!(getproc_v2("cuCtxGetDevice", 13000, 0), (CUDA_SUCCESS, 0, Some("cuCtxGetDevice_v2")));
+        // 13030 is newer than this driver: the base does not exist for it.
+        assert_eq!(getproc_v2("cuStreamBeginRecaptureToGraph", 13030, 0), (CUDA_ERROR_NOT_FOUND, 1, None));
+        assert_eq!(fakecuda::api::ctx::cuInit(0), CUDA_SUCCESS);
+        let (mut dev, mut ctx) = (0, std::ptr::null_mut());
+        assert_eq!(fakecuda::api::ctx::cuDevicePrimaryCtxRetain(&mut ctx, 1), CUDA_SUCCESS);
+        // The 13000 ABI takes a context: NULL is the current one (none yet), else the given one.
+        assert_eq!(fakecuda::api::ctx::cuCtxGetDevice_v2(&mut dev, std::ptr::null_mut()), CUDA_ERROR_INVALID_CONTEXT);
+        assert_eq!(fakecuda::api::ctx::cuCtxGetDevice_v2(&mut dev, ctx), CUDA_SUCCESS);
+        assert_eq!(dev, 1);
+        assert_eq!(fakecuda::api::ctx::cuCtxSynchronize_v2(ctx), CUDA_SUCCESS);
+    });
+}
+
+#[test]
+fn driver_version_default() {
+    common::in_child("driver_version_default", &[], || unsafe {
+        let mut v: c_int = 0;
+        assert_eq!(fakecuda::api::ctx::cuDriverGetVersion(&mut v), CUDA_SUCCESS);
+        assert_eq!(v, 12090);
+    });
 }

@@ -114,6 +114,7 @@ driver_table! {
         graph_instantiate_with_flags: "cuGraphInstantiateWithFlags" @ 11040 => fn(*mut CUgraphExec, CUgraph, u64);
         graph_exec_destroy: "cuGraphExecDestroy" @ 10000 => fn(CUgraphExec);
         graph_destroy: "cuGraphDestroy" @ 10000 => fn(CUgraph);
+        graph_create: "cuGraphCreate" @ 10000 => fn(*mut CUgraph, c_uint);
     }
 }
 
@@ -124,9 +125,14 @@ driver_table! {
         mem_free_async: "cuMemFreeAsync" @ 11020 / 11020 => fn(CUdeviceptr, CUstream);
         stream_synchronize: "cuStreamSynchronize" @ 2000 / 7000 => fn(CUstream);
         stream_begin_capture: "cuStreamBeginCapture" @ 10010 / 10010 => fn(CUstream, c_int);
+        stream_begin_capture_to_graph: "cuStreamBeginCaptureToGraph" @ 12030 / 12030
+            => fn(CUstream, CUgraph, *const *mut c_void, *const c_void, usize, c_int);
         stream_end_capture: "cuStreamEndCapture" @ 10000 / 10000 => fn(CUstream, *mut CUgraph);
         stream_is_capturing: "cuStreamIsCapturing" @ 10000 / 10000 => fn(CUstream, *mut c_int);
         graph_launch: "cuGraphLaunch" @ 10000 / 10000 => fn(CUgraphExec, CUstream);
+        /// `cudaGraphInstantiateParams` has the layout of `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+        graph_instantiate_with_params: "cuGraphInstantiateWithParams" @ 12000 / 12000
+            => fn(*mut CUgraphExec, CUgraph, *mut c_void);
         memcpy: "cuMemcpy" @ 4000 / 7000 => fn(CUdeviceptr, CUdeviceptr, usize);
         memcpy_htod: "cuMemcpyHtoD" @ 3020 / 7000 => fn(CUdeviceptr, *const c_void, usize);
         memcpy_dtoh: "cuMemcpyDtoH" @ 3020 / 7000 => fn(*mut c_void, CUdeviceptr, usize);

@@ -359,6 +359,14 @@ export! {
         check(need(t.stream_begin_capture)?(s, capture_mode))
     };
 
+    /// `cudaStreamBeginCaptureToGraph` (12.3): capture into a graph the caller created.
+    fn cudaStreamBeginCaptureToGraph [cudaStreamBeginCaptureToGraph_ptsz] (stream: cudaStream_t, graph: cudaGraph_t,
+        dependencies: *const *mut c_void, dependency_data: *const c_void, num_dependencies: usize,
+        capture_mode: cudaStreamCaptureMode) => |mode| {
+        let (t, s) = streamed(with_ctx()?, stream, mode);
+        check(need(t.stream_begin_capture_to_graph)?(s, graph, dependencies, dependency_data, num_dependencies, capture_mode))
+    };
+
     /// `cudaStreamEndCapture`.
     fn cudaStreamEndCapture [cudaStreamEndCapture_ptsz] (stream: cudaStream_t, graph: *mut cudaGraph_t) => |mode| {
         non_null(graph)?;
@@ -390,9 +398,24 @@ export! {
         graph_instantiate(exec, graph, flags)
     };
 
+    /// `cudaGraphInstantiateWithParams` (12.0): forwards the parameter struct (its upload stream
+    /// follows the entry point's default-stream mode).
+    fn cudaGraphInstantiateWithParams [cudaGraphInstantiateWithParams_ptsz] (exec: *mut cudaGraphExec_t,
+        graph: cudaGraph_t, params: *mut c_void) => |mode| {
+        non_null(exec)?;
+        let (t, _) = streamed(with_ctx()?, null_mut(), mode);
+        check(need(t.graph_instantiate_with_params)?(exec, graph, params))
+    };
+
     /// `cudaGraphExecDestroy`.
     fn cudaGraphExecDestroy(exec: cudaGraphExec_t) => |mode| {
         check(need(with_ctx()?.core.graph_exec_destroy)?(exec))
+    };
+
+    /// `cudaGraphCreate` (flags must be 0).
+    fn cudaGraphCreate(graph: *mut cudaGraph_t, flags: c_uint) => |mode| {
+        non_null(graph)?;
+        check(need(with_ctx()?.core.graph_create)?(graph, flags))
     };
 
     /// `cudaGraphDestroy`.

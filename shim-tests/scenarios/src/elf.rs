@@ -1,5 +1,6 @@
 //! Minimal ELF64 little-endian reader for the dynamic linking facts tests check: `DT_NEEDED`,
-//! `DT_SONAME`, and the defined / undefined symbols of `.dynsym`.
+//! `DT_SONAME`, the defined / undefined symbols of `.dynsym`, and the addresses of the
+//! `.symtab` symbols (to name an address inside a library, e.g. a culedger wrapper instance).
 
 use std::path::Path;
 
@@ -14,8 +15,20 @@ pub struct DynInfo {
     pub defined: Vec<String>,
     /// Names of `.dynsym` symbols the file needs from elsewhere.
     pub undefined: Vec<String>,
+    /// Defined `.symtab` symbols (local ones included) and their addresses, sorted by address;
+    /// empty for a stripped file.
+    pub symtab: Vec<(u64, String)>,
 }
 
+impl DynInfo {
+    /// The `.symtab` symbol at exactly `addr` (an offset from the load base for a shared object).
+    pub fn symbol_at(&self, addr: u64) -> Option<&str> {
+        let i = self.symtab.partition_point(|(a, _)| *a < addr);
+        self.symtab.get(i).filter(|(a, _)| *a == addr).map(|(_, n)| n.as_str())
+    }
+}
+
+const SHT_SYMTAB: u32 = 2;
 const SHT_DYNAMIC: u32 = 6;
 const SHT_DYNSYM: u32 = 11;
 const DT_NULL: u64 = 0;
@@ -92,9 +105,20 @@ fn parse(d: &[u8]) -> Result<DynInfo, String> {
                     }
                 }
             }
+            SHT_SYMTAB => {
+                let strs = strtab(sec.link)?;
+                let entsize = if sec.entsize == 0 { 24 } else { sec.entsize };
+                for off in (sec.offset..sec.offset + sec.size).step_by(entsize).skip(1) {
+                    let (shndx, value) = (u16_at(d, off + 6)?, u64_at(d, off + 8)?);
+                    if shndx != 0 && value != 0 {
+                        info.symtab.push((value, c_string(strs, u32_at(d, off)? as usize)?));
+                    }
+                }
+            }
             _ => {}
         }
     }
+    info.symtab.sort();
     Ok(info)
 }
 

@@ -3,8 +3,10 @@
 //! by the driver's free-memory figure; the delta is recorded per API (approximate).
 
 use super::{api, measured};
+use crate::hooks::real::{current_device, measure_free};
 use crate::hooks::table::*;
 use crate::hooks::types::*;
+use crate::hooks::{record, Depth};
 use libc::{c_char, c_int, c_uint, c_void};
 
 fn cost(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
@@ -52,6 +54,60 @@ pub unsafe fn cu_device_primary_ctx_retain(
     )
 }
 
+/// A new context on `dev`, made current by the driver. The free-memory figure is per device:
+/// the cost is measured only when a context on the same device was current before (a second
+/// context next to the primary one); the first context on a device has nothing to measure
+/// against and shows as untracked, like the primary context's.
+fn ctx_create(sym: Sym, dev: CUdevice, call: impl FnOnce() -> c_int) -> c_int {
+    let depth = Depth::enter();
+    if !depth.outer {
+        return call();
+    }
+    let before = if current_device() == dev { measure_free() } else { None };
+    let rc = call();
+    let after = if rc == 0 && before.is_some() { measure_free() } else { None };
+    record(api(sym), |l| {
+        if let (Some((b, _)), Some((a, _))) = (before, after) {
+            l.driver_cost(dev, api(sym), b as i64 - a as i64);
+        }
+    });
+    rc
+}
+
+pub unsafe fn cu_ctx_create_v2(
+    sym: Sym,
+    real: cuCtxCreate_v2::Real,
+    p: *mut CUcontext,
+    f: c_uint,
+    d: CUdevice,
+) -> c_int {
+    ctx_create(sym, d, || real(p, f, d))
+}
+
+pub unsafe fn cu_ctx_create_v3(
+    sym: Sym,
+    real: cuCtxCreate_v3::Real,
+    p: *mut CUcontext,
+    params: VoidPtr,
+    n: c_int,
+    f: c_uint,
+    d: CUdevice,
+) -> c_int {
+    ctx_create(sym, d, || real(p, params, n, f, d))
+}
+
+/// `cuCtxCreate_v4` (12.5): what `cuCtxCreate` means in CUDA 13's cuda.h.
+pub unsafe fn cu_ctx_create_v4(
+    sym: Sym,
+    real: cuCtxCreate_v4::Real,
+    p: *mut CUcontext,
+    params: VoidPtr,
+    f: c_uint,
+    d: CUdevice,
+) -> c_int {
+    ctx_create(sym, d, || real(p, params, f, d))
+}
+
 pub unsafe fn cu_module_load(sym: Sym, real: cuModuleLoad::Real, m: *mut CUmodule, f: *const c_char) -> c_int {
     cost(sym, || real(m, f))
 }
@@ -65,6 +121,19 @@ pub unsafe fn cu_module_load_data(
     cost(sym, || real(m, image))
 }
 
+pub unsafe fn cu_module_load_data_ex(
+    sym: Sym,
+    real: cuModuleLoadDataEx::Real,
+    m: *mut CUmodule,
+    image: *const c_void,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut VoidPtr,
+) -> c_int {
+    cost(sym, || real(m, image, n, options, values))
+}
+
+/// `cuLibraryLoadData` and `cuLibraryLoadFromFile` (the file name is the same pointer argument).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn cu_library_load_data(
     sym: Sym,

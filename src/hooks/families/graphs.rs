@@ -6,7 +6,7 @@ use crate::hooks::real::current_device;
 use crate::hooks::table::*;
 use crate::hooks::types::*;
 use crate::hooks::{record, Depth};
-use libc::{c_char, c_int, c_ulonglong};
+use libc::{c_char, c_int, c_ulonglong, c_void};
 
 /// Capture state is per stream; the legacy and per-thread default streams (handles 0, 1,
 /// 2) are per thread, so they are keyed with the thread id.
@@ -32,6 +32,36 @@ pub unsafe fn begin_capture(sym: Sym, real: cuStreamBeginCapture::Real, s: CUstr
 /// `cudaStreamBeginCapture`, `cuStreamBeginCapture_v2` and their per-thread forms.
 pub unsafe fn begin_capture_mode(sym: Sym, real: cuStreamBeginCapture_v2::Real, s: CUstream, mode: c_int) -> c_int {
     begin(sym, s, || real(s, mode))
+}
+
+/// `cuStreamBeginCaptureToGraph`, `cudaStreamBeginCaptureToGraph` (12.3) and their per-thread
+/// forms: a capture into a graph the caller created; it ends with `cuStreamEndCapture`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn begin_capture_to_graph(
+    sym: Sym,
+    real: cuStreamBeginCaptureToGraph::Real,
+    s: CUstream,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    data: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> c_int {
+    begin(sym, s, || real(s, g, deps, data, n, mode))
+}
+
+/// `cuStreamBeginRecaptureToGraph` (CUDA 13.3) and its per-thread form: capture again into an
+/// existing graph; it ends with `cuStreamEndCapture`.
+pub unsafe fn begin_recapture(
+    sym: Sym,
+    real: cuStreamBeginRecaptureToGraph::Real,
+    s: CUstream,
+    mode: c_int,
+    g: CUgraph,
+    callback: VoidPtr,
+    user_data: VoidPtr,
+) -> c_int {
+    begin(sym, s, || real(s, mode, g, callback, user_data))
 }
 
 /// End of capture: the capture is over whatever the result (an invalidated capture ends
@@ -65,6 +95,18 @@ pub unsafe fn instantiate_flags(
     f: c_ulonglong,
 ) -> c_int {
     instantiate(sym, || real(e, g, f))
+}
+
+/// `cuGraphInstantiateWithParams`, `cudaGraphInstantiateWithParams` (12.0) and their per-thread
+/// forms: the flags (and the result) travel in a parameter struct we do not read.
+pub unsafe fn instantiate_params(
+    sym: Sym,
+    real: cuGraphInstantiateWithParams::Real,
+    e: *mut CUgraphExec,
+    g: CUgraph,
+    params: VoidPtr,
+) -> c_int {
+    instantiate(sym, || real(e, g, params))
 }
 
 /// `cuGraphInstantiate` (10000) and `cuGraphInstantiate_v2` (11000): error node + log.

@@ -6,8 +6,6 @@ use crate::state::{self, with, with_init, Costly};
 use crate::types::*;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 
-/// `cuDriverGetVersion` reports CUDA 12.9.
-pub const DRIVER_VERSION: c_int = 12090;
 /// Last valid `CUdevice_attribute` + 1 (`CU_DEVICE_ATTRIBUTE_MAX` in cuda.h 12.9).
 pub const DEVICE_ATTRIBUTE_MAX: c_int = 144;
 /// Flags `cuCtxCreate` accepts (scheduling, MAP_HOST, LMEM_RESIZE_TO_MAX, coredump, SYNC_MEMOPS).
@@ -136,7 +134,7 @@ entry! {
     }
 
     fn cuDriverGetVersion(driver_version: *mut c_int) {
-        out(driver_version, DRIVER_VERSION)
+        out(driver_version, Config::get().driver_version)
     }
 
     fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) {
@@ -301,6 +299,18 @@ entry! {
 
     fn cuCtxSynchronize() {
         with_init(|p| p.current().map(|_| ()))
+    }
+
+    /// CUDA 13.0 ABI (what `cuCtxGetDevice` resolves to from 13000): the device of `ctx`, or of
+    /// the current context when `ctx` is NULL.
+    fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) {
+        let d = with_init(|p| if ctx.is_null() { p.current().map(|(_, d)| d) } else { p.ctx(ctx as u64).map(|c| c.dev) })?;
+        out(device, d as CUdevice)
+    }
+
+    /// CUDA 13.0 ABI: synchronizes `ctx`, or the current context when NULL.
+    fn cuCtxSynchronize_v2(ctx: CUcontext) {
+        with_init(|p| if ctx.is_null() { p.current().map(|_| ()) } else { p.ctx(ctx as u64).map(|_| ()) })
     }
 
     /// Maps the peer context's memory into the current context: costs `FAKECUDA_PEER_MIB` on the

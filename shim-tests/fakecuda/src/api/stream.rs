@@ -39,20 +39,46 @@ fn synchronize(h: CUstream, per_thread: bool) -> R {
 
 /// Starts capturing `h` into a new graph. The legacy NULL stream cannot be captured.
 fn begin_capture(h: CUstream, mode: c_int, per_thread: bool) -> R {
+    begin_capture_into(h, mode, per_thread, None)
+}
+
+/// Starts capturing `h` into `existing` (a graph the caller created), or into a new graph.
+fn begin_capture_into(h: CUstream, mode: c_int, per_thread: bool, existing: Option<CUgraph>) -> R {
     with_init(|p| {
         if !valid_mode(mode) {
             return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if let Some(g) = existing {
+            if !p.graphs.contains_key(&(g as u64)) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
         }
         let (key, dev) = p.stream(h, per_thread)?;
         let key = key.ok_or(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)?;
         if p.captures.contains_key(&key) {
             return Err(CUDA_ERROR_ILLEGAL_STATE);
         }
-        let graph = p.new_handle(tag::GRAPH);
-        p.graphs.insert(graph, Graph { dev, alloc_nodes: Vec::new() });
-        p.captures.insert(key, Capture { mode, thread: state::thread_token(), graph, invalidated: false });
+        let graph = match existing {
+            Some(g) => g as u64,
+            None => {
+                let g = p.new_handle(tag::GRAPH);
+                p.graphs.insert(g, Graph { dev, alloc_nodes: Vec::new() });
+                g
+            }
+        };
+        let thread = state::thread_token();
+        let into_existing = existing.is_some();
+        p.captures.insert(key, Capture { mode, thread, graph, invalidated: false, into_existing });
         Ok(())
     })
+}
+
+/// `cuStreamBeginCaptureToGraph` (12030): dependencies must come as an array when there are any.
+fn begin_capture_to_graph(h: CUstream, g: CUgraph, deps: *const CUgraphNode, n: usize, mode: c_int, pt: bool) -> R {
+    if n > 0 && deps.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    begin_capture_into(h, mode, pt, Some(g))
 }
 
 /// Ends a capture: the graph, or NULL and `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
@@ -69,7 +95,9 @@ unsafe fn end_capture(h: CUstream, ph_graph: *mut CUgraph, per_thread: bool) -> 
         }
         let c = p.captures.remove(&key).ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
         if c.invalidated {
-            p.graphs.remove(&c.graph);
+            if !c.into_existing {
+                p.graphs.remove(&c.graph);
+            }
             return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
         }
         Ok(c.graph)
@@ -125,6 +153,24 @@ unsafe fn instantiate_with_log(
         log.write(0);
     }
     instantiate(p_exec, graph, 0)
+}
+
+/// `cuGraphInstantiateWithParams` (12000): the flags come in `params`, which also receives the
+/// result (`CUDA_GRAPH_INSTANTIATE_SUCCESS` 0 / `CUDA_GRAPH_INSTANTIATE_ERROR` 1) and no error node.
+/// An upload stream, when `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` asks for one, must be valid.
+unsafe fn instantiate_with_params(
+    p_exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    per_thread: bool,
+) -> R {
+    let Some(params) = params.as_mut() else { return Err(CUDA_ERROR_INVALID_VALUE) };
+    params.h_err_node_out = std::ptr::null_mut();
+    let upload = params.h_upload_stream;
+    let r = if params.flags & 0x2 != 0 { with_init(|p| p.stream(upload, per_thread).map(|_| ())) } else { Ok(()) }
+        .and_then(|()| instantiate(p_exec, graph, params.flags));
+    params.result_out = if r.is_ok() { 0 } else { 1 };
+    r
 }
 
 fn launch(exec: CUgraphExec, h: CUstream, per_thread: bool) -> R {
@@ -251,6 +297,28 @@ entry! {
         begin_capture(h_stream, CU_STREAM_CAPTURE_MODE_GLOBAL, true)
     }
 
+    fn cuStreamBeginCaptureToGraph(h_stream: CUstream, h_graph: CUgraph, dependencies: *const CUgraphNode, dependency_data: *const c_void, num_dependencies: usize, mode: c_int) {
+        let _ = dependency_data;
+        begin_capture_to_graph(h_stream, h_graph, dependencies, num_dependencies, mode, false)
+    }
+
+    fn cuStreamBeginCaptureToGraph_ptsz(h_stream: CUstream, h_graph: CUgraph, dependencies: *const CUgraphNode, dependency_data: *const c_void, num_dependencies: usize, mode: c_int) {
+        let _ = dependency_data;
+        begin_capture_to_graph(h_stream, h_graph, dependencies, num_dependencies, mode, true)
+    }
+
+    /// CUDA 13.3: capture again into an existing graph (the fake does not compare topologies
+    /// and never calls the callback).
+    fn cuStreamBeginRecaptureToGraph(h_stream: CUstream, mode: c_int, h_graph: CUgraph, callback: *mut c_void, user_data: *mut c_void) {
+        let _ = (callback, user_data);
+        begin_capture_into(h_stream, mode, false, Some(h_graph))
+    }
+
+    fn cuStreamBeginRecaptureToGraph_ptsz(h_stream: CUstream, mode: c_int, h_graph: CUgraph, callback: *mut c_void, user_data: *mut c_void) {
+        let _ = (callback, user_data);
+        begin_capture_into(h_stream, mode, true, Some(h_graph))
+    }
+
     fn cuStreamEndCapture(h_stream: CUstream, ph_graph: *mut CUgraph) {
         end_capture(h_stream, ph_graph, false)
     }
@@ -298,6 +366,14 @@ entry! {
         instantiate(ph_graph_exec, h_graph, flags)
     }
 
+    fn cuGraphInstantiateWithParams(ph_graph_exec: *mut CUgraphExec, h_graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) {
+        instantiate_with_params(ph_graph_exec, h_graph, params, false)
+    }
+
+    fn cuGraphInstantiateWithParams_ptsz(ph_graph_exec: *mut CUgraphExec, h_graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) {
+        instantiate_with_params(ph_graph_exec, h_graph, params, true)
+    }
+
     fn cuGraphInstantiate_v2(ph_graph_exec: *mut CUgraphExec, h_graph: CUgraph, ph_error_node: *mut CUgraphNode, log_buffer: *mut c_char, buffer_size: usize) {
         instantiate_with_log(ph_graph_exec, h_graph, ph_error_node, log_buffer, buffer_size)
     }
@@ -329,6 +405,11 @@ entry! {
 
     fn cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, num_options: c_uint, options: *mut c_int, option_values: *mut *mut c_void) {
         module_load(module, !image.is_null() && options_ok(num_options, options, option_values))
+    }
+
+    /// A fat binary image (not parsed).
+    fn cuModuleLoadFatBinary(module: *mut CUmodule, fat_cubin: *const c_void) {
+        module_load(module, !fat_cubin.is_null())
     }
 
     /// The file must exist (its content is not parsed).
