@@ -10,6 +10,8 @@ pub const MAX_DEVICES: usize = 16;
 pub const MIB: u64 = 1 << 20;
 /// Allocation granularity: every allocation is rounded up to this, and the rounding is charged.
 pub const GRANULARITY: u64 = 2 * MIB;
+/// The driver version reported by default: CUDA 12.9 (the headers the fakes are built on).
+pub const DEFAULT_DRIVER_VERSION: i32 = 12090;
 
 /// Parameters of the simulated machine (see `shim-tests/README.md`, section "Fake driver").
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +34,9 @@ pub struct Config {
     pub ipc_open_cost: u64,
     /// `FAKECUDA_RESET=1`: clear the machine's shared usage when this process attaches to it.
     pub reset: bool,
+    /// `FAKECUDA_DRIVER_VERSION`: the CUDA version the driver reports (`cuDriverGetVersion`);
+    /// entry points introduced after it are unknown to `cuGetProcAddress`, as on an older driver.
+    pub driver_version: i32,
 }
 
 impl Config {
@@ -69,6 +74,18 @@ impl Config {
                 "default".to_string()
             }
         };
+        let driver_version = match get("FAKECUDA_DRIVER_VERSION") {
+            None => DEFAULT_DRIVER_VERSION,
+            Some(v) => match v.trim().parse::<i32>() {
+                Ok(n) if (11030..=DEFAULT_DRIVER_VERSION).contains(&n) => n,
+                _ => {
+                    crate::warn(&format!(
+                        "FAKECUDA_DRIVER_VERSION={v:?} is not in 11030..={DEFAULT_DRIVER_VERSION}; using {DEFAULT_DRIVER_VERSION}"
+                    ));
+                    DEFAULT_DRIVER_VERSION
+                }
+            },
+        };
         Config {
             machine,
             devices,
@@ -79,6 +96,7 @@ impl Config {
             module_cost: mib("FAKECUDA_MODULE_MIB", 8, 0),
             ipc_open_cost: mib("FAKECUDA_IPC_OPEN_MIB", 2, 0),
             reset: matches!(get("FAKECUDA_RESET").as_deref().map(str::trim), Some("1")),
+            driver_version,
         }
     }
 
@@ -132,6 +150,7 @@ mod tests {
             (512 * MIB, 64 * MIB, 16 * MIB, 8 * MIB, 2 * MIB)
         );
         assert!(!c.reset);
+        assert_eq!(c.driver_version, 12090);
     }
 
     #[test]
@@ -142,14 +161,18 @@ mod tests {
             ("FAKECUDA_CTX_MIB", "0"),
             ("FAKECUDA_RESET", "1"),
             ("FAKECUDA_MACHINE", "t1-x.y"),
+            ("FAKECUDA_DRIVER_VERSION", "12040"),
         ]);
+        assert_eq!(c.driver_version, 12040);
         assert_eq!((c.devices, c.total, c.ctx_cost, c.reset, c.machine.as_str()), (2, 64 * MIB, 0, true, "t1-x.y"));
         let c = cfg(&[
             ("FAKECUDA_DEVICES", "17"),
             ("FAKECUDA_TOTAL_MIB", "lots"),
             ("FAKECUDA_CTX_MIB", "-1"),
             ("FAKECUDA_MACHINE", "../etc"),
+            ("FAKECUDA_DRIVER_VERSION", "13000"),
         ]);
+        assert_eq!(c.driver_version, 12090, "newer than the headers the fake implements");
         assert_eq!((c.devices, c.total, c.ctx_cost, c.machine.as_str()), (8, 98304 * MIB, 512 * MIB, "default"));
         assert_eq!(c.shm_path(), "/dev/shm/fakecuda-default");
     }

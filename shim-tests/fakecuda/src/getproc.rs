@@ -128,6 +128,8 @@ table! {
     cuMemAllocFromPoolAsync 11020 ptsz => cuMemAllocFromPoolAsync_ptsz;
     cuDeviceGetDefaultMemPool 11020 => cuDeviceGetDefaultMemPool;
     cuDeviceGetMemPool 11020 => cuDeviceGetMemPool;
+    cuMemPoolCreate 11020 => cuMemPoolCreate;
+    cuMemPoolDestroy 11020 => cuMemPoolDestroy;
     cuMemAddressReserve 10020 => cuMemAddressReserve;
     cuMemAddressFree 10020 => cuMemAddressFree;
     cuMemCreate 10020 => cuMemCreate;
@@ -171,6 +173,12 @@ table! {
     cuStreamCreate 2000 => cuStreamCreate;
     cuStreamDestroy 2000 => cuStreamDestroy;
     cuStreamDestroy 4000 => cuStreamDestroy_v2;
+    cuStreamGetCtx 9020 => cuStreamGetCtx;
+    cuStreamGetCtx 9020 ptsz => cuStreamGetCtx_ptsz;
+    cuStreamGetCtx 12050 => cuStreamGetCtx_v2;
+    cuStreamGetCtx 12050 ptsz => cuStreamGetCtx_v2_ptsz;
+    cuStreamGetDevice 12080 => cuStreamGetDevice;
+    cuStreamGetDevice 12080 ptsz => cuStreamGetDevice_ptsz;
     cuStreamSynchronize 2000 => cuStreamSynchronize;
     cuStreamSynchronize 7000 ptsz => cuStreamSynchronize_ptsz;
     cuStreamBeginCapture 10000 => cuStreamBeginCapture;
@@ -205,14 +213,20 @@ pub type Miss = (CUresult, CUdriverProcAddressQueryResult);
 
 /// Resolves a base name for `version` and `flags` (0 default = legacy in the driver, 1 legacy,
 /// 2 per-thread default stream: the `_ptsz`/`_ptds` row when one exists at least as new as the
-/// legacy row that would be chosen).
+/// legacy row that would be chosen). Rows newer than the driver version
+/// (`FAKECUDA_DRIVER_VERSION`) do not exist for it, as on an older driver.
 pub fn resolve(name: &str, version: c_int, flags: u64) -> Result<&'static Entry, Miss> {
+    resolve_for_driver(name, version, flags, crate::config::Config::get().driver_version)
+}
+
+/// [`resolve`] on a driver of version `driver`.
+pub fn resolve_for_driver(name: &str, version: c_int, flags: u64, driver: c_int) -> Result<&'static Entry, Miss> {
     if flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
         || flags == CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
     {
         return Err((CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     }
-    let rows = || TABLE.iter().filter(|e| e.base == name);
+    let rows = || TABLE.iter().filter(|e| e.base == name && e.version <= driver);
     if rows().next().is_none() {
         return Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     }

@@ -6,8 +6,6 @@ use crate::state::{self, with, with_init, Costly};
 use crate::types::*;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 
-/// `cuDriverGetVersion` reports CUDA 12.9.
-pub const DRIVER_VERSION: c_int = 12090;
 /// Last valid `CUdevice_attribute` + 1 (`CU_DEVICE_ATTRIBUTE_MAX` in cuda.h 12.9).
 pub const DEVICE_ATTRIBUTE_MAX: c_int = 144;
 /// Flags `cuCtxCreate` accepts (scheduling, MAP_HOST, LMEM_RESIZE_TO_MAX, coredump, SYNC_MEMOPS).
@@ -136,7 +134,7 @@ entry! {
     }
 
     fn cuDriverGetVersion(driver_version: *mut c_int) {
-        out(driver_version, DRIVER_VERSION)
+        out(driver_version, Config::get().driver_version)
     }
 
     fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) {
