@@ -107,7 +107,7 @@ fn streams_know_their_context_and_device() {
         assert_eq!(ctx, c1);
         assert_eq!(cuStreamGetDevice(s1, &mut dev), 0);
         assert_eq!(dev, 1);
-        let mut green = 1 as *mut std::os::raw::c_void;
+        let mut green = std::ptr::dangling_mut::<std::os::raw::c_void>();
         assert_eq!(cuStreamGetCtx_v2(s1, &mut ctx, &mut green), 0);
         assert_eq!((ctx, green), (c1, null_mut()));
         // The default streams are the current context's.
@@ -194,7 +194,7 @@ fn an_older_driver_lacks_newer_entry_points() {
         assert_eq!(v, 12040);
         let mut pfn = null_mut();
         let mut status = -1;
-        let name = b"cuStreamGetDevice\0".as_ptr().cast();
+        let name = c"cuStreamGetDevice".as_ptr();
         let r = fakecuda::getproc::cuGetProcAddress_v2(name, &mut pfn, 12080, 0, &mut status);
         assert_eq!((r, pfn, status), (CUDA_ERROR_NOT_FOUND, null_mut(), CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     });
