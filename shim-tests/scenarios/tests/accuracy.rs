@@ -244,3 +244,42 @@ fn wrappers_exhausted_by_live_copies_warn_once() {
     assert!(said[0].contains("cuMemAlloc_v2") && said[0].contains("not accounted"), "{said:?}");
     assert_eq!(warnings(&r).iter().filter(|w| w.contains("not accounted")).count(), 1, "{:?}", warnings(&r));
 }
+
+// ---- item 10: secrets in the command line -----------------------------------------------------
+
+/// Other forms a secret takes on a command line: several values, headers, URL passwords and
+/// query tokens. None of it may reach the report.
+#[test]
+fn secrets_in_other_argv_forms_never_reach_the_report() {
+    let u = Under::new("acc_argv");
+    #[rustfmt::skip]
+    let args = [
+        "free_fails",
+        "postgres://user:pw-h@db:5432/app",
+        "--api-key", "sk-a1", "sk-a2", "--api-keys", "sk-a3,sk-a4",
+        "--authorization", "Bearer tok-b0123456",
+        "-H", "Authorization: Bearer tok-c0123456",
+        "--pwd", "pw-d", "--pass=pw-e", "--passphrase", "pw-f", "--credentials", "cred-g",
+        "--url=https://x:pw-i@example.com/v1?access_token=tok-j&model=m",
+        "redis://:pw-k@10.0.0.1:6379",
+    ];
+    u.run("drv_accuracy", &args);
+    let r = u.report();
+    let argv: Vec<&str> = r["process"]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    #[rustfmt::skip]
+    let want = [
+        "free_fails",
+        "postgres://user:<redacted>@db:5432/app",
+        "--api-key", "<redacted>", "<redacted>", "--api-keys", "<redacted>",
+        "--authorization", "<redacted>",
+        "-H", "Authorization: <redacted>",
+        "--pwd", "<redacted>", "--pass=<redacted>", "--passphrase", "<redacted>", "--credentials", "<redacted>",
+        "--url=https://x:<redacted>@example.com/v1?access_token=<redacted>&model=m",
+        "redis://:<redacted>@10.0.0.1:6379",
+    ];
+    assert_eq!(argv[1..], want);
+    let text = r.to_string();
+    for secret in ["sk-a", "tok-", "pw-", "cred-g"] {
+        assert!(!text.contains(secret), "{secret} in the report");
+    }
+}
