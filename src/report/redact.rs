@@ -20,8 +20,9 @@
 //! - Inside any argument (and any option value): the password of a URL
 //!   (`postgres://user:<redacted>@host`, `redis://:<redacted>@host`), URL query parameters
 //!   with a secret name (`?access_token=<redacted>`), an HTTP header with a secret name
-//!   (`-H "Authorization: <redacted>"`, `X-Api-Key: <redacted>`), and the credentials after
-//!   `Bearer`/`Basic` (`Bearer <redacted>`).
+//!   (`-H "Authorization: <redacted>"`, `X-Api-Key: <redacted>`), the string value of a
+//!   JSON member with a secret name (`{"hf_token": "<redacted>"}`), and the credentials
+//!   after `Bearer`/`Basic` (`Bearer <redacted>`).
 
 /// What replaces a secret value.
 pub const REDACTED: &str = "<redacted>";
@@ -182,12 +183,46 @@ fn redact_header(text: &str) -> Option<String> {
     (header_like && is_secret_name(name)).then(|| format!("{name}: {REDACTED}"))
 }
 
+/// `text` with the string value of every JSON member whose key is secret redacted
+/// (`{"hf_token": "<redacted>"}` in a JSON-valued option).
+fn redact_json_members(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // A quoted key, blanks, a colon, blanks, then a quoted value.
+    while let Some(open) = rest.find('"') {
+        let after_open = &rest[open + 1..];
+        let Some(close) = after_open.find('"') else { break };
+        let key = &after_open[..close];
+        let tail = &after_open[close + 1..];
+        let value = tail.trim_start().strip_prefix(':').map(str::trim_start).and_then(|v| v.strip_prefix('"'));
+        let value_end = value.and_then(|v| v.find('"'));
+        match (value, value_end) {
+            (Some(v), Some(end)) if is_secret_name(key) => {
+                let consumed = rest.len() - v.len();
+                out.push_str(&rest[..consumed]);
+                out.push_str(REDACTED);
+                out.push('"');
+                rest = &v[end + 1..];
+            }
+            _ => {
+                // Not a secret member: keep everything up to the closing quote of this string.
+                let consumed = open + 1 + close + 1;
+                out.push_str(&rest[..consumed]);
+                rest = &rest[consumed..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Secrets inside a free-form argument or option value.
 fn redact_text(text: &str) -> String {
     if let Some(h) = redact_header(text) {
         return h;
     }
     let t = if text.contains("://") { redact_urls(text) } else { text.to_string() };
+    let t = if t.contains('"') { redact_json_members(&t) } else { t };
     redact_auth_schemes(&t)
 }
 
@@ -406,10 +441,82 @@ mod tests {
         // The scheme's credentials anywhere (a JSON header map, a quoted line).
         assert_eq!(
             r(&["--extra-headers", r#"{"Authorization": "Bearer hf_abcdefgh12345"}"#]),
-            ["--extra-headers", r#"{"Authorization": "Bearer <redacted>"}"#]
+            ["--extra-headers", r#"{"Authorization": "<redacted>"}"#]
         );
+        assert_eq!(r(&["--note", "send Bearer hf_abcdefgh12345 first"]), ["--note", "send Bearer <redacted> first"]);
         assert_eq!(r(&["--authorization", "Bearer abc"]), ["--authorization", R]);
         assert_eq!(r(&["--mode", "basic setup"]), ["--mode", "basic setup"], "prose, not a credential");
+    }
+
+    #[test]
+    fn secret_members_of_json_arguments() {
+        assert_eq!(
+            r(&["--model-loader-extra-config", r#"{"hf_token": "hf_x", "n": 2, "api_key":"k", "tokenizer": "t"}"#]),
+            [
+                "--model-loader-extra-config",
+                r#"{"hf_token": "<redacted>", "n": 2, "api_key":"<redacted>", "tokenizer": "t"}"#
+            ]
+        );
+        assert_eq!(
+            r(&[r#"--cfg={"password" : "p", "user": "u"}"#]),
+            [r#"--cfg={"password" : "<redacted>", "user": "u"}"#]
+        );
+        // Keys that are values, odd quoting: left as they are.
+        assert_eq!(r(&[r#"["token", "x"]"#]), [r#"["token", "x"]"#]);
+        assert_eq!(r(&[r#"say "hi"#]), [r#"say "hi"#]);
+        assert_eq!(r(&[r#"{"secret": 5}"#]), [r#"{"secret": 5}"#], "only string values");
+    }
+
+    /// Any input, however odd (multi-byte characters next to every delimiter), gives an
+    /// answer without panicking, and redacting twice changes nothing more.
+    #[test]
+    fn arbitrary_text_never_panics() {
+        let pieces = [
+            "://",
+            "@",
+            ":",
+            "\"",
+            "'",
+            "?",
+            "&",
+            "=",
+            "#",
+            "/",
+            "Bearer ",
+            "basic ",
+            "é",
+            "€",
+            "🙂",
+            "token",
+            "key",
+            "-",
+            "--",
+            " ",
+            "a",
+            "pw",
+            ",",
+            "{",
+            "}",
+            "Authorization",
+            "-H",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..4000 {
+            let mut args = vec!["prog".to_string()];
+            for _ in 0..(seed % 5 + 1) {
+                let mut a = String::new();
+                for _ in 0..(seed % 9) {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    a.push_str(pieces[(seed % pieces.len() as u64) as usize]);
+                }
+                args.push(a);
+            }
+            let once = redact_argv(&args);
+            assert_eq!(once.len(), args.len());
+            assert_eq!(redact_argv(&once), once, "{args:?}");
+        }
     }
 
     #[test]
