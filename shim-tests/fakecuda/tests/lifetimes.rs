@@ -13,17 +13,16 @@ use fakecuda::types::*;
 use std::os::raw::c_int;
 use std::ptr::null_mut;
 
-fn prop(dev: c_int) -> CUmemAllocationProp {
-    CUmemAllocationProp {
-        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
-        requested_handle_types: 0,
-        location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: dev },
-        win32_handle_meta_data: null_mut(),
-        compression_type: 0,
-        gpu_direct_rdma_capable: 0,
-        usage: 0,
-        reserved: [0; 4],
-    }
+/// Device 0's primary context current, and a stream created on device 1's: (c0, c1, s1).
+unsafe fn device1_stream() -> (CUcontext, CUcontext, CUstream) {
+    let c0 = setup(0);
+    let mut c1 = null_mut();
+    assert_eq!(cuDevicePrimaryCtxRetain(&mut c1, 1), 0);
+    assert_eq!(cuCtxSetCurrent(c1), 0);
+    let mut s1 = null_mut();
+    assert_eq!(cuStreamCreate(&mut s1, 0), 0);
+    assert_eq!(cuCtxSetCurrent(c0), 0);
+    (c0, c1, s1)
 }
 
 /// Used bytes of device `dev` (its primary context made current for the query).
@@ -46,7 +45,7 @@ fn vmm_memory_lives_while_referenced_or_mapped() {
     let test = "vmm_memory_lives_while_referenced_or_mapped";
     in_child(test, &[("FAKECUDA_CTX_MIB", "0")], || unsafe {
         setup(0);
-        let pr = prop(0);
+        let pr = prop(0, 0);
         let mut va = 0;
         assert_eq!(cuMemAddressReserve(&mut va, 12 * MIB, 0, 0, 0), 0);
         // vectorAddMMAP: release right after mapping; the memory stays until unmapped.
@@ -95,13 +94,7 @@ fn vmm_memory_lives_while_referenced_or_mapped() {
 fn streams_know_their_context_and_device() {
     let test = "streams_know_their_context_and_device";
     in_child(test, &[("FAKECUDA_DEVICES", "2")], || unsafe {
-        let c0 = setup(0);
-        let mut c1 = null_mut();
-        assert_eq!(cuDevicePrimaryCtxRetain(&mut c1, 1), 0);
-        assert_eq!(cuCtxSetCurrent(c1), 0);
-        let mut s1 = null_mut();
-        assert_eq!(cuStreamCreate(&mut s1, 0), 0);
-        assert_eq!(cuCtxSetCurrent(c0), 0);
+        let (c0, c1, s1) = device1_stream();
         let (mut ctx, mut dev) = (null_mut(), -1);
         assert_eq!(cuStreamGetCtx(s1, &mut ctx), 0);
         assert_eq!(ctx, c1);
@@ -130,13 +123,7 @@ fn streams_know_their_context_and_device() {
 fn stream_ordered_memory_lands_on_the_stream_or_pool_device() {
     let test = "stream_ordered_memory_lands_on_the_stream_or_pool_device";
     in_child(test, &[("FAKECUDA_DEVICES", "2"), ("FAKECUDA_CTX_MIB", "0")], || unsafe {
-        let c0 = setup(0);
-        let mut c1 = null_mut();
-        assert_eq!(cuDevicePrimaryCtxRetain(&mut c1, 1), 0);
-        assert_eq!(cuCtxSetCurrent(c1), 0);
-        let mut s1 = null_mut();
-        assert_eq!(cuStreamCreate(&mut s1, 0), 0);
-        assert_eq!(cuCtxSetCurrent(c0), 0);
+        let (_, _, s1) = device1_stream();
         let (mut a, mut b, mut c) = (0, 0, 0);
         assert_eq!(cuMemAllocAsync(&mut a, 4 * MIB, s1), 0, "device 1's stream, device 0 current");
         let mut pool1 = null_mut();

@@ -46,6 +46,13 @@ impl Under {
     }
 }
 
+/// Run `program args` under culedger on a fresh machine: what it said, and its report.
+fn ran(test: &str, program: &str, args: &[&str]) -> (Run, Value) {
+    let u = Under::new(test);
+    let run = u.run(program, args);
+    (run, u.report())
+}
+
 fn dev(report: &Value, index: u64) -> &Value {
     let devices = report["devices"].as_array().expect("devices[]");
     devices.iter().find(|d| d["index"] == index).unwrap_or_else(|| panic!("no device {index}: {report:#}"))
@@ -80,9 +87,7 @@ fn warnings(report: &Value) -> Vec<String> {
 /// of it untracked).
 #[test]
 fn vmm_memory_released_after_mapping_stays_live_until_unmapped() {
-    let u = Under::new("acc_vmm_release_early");
-    let run = u.run("drv_accuracy", &["vmm_release_early"]);
-    let r = u.report();
+    let (run, r) = ran("acc_vmm_release_early", "drv_accuracy", &["vmm_release_early"]);
     let d = dev(&r, 0);
     assert_eq!(num(&d["live_bytes"]), run.u64("live"));
     assert_eq!(num(&d["live_bytes"]), run.u64("after_unmap"), "what the driver still holds");
@@ -101,9 +106,7 @@ fn vmm_memory_released_after_mapping_stays_live_until_unmapped() {
 /// reference, unmap, release the creation reference. Live until the last release.
 #[test]
 fn vmm_retained_handle_release_keeps_the_mapping_live() {
-    let u = Under::new("acc_vmm_retain");
-    let run = u.run("drv_accuracy", &["vmm_retain"]);
-    let r = u.report();
+    let (run, r) = ran("acc_vmm_retain", "drv_accuracy", &["vmm_retain"]);
     let d = dev(&r, 0);
     let driver = ["after_retain_release", "after_unmap", "after_release"].map(|k| run.u64(k));
     assert_eq!(driver, [run.u64("size"), run.u64("size"), 0], "the fake driver's lifetime");
@@ -134,9 +137,8 @@ fn check_async_devices(r: &Value, run: &Run) {
 /// charged to device 0.
 #[test]
 fn stream_ordered_allocations_land_on_the_stream_or_pool_device() {
-    let u = Under::new("acc_async_devices");
-    let run = u.run("drv_accuracy", &["async_devices"]);
-    check_async_devices(&u.report(), &run);
+    let (run, r) = ran("acc_async_devices", "drv_accuracy", &["async_devices"]);
+    check_async_devices(&r, &run);
 }
 
 /// The same on a 12.4 driver: no cuStreamGetDevice; the device comes from the stream's context.
@@ -151,9 +153,7 @@ fn stream_device_without_cu_stream_get_device() {
 /// Runtime: cudaMallocAsync on device 1's stream while device 0 is current.
 #[test]
 fn runtime_stream_ordered_allocation_on_another_device() {
-    let u = Under::new("acc_rt_async_devices");
-    let run = u.run("rt_accuracy", &["async_devices"]);
-    let r = u.report();
+    let (run, r) = ran("acc_rt_async_devices", "rt_accuracy", &["async_devices"]);
     assert_eq!(num(&dev(&r, 0)["live_bytes"]), run.u64("dev0"));
     assert_eq!(num(&dev(&r, 1)["live_bytes"]), run.u64("dev1"));
     assert_eq!(top(dev(&r, 1), "cudaMallocAsync")["kind"], "async");
@@ -166,10 +166,8 @@ fn runtime_stream_ordered_allocation_on_another_device() {
 /// `cudaFree` in `graphs`), nothing counts as freed, and the timeline never shows a dip.
 #[test]
 fn free_failing_during_capture_leaves_the_allocation_as_it_was() {
-    let u = Under::new("acc_free_in_capture");
-    let run = u.run("rt_accuracy", &["free_in_capture"]);
+    let (run, r) = ran("acc_free_in_capture", "rt_accuracy", &["free_in_capture"]);
     assert_eq!([run.u64("free_rc"), run.u64("managed_rc"), run.u64("host_rc")], [900, 900, 900]);
-    let r = u.report();
     let d = dev(&r, 0);
     assert_eq!(num(&d["live_bytes"]), run.u64("live"));
     assert_eq!((num(&d["alloc_count"]), num(&d["free_count"])), (run.u64("allocs"), run.u64("frees")));
@@ -194,10 +192,8 @@ fn free_failing_during_capture_leaves_the_allocation_as_it_was() {
 /// `ipc` (it once moved to `other`, and exporting it again counted it twice).
 #[test]
 fn free_failing_without_context_keeps_the_export() {
-    let u = Under::new("acc_free_fails");
-    let run = u.run("drv_accuracy", &["free_fails"]);
+    let (run, r) = ran("acc_free_fails", "drv_accuracy", &["free_fails"]);
     assert_eq!(run.u64("free_rc"), 201);
-    let r = u.report();
     let d = dev(&r, 0);
     assert_eq!(num(&d["live_bytes"]), run.u64("live"));
     assert_eq!((live(d, "ipc"), live(d, "other")), (run.u64("ipc"), 0));
@@ -212,10 +208,8 @@ fn free_failing_without_context_keeps_the_export() {
 /// wrapper slots held by the unloaded copies are reused (once: no report, no warning).
 #[test]
 fn driver_reloaded_at_new_addresses_is_still_accounted() {
-    let u = Under::new("acc_reload");
-    let run = u.run(env!("CARGO_BIN_EXE_driver_reload"), &["reload", "3"]);
+    let (run, r) = ran("acc_reload", env!("CARGO_BIN_EXE_driver_reload"), &["reload", "3"]);
     assert_eq!((run.u64("loads"), run.u64("distinct_bases"), run.u64("unloaded")), (4, 4, 3));
-    let r = u.report();
     let d = dev(&r, 0);
     assert_eq!(num(&d["live_bytes"]), run.u64("live"));
     assert_eq!(num(&d["probes"][0]["free_bytes"]), run.u64("probe_free"));
@@ -251,7 +245,6 @@ fn wrappers_exhausted_by_live_copies_warn_once() {
 /// query tokens. None of it may reach the report.
 #[test]
 fn secrets_in_other_argv_forms_never_reach_the_report() {
-    let u = Under::new("acc_argv");
     #[rustfmt::skip]
     let args = [
         "free_fails",
@@ -263,8 +256,7 @@ fn secrets_in_other_argv_forms_never_reach_the_report() {
         "--url=https://x:pw-i@example.com/v1?access_token=tok-j&model=m",
         "redis://:pw-k@10.0.0.1:6379",
     ];
-    u.run("drv_accuracy", &args);
-    let r = u.report();
+    let (_, r) = ran("acc_argv", "drv_accuracy", &args);
     let argv: Vec<&str> = r["process"]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     #[rustfmt::skip]
     let want = [
