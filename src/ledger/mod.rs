@@ -97,6 +97,13 @@ pub struct VmmUndo {
     freed: Vec<Taken>,
 }
 
+impl VmmUndo {
+    /// The change removed no mapping (an unmap of a range with none recorded).
+    pub fn unmapped_nothing(&self) -> bool {
+        self.change.removed() == 0
+    }
+}
+
 /// Where a memory pool's allocations reside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolPlace {
@@ -428,15 +435,19 @@ impl Ledger {
     /// when it has no reference left.
     pub fn vmm_unmap_begin(&self, va: u64, size: u64) -> VmmUndo {
         let change = self.vmm.lock().unmap(va, size);
-        if change.removed() == 0 {
-            self.note_warning(&format!("unmap of 0x{va:x} ({size} bytes): no mapping recorded there"));
-        }
         self.vmm_settle(change)
     }
 
     /// [`Ledger::vmm_unmap_begin`] for an unmap that succeeded.
     pub fn vmm_unmap(&self, va: u64, size: u64) {
-        self.vmm_unmap_begin(va, size);
+        if self.vmm_unmap_begin(va, size).unmapped_nothing() {
+            self.vmm_unmapped_nothing(va, size);
+        }
+    }
+
+    /// A successful unmap of a range where no mapping was recorded.
+    pub fn vmm_unmapped_nothing(&self, va: u64, size: u64) {
+        self.note_warning(&format!("unmap of 0x{va:x} ({size} bytes): no mapping recorded there"));
     }
 
     /// The real release or unmap failed: put back the records and the table as they were.

@@ -80,7 +80,17 @@ pub unsafe fn cu_mem_map(
 /// Mappings removed (recorded before the call, undone if it fails): the memory of a
 /// released handle goes with its last mapping.
 pub unsafe fn cu_mem_unmap(sym: Sym, real: cuMemUnmap::Real, ptr: CUdeviceptr, size: usize) -> c_int {
-    undoable(sym, |l| Some(l.vmm_unmap_begin(ptr, size as u64)), || real(ptr, size), |l, _, u| l.vmm_undo(u))
+    let mut nothing = false;
+    let begin = |l: &crate::ledger::Ledger| {
+        let u = l.vmm_unmap_begin(ptr, size as u64);
+        nothing = u.unmapped_nothing();
+        Some(u)
+    };
+    let rc = undoable(sym, begin, || real(ptr, size), |l, _, u| l.vmm_undo(u));
+    if rc == 0 && nothing {
+        record(api(sym), |l| l.vmm_unmapped_nothing(ptr, size as u64));
+    }
+    rc
 }
 
 pub unsafe fn cu_mem_export_to_shareable_handle(
