@@ -12,7 +12,7 @@
 //! it runs inside the dynamic loader's callers, before anything else is initialised.
 //! The real `dlsym` is found with `dlvsym` over the glibc versions that define it.
 
-use super::real::{claim, is_ours, note_runtime_symbol, resolve_next};
+use super::real::{claim, is_ours, note_runtime_symbol, resolve_next, unwrapped};
 use super::table::{by_name, exported, Kind};
 use libc::{c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -105,7 +105,7 @@ unsafe fn decide(handle: *mut c_void, name: *const c_char) -> usize {
     match claim(entry.sym, found) {
         Some(w) => w as usize,
         None => {
-            crate::ledger::global().note_unwrapped(entry.name);
+            unwrapped(entry.sym);
             found as usize
         }
     }

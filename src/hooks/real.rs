@@ -14,6 +14,10 @@ const ZERO: AtomicUsize = AtomicUsize::new(0);
 const ZERO_ROW: [AtomicUsize; NSLOTS] = [ZERO; NSLOTS];
 /// `REAL[sym][slot]`: the real function the wrapper instance (sym, slot) forwards to.
 static REAL: [[AtomicUsize; NSLOTS]; NSYMS] = [ZERO_ROW; NSYMS];
+/// `BASE[sym][slot]`: load base of the object that defined `REAL[sym][slot]` when the slot
+/// was claimed (0: not known). A slot whose object is gone (unloaded, or another object now
+/// where it was) is stale and may be claimed again.
+static BASE: [[AtomicUsize; NSLOTS]; NSYMS] = [ZERO_ROW; NSYMS];
 
 /// The real function for (sym, slot), as `F` (a function pointer type). Slot 0 is resolved
 /// lazily with `dlsym(RTLD_NEXT)`: the definition after us in the global scope.
@@ -25,7 +29,7 @@ pub fn get<F: Copy>(sym: Sym, slot: usize) -> Option<F> {
     if p == 0 && slot == 0 {
         p = resolve_next(sym, false);
     }
-    if p == 0 {
+    if p == 0 || p == CHANGING {
         None
     } else {
         // SAFETY: F is the wrapper's own `Real` fn-pointer type, the size of a pointer.
@@ -50,7 +54,9 @@ pub fn resolve_next(sym: Sym, global_only: bool) -> usize {
     if p.is_null() || is_ours(p) {
         return 0;
     }
-    let _ = REAL[sym as usize][0].compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Acquire);
+    if REAL[sym as usize][0].compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        BASE[sym as usize][0].store(object_base(p as usize).unwrap_or(0), Ordering::Release);
+    }
     REAL[sym as usize][0].load(Ordering::Acquire)
 }
 
@@ -77,22 +83,87 @@ unsafe fn lookup_in_owner(kind: Kind, name: *const c_char) -> *mut c_void {
     }
 }
 
-/// A wrapper for `sym` that forwards to `real`: the slot already holding `real`, or a
-/// free slot claimed for it. `None` when every slot is taken by other definitions.
+/// Load base of the loaded object containing `p` (None when no loaded object does).
+fn object_base(p: usize) -> Option<usize> {
+    if p == 0 {
+        return None;
+    }
+    // SAFETY: dladdr only reads the loader's tables; `info` is a plain C struct.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        (libc::dladdr(p as *const c_void, &mut info) != 0).then_some(info.dli_fbase as usize)
+    }
+}
+
+/// Is the pointer in (sym, slot) still in the object it was claimed from?
+fn slot_live(sym: Sym, slot: usize, p: usize) -> bool {
+    let base = BASE[sym as usize][slot].load(Ordering::Acquire);
+    match object_base(p) {
+        Some(b) => base == 0 || b == base,
+        None => false,
+    }
+}
+
+/// A wrapper for `sym` that forwards to `real`: the slot already holding `real`, a free
+/// slot claimed for it, or a slot whose library has been unloaded since (a driver or runtime
+/// dlopened, used and dlclosed, then loaded again at another address). `None` when every
+/// slot belongs to a library still loaded.
 pub fn claim(sym: Sym, real: *mut c_void) -> Option<*mut c_void> {
     let real = real as usize;
     let row = &REAL[sym as usize];
+    let take = |s: usize| {
+        BASE[sym as usize][s].store(object_base(real).unwrap_or(0), Ordering::Release);
+        Some(wrapper(sym, s))
+    };
     if let Some(s) = (0..NSLOTS).find(|&s| row[s].load(Ordering::Acquire) == real) {
         return Some(wrapper(sym, s));
     }
     for (s, cell) in row.iter().enumerate().skip(1) {
         match cell.compare_exchange(0, real, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(wrapper(sym, s)),
+            Ok(_) => return take(s),
             Err(cur) if cur == real => return Some(wrapper(sym, s)),
             Err(_) => {}
         }
     }
+    // Every slot is taken: reuse one whose library is gone (checked only now, it is rare).
+    // A slot changing hands holds `CHANGING` until its base is stored: nobody else takes it
+    // meanwhile, and no lock is needed on this path.
+    for (s, cell) in row.iter().enumerate().skip(1) {
+        let cur = cell.load(Ordering::Acquire);
+        if cur != CHANGING
+            && !slot_live(sym, s, cur)
+            && cell.compare_exchange(cur, CHANGING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            BASE[sym as usize][s].store(object_base(real).unwrap_or(0), Ordering::Release);
+            cell.store(real, Ordering::Release);
+            return Some(wrapper(sym, s));
+        }
+    }
     None
+}
+
+/// A wrapper slot being handed from an unloaded library to a new one (never a function address).
+const CHANGING: usize = 1;
+
+static UNWRAPPED_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// `sym`'s real pointer is handed out unwrapped because every wrapper slot belongs to
+/// another loaded copy of its library: listed in `health.unwrapped_symbols`, and said once
+/// per process on stderr and in the report's warnings.
+pub fn unwrapped(sym: Sym) {
+    let name = TABLE[sym as usize].name;
+    let l = crate::ledger::global();
+    l.note_unwrapped(name);
+    if !UNWRAPPED_WARNED.swap(true, Ordering::AcqRel) {
+        crate::warn!(
+            "{name}: all {} wrappers are held by other loaded copies of its library; calls through this copy are not accounted (health.unwrapped_symbols lists every such entry point)",
+            NSLOTS - 1
+        );
+        l.note_warning(&format!(
+            "{name} and the entry points in unwrapped_symbols were handed out unwrapped (more than {} copies of their library loaded at once): calls through them are not accounted",
+            NSLOTS - 1
+        ));
+    }
 }
 
 /// Is `p` one of our own functions (an exported hook or a wrapper instance)?
@@ -100,9 +171,12 @@ pub fn is_ours(p: *mut c_void) -> bool {
     TABLE.iter().any(|e| exported(e.sym) == p || (0..NSLOTS).any(|s| wrapper(e.sym, s) == p))
 }
 
-/// Any real pointer known for `sym` (the first filled slot).
+/// Any real pointer known for `sym` whose library is still loaded (the first such slot).
 pub fn any(sym: Sym) -> usize {
-    REAL[sym as usize].iter().map(|c| c.load(Ordering::Acquire)).find(|&p| p != 0).unwrap_or(0)
+    (0..NSLOTS)
+        .map(|s| (s, REAL[sym as usize][s].load(Ordering::Acquire)))
+        .find(|&(s, p)| p > CHANGING && slot_live(sym, s, p))
+        .map_or(0, |(_, p)| p)
 }
 
 static MISSING_WARNED: [AtomicBool; NSYMS] = {
@@ -149,66 +223,108 @@ unsafe fn keep_loaded(p: usize) -> bool {
     true
 }
 
-/// A lazily resolved unhooked function, cached once found (and kept loaded).
+/// What looking up an unhooked function found.
+enum Found {
+    At(usize),
+    /// The loaded driver does not have it (its own resolver said so): never asked again.
+    Absent,
+    /// Nothing to ask yet (no driver loaded): asked again next time.
+    Unknown,
+}
+
+/// `Lazy::ptr` once the function is known to be absent.
+const ABSENT: usize = 1;
+
+/// A lazily resolved unhooked function, cached once found (and kept loaded), or once known
+/// to be absent from the driver.
 struct Lazy {
     ptr: AtomicUsize,
-    resolve: unsafe fn() -> usize,
+    resolve: unsafe fn() -> Found,
 }
 
 impl Lazy {
-    const fn new(resolve: unsafe fn() -> usize) -> Self {
+    const fn new(resolve: unsafe fn() -> Found) -> Self {
         Lazy { ptr: AtomicUsize::new(0), resolve }
     }
 
     fn get(&self) -> usize {
-        let p = self.ptr.load(Ordering::Acquire);
-        if p != 0 {
-            return p;
+        match self.ptr.load(Ordering::Acquire) {
+            0 => {}
+            ABSENT => return 0,
+            p => return p,
         }
-        let p = unsafe { (self.resolve)() };
-        if p != 0 && unsafe { keep_loaded(p) } {
-            self.ptr.store(p, Ordering::Release);
-            return p;
+        match unsafe { (self.resolve)() } {
+            Found::At(p) if unsafe { keep_loaded(p) } => {
+                self.ptr.store(p, Ordering::Release);
+                p
+            }
+            Found::Absent => {
+                self.ptr.store(ABSENT, Ordering::Release);
+                0
+            }
+            _ => 0,
         }
-        0
     }
 }
 
 type GetProcV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
 
+/// A real driver resolver (`cuGetProcAddress_v2` or the 11.3 form), never one of our
+/// wrappers: one seen through dlsym or a resolver whose library is still loaded, else the
+/// definition in libcuda (a program linking it directly never looks it up).
+unsafe fn real_resolver(sym: Sym) -> usize {
+    let seen = any(sym);
+    let p = if seen != 0 {
+        seen
+    } else {
+        let name = TABLE[sym as usize].cname.as_ptr() as *const c_char;
+        let p = lookup_in_owner(Kind::Driver, name);
+        if p.is_null() || is_ours(p) {
+            0
+        } else {
+            p as usize
+        }
+    };
+    if p != 0 && keep_loaded(p) {
+        p
+    } else {
+        0
+    }
+}
+
 /// Resolve an unhooked driver function without going through any of our wrappers: through
-/// a real resolver we saw (if its library is still loaded), else by name in libcuda.
-unsafe fn resolve_driver(base: &[u8], version: c_int, exported_name: &[u8]) -> usize {
+/// the driver's own resolver (its answer is final: a driver older than the function does not
+/// have it), else by name in libcuda.
+unsafe fn resolve_driver(base: &[u8], version: c_int, exported_name: &[u8]) -> Found {
     let mut out: *mut c_void = std::ptr::null_mut();
-    let v2 = any(Sym::cuGetProcAddress_v2);
-    if v2 != 0 && keep_loaded(v2) {
+    let symbol = base.as_ptr() as *const c_char;
+    let v2 = real_resolver(Sym::cuGetProcAddress_v2);
+    if v2 != 0 {
         let f: GetProcV2 = std::mem::transmute::<usize, GetProcV2>(v2);
         let mut status: c_int = 0;
-        if f(base.as_ptr() as *const c_char, &mut out, version, 0, &mut status) == 0 && !out.is_null() {
-            return out as usize;
-        }
+        let rc = f(symbol, &mut out, version, 0, &mut status);
+        return if rc == 0 && !out.is_null() { Found::At(out as usize) } else { Found::Absent };
     }
-    let v1 = any(Sym::cuGetProcAddress);
-    if v1 != 0 && keep_loaded(v1) {
+    let v1 = real_resolver(Sym::cuGetProcAddress);
+    if v1 != 0 {
         let f: GetProcV1 = std::mem::transmute::<usize, GetProcV1>(v1);
-        if f(base.as_ptr() as *const c_char, &mut out, version, 0) == 0 && !out.is_null() {
-            return out as usize;
-        }
+        let rc = f(symbol, &mut out, version, 0);
+        return if rc == 0 && !out.is_null() { Found::At(out as usize) } else { Found::Absent };
     }
     let name = exported_name.as_ptr() as *const c_char;
     for p in [lookup_in_owner(Kind::Driver, name), real_dlsym(RTLD_DEFAULT, name)] {
         if !p.is_null() && !is_ours(p) {
-            return p as usize;
+            return Found::At(p as usize);
         }
     }
-    0
+    Found::Unknown
 }
 
 macro_rules! driver_fn {
     ($name:ident, $base:literal, $version:literal, $exported:literal) => {
         static $name: Lazy = Lazy::new({
-            unsafe fn resolve() -> usize {
+            unsafe fn resolve() -> Found {
                 resolve_driver($base, $version, $exported)
             }
             resolve
@@ -219,6 +335,12 @@ macro_rules! driver_fn {
 driver_fn!(CU_CTX_GET_DEVICE, b"cuCtxGetDevice\0", 2000, b"cuCtxGetDevice\0");
 driver_fn!(CU_MEM_GET_INFO, b"cuMemGetInfo\0", 3020, b"cuMemGetInfo_v2\0");
 driver_fn!(CU_MEM_GET_ADDRESS_RANGE, b"cuMemGetAddressRange\0", 3020, b"cuMemGetAddressRange_v2\0");
+driver_fn!(CU_POINTER_GET_ATTRIBUTE, b"cuPointerGetAttribute\0", 4000, b"cuPointerGetAttribute\0");
+// CUDA 12.8; older drivers give the stream's context instead (the 9.2 form).
+driver_fn!(CU_STREAM_GET_DEVICE, b"cuStreamGetDevice\0", 12080, b"cuStreamGetDevice\0");
+driver_fn!(CU_STREAM_GET_CTX, b"cuStreamGetCtx\0", 9020, b"cuStreamGetCtx\0");
+driver_fn!(CU_CTX_PUSH_CURRENT, b"cuCtxPushCurrent\0", 4000, b"cuCtxPushCurrent_v2\0");
+driver_fn!(CU_CTX_POP_CURRENT, b"cuCtxPopCurrent\0", 4000, b"cuCtxPopCurrent_v2\0");
 
 /// Runtime `cudaGetDevice`: from the global scope, else from the library in which a
 /// runtime symbol was last found through dlsym (ctypes loads libcudart `RTLD_LOCAL`).
@@ -232,19 +354,23 @@ pub fn note_runtime_symbol(found: *mut c_void) {
     RUNTIME_SYMBOL.store(found as usize, Ordering::Release);
 }
 
-unsafe fn resolve_cuda_get_device() -> usize {
+unsafe fn resolve_cuda_get_device() -> Found {
     let name = c"cudaGetDevice".as_ptr();
     let p = real_dlsym(RTLD_DEFAULT, name);
     if !p.is_null() && !is_ours(p) {
-        return p as usize;
+        return Found::At(p as usize);
     }
     match runtime_owner() {
         Some(h) => {
             let p = real_dlsym(h, name);
             libc::dlclose(h);
-            p as usize
+            if p.is_null() {
+                Found::Unknown
+            } else {
+                Found::At(p as usize)
+            }
         }
-        None => 0,
+        None => Found::Unknown,
     }
 }
 
@@ -283,6 +409,67 @@ pub fn current_device() -> i32 {
         }
     }
     0
+}
+
+/// The device of stream `s` (a driver stream; the runtime's stream handles are the same):
+/// the current device for the default streams (NULL, `CU_STREAM_LEGACY`,
+/// `CU_STREAM_PER_THREAD`), else `cuStreamGetDevice` (CUDA 12.8+), else the device of the
+/// stream's context (`cuStreamGetCtx`, made current for the question and popped again),
+/// else the current device. Real driver functions only: no hook, no lock.
+pub fn stream_device(s: u64) -> i32 {
+    if s <= CU_STREAM_PER_THREAD {
+        return current_device();
+    }
+    type GetDevice = unsafe extern "C" fn(CUstream, *mut c_int) -> c_int;
+    type GetCtx = unsafe extern "C" fn(CUstream, *mut CUcontext) -> c_int;
+    type Push = unsafe extern "C" fn(CUcontext) -> c_int;
+    type Pop = unsafe extern "C" fn(*mut CUcontext) -> c_int;
+    let stream = s as CUstream;
+    let f = CU_STREAM_GET_DEVICE.get();
+    if f != 0 {
+        let f: GetDevice = unsafe { std::mem::transmute::<usize, GetDevice>(f) };
+        let mut dev: c_int = -1;
+        if unsafe { f(stream, &mut dev) } == 0 && dev >= 0 {
+            return dev;
+        }
+    }
+    let (get_ctx, push, pop, get_dev) =
+        (CU_STREAM_GET_CTX.get(), CU_CTX_PUSH_CURRENT.get(), CU_CTX_POP_CURRENT.get(), CU_CTX_GET_DEVICE.get());
+    if get_ctx != 0 && push != 0 && pop != 0 && get_dev != 0 {
+        // SAFETY: real driver functions with their cuda.h signatures.
+        unsafe {
+            let get_ctx: GetCtx = std::mem::transmute::<usize, GetCtx>(get_ctx);
+            let mut ctx: CUcontext = std::ptr::null_mut();
+            if get_ctx(stream, &mut ctx) == 0 && !ctx.is_null() {
+                let push: Push = std::mem::transmute::<usize, Push>(push);
+                if push(ctx) == 0 {
+                    let get_dev: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute::<usize, _>(get_dev);
+                    let mut dev: c_int = -1;
+                    let rc = get_dev(&mut dev);
+                    let pop: Pop = std::mem::transmute::<usize, Pop>(pop);
+                    let mut popped: CUcontext = std::ptr::null_mut();
+                    pop(&mut popped);
+                    if rc == 0 && dev >= 0 {
+                        return dev;
+                    }
+                }
+            }
+        }
+    }
+    current_device()
+}
+
+/// The device the driver says `ptr` was allocated on (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).
+pub fn pointer_device(ptr: u64) -> Option<i32> {
+    let f = CU_POINTER_GET_ATTRIBUTE.get();
+    if f == 0 {
+        return None;
+    }
+    let f: unsafe extern "C" fn(*mut c_void, c_int, CUdeviceptr) -> c_int =
+        unsafe { std::mem::transmute::<usize, _>(f) };
+    let mut dev: c_int = -1;
+    let rc = unsafe { f((&mut dev as *mut c_int).cast(), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) };
+    (rc == 0 && dev >= 0).then_some(dev)
 }
 
 /// (free, total) of the current device from the driver, without recording a probe.

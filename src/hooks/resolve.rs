@@ -7,7 +7,7 @@
 //! the per-thread (`_ptsz`/`_ptds`) one when flags ask for the per-thread default stream.
 //! `cuMemAlloc` below 3020 is the 32-bit v1 ABI and passes through untouched.
 
-use super::real::{claim, is_ours};
+use super::real::{claim, is_ours, unwrapped};
 use super::table::{Entry, Kind, Sym, ALIASES, TABLE, UNWRAPPED_VARIANTS};
 use super::types::VoidPtr;
 use libc::{c_char, c_int, c_uint, c_ulonglong};
@@ -85,7 +85,7 @@ unsafe fn substitute(symbol: *const c_char, pfn: *mut VoidPtr, version: Option<u
     let Some(entry) = selected else { return };
     match claim(entry.sym, real) {
         Some(w) => *pfn = w,
-        None => crate::ledger::global().note_unwrapped(entry.name),
+        None => unwrapped(entry.sym),
     }
 }
 

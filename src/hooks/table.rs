@@ -110,7 +110,7 @@ macro_rules! hook_table {
 
 const _: () = assert!(NSLOTS == 4, "wrapper() instantiates exactly four slots");
 
-use crate::hooks::families::{alloc, costs, graphs, host, info, ipc, vmm};
+use crate::hooks::families::{alloc, costs, graphs, host, info, ipc, pools, vmm};
 use crate::hooks::resolve;
 
 hook_table! {
@@ -164,6 +164,10 @@ hook_table! {
     cuMemFreeAsync_ptsz: Driver("cuMemFreeAsync", 11020, true) fn(dptr: CUdeviceptr, stream: CUstream) => alloc::cu_mem_free_async;
     cuMemAllocFromPoolAsync: Driver("cuMemAllocFromPoolAsync", 11020, false) fn(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream) => alloc::cu_mem_alloc_from_pool_async;
     cuMemAllocFromPoolAsync_ptsz: Driver("cuMemAllocFromPoolAsync", 11020, true) fn(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream) => alloc::cu_mem_alloc_from_pool_async;
+    cuMemPoolCreate: Driver("cuMemPoolCreate", 11020, false) fn(pool: *mut CUmemoryPool, props: *const CUmemPoolPropsHead) => pools::cu_mem_pool_create;
+    cuMemPoolDestroy: Driver("cuMemPoolDestroy", 11020, false) fn(pool: CUmemoryPool) => pools::cu_mem_pool_destroy;
+    cuDeviceGetDefaultMemPool: Driver("cuDeviceGetDefaultMemPool", 11020, false) fn(pool: *mut CUmemoryPool, dev: CUdevice) => pools::cu_device_get_mem_pool;
+    cuDeviceGetMemPool: Driver("cuDeviceGetMemPool", 11020, false) fn(pool: *mut CUmemoryPool, dev: CUdevice) => pools::cu_device_get_mem_pool;
     cuMemHostAlloc: Driver("cuMemHostAlloc", 2020, false) fn(pp: *mut VoidPtr, bytes: usize, flags: c_uint) => host::cu_mem_host_alloc;
     cuMemAllocHost_v2: Driver("cuMemAllocHost", 3020, false) fn(pp: *mut VoidPtr, bytes: usize) => host::cu_mem_alloc_host;
     cuMemFreeHost: Driver("cuMemFreeHost", 2000, false) fn(p: VoidPtr) => host::free_host;
@@ -173,6 +177,7 @@ hook_table! {
     cuMemRelease: Driver("cuMemRelease", 10020, false) fn(handle: CUmemGenericAllocationHandle) => vmm::cu_mem_release;
     cuMemMap: Driver("cuMemMap", 10020, false) fn(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) => vmm::cu_mem_map;
     cuMemUnmap: Driver("cuMemUnmap", 10020, false) fn(ptr: CUdeviceptr, size: usize) => vmm::cu_mem_unmap;
+    cuMemRetainAllocationHandle: Driver("cuMemRetainAllocationHandle", 11000, false) fn(handle: *mut CUmemGenericAllocationHandle, addr: VoidPtr) => vmm::cu_mem_retain_allocation_handle;
     cuMemExportToShareableHandle: Driver("cuMemExportToShareableHandle", 10020, false) fn(shareable: VoidPtr, handle: CUmemGenericAllocationHandle, handle_type: c_int, flags: c_ulonglong) => vmm::cu_mem_export_to_shareable_handle;
     cuIpcGetMemHandle: Driver("cuIpcGetMemHandle", 4010, false) fn(handle: *mut IpcMemHandle, dptr: CUdeviceptr) => ipc::cu_ipc_get_mem_handle;
     cuIpcOpenMemHandle: Driver("cuIpcOpenMemHandle", 4010, false) fn(pdptr: *mut CUdeviceptr, handle: IpcMemHandle, flags: c_uint) => ipc::cu_ipc_open_mem_handle;

@@ -43,7 +43,15 @@ pub struct CUmemAllocationPropHead {
     pub location: CUmemLocation,
 }
 
+/// Leading fields of `CUmemPoolProps_v1` (`allocType`, `handleTypes`, `location`): the
+/// same layout as those of `CUmemAllocationProp_v1`.
+pub type CUmemPoolPropsHead = CUmemAllocationPropHead;
+
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+/// `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD` (and NULL): streams of the current context.
+pub const CU_STREAM_PER_THREAD: u64 = 2;
+/// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`.
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 /// `cudaMemcpyHostToDevice` and `cudaMemcpyDefault` (cudaMemcpyKind).

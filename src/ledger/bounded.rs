@@ -140,6 +140,24 @@ impl Timeline {
         }
     }
 
+    /// The change the record `seq` sampled was undone, leaving the state `current`. When
+    /// that sample is the newest stored one it is dropped (the series is as if the change
+    /// never happened); when it is the pending current state, it takes `current`'s values;
+    /// otherwise other changes came after it and `current` is pushed as a change of its own.
+    pub(crate) fn undo(&mut self, seq: u64, current: Sample) {
+        if let Some(p) = self.pending.as_mut() {
+            if p.seq == seq {
+                p.live = current.live;
+                p.cats = current.cats;
+                return;
+            }
+        } else if self.samples.last().is_some_and(|s| s.seq == seq) {
+            self.samples.pop();
+            return;
+        }
+        self.push(current);
+    }
+
     /// The samples to render, ending with the current state; at most `TIMELINE_CAP`.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Sample> {
         self.samples.iter().chain(self.pending.iter())
@@ -178,6 +196,30 @@ mod tests {
 
     fn sample(i: u64) -> Sample {
         Sample { t_ms: i, seq: i, live: i, cats: [0, 0, 0, 0, 0, i] }
+    }
+
+    #[test]
+    fn undoing_the_newest_change() {
+        let mut t = Timeline::default();
+        t.push(sample(1));
+        t.push(sample(2));
+        // The change of seq 2 was undone: the series is as if it never happened.
+        t.undo(2, Sample { t_ms: 9, seq: 9, ..sample(1) });
+        assert_eq!(t.iter().map(|s| s.seq).collect::<Vec<_>>(), [1]);
+        // Another change came in between: the undo is a change of its own.
+        t.push(sample(2));
+        t.push(sample(3));
+        t.undo(2, sample(4));
+        assert_eq!(t.iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        // When the newest sample is the pending one (a decimated series), it is amended.
+        let mut t = Timeline::default();
+        for n in 1..=(TIMELINE_CAP as u64 + 1) {
+            t.push(sample(n));
+        }
+        let last = TIMELINE_CAP as u64 + 1;
+        t.undo(last, Sample { live: 0, ..sample(last) });
+        assert_eq!(t.iter().last().map(|s| (s.seq, s.live)), Some((last, 0)));
+        assert!(t.iter().count() <= TIMELINE_CAP);
     }
 
     #[test]

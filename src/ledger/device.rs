@@ -207,9 +207,14 @@ impl DeviceStats {
         self.cats[cat.index()].sub(bytes);
     }
 
+    /// The current totals, as a timeline sample taken by the record `now`.
+    fn current(&self, now: Stamp) -> Sample {
+        Sample { t_ms: now.t_ms, seq: now.seq, live: self.live_bytes, cats: self.cat_live() }
+    }
+
     /// Record the current totals on the timeline (after any change of them).
     fn sample(&mut self, now: Stamp) {
-        let s = Sample { t_ms: now.t_ms, seq: now.seq, live: self.live_bytes, cats: self.cat_live() };
+        let s = self.current(now);
         self.timeline.push(s);
     }
 
@@ -342,9 +347,39 @@ impl DeviceLedger {
 
     /// Free the record under `key`; its bytes, or None when unknown.
     pub(crate) fn remove(&mut self, key: Key, now: Stamp) -> Option<u64> {
+        self.take_sampled(key, now).map(|a| a.bytes)
+    }
+
+    /// Free the record under `key` and hand it out, so that a free whose real call then
+    /// fails can put it back ([`DeviceLedger::restore`]).
+    pub(crate) fn take_sampled(&mut self, key: Key, now: Stamp) -> Option<Alloc> {
         let a = self.take(key)?;
         self.stats.sample(now);
-        Some(a.bytes)
+        Some(a)
+    }
+
+    /// Put back, exactly as it was, a record taken at `taken` by a free whose real call
+    /// failed: facts, category, kind, api and times unchanged, the free uncounted, and the
+    /// timeline sample the free took withdrawn when nothing came after it (the failed free
+    /// leaves no dip). False (nothing restored) when a live record now occupies its
+    /// place: the driver handed the address out again, so the free did happen.
+    pub(crate) fn restore(&mut self, key: Key, a: Alloc, taken: Stamp, now: Stamp) -> bool {
+        let occupied = match key {
+            Key::Addr(base) => self.overlapping(base, a.end()).is_some(),
+            Key::Handle(h) => self.phys.contains_key(&h),
+        };
+        if occupied {
+            return false;
+        }
+        self.stats.add_live(a.category, a.bytes, now);
+        self.stats.free_count = self.stats.free_count.saturating_sub(1);
+        let current = self.stats.current(now);
+        self.stats.timeline.undo(taken.seq, current);
+        match key {
+            Key::Addr(b) => self.allocs.insert(b, a),
+            Key::Handle(h) => self.phys.insert(h, a),
+        };
+        true
     }
 
     /// Change the facts of a record and reclassify it. Returns what `change` returned,

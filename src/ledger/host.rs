@@ -29,6 +29,19 @@ impl HostPool {
         old
     }
 
+    /// Put back a range whose removal was undone (its free failed): live again, the
+    /// removal uncounted. False when `ptr` is live already.
+    pub(crate) fn restore(&mut self, ptr: u64, bytes: u64) -> bool {
+        if self.live.contains_key(&ptr) {
+            return false;
+        }
+        self.live.insert(ptr, bytes);
+        self.live_bytes = self.live_bytes.saturating_add(bytes);
+        self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+        self.removed = self.removed.saturating_sub(1);
+        true
+    }
+
     /// Remove the range at `ptr`; its bytes, or None when it is not live.
     pub(crate) fn remove(&mut self, ptr: u64) -> Option<u64> {
         let bytes = self.live.remove(&ptr)?;
@@ -59,5 +72,10 @@ mod tests {
         assert_eq!(p.remove(0x1000), None, "double free is unknown");
         assert_eq!(p.add(0x2000, 10), Some(50), "same pointer replaces");
         assert_eq!((p.live_bytes, p.peak_bytes, p.added, p.removed), (10, 150, 3, 2));
+        // A removal undone: as if it never happened.
+        assert_eq!(p.remove(0x2000), Some(10));
+        assert!(p.restore(0x2000, 10));
+        assert_eq!((p.live_bytes, p.peak_bytes, p.added, p.removed), (10, 150, 3, 2));
+        assert!(!p.restore(0x2000, 10), "already live");
     }
 }

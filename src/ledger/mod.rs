@@ -4,8 +4,8 @@
 //! is shared by all threads; each device is a separate shard behind its own lock, held
 //! only for the bookkeeping itself.
 //!
-//! Locking: the device shards, the VMM table, the host ledger and the two health lists
-//! each have their own `parking_lot::Mutex`, and no method ever holds two of them at once
+//! Locking: the device shards, the VMM table, the pool places, the host ledger and the two
+//! health lists each have their own `parking_lot::Mutex`, and no method ever holds two of them at once
 //! (a search over devices locks one shard at a time; warnings are noted after the shard
 //! lock is released). Counters are atomics. Nothing here calls out of the module while
 //! holding a lock, and nothing panics on any input.
@@ -20,8 +20,11 @@ mod host;
 mod json;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_undo;
 mod vmm;
 
+use std::collections::HashMap;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -29,9 +32,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 
-use device::{DeviceLedger, Key};
+use device::{Alloc, DeviceLedger, Key};
 use host::HostLedger;
-use vmm::{Mapping, VmmTable};
+use vmm::{Change, Mapping, VmmTable};
 
 /// Upper bound on device ordinals we account (larger ordinals are counted as lost).
 pub const MAX_DEVICES: usize = 64;
@@ -61,6 +64,52 @@ pub struct Facts {
 pub enum Freed {
     Known { dev: i32, bytes: u64 },
     Unknown,
+}
+
+/// A record a free took out before its real call (the driver may hand the address to
+/// another thread as soon as the call returns), to be put back exactly as it was if the
+/// call fails: see [`Ledger::restore`].
+#[derive(Debug)]
+pub struct Taken {
+    dev: i32,
+    key: Key,
+    alloc: Alloc,
+    /// The stamp of the take (its timeline sample).
+    at: Stamp,
+}
+
+impl Taken {
+    pub fn dev(&self) -> i32 {
+        self.dev
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.alloc.bytes
+    }
+}
+
+/// A VMM release or unmap recorded before its real call, for the same reason as a free;
+/// [`Ledger::vmm_undo`] reverts it if the call fails.
+#[derive(Debug)]
+pub struct VmmUndo {
+    change: Change,
+    /// Physical records whose memory went with the change.
+    freed: Vec<Taken>,
+}
+
+impl VmmUndo {
+    /// The change removed no mapping (an unmap of a range with none recorded).
+    pub fn unmapped_nothing(&self) -> bool {
+        self.change.removed() == 0
+    }
+}
+
+/// Where a memory pool's allocations reside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolPlace {
+    Device(i32),
+    /// Host memory (a `CU_MEM_LOCATION_TYPE_HOST*` pool): not device memory.
+    Host,
 }
 
 /// Warnings kept in the report.
@@ -108,6 +157,8 @@ pub struct Ledger {
     seq: AtomicU64,
     devices: [OnceCell<Mutex<DeviceLedger>>; MAX_DEVICES],
     vmm: Mutex<VmmTable>,
+    /// Memory pools whose place is known (created or looked up through a hook).
+    pools: Mutex<HashMap<u64, PoolPlace>>,
     host: Mutex<HostLedger>,
     health: Health,
 }
@@ -130,6 +181,7 @@ impl Ledger {
             seq: AtomicU64::new(1),
             devices: std::array::from_fn(|_| OnceCell::new()),
             vmm: Mutex::new(VmmTable::default()),
+            pools: Mutex::new(HashMap::new()),
             host: Mutex::new(HostLedger::default()),
             health: Health::default(),
         }
@@ -238,22 +290,52 @@ impl Ledger {
     /// a time. A pointer never seen allocated is `Unknown` and counted in
     /// `health.unknown_frees`; freeing NULL is a no-op and counts nothing.
     pub fn free(&self, ptr: u64, _api: &'static str) -> Freed {
-        if ptr == 0 {
-            return Freed::Unknown;
+        match self.free_take(ptr) {
+            Some(t) => Freed::Known { dev: t.dev, bytes: t.alloc.bytes },
+            None => Freed::Unknown,
         }
+    }
+
+    /// The free of `ptr`, keeping the record it removed so that [`Ledger::restore`] can put
+    /// it back if the real free fails. None for NULL and for unknown pointers (counted in
+    /// `health.unknown_frees`).
+    pub fn free_take(&self, ptr: u64) -> Option<Taken> {
+        if ptr == 0 {
+            return None;
+        }
+        let key = Key::Addr(ptr);
         for (dev, shard) in self.shards() {
-            let key = Key::Addr(ptr);
             let mut d = shard.lock();
-            let freed = d.has(key).then(|| d.remove(key, self.stamp())).flatten();
+            let taken = d.has(key).then(|| self.take_from(&mut d, dev, key)).flatten();
             drop(d);
-            if let Some(bytes) = freed {
+            if taken.is_some() {
                 self.bump();
-                return Freed::Known { dev, bytes };
+                return taken;
             }
         }
         self.health.unknown_frees.fetch_add(1, Ordering::Relaxed);
         self.bump();
-        Freed::Unknown
+        None
+    }
+
+    /// Take the record under `key` out of a locked shard (stamped under that lock).
+    fn take_from(&self, d: &mut DeviceLedger, dev: i32, key: Key) -> Option<Taken> {
+        let at = self.stamp();
+        d.take_sampled(key, at).map(|alloc| Taken { dev, key, alloc, at })
+    }
+
+    /// A free whose real call failed: put its record back exactly as it was (facts,
+    /// category, kind, api, times), the free uncounted. False, with a warning, when another
+    /// record took its place meanwhile (then the free did happen).
+    pub fn restore(&self, t: Taken) -> bool {
+        let (dev, key, base) = (t.dev, t.key, t.alloc.base);
+        let restored = self.on_device(dev, "restore", |d, now| d.restore(key, t.alloc, t.at, now)) == Some(true);
+        if !restored {
+            self.note_warning(&format!(
+                "a failed free of 0x{base:x} on device {dev} could not be undone: the address is in use again"
+            ));
+        }
+        restored
     }
 
     /// The allocation containing `ptr` (range lookup): (device, base, bytes). For a VA in a
@@ -287,7 +369,8 @@ impl Ledger {
     }
 
     // ---- VMM ---------------------------------------------------------------------
-    /// Physical memory `handle` of `bytes` created on `dev`: counted like an allocation.
+    /// Physical memory `handle` of `bytes` created on `dev`: counted like an allocation,
+    /// live until its last reference is released and its last mapping unmapped.
     pub fn vmm_create(&self, dev: i32, handle: u64, bytes: u64, api: &'static str) {
         if self.shard(dev, api).is_none() {
             return;
@@ -307,27 +390,73 @@ impl Ledger {
         }
     }
 
-    /// Physical memory `handle` released; false when it is unknown.
+    /// One more reference to `handle` (`cuMemRetainAllocationHandle`); false when unknown.
+    pub fn vmm_retain(&self, handle: u64) -> bool {
+        let known = self.vmm.lock().retain(handle);
+        if known {
+            self.bump();
+        }
+        known
+    }
+
+    /// Free the records of the handles a change left without references and mappings.
+    fn vmm_settle(&self, change: Change) -> VmmUndo {
+        let freed = change
+            .gone
+            .iter()
+            .filter_map(|&(handle, dev)| {
+                let mut d = self.existing(dev)?.lock();
+                self.take_from(&mut d, dev, Key::Handle(handle))
+            })
+            .collect();
+        self.bump();
+        VmmUndo { change, freed }
+    }
+
+    /// One reference to `handle` released; its memory goes when no reference and no
+    /// mapping is left. None when the handle is unknown (or has no reference left).
+    pub fn vmm_release_begin(&self, handle: u64) -> Option<VmmUndo> {
+        let change = self.vmm.lock().release(handle)?;
+        Some(self.vmm_settle(change))
+    }
+
+    /// [`Ledger::vmm_release_begin`] for a release that succeeded; false when unknown.
     pub fn vmm_release(&self, handle: u64) -> bool {
-        let Some(dev) = self.vmm.lock().release(handle) else {
-            return false;
-        };
-        self.on_device(dev, "vmm_release", |d, now| d.remove(Key::Handle(handle), now)).flatten().is_some()
+        self.vmm_release_begin(handle).is_some()
     }
 
     /// Virtual range [va, va+size) now maps `handle` at `offset`.
     pub fn vmm_map(&self, va: u64, size: u64, offset: u64, handle: u64) {
-        self.vmm.lock().map(Mapping { va, size, offset, handle });
-        self.bump();
+        let change = self.vmm.lock().map(Mapping { va, size, offset, handle });
+        self.vmm_settle(change);
     }
 
-    /// Mappings in [va, va+size) removed. Unmapping never frees bytes (release does).
+    /// Mappings in [va, va+size) removed; the memory of a handle goes with its last mapping
+    /// when it has no reference left.
+    pub fn vmm_unmap_begin(&self, va: u64, size: u64) -> VmmUndo {
+        let change = self.vmm.lock().unmap(va, size);
+        self.vmm_settle(change)
+    }
+
+    /// [`Ledger::vmm_unmap_begin`] for an unmap that succeeded.
     pub fn vmm_unmap(&self, va: u64, size: u64) {
-        let removed = self.vmm.lock().unmap(va, size);
-        self.bump();
-        if removed == 0 {
-            self.note_warning(&format!("unmap of 0x{va:x} ({size} bytes): no mapping recorded there"));
+        if self.vmm_unmap_begin(va, size).unmapped_nothing() {
+            self.vmm_unmapped_nothing(va, size);
         }
+    }
+
+    /// A successful unmap of a range where no mapping was recorded.
+    pub fn vmm_unmapped_nothing(&self, va: u64, size: u64) {
+        self.note_warning(&format!("unmap of 0x{va:x} ({size} bytes): no mapping recorded there"));
+    }
+
+    /// The real release or unmap failed: put back the records and the table as they were.
+    pub fn vmm_undo(&self, u: VmmUndo) {
+        for t in u.freed {
+            self.restore(t);
+        }
+        self.vmm.lock().undo(u.change);
+        self.bump();
     }
 
     /// The VMM handle mapped at `va`, if any.
@@ -346,6 +475,22 @@ impl Ledger {
             return false;
         };
         self.on_device(dev, api, |d, now| d.mark_exported(Key::Handle(handle), api, now)).unwrap_or(false)
+    }
+
+    // ---- memory pools --------------------------------------------------------------
+    /// Where the allocations of `pool` reside (a pool was created or looked up).
+    pub fn pool_place(&self, pool: u64, place: PoolPlace) {
+        self.pools.lock().insert(pool, place);
+    }
+
+    /// `pool` was destroyed.
+    pub fn pool_destroyed(&self, pool: u64) {
+        self.pools.lock().remove(&pool);
+    }
+
+    /// Where the allocations of `pool` reside, if known.
+    pub fn pool_of(&self, pool: u64) -> Option<PoolPlace> {
+        self.pools.lock().get(&pool).copied()
     }
 
     // ---- queries, failures -----------------------------------------------------
@@ -442,12 +587,26 @@ impl Ledger {
 
     /// Pinned host memory freed; false (and an unknown free) when never seen allocated.
     pub fn host_free(&self, ptr: u64) -> bool {
-        let freed = self.host.lock().pinned.remove(ptr).is_some();
-        if !freed {
+        self.host_take(ptr).is_some()
+    }
+
+    /// [`Ledger::host_free`] before the real call: the bytes freed, to put back with
+    /// [`Ledger::host_restore`] if the call fails.
+    pub fn host_take(&self, ptr: u64) -> Option<u64> {
+        let bytes = self.host.lock().pinned.remove(ptr);
+        if bytes.is_none() {
             self.health.unknown_frees.fetch_add(1, Ordering::Relaxed);
         }
         self.bump();
-        freed
+        bytes
+    }
+
+    /// A pinned free that failed: the range is live again, the free uncounted.
+    pub fn host_restore(&self, ptr: u64, bytes: u64) {
+        if !self.host.lock().pinned.restore(ptr, bytes) {
+            self.note_warning(&format!("a failed free of host 0x{ptr:x} could not be undone: it is live again"));
+        }
+        self.bump();
     }
 
     /// Host memory registered with CUDA.

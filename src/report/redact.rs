@@ -2,30 +2,51 @@
 //!
 //! Rules (names compared ASCII case-insensitively; `argv[0]` is never touched):
 //! - An option (`-name` or `--name`) is secret when its name, split into words at `-`, `_`
-//!   and `.`, has a word `key` or a word ending in `apikey`, or the name contains
-//!   `password`, `passwd` or `secret`, or contains `token` other than as `tokens` or
-//!   `tokenize*` (so `--max-num-batched-tokens` and `--tokenizer` stay readable). This
-//!   covers `--api-key`, `--token`, `--hf-token`, `--password`, `--client_secret`, ...
+//!   and `.`, has a word `key` or a word ending in `apikey`/`apikeys`, the words `api keys`,
+//!   a last word `pass`, `pwd`, `auth` or `cookie`, or the name contains `password`,
+//!   `passwd`, `passphrase`, `secret`, `credential` or `authorization`, or contains `token`
+//!   other than as `tokens` or `tokenize*` (so `--max-num-batched-tokens` and `--tokenizer`
+//!   stay readable). This covers `--api-key`, `--api-keys`, `--token`, `--hf-token`,
+//!   `--password`, `--pass`, `--pwd`, `--passphrase`, `--credentials`, `--authorization`,
+//!   `--client_secret`, `--redis-password`, ...
 //! - `--secret-opt=value` becomes `--secret-opt=<redacted>`.
-//! - `--secret-opt value`: the next argument becomes `<redacted>`, unless it starts with
-//!   `--` (then the option was a flag without a value).
+//! - `--secret-opt value...`: the values after it become `<redacted>` up to the next
+//!   argument that starts with `-` (options taking several values: vLLM's `--api-key k1
+//!   k2`). The first one is redacted even when it starts with a single `-`; one that starts
+//!   with `--` means the option was a flag without a value.
 //! - An environment-looking argument `NAME=value` (NAME made of letters, digits, `_`, `.`,
 //!   `-`, not starting with a digit or `-`) whose NAME is secret by the same test becomes
 //!   `NAME=<redacted>` (`HF_TOKEN=...`, `OPENAI_API_KEY=...`).
+//! - Inside any argument (and any option value): the password of a URL
+//!   (`postgres://user:<redacted>@host`, `redis://:<redacted>@host`), URL query parameters
+//!   with a secret name (`?access_token=<redacted>`), an HTTP header with a secret name
+//!   (`-H "Authorization: <redacted>"`, `X-Api-Key: <redacted>`), the string value of a
+//!   JSON member with a secret name (`{"hf_token": "<redacted>"}`), and the credentials
+//!   after `Bearer`/`Basic` (`Bearer <redacted>`).
 
 /// What replaces a secret value.
 pub const REDACTED: &str = "<redacted>";
 
 /// Substrings that make a name secret wherever they appear.
-const SECRET_SUBSTRINGS: [&str; 3] = ["password", "passwd", "secret"];
+const SECRET_SUBSTRINGS: [&str; 6] = ["password", "passwd", "passphrase", "secret", "credential", "authorization"];
 
-/// Is an option or variable name (without leading dashes) secret?
+/// Words that make a name secret when they end it (`--db-pass`, but not `--pass-through`).
+const SECRET_LAST_WORDS: [&str; 4] = ["pass", "pwd", "auth", "cookie"];
+
+/// Is an option, variable, header or parameter name (without leading dashes) secret?
 pub fn is_secret_name(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     if SECRET_SUBSTRINGS.iter().any(|s| name.contains(s)) {
         return true;
     }
-    if name.split(['-', '_', '.']).any(|w| w == "key" || w.ends_with("apikey")) {
+    let words: Vec<&str> = name.split(['-', '_', '.']).collect();
+    if words.iter().any(|w| *w == "key" || w.ends_with("apikey") || w.ends_with("apikeys")) {
+        return true;
+    }
+    if words.windows(2).any(|w| w[0] == "api" && w[1] == "keys") {
+        return true;
+    }
+    if words.last().is_some_and(|w| SECRET_LAST_WORDS.contains(w)) {
         return true;
     }
     name.match_indices("token").any(|(at, t)| {
@@ -48,39 +69,226 @@ fn option_name(arg: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// `text` with the password of every URL in it redacted (`scheme://user:pass@host`), and
+/// the values of secret query parameters.
+fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        // Only a real scheme (`[A-Za-z][A-Za-z0-9+.-]*`) introduces an authority.
+        let scheme_ok = before[..at]
+            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+            .next()
+            .and_then(|s| s.chars().next())
+            .is_some_and(|c| c.is_ascii_alphabetic());
+        // The URL runs to the next blank, quote or list separator.
+        let end = after.find([' ', '\t', '"', '\'', ',', ';', '<', '>']).unwrap_or(after.len());
+        let (url, tail) = after.split_at(end);
+        if scheme_ok {
+            out.push_str(&redact_url_body(url));
+        } else {
+            out.push_str(url);
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One URL after `scheme://`: `[user[:password]@]host[/path][?query][#fragment]`.
+fn redact_url_body(url: &str) -> String {
+    let auth_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+    let (authority, path) = url.split_at(auth_end);
+    let mut out = String::with_capacity(url.len());
+    match authority.rfind('@') {
+        Some(at) => {
+            let (userinfo, host) = authority.split_at(at);
+            match userinfo.split_once(':') {
+                Some((user, _)) => {
+                    out.push_str(user);
+                    out.push(':');
+                    out.push_str(REDACTED);
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push_str(host);
+        }
+        None => out.push_str(authority),
+    }
+    match path.split_once('?') {
+        Some((p, query)) => {
+            out.push_str(p);
+            out.push('?');
+            let (query, fragment) = match query.split_once('#') {
+                Some((q, f)) => (q, Some(f)),
+                None => (query, None),
+            };
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if is_secret_name(k) => format!("{k}={REDACTED}"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+            if let Some(f) = fragment {
+                out.push('#');
+                out.push_str(f);
+            }
+        }
+        None => out.push_str(path),
+    }
+    out
+}
+
+/// Shortest credential after `Bearer`/`Basic` that is redacted (`basic setup` is prose).
+const MIN_CREDENTIAL: usize = 8;
+
+/// `text` with the credentials after every `Bearer`/`Basic` scheme word redacted.
+fn redact_auth_schemes(text: &str) -> String {
+    // ASCII lowercasing keeps every byte offset.
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut from) = (0, 0);
+    loop {
+        let next =
+            ["bearer ", "basic "].iter().filter_map(|s| lower[from..].find(s).map(|at| (from + at, s.len()))).min();
+        let Some((at, len)) = next else { break };
+        from = at + len;
+        if at > 0 && lower.as_bytes()[at - 1].is_ascii_alphanumeric() {
+            continue;
+        }
+        let start = from + (text[from..].len() - text[from..].trim_start_matches(' ').len());
+        let cred = text[start..].find([' ', '"', '\'', ',', ';', '}']).unwrap_or(text.len() - start);
+        if cred < MIN_CREDENTIAL {
+            continue;
+        }
+        out.push_str(&text[copied..start]);
+        out.push_str(REDACTED);
+        copied = start + cred;
+        from = copied;
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// `Name: value` with a secret header name (`Authorization`, `X-Api-Key`, `Cookie`...):
+/// the value redacted.
+fn redact_header(text: &str) -> Option<String> {
+    let (name, _) = text.split_once(':')?;
+    let name = name.trim();
+    let header_like = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+    (header_like && is_secret_name(name)).then(|| format!("{name}: {REDACTED}"))
+}
+
+/// `text` with the string value of every JSON member whose key is secret redacted
+/// (`{"hf_token": "<redacted>"}` in a JSON-valued option).
+fn redact_json_members(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // A quoted key, blanks, a colon, blanks, then a quoted value.
+    while let Some(open) = rest.find('"') {
+        let after_open = &rest[open + 1..];
+        let Some(close) = after_open.find('"') else { break };
+        let key = &after_open[..close];
+        let tail = &after_open[close + 1..];
+        let value = tail.trim_start().strip_prefix(':').map(str::trim_start).and_then(|v| v.strip_prefix('"'));
+        let value_end = value.and_then(|v| v.find('"'));
+        match (value, value_end) {
+            (Some(v), Some(end)) if is_secret_name(key) => {
+                let consumed = rest.len() - v.len();
+                out.push_str(&rest[..consumed]);
+                out.push_str(REDACTED);
+                out.push('"');
+                rest = &v[end + 1..];
+            }
+            _ => {
+                // Not a secret member: keep everything up to the closing quote of this string.
+                let consumed = open + 1 + close + 1;
+                out.push_str(&rest[..consumed]);
+                rest = &rest[consumed..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Secrets inside a free-form argument or option value.
+fn redact_text(text: &str) -> String {
+    if let Some(h) = redact_header(text) {
+        return h;
+    }
+    let t = if text.contains("://") { redact_urls(text) } else { text.to_string() };
+    let t = if t.contains('"') { redact_json_members(&t) } else { t };
+    redact_auth_schemes(&t)
+}
+
 /// Redact a command line (see the module documentation). `argv[0]` is kept as is.
 pub fn redact_argv(argv: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(argv.len());
-    let mut redact_next = false;
+    // Values still to redact: after a secret option, until the next option.
+    let mut values = Values::None;
     for (i, arg) in argv.iter().enumerate() {
         if i == 0 {
             out.push(arg.clone());
             continue;
         }
-        if std::mem::take(&mut redact_next) && !arg.starts_with("--") {
-            out.push(REDACTED.to_string());
+        match std::mem::replace(&mut values, Values::None) {
+            Values::First if !arg.starts_with("--") => {
+                out.push(REDACTED.to_string());
+                values = Values::More;
+                continue;
+            }
+            Values::More if !arg.starts_with('-') => {
+                out.push(REDACTED.to_string());
+                values = Values::More;
+                continue;
+            }
+            _ => {}
+        }
+        // `-HAuthorization: ...` (curl's short form with the value attached).
+        if let Some(h) = arg.strip_prefix("-H").and_then(redact_header) {
+            out.push(format!("-H{h}"));
             continue;
         }
         if let Some(name) = option_name(arg) {
+            let eq = arg.find('=');
             if is_secret_name(name) {
-                match arg.find('=') {
+                match eq {
                     Some(eq) => out.push(format!("{}={REDACTED}", &arg[..eq])),
                     None => {
-                        redact_next = true;
+                        values = Values::First;
                         out.push(arg.clone());
                     }
                 }
                 continue;
             }
-        } else if let Some((name, _)) = arg.split_once('=') {
-            if looks_like_assignment_name(name) && is_secret_name(name) {
-                out.push(format!("{name}={REDACTED}"));
+            if let Some(eq) = eq {
+                out.push(format!("{}={}", &arg[..eq], redact_text(&arg[eq + 1..])));
+                continue;
+            }
+        } else if let Some((name, value)) = arg.split_once('=') {
+            if looks_like_assignment_name(name) {
+                let value = if is_secret_name(name) { REDACTED.to_string() } else { redact_text(value) };
+                out.push(format!("{name}={value}"));
                 continue;
             }
         }
-        out.push(arg.clone());
+        out.push(redact_text(arg));
     }
     out
+}
+
+/// Where `redact_argv` is after a secret option given in the `--opt value` form.
+enum Values {
+    None,
+    /// Its first value comes next (redacted unless it starts with `--`).
+    First,
+    /// Further values may follow (redacted until the next argument starting with `-`).
+    More,
 }
 
 #[cfg(test)]
@@ -127,9 +335,29 @@ mod tests {
             "--openai-apikey",
             "--passwd",
             "--wandb.api_key",
+            "--api-keys",
+            "--authorization",
+            "--Authorization",
+            "--proxy-authorization",
+            "--passphrase",
+            "--key-passphrase",
+            "--pwd",
+            "--db-pwd",
+            "--pass",
+            "--db-pass",
+            "--credentials",
+            "--gcp-credentials-json",
+            "--credential",
+            "--auth",
+            "--basic-auth",
+            "--cookie",
+            "--redis-password",
+            "--admin-api-key",
+            "--ngrok-authtoken",
         ] {
             assert!(is_secret_name(opt.trim_start_matches('-')), "{opt}");
             assert_eq!(r(&[opt, "v"]), [opt, REDACTED], "{opt}");
+            assert_eq!(r(&[&format!("{opt}=v")]), [format!("{opt}={REDACTED}")], "{opt}=");
         }
     }
 
@@ -147,6 +375,12 @@ mod tests {
             "--keys",
             "--port",
             "-p",
+            "--pass-through",
+            "--passes",
+            "--author",
+            "--auth-mode",
+            "--cwd",
+            "--bypass-cache",
         ] {
             assert!(!is_secret_name(opt.trim_start_matches('-')), "{opt}");
             assert_eq!(r(&[opt, "v"]), [opt, "v"], "{opt}");
@@ -170,9 +404,202 @@ mod tests {
 
     #[test]
     fn consecutive_secret_options() {
-        assert_eq!(r(&["--token", "a", "--api-key", "b", "c"]), ["--token", REDACTED, "--api-key", REDACTED, "c"]);
-        // The value of a secret option is never reinterpreted as an option name.
-        assert_eq!(r(&["--token", "-api-key", "z"]), ["--token", REDACTED, "z"]);
+        assert_eq!(
+            r(&["--token", "a", "--api-key", "b", "--port", "c"]),
+            ["--token", R, "--api-key", R, "--port", "c"]
+        );
+        // The value of a secret option is never reinterpreted as an option name; the values
+        // after it are secret up to the next option.
+        assert_eq!(r(&["--token", "-api-key", "z", "-v"]), ["--token", R, R, "-v"]);
+    }
+
+    const R: &str = REDACTED;
+
+    #[test]
+    fn several_values_up_to_the_next_option() {
+        // vLLM: `api_key: list[str] | None` (nargs "+"), "the server will require one of
+        // these keys" (vllm/entrypoints/openai/cli_args.py, FrontendArgs.api_key).
+        assert_eq!(r(&["--api-key", "k1", "k2", "k3", "--port", "8000"]), ["--api-key", R, R, R, "--port", "8000"]);
+        assert_eq!(r(&["--api-keys", "k1,k2", "--x"]), ["--api-keys", R, "--x"]);
+        assert_eq!(r(&["--api_keys=k1,k2"]), ["--api_keys=<redacted>"]);
+    }
+
+    #[test]
+    fn header_forms() {
+        assert_eq!(r(&["-H", "Authorization: Bearer sk-abc123456"]), ["-H", "Authorization: <redacted>"]);
+        assert_eq!(r(&["--header", "X-Api-Key: abc"]), ["--header", "X-Api-Key: <redacted>"]);
+        assert_eq!(r(&["--header=authorization: Basic dXNlcjpwYXNz"]), ["--header=authorization: <redacted>"]);
+        assert_eq!(r(&["-HCookie: session=xyz"]), ["-HCookie: <redacted>"]);
+        assert_eq!(r(&["-H", "Content-Type: application/json"]), ["-H", "Content-Type: application/json"]);
+        assert_eq!(r(&["--host", "localhost:8000"]), ["--host", "localhost:8000"]);
+        // The scheme's credentials anywhere (a JSON header map, a quoted line).
+        assert_eq!(
+            r(&["--extra-headers", r#"{"Authorization": "Bearer hf_abcdefgh12345"}"#]),
+            ["--extra-headers", r#"{"Authorization": "<redacted>"}"#]
+        );
+        assert_eq!(r(&["--note", "send Bearer hf_abcdefgh12345 first"]), ["--note", "send Bearer <redacted> first"]);
+        assert_eq!(r(&["--authorization", "Bearer abc"]), ["--authorization", R]);
+        assert_eq!(r(&["--mode", "basic setup"]), ["--mode", "basic setup"], "prose, not a credential");
+    }
+
+    #[test]
+    fn secret_members_of_json_arguments() {
+        assert_eq!(
+            r(&["--model-loader-extra-config", r#"{"hf_token": "hf_x", "n": 2, "api_key":"k", "tokenizer": "t"}"#]),
+            [
+                "--model-loader-extra-config",
+                r#"{"hf_token": "<redacted>", "n": 2, "api_key":"<redacted>", "tokenizer": "t"}"#
+            ]
+        );
+        assert_eq!(
+            r(&[r#"--cfg={"password" : "p", "user": "u"}"#]),
+            [r#"--cfg={"password" : "<redacted>", "user": "u"}"#]
+        );
+        // Keys that are values, odd quoting: left as they are.
+        assert_eq!(r(&[r#"["token", "x"]"#]), [r#"["token", "x"]"#]);
+        assert_eq!(r(&[r#"say "hi"#]), [r#"say "hi"#]);
+        assert_eq!(r(&[r#"{"secret": 5}"#]), [r#"{"secret": 5}"#], "only string values");
+    }
+
+    /// Any input, however odd (multi-byte characters next to every delimiter), gives an
+    /// answer without panicking, and redacting twice changes nothing more.
+    #[test]
+    fn arbitrary_text_never_panics() {
+        let pieces = [
+            "://",
+            "@",
+            ":",
+            "\"",
+            "'",
+            "?",
+            "&",
+            "=",
+            "#",
+            "/",
+            "Bearer ",
+            "basic ",
+            "é",
+            "€",
+            "🙂",
+            "token",
+            "key",
+            "-",
+            "--",
+            " ",
+            "a",
+            "pw",
+            ",",
+            "{",
+            "}",
+            "Authorization",
+            "-H",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..4000 {
+            let mut args = vec!["prog".to_string()];
+            for _ in 0..(seed % 5 + 1) {
+                let mut a = String::new();
+                for _ in 0..(seed % 9) {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    a.push_str(pieces[(seed % pieces.len() as u64) as usize]);
+                }
+                args.push(a);
+            }
+            let once = redact_argv(&args);
+            assert_eq!(once.len(), args.len());
+            assert_eq!(redact_argv(&once), once, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn passwords_inside_urls() {
+        let cases = [
+            ("postgres://user:pass@db:5432/app", "postgres://user:<redacted>@db:5432/app"),
+            ("https://user:pw@example.com/x?y=1", "https://user:<redacted>@example.com/x?y=1"),
+            ("redis://:pw@10.0.0.1:6379/0", "redis://:<redacted>@10.0.0.1:6379/0"),
+            ("mongodb+srv://u:p%40ss@cluster0/db", "mongodb+srv://u:<redacted>@cluster0/db"),
+            ("https://x:y@h1,redis://:z@h2", "https://x:<redacted>@h1,redis://:<redacted>@h2"),
+            ("https://host/v1?api_key=abc&model=m", "https://host/v1?api_key=<redacted>&model=m"),
+            ("https://h/p?access_token=t#frag", "https://h/p?access_token=<redacted>#frag"),
+            ("http://user@host:8000", "http://user@host:8000"),
+            ("http://localhost:8000/v1", "http://localhost:8000/v1"),
+            ("s3://bucket/key", "s3://bucket/key"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(r(&[url]), [want], "positional {url}");
+            assert_eq!(r(&["--url", url]), ["--url", want], "--url {url}");
+            assert_eq!(r(&[&format!("--url={url}")]), [format!("--url={want}")], "--url={url}");
+            assert_eq!(r(&[&format!("DATABASE_URL={url}")]), [format!("DATABASE_URL={want}")], "env {url}");
+        }
+        assert_eq!(r(&["DATABASE_PASSWORD=x"]), ["DATABASE_PASSWORD=<redacted>"]);
+    }
+
+    fn argv(line: &[&str]) -> Vec<String> {
+        line.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Real launch lines. Flag names from each project's own CLI definition.
+    #[test]
+    fn real_launch_lines() {
+        let secrets = [
+            "sk-sglang-0123",
+            "sk-admin-4567",
+            "sk-vllm-k1",
+            "sk-vllm-k2",
+            "hf_tok89",
+            "tgi-key-77",
+            "ngrok-2x",
+            "r3d1s-pw",
+        ];
+        #[rustfmt::skip]
+        let lines: [(&[&str], &[&str]); 5] = [
+            (
+                // SGLang: --api-key, --admin-api-key (python/sglang/srt/server_args.py,
+                // ServerArgs.add_cli_args).
+                &["python3", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "2",
+                  "--api-key", "sk-sglang-0123", "--admin-api-key=sk-admin-4567", "--port", "30000"],
+                &["python3", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "2",
+                  "--api-key", R, "--admin-api-key=<redacted>", "--port", "30000"],
+            ),
+            (
+                // vLLM: --api-key (several keys; vllm/entrypoints/openai/cli_args.py, FrontendArgs)
+                // and --hf-token (vllm/engine/arg_utils.py, EngineArgs.hf_token).
+                &["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--tensor-parallel-size", "2",
+                  "--api-key", "sk-vllm-k1", "sk-vllm-k2", "--hf-token", "hf_tok89", "--max-num-batched-tokens", "8192"],
+                &["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--tensor-parallel-size", "2",
+                  "--api-key", R, R, "--hf-token", R, "--max-num-batched-tokens", "8192"],
+            ),
+            (
+                // TGI: text-generation-launcher --api-key, --ngrok-authtoken (launcher/src/main.rs,
+                // Args); the Hub token in HF_TOKEN.
+                &["text-generation-launcher", "--model-id", "mistralai/Mistral-7B-v0.1", "--num-shard", "2",
+                  "--api-key", "tgi-key-77", "--ngrok-authtoken=ngrok-2x", "HF_TOKEN=hf_tok89"],
+                &["text-generation-launcher", "--model-id", "mistralai/Mistral-7B-v0.1", "--num-shard", "2",
+                  "--api-key", R, "--ngrok-authtoken=<redacted>", "HF_TOKEN=<redacted>"],
+            ),
+            (
+                // Ray: ray start --redis-password (python/ray/scripts/scripts.py, `start`).
+                &["ray", "start", "--head", "--port=6379", "--redis-password=r3d1s-pw", "--num-gpus", "8"],
+                &["ray", "start", "--head", "--port=6379", "--redis-password=<redacted>", "--num-gpus", "8"],
+            ),
+            (
+                // A Ray worker joining with the address and the password; a health check with
+                // the key as a header.
+                &["ray", "start", "--address", "redis://:r3d1s-pw@10.0.0.1:6379", "--redis-password", "r3d1s-pw",
+                  "-H", "Authorization: Bearer sk-vllm-k1"],
+                &["ray", "start", "--address", "redis://:<redacted>@10.0.0.1:6379", "--redis-password", R,
+                  "-H", "Authorization: <redacted>"],
+            ),
+        ];
+        for (line, want) in lines {
+            let got = redact_argv(&argv(line));
+            assert_eq!(got, argv(want));
+            for secret in secrets {
+                assert!(!got.iter().any(|a| a.contains(secret)), "{secret} kept in {got:?}");
+            }
+        }
     }
 
     #[test]

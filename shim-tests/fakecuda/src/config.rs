@@ -174,14 +174,18 @@ mod tests {
             ("FAKECUDA_CTX_MIB", "0"),
             ("FAKECUDA_RESET", "1"),
             ("FAKECUDA_MACHINE", "t1-x.y"),
+            ("FAKECUDA_DRIVER_VERSION", "12040"),
         ]);
+        assert_eq!(c.driver_version, 12040);
         assert_eq!((c.devices, c.total, c.ctx_cost, c.reset, c.machine.as_str()), (2, 64 * MIB, 0, true, "t1-x.y"));
         let c = cfg(&[
             ("FAKECUDA_DEVICES", "17"),
             ("FAKECUDA_TOTAL_MIB", "lots"),
             ("FAKECUDA_CTX_MIB", "-1"),
             ("FAKECUDA_MACHINE", "../etc"),
+            ("FAKECUDA_DRIVER_VERSION", "13001"),
         ]);
+        assert_eq!(c.driver_version, 12090, "not a CUDA version");
         assert_eq!((c.devices, c.total, c.ctx_cost, c.machine.as_str()), (8, 98304 * MIB, 512 * MIB, "default"));
         assert_eq!(c.shm_path(), "/dev/shm/fakecuda-default");
     }

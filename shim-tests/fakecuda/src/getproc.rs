@@ -135,6 +135,8 @@ table! {
     cuMemAllocFromPoolAsync 11020 ptsz => cuMemAllocFromPoolAsync_ptsz;
     cuDeviceGetDefaultMemPool 11020 => cuDeviceGetDefaultMemPool;
     cuDeviceGetMemPool 11020 => cuDeviceGetMemPool;
+    cuMemPoolCreate 11020 => cuMemPoolCreate;
+    cuMemPoolDestroy 11020 => cuMemPoolDestroy;
     cuMemAddressReserve 10020 => cuMemAddressReserve;
     cuMemAddressFree 10020 => cuMemAddressFree;
     cuMemCreate 10020 => cuMemCreate;
@@ -178,6 +180,12 @@ table! {
     cuStreamCreate 2000 => cuStreamCreate;
     cuStreamDestroy 2000 => cuStreamDestroy;
     cuStreamDestroy 4000 => cuStreamDestroy_v2;
+    cuStreamGetCtx 9020 => cuStreamGetCtx;
+    cuStreamGetCtx 9020 ptsz => cuStreamGetCtx_ptsz;
+    cuStreamGetCtx 12050 => cuStreamGetCtx_v2;
+    cuStreamGetCtx 12050 ptsz => cuStreamGetCtx_v2_ptsz;
+    cuStreamGetDevice 12080 => cuStreamGetDevice;
+    cuStreamGetDevice 12080 ptsz => cuStreamGetDevice_ptsz;
     cuStreamSynchronize 2000 => cuStreamSynchronize;
     cuStreamSynchronize 7000 ptsz => cuStreamSynchronize_ptsz;
     cuStreamBeginCapture 10000 => cuStreamBeginCapture;

@@ -36,7 +36,10 @@ pub mod tag {
     pub const EXEC: u64 = 0x0e8e;
     pub const MODULE: u64 = 0x0d0d;
     pub const LIBRARY: u64 = 0x0b1b;
+    /// A device's default pool (the id is the device ordinal).
     pub const POOL: u64 = 0x0b00;
+    /// A pool made by `cuMemPoolCreate`.
+    pub const MADE_POOL: u64 = 0x0b01;
     pub const PHYS: u64 = 0x0a11;
 }
 
@@ -245,6 +248,8 @@ pub struct Proc {
     pub vmm_va: Arena,
     pub reservations: BTreeMap<u64, u64>,
     pub phys: HashMap<u64, Phys>,
+    /// Pools made by `cuMemPoolCreate`: handle to device.
+    pub pools: HashMap<u64, usize>,
     pub streams: HashMap<u64, Stream>,
     pub captures: HashMap<StreamKey, Capture>,
     pub graphs: HashMap<u64, Graph>,
@@ -383,6 +388,7 @@ impl Proc {
             vmm_va: Arena::new(VMM_WINDOW),
             reservations: BTreeMap::new(),
             phys: HashMap::new(),
+            pools: HashMap::new(),
             streams: HashMap::new(),
             captures: HashMap::new(),
             graphs: HashMap::new(),

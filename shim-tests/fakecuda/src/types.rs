@@ -75,6 +75,7 @@ pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 0x1;
 pub const CU_MEM_HANDLE_TYPE_ALL: c_int = 0x1 | 0x2 | 0x4 | 0x8;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 0x1;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 0x1;
+pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 0x2;
 pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_int = 0x1;
 
 pub const CU_MEMORYTYPE_HOST: c_uint = 0x1;
@@ -113,6 +114,19 @@ pub struct CUmemAllocationProp {
     pub gpu_direct_rdma_capable: u8,
     pub usage: u16,
     pub reserved: [u8; 4],
+}
+
+/// `CUmemPoolProps`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemPoolProps {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location: CUmemLocation,
+    pub win32_security_attributes: *mut c_void,
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
 }
 
 /// `CUmemAccessDesc`.

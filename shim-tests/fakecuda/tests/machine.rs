@@ -193,19 +193,6 @@ fn ipc_handles_across_processes() {
     );
 }
 
-fn prop(dev: c_int, handle_types: c_int) -> CUmemAllocationProp {
-    CUmemAllocationProp {
-        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
-        requested_handle_types: handle_types,
-        location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: dev },
-        win32_handle_meta_data: null_mut(),
-        compression_type: 0,
-        gpu_direct_rdma_capable: 0,
-        usage: 0,
-        reserved: [0; 4],
-    }
-}
-
 /// Helper "vmm": imports the fd number in `FAKECUDA_VMM_FD`, maps it, reports.
 fn vmm_helper() {
     unsafe {

@@ -1,13 +1,27 @@
 //! Device allocations and frees (runtime and driver), and host-to-device copies.
 
-use super::{allocation, api, free, on_success, out, Word};
+use super::{allocation, allocation_on, api, free, on_success, out, Word};
+use crate::hooks::real::{pointer_device, stream_device};
 use crate::hooks::table::*;
 use crate::hooks::types::*;
-use crate::ledger::MemKind;
+use crate::ledger::{MemKind, PoolPlace};
 use libc::{c_int, c_uint, c_void};
 
 pub unsafe fn cuda_malloc(sym: Sym, real: cudaMalloc::Real, p: *mut VoidPtr, size: usize) -> c_int {
     allocation(sym, MemKind::Device, size as u64, || real(p, size), || out(p).map(|a| (a, size as u64)))
+}
+
+/// A stream-ordered allocation from the current pool of the STREAM's device (the
+/// runtime's stream handles are the driver's).
+fn stream_ordered(
+    sym: Sym,
+    size: usize,
+    s: CUstream,
+    call: impl FnOnce() -> c_int,
+    p: impl FnOnce() -> Option<u64>,
+) -> c_int {
+    let place = |_: &_, _| Some(stream_device(s as u64));
+    allocation_on(sym, MemKind::Async, size as u64, place, call, || p().map(|a| (a, size as u64)))
 }
 
 pub unsafe fn cuda_malloc_async(
@@ -17,7 +31,7 @@ pub unsafe fn cuda_malloc_async(
     size: usize,
     s: cudaStream_t,
 ) -> c_int {
-    allocation(sym, MemKind::Async, size as u64, || real(p, size, s), || out(p).map(|a| (a, size as u64)))
+    stream_ordered(sym, size, s, || real(p, size, s), || out(p))
 }
 
 pub unsafe fn cuda_malloc_managed(
@@ -99,9 +113,12 @@ pub unsafe fn cu_mem_alloc_async(
     size: usize,
     s: CUstream,
 ) -> c_int {
-    allocation(sym, MemKind::Async, size as u64, || real(p, size, s), || out(p).map(|a| (a, size as u64)))
+    stream_ordered(sym, size, s, || real(p, size, s), || out(p))
 }
 
+/// From `pool`, on the pool's location: known when the pool was created or looked up
+/// through a hook; otherwise the device the driver says the new pointer is on, else the
+/// stream's device. A host-located pool's memory is not device memory (not recorded).
 pub unsafe fn cu_mem_alloc_from_pool_async(
     sym: Sym,
     real: cuMemAllocFromPoolAsync::Real,
@@ -110,7 +127,19 @@ pub unsafe fn cu_mem_alloc_from_pool_async(
     pool: CUmemoryPool,
     s: CUstream,
 ) -> c_int {
-    allocation(sym, MemKind::Async, size as u64, || real(p, size, pool, s), || out(p).map(|a| (a, size as u64)))
+    let place = |l: &crate::ledger::Ledger, ptr: Option<u64>| match l.pool_of(pool as u64) {
+        Some(PoolPlace::Device(dev)) => Some(dev),
+        Some(PoolPlace::Host) => None,
+        None => Some(ptr.and_then(pointer_device).unwrap_or_else(|| stream_device(s as u64))),
+    };
+    allocation_on(
+        sym,
+        MemKind::Async,
+        size as u64,
+        place,
+        || real(p, size, pool, s),
+        || out(p).map(|a| (a, size as u64)),
+    )
 }
 
 pub unsafe fn cu_mem_free(sym: Sym, real: cuMemFree_v2::Real, p: CUdeviceptr) -> c_int {

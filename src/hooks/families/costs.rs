@@ -36,7 +36,8 @@ pub unsafe fn cu_ctx_enable_peer_access(
 }
 
 /// Retaining a primary context creates it the first time: its cost can only be measured
-/// when another context of the thread was current before (otherwise it shows as untracked).
+/// when a context of the same device was current around the call (the figure is the
+/// current device's); otherwise it shows as untracked on `dev`.
 pub unsafe fn cu_device_primary_ctx_retain(
     sym: Sym,
     real: cuDevicePrimaryCtxRetain::Real,
@@ -46,8 +47,8 @@ pub unsafe fn cu_device_primary_ctx_retain(
     measured(
         sym,
         || real(pctx, dev),
-        |l, rc, _current, delta| {
-            if let (0, Some(bytes)) = (rc, delta) {
+        |l, rc, current, delta| {
+            if let (0, Some(bytes), true) = (rc, delta, current == dev) {
                 l.driver_cost(dev, api(sym), bytes);
             }
         },

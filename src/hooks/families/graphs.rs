@@ -1,8 +1,9 @@
 //! Stream capture and graph instantiation. Allocations made while a capture is active on
-//! a device are flagged captured (category `graphs`); instantiation costs driver memory.
+//! a device (the captured stream's device) are flagged captured (category `graphs`);
+//! instantiation costs driver memory.
 
 use super::api;
-use crate::hooks::real::current_device;
+use crate::hooks::real::stream_device;
 use crate::hooks::table::*;
 use crate::hooks::types::*;
 use crate::hooks::{record, Depth};
@@ -21,7 +22,8 @@ fn stream_key(s: CUstream) -> u64 {
 }
 
 fn begin(sym: Sym, s: CUstream, call: impl FnOnce() -> c_int) -> c_int {
-    super::on_success(sym, call, |l| l.capture_begin(current_device(), stream_key(s), api(sym)))
+    // On the stream's device: allocations there are the captured ones.
+    super::on_success(sym, call, |l| l.capture_begin(stream_device(s as u64), stream_key(s), api(sym)))
 }
 
 /// `cuStreamBeginCapture` (v1, no mode) and its `_ptsz` form.
@@ -70,7 +72,7 @@ pub unsafe fn end_capture(sym: Sym, real: cuStreamEndCapture::Real, s: CUstream,
     let depth = Depth::enter();
     let rc = real(s, g);
     if depth.outer {
-        record(api(sym), |l| l.capture_end(current_device(), stream_key(s), api(sym)));
+        record(api(sym), |l| l.capture_end(stream_device(s as u64), stream_key(s), api(sym)));
     }
     rc
 }

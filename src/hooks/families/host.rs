@@ -1,9 +1,9 @@
 //! Page-locked host memory: pinned allocations and registrations (a separate ledger).
 
-use super::{api, on_success, out};
+use super::{api, on_success, out, undoable};
 use crate::hooks::table::*;
 use crate::hooks::types::*;
-use crate::hooks::{record, Depth};
+use crate::hooks::Depth;
 use libc::{c_int, c_uint};
 
 /// Forward a pinned allocation and record it in the host ledger on success.
@@ -46,19 +46,23 @@ pub unsafe fn cu_mem_alloc_host(sym: Sym, real: cuMemAllocHost_v2::Real, p: *mut
     pinned(sym, p, size, || real(p, size))
 }
 
-/// `cudaFreeHost`/`cuMemFreeHost` (same ABI). Removed first, as device frees are.
+/// `cudaFreeHost`/`cuMemFreeHost` (same ABI). Removed first, as device frees are, and put
+/// back if the real free fails.
 pub unsafe fn free_host(sym: Sym, real: cudaFreeHost::Real, p: VoidPtr) -> c_int {
-    let depth = Depth::enter();
-    if !depth.outer || p.is_null() {
+    if p.is_null() {
+        let _depth = Depth::enter();
         return real(p);
     }
-    let mut known = false;
-    record(api(sym), |l| known = l.host_free(p as u64));
-    let rc = real(p);
-    if rc != 0 && known {
-        record(api(sym), |l| l.note_warning(&format!("{}({p:p}) failed with {rc}", api(sym))));
-    }
-    rc
+    let ptr = p as u64;
+    undoable(
+        sym,
+        |l| l.host_take(ptr),
+        || real(p),
+        |l, rc, bytes| {
+            l.host_restore(ptr, bytes);
+            l.note_warning(&format!("{}(0x{ptr:x}) failed with {rc}; allocation kept", api(sym)));
+        },
+    )
 }
 
 /// `cudaHostRegister`/`cuMemHostRegister_v2` (same ABI).

@@ -8,13 +8,14 @@ pub mod graphs;
 pub mod host;
 pub mod info;
 pub mod ipc;
+pub mod pools;
 pub mod vmm;
 
 use super::real::{current_device, measure_free};
 use super::table::{Sym, TABLE};
 use super::types::error_name;
 use super::{record, Depth};
-use crate::ledger::{Facts, Freed, MemKind};
+use crate::ledger::{Facts, MemKind};
 use libc::c_int;
 
 /// Exported name of a row: the `api` recorded in the report.
@@ -23,8 +24,8 @@ pub(crate) fn api(sym: Sym) -> &'static str {
     TABLE[sym as usize].name
 }
 
-/// Forward an allocation of `bytes`; the outermost call records the pointer `result()`
-/// reads back on success, or the failure with the ledger at that moment.
+/// Forward an allocation of `bytes` on the current device; the outermost call records the
+/// pointer `result()` reads back on success, or the failure with the ledger at that moment.
 #[inline]
 pub(crate) fn allocation(
     sym: Sym,
@@ -33,19 +34,34 @@ pub(crate) fn allocation(
     call: impl FnOnce() -> c_int,
     result: impl FnOnce() -> Option<(u64, u64)>,
 ) -> c_int {
+    allocation_on(sym, mem, bytes, |_, _| Some(current_device()), call, result)
+}
+
+/// [`allocation`] on the device `place` names, asked after the call with the new pointer
+/// (None when the call failed). `place` answering None means the memory is not device
+/// memory (a host-located pool): nothing is recorded. `place` may call the real driver (no
+/// lock is held then).
+#[inline]
+pub(crate) fn allocation_on(
+    sym: Sym,
+    mem: MemKind,
+    bytes: u64,
+    place: impl FnOnce(&crate::ledger::Ledger, Option<u64>) -> Option<i32>,
+    call: impl FnOnce() -> c_int,
+    result: impl FnOnce() -> Option<(u64, u64)>,
+) -> c_int {
     let depth = Depth::enter();
     let rc = call();
     if depth.outer {
         let name = api(sym);
         record(name, |l| {
-            let dev = current_device();
             if rc == 0 {
-                if let Some((ptr, size)) = result() {
-                    if ptr != 0 {
+                if let Some((ptr, size)) = result().filter(|&(ptr, _)| ptr != 0) {
+                    if let Some(dev) = place(l, Some(ptr)) {
                         l.alloc(dev, ptr, size, mem, name, Facts::default());
                     }
                 }
-            } else {
+            } else if let Some(dev) = place(l, None) {
                 l.failure(dev, name, bytes, rc, error_name(TABLE[sym as usize].kind, rc));
             }
         });
@@ -55,23 +71,44 @@ pub(crate) fn allocation(
 
 /// Forward a free. The record is removed BEFORE the real call: once the driver has the
 /// address back it may hand it to another thread's allocation, whose record must not be
-/// removed by ours. If the real free fails, the record is put back.
+/// removed by ours. If the real free fails, the record is put back exactly as it was.
 #[inline]
 pub(crate) fn free(sym: Sym, ptr: u64, call: impl FnOnce() -> c_int) -> c_int {
-    let depth = Depth::enter();
-    if !depth.outer || ptr == 0 {
+    if ptr == 0 {
+        // Frees nothing (often a context initialisation); calls beneath it stay nested.
+        let _depth = Depth::enter();
         return call();
     }
-    let name = api(sym);
-    let mut removed = Freed::Unknown;
-    record(name, |l| removed = l.free(ptr, name));
+    undoable(
+        sym,
+        |l| l.free_take(ptr),
+        call,
+        |l, rc, t| {
+            l.restore(t);
+            l.note_warning(&format!("{}(0x{ptr:x}) failed with {rc}; allocation kept", api(sym)));
+        },
+    )
+}
+
+/// Forward a call that ends a lifetime (a VMM release or unmap): recorded BEFORE the real
+/// call, for the reason [`free`] gives, and undone if the call fails.
+#[inline]
+pub(crate) fn undoable<U>(
+    sym: Sym,
+    begin: impl FnOnce(&crate::ledger::Ledger) -> Option<U>,
+    call: impl FnOnce() -> c_int,
+    undo: impl FnOnce(&crate::ledger::Ledger, c_int, U),
+) -> c_int {
+    let depth = Depth::enter();
+    if !depth.outer {
+        return call();
+    }
+    let mut change = None;
+    record(api(sym), |l| change = begin(l));
     let rc = call();
     if rc != 0 {
-        if let Freed::Known { dev, bytes } = removed {
-            record(name, |l| {
-                l.alloc(dev, ptr, bytes, MemKind::Device, name, Facts::default());
-                l.note_warning(&format!("{name}(0x{ptr:x}) failed with {rc}; allocation kept"));
-            });
+        if let Some(c) = change {
+            record(api(sym), |l| undo(l, rc, c));
         }
     }
     rc

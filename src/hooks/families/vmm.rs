@@ -1,7 +1,8 @@
-//! Virtual memory management: `cuMemCreate` is physical memory on `prop.location.id`
-//! until `cuMemRelease`; maps tie virtual ranges to handles so pointer lookups work.
+//! Virtual memory management: `cuMemCreate` is physical memory on `prop.location.id`,
+//! live while a handle reference (`cuMemCreate`, `cuMemRetainAllocationHandle`) or a
+//! mapping remains; maps tie virtual ranges to handles so pointer lookups work.
 
-use super::{api, on_success, out};
+use super::{api, on_success, out, undoable};
 use crate::hooks::real::current_device;
 use crate::hooks::table::*;
 use crate::hooks::types::*;
@@ -40,12 +41,26 @@ pub unsafe fn cu_mem_create(
     rc
 }
 
+/// One handle reference dropped: the memory goes only when no reference and no mapping
+/// is left (recorded before the call, undone if it fails).
 pub unsafe fn cu_mem_release(sym: Sym, real: cuMemRelease::Real, handle: CUmemGenericAllocationHandle) -> c_int {
+    undoable(sym, |l| l.vmm_release_begin(handle), || real(handle), |l, _, u| l.vmm_undo(u))
+}
+
+/// `cuMemRetainAllocationHandle`: one more reference to the handle mapped at `addr`.
+pub unsafe fn cu_mem_retain_allocation_handle(
+    sym: Sym,
+    real: cuMemRetainAllocationHandle::Real,
+    handle: *mut CUmemGenericAllocationHandle,
+    addr: VoidPtr,
+) -> c_int {
     on_success(
         sym,
-        || real(handle),
+        || real(handle, addr),
         |l| {
-            l.vmm_release(handle);
+            if let Some(h) = out(handle) {
+                l.vmm_retain(h);
+            }
         },
     )
 }
@@ -62,8 +77,20 @@ pub unsafe fn cu_mem_map(
     on_success(sym, || real(ptr, size, offset, handle, flags), |l| l.vmm_map(ptr, size as u64, offset as u64, handle))
 }
 
+/// Mappings removed (recorded before the call, undone if it fails): the memory of a
+/// released handle goes with its last mapping.
 pub unsafe fn cu_mem_unmap(sym: Sym, real: cuMemUnmap::Real, ptr: CUdeviceptr, size: usize) -> c_int {
-    on_success(sym, || real(ptr, size), |l| l.vmm_unmap(ptr, size as u64))
+    let mut nothing = false;
+    let begin = |l: &crate::ledger::Ledger| {
+        let u = l.vmm_unmap_begin(ptr, size as u64);
+        nothing = u.unmapped_nothing();
+        Some(u)
+    };
+    let rc = undoable(sym, begin, || real(ptr, size), |l, _, u| l.vmm_undo(u));
+    if rc == 0 && nothing {
+        record(api(sym), |l| l.vmm_unmapped_nothing(ptr, size as u64));
+    }
+    rc
 }
 
 pub unsafe fn cu_mem_export_to_shareable_handle(

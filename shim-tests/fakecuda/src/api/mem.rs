@@ -75,11 +75,10 @@ unsafe fn alloc_async(
     let base = with_init(|p| {
         let (ctx, _) = p.current()?;
         let (key, stream_dev) = p.stream(stream, per_thread)?;
-        let dev = match pool {
-            None => stream_dev,
-            Some(h) => pool_device(p, h)?,
+        let (dev, pool_h) = match pool {
+            None => (stream_dev, handle(tag::POOL, stream_dev as u64)),
+            Some(h) => (pool_device(p, h)?, h as u64),
         };
-        let pool_h = handle(tag::POOL, dev as u64);
         let base = p.alloc_device(ctx, dev, size as u64, Kind::Async { pool: pool_h }, false)?;
         if let Some(graph) = key.and_then(|k| p.captures.get(&k)).map(|c| c.graph) {
             if let Some(g) = p.graphs.get_mut(&graph) {
@@ -99,14 +98,15 @@ fn free_async(dptr: u64, stream: CUstream, per_thread: bool) -> R {
     })
 }
 
-/// Device of a memory pool handle (`CUDA_ERROR_INVALID_VALUE` if it is not one).
+/// Device of a memory pool handle: a device's default pool or a live pool made by
+/// `cuMemPoolCreate` (`CUDA_ERROR_INVALID_VALUE` if it is neither).
 fn pool_device(p: &Proc, pool: CUmemoryPool) -> R<usize> {
     let h = pool as u64;
     let dev = (h & 0xffff_ffff) as usize;
-    if tag_of(h) == tag::POOL && dev < p.devices {
-        Ok(dev)
-    } else {
-        Err(CUDA_ERROR_INVALID_VALUE)
+    match tag_of(h) {
+        tag::POOL if dev < p.devices => Ok(dev),
+        tag::MADE_POOL => p.pools.get(&h).copied().ok_or(CUDA_ERROR_INVALID_VALUE),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -371,6 +371,32 @@ entry! {
     fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
         let d = with_init(|p| p.device(dev))?;
         out(pool, handle(tag::POOL, d as u64) as CUmemoryPool)
+    }
+
+    /// A pool on a device (pinned device memory only; no handle types beyond POSIX fds).
+    fn cuMemPoolCreate(pool: *mut CUmemoryPool, pool_props: *const CUmemPoolProps) {
+        let props = pool_props.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if pool.is_null()
+            || props.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED
+            || props.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
+            || props.handle_types & !CU_MEM_HANDLE_TYPE_ALL != 0
+        {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let dev = p.device(props.location.id)?;
+            let h = p.new_handle(tag::MADE_POOL);
+            p.pools.insert(h, dev);
+            Ok(h)
+        })?;
+        pool.write(h as CUmemoryPool);
+        Ok(())
+    }
+
+    /// Destroys a made pool (default pools cannot be destroyed). Allocations still live from it
+    /// stay valid until freed, as the driver keeps the pool's resources until then.
+    fn cuMemPoolDestroy(pool: CUmemoryPool) {
+        with_init(|p| p.pools.remove(&(pool as u64)).map(|_| ()).ok_or(CUDA_ERROR_INVALID_VALUE))
     }
 
     fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) {

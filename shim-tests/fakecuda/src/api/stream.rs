@@ -248,7 +248,64 @@ fn unload_costly(h: u64, tag: u64) -> R {
     })
 }
 
+/// The context and device of a stream: a created stream's own; for the default streams (NULL,
+/// legacy, per-thread) the calling thread's current context.
+fn stream_ctx(h: CUstream) -> R<(u64, usize)> {
+    with_init(|p| match h as usize {
+        0 | CU_STREAM_LEGACY | CU_STREAM_PER_THREAD => p.current(),
+        v => p.streams.get(&(v as u64)).map(|s| (s.ctx, s.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE),
+    })
+}
+
+unsafe fn stream_get_ctx(h: CUstream, pctx: *mut CUcontext, green: *mut *mut c_void) -> R {
+    if pctx.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (ctx, _) = stream_ctx(h)?;
+    pctx.write(ctx as CUcontext);
+    if !green.is_null() {
+        green.write(std::ptr::null_mut());
+    }
+    Ok(())
+}
+
+unsafe fn stream_get_device(h: CUstream, device: *mut CUdevice) -> R {
+    if device.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (_, dev) = stream_ctx(h)?;
+    device.write(dev as CUdevice);
+    Ok(())
+}
+
 entry! {
+    /// The stream's context (9.2 ABI).
+    fn cuStreamGetCtx(h_stream: CUstream, pctx: *mut CUcontext) {
+        stream_get_ctx(h_stream, pctx, std::ptr::null_mut())
+    }
+
+    fn cuStreamGetCtx_ptsz(h_stream: CUstream, pctx: *mut CUcontext) {
+        stream_get_ctx(h_stream, pctx, std::ptr::null_mut())
+    }
+
+    /// The stream's context and green context (12.5 ABI; the fake has no green contexts).
+    fn cuStreamGetCtx_v2(h_stream: CUstream, pctx: *mut CUcontext, p_green_ctx: *mut *mut c_void) {
+        stream_get_ctx(h_stream, pctx, p_green_ctx)
+    }
+
+    fn cuStreamGetCtx_v2_ptsz(h_stream: CUstream, pctx: *mut CUcontext, p_green_ctx: *mut *mut c_void) {
+        stream_get_ctx(h_stream, pctx, p_green_ctx)
+    }
+
+    /// The device of the stream's context (CUDA 12.8).
+    fn cuStreamGetDevice(h_stream: CUstream, device: *mut CUdevice) {
+        stream_get_device(h_stream, device)
+    }
+
+    fn cuStreamGetDevice_ptsz(h_stream: CUstream, device: *mut CUdevice) {
+        stream_get_device(h_stream, device)
+    }
+
     fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint) {
         if ph_stream.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);

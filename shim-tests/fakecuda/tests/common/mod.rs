@@ -96,3 +96,17 @@ pub fn alloc(size: usize) -> CUdeviceptr {
     assert_eq!(unsafe { cuMemAlloc_v2(&mut p, size) }, CUDA_SUCCESS, "cuMemAlloc_v2({size})");
     p
 }
+
+/// A pinned VMM allocation property on device `dev`, with the shareable handle types asked.
+pub fn prop(dev: std::os::raw::c_int, handle_types: std::os::raw::c_int) -> CUmemAllocationProp {
+    CUmemAllocationProp {
+        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+        requested_handle_types: handle_types,
+        location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: dev },
+        win32_handle_meta_data: std::ptr::null_mut(),
+        compression_type: 0,
+        gpu_direct_rdma_capable: 0,
+        usage: 0,
+        reserved: [0; 4],
+    }
+}
