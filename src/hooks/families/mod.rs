@@ -42,7 +42,7 @@ pub(crate) fn allocation(
             if rc == 0 {
                 if let Some((ptr, size)) = result() {
                     if ptr != 0 {
-                        l.alloc(dev, ptr, size, mem, name, Facts::default());
+                        l.alloc(dev, ptr, size, mem, name, Facts { tag: super::tags::current(), ..Facts::default() });
                     }
                 }
             } else {
