@@ -3,7 +3,9 @@
 //! Layout: `rules` (the JSON rule language and its compilation), `glob` (patterns),
 //! `matcher` (first match wins over a [`matcher::Subject`] view), `phase` (the phase
 //! fallback: where allocations stand relative to free-memory queries), `tags` (interned
-//! explicit tags), `replay` (report-time categories with consistent peaks; prototype).
+//! explicit tags), `replay` (per-category live and peak from a history, with final
+//! categories), `report_time` (all of it for one device's history: what the report writer
+//! will call once call sites are recorded).
 //!
 //! The shipped packs (`rules/*.json`) are embedded at build time. `CULEDGER_RULES=FILE`
 //! adds the user's rules in front of them, or replaces them with `"replace": true`; a bad
@@ -17,6 +19,7 @@ pub mod glob;
 pub mod matcher;
 pub mod phase;
 pub mod replay;
+pub mod report_time;
 pub mod rules;
 pub mod tags;
 

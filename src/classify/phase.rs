@@ -6,13 +6,16 @@
 //! - A query counts when it succeeded and reported a free figure `F > 0`. Its *epoch* is the
 //!   allocations made after it and before the next counting query of the device.
 //! - An allocation is *retained* by an epoch when it is still allocated at the end of the
-//!   epoch (never freed, or freed after the next query). It is *host-filled* when at least
-//!   half of its bytes, and at least one, were copied into it from host memory.
-//! - The *burst* of a query: in its epoch, skip allocations under 1 MiB up to the first of at
-//!   least 1 MiB; if that one is retained and not host-filled, the burst starts there and
-//!   takes every following allocation of the epoch (any size) until one is host-filled or
-//!   not retained, or until a free happens between two of them. Otherwise the query has no
-//!   burst.
+//!   epoch (never freed, or freed after the next query). It is *host-touched* when anything
+//!   was copied into it from host memory, *host-filled* when at least half of its bytes (and
+//!   at least one) were.
+//! - The *burst* of a query: in its epoch, the first allocation of at least 1 MiB that is not
+//!   host-touched starts it, if it is retained (else the query has no burst); allocations
+//!   before it are not part of it. The burst then takes the following allocations of the
+//!   epoch while they are retained, not host-touched, not smaller than 1/8 of the largest one
+//!   taken so far, and no free happens between two of them. (A pool is built, not loaded, and
+//!   made of large tensors: the first input copied from the host, the first temporary given
+//!   back, or the first activation of a forward pass, a fraction of a pool tensor, ends it.)
 //! - The *sizing query* is the query whose burst takes the largest share of the free memory
 //!   it reported, among those whose burst takes more than half of it (`2 * burst > F`);
 //!   ties go to the later query. There may be none.
@@ -23,6 +26,8 @@
 
 /// Smallest first allocation of a burst.
 pub const BURST_MIN_FIRST: u64 = 1 << 20;
+/// A burst ends at an allocation smaller than its largest one so far divided by this.
+pub const BURST_DROP: u64 = 8;
 
 /// One allocation as the analysis needs it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,20 +99,24 @@ pub fn analyze(allocs: &[AllocRecord], probes: &[ProbeRecord]) -> Analysis {
         let retained = |a: &AllocRecord| a.freed_seq.is_none_or(|f| f > end);
         let first = order.partition_point(|&i| allocs[i].seq <= start);
         let last = order.partition_point(|&i| allocs[i].seq < end);
-        let Some(b0) = (first..last).find(|&p| allocs[order[p]].bytes >= BURST_MIN_FIRST) else {
+        let Some(b0) =
+            (first..last).find(|&p| allocs[order[p]].bytes >= BURST_MIN_FIRST && allocs[order[p]].h2d_bytes == 0)
+        else {
             continue;
         };
         let head = &allocs[order[b0]];
-        if head.host_filled() || !retained(head) {
+        if !retained(head) {
             continue;
         }
-        let (mut b1, mut bytes) = (b0 + 1, head.bytes);
+        let (mut b1, mut bytes, mut largest) = (b0 + 1, head.bytes, head.bytes);
         while b1 < last {
             let (prev, a) = (&allocs[order[b1 - 1]], &allocs[order[b1]]);
-            if a.host_filled() || !retained(a) || free_between(prev.seq, a.seq) {
+            let small = a.bytes.saturating_mul(BURST_DROP) < largest;
+            if a.h2d_bytes > 0 || !retained(a) || small || free_between(prev.seq, a.seq) {
                 break;
             }
             bytes = bytes.saturating_add(a.bytes);
+            largest = largest.max(a.bytes);
             b1 += 1;
         }
         if bytes.saturating_mul(2) <= free {
@@ -234,10 +243,10 @@ mod tests {
         let a = r.run();
         let s = a.sizing.expect("a sizing query");
         assert_eq!(s.probe, sizing);
-        assert_eq!(s.burst_allocs, 67);
-        assert_eq!(s.burst_bytes, 2 * MIB + 512 * MIB + 64 * 240 * MIB + 2 * MIB);
+        assert_eq!(s.burst_allocs, 66, "free_pages is under 1/8 of a KV tensor: not in the burst");
+        assert_eq!(s.burst_bytes, 2 * MIB + 512 * MIB + 64 * 240 * MIB);
         let burst = r.in_burst(&a);
-        assert!(burst.iter().all(|n| ["probe-tensor", "req_to_token", "kv", "free_pages"].contains(n)));
+        assert!(burst.iter().all(|n| ["probe-tensor", "req_to_token", "kv"].contains(n)));
         let weights = r.weights(&a);
         assert_eq!(weights.len(), 34);
         assert!(weights.iter().all(|&n| n == "weights"), "the freed scratch is not kept");
@@ -319,18 +328,43 @@ mod tests {
         r.probe(10 * GIB);
         r.alloc("a", 5 * GIB, false);
         assert_eq!(r.run().sizing, None, "exactly half is not most");
-        r.alloc("b", 1, false);
+        r.alloc("b", GIB, false);
         assert_eq!(r.run().sizing.map(|s| s.burst_allocs), Some(2));
     }
 
     #[test]
     fn what_ends_or_prevents_a_burst() {
-        // Starts with a host-filled allocation: no burst.
+        // Host-touched allocations before the first one built on the device are not part of it.
         let mut r = Rec::default();
         r.probe(10 * GIB);
         r.alloc("filled", 6 * GIB, true);
         r.alloc("kv", 6 * GIB, false);
+        assert_eq!(r.in_burst(&r.run()), ["kv"]);
+        // The first one built on the device is freed before the next query: no burst.
+        let mut r = Rec::default();
+        r.probe(10 * GIB);
+        let t = r.alloc("tmp", 6 * GIB, false);
+        r.alloc("kv", 6 * GIB, false);
+        r.free(t);
+        r.probe(GIB);
         assert_eq!(r.run().sizing, None);
+        // Any copy from the host ends it, however small (the first input of a decode loop).
+        let mut r = Rec::default();
+        r.probe(10 * GIB);
+        r.alloc("kv", 6 * GIB, false);
+        let input = r.alloc("input_ids", 2 * MIB, false);
+        r.allocs[input].h2d_bytes = 512;
+        r.alloc("activation", 20 * MIB, false);
+        assert_eq!(r.in_burst(&r.run()), ["kv"]);
+        // An allocation under 1/8 of the largest so far ends it: a forward pass after the pool.
+        let mut r = Rec::default();
+        r.probe(10 * GIB);
+        r.alloc("table", 2 * MIB, false);
+        r.alloc("kv1", 3 * GIB, false);
+        r.alloc("kv2", 3 * GIB, false);
+        r.alloc("logits", 32 * MIB, false);
+        r.alloc("kv3", 3 * GIB, false);
+        assert_eq!(r.in_burst(&r.run()), ["table", "kv1", "kv2"]);
         // Small allocations before the first large one are skipped, not counted.
         let mut r = Rec::default();
         r.probe(10 * GIB);
