@@ -215,7 +215,11 @@ class CustomAllreduceBase:
 
     def custom_all_reduce(self, inp):
         if self._pending:
+            # The first all-reduce is a collective: every rank is here before any maps its
+            # peers' buffers, and all have mapped them before any goes on.
+            dist.barrier()
             self.open_peers()
+            dist.barrier()
         if self._IS_CAPTURING:
             self._graph_inputs.append(inp.data_ptr())
         return torch.empty_like(inp)

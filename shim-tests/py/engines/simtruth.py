@@ -204,3 +204,9 @@ class Truth:
 
 
 truth = Truth()
+
+
+def say(line):
+    """One line on stdout in a single write: the processes of a launch share the terminal."""
+    sys.stdout.flush()
+    os.write(1, (line + "\n").encode())

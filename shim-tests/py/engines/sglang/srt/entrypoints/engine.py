@@ -7,11 +7,12 @@ import shutil
 import sys
 import tempfile
 
+import simtruth
 import torch
 
 
 def say(who, text):
-    print(f"[{who}] {text}", flush=True)
+    simtruth.say(f"[{who}] {text}")
 
 
 def _launch_subprocesses(server_args):

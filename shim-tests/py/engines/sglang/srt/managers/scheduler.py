@@ -3,7 +3,7 @@ import sys
 import traceback
 
 import torch
-from simtruth import truth
+from simtruth import say, truth
 
 from sglang.srt.managers.tp_worker import TpModelWorker
 
@@ -19,8 +19,8 @@ def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
     try:
         scheduler = Scheduler(server_args, gpu_id, tp_rank)
         free, _ = torch.cuda.mem_get_info()
-        print(f"[rank {tp_rank}] ready: {scheduler.max_total_num_tokens} tokens in the KV pool; "
-              f"{free / 2**30:.2f} GiB free", flush=True)
+        say(f"[rank {tp_rank}] ready: {scheduler.max_total_num_tokens} tokens in the KV pool; "
+            f"{free / 2**30:.2f} GiB free")
         truth.write()
         pipe_writer.send({"status": "ready", "max_total_num_tokens": scheduler.max_total_num_tokens})
     except Exception as e:

@@ -16,7 +16,7 @@ The ground truth of each step is marked with simtruth's category(); culedger see
 import os
 
 import torch
-from simtruth import truth
+from simtruth import say, truth
 
 from sglang.srt.distributed import (get_tp_group, init_distributed_environment, initialize_model_parallel,
                                     set_custom_all_reduce)
@@ -29,7 +29,7 @@ from sglang.srt.utils import get_available_gpu_memory
 
 
 def log(rank, text):
-    print(f"[rank {rank}] {text}", flush=True)
+    say(f"[rank {rank}] {text}")
 
 
 class ModelRunner:

@@ -10,7 +10,7 @@ import traceback
 
 import torch
 import torch.distributed as dist
-from simtruth import truth
+from simtruth import say, truth
 
 
 class WorkerProc:
@@ -30,8 +30,7 @@ class WorkerProc:
             worker.initialize_from_config(kv_cache_config)
             worker.compile_or_warm_up_model()
             free, _ = torch.cuda.mem_get_info()
-            print(f"[rank {rank}] ready: {kv_cache_config.num_blocks} KV blocks; {free / 2**30:.2f} GiB free",
-                  flush=True)
+            say(f"[rank {rank}] ready: {kv_cache_config.num_blocks} KV blocks; {free / 2**30:.2f} GiB free")
             truth.write()
             pipe.send("ready")
         except Exception as e:
@@ -72,5 +71,5 @@ class MultiprocExecutor:
                 failed.append(rank)
         if own_dir:
             shutil.rmtree(c.dist_init_dir, ignore_errors=True)
-        print(f"[executor] {'workers ready' if not failed else f'worker(s) {failed} failed'}", flush=True)
+        say(f"[executor] {'workers ready' if not failed else f'worker(s) {failed} failed'}")
         return 1 if failed else 0

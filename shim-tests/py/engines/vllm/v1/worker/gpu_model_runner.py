@@ -6,7 +6,7 @@ import dataclasses
 import time
 
 import torch
-from simtruth import truth
+from simtruth import say, truth
 
 from vllm.compilation.cuda_graph import CUDAGraphWrapper
 from vllm.distributed.parallel_state import get_tp_group, graph_capture
@@ -45,8 +45,8 @@ class GPUModelRunner:
             model_loader = get_model_loader()
             self.model = model_loader.load_model(vllm_config=self.vllm_config, model_config=self.shape)
         self.model_memory_usage = torch.cuda.memory_allocated() - before
-        print(f"[rank {get_tp_group().rank}] Model loading took {self.model_memory_usage / 2**30:.2f} GiB "
-              f"and {time.perf_counter() - t:.3f} s", flush=True)
+        say(f"[rank {get_tp_group().rank}] Model loading took {self.model_memory_usage / 2**30:.2f} GiB "
+            f"and {time.perf_counter() - t:.3f} s")
 
     def _dummy_run(self, num_tokens):
         return self.model.forward(num_tokens, all_reduce=get_tp_group().all_reduce)
@@ -98,8 +98,8 @@ class GPUModelRunner:
         with truth.category("graphs"), graph_capture(device=self.device):
             self._capture_cudagraphs()
         end_free_gpu_memory = torch.cuda.mem_get_info()[0]
-        print(f"[rank {get_tp_group().rank}] Graph capturing finished in {time.perf_counter() - start_time:.2f} "
-              f"secs, took {(start_free_gpu_memory - end_free_gpu_memory) / 2**30:.2f} GiB", flush=True)
+        say(f"[rank {get_tp_group().rank}] Graph capturing finished in {time.perf_counter() - start_time:.2f} "
+            f"secs, took {(start_free_gpu_memory - end_free_gpu_memory) / 2**30:.2f} GiB")
 
     def _capture_cudagraphs(self):
         self.cudagraph_wrapper = CUDAGraphWrapper(self._dummy_run)

@@ -6,7 +6,7 @@ import contextlib
 import gc
 
 import torch
-from simtruth import truth
+from simtruth import say, truth
 
 from vllm.distributed.parallel_state import ensure_model_parallel_initialized, init_distributed_environment
 from vllm.utils.mem_utils import MemorySnapshot, memory_profiling
@@ -54,10 +54,10 @@ class Worker:
             self.model_runner.profile_run()
         self.available_kv_cache_memory_bytes = self.requested_memory - result.non_kv_cache_memory
         gib = 1 << 30
-        print(f"[rank {self.rank}] Available KV cache memory: {self.available_kv_cache_memory_bytes / gib:.2f} GiB "
-              f"(requested {self.requested_memory / gib:.2f}, weights {result.weights_memory / gib:.2f}, "
-              f"peak activation {result.torch_peak_increase / gib:.2f}, non-torch {result.non_torch_increase / gib:.2f}, "
-              f"free after profiling {result.after_profile.free_memory / gib:.2f})", flush=True)
+        say(f"[rank {self.rank}] Available KV cache memory: {self.available_kv_cache_memory_bytes / gib:.2f} GiB "
+            f"(requested {self.requested_memory / gib:.2f}, weights {result.weights_memory / gib:.2f}, "
+            f"peak activation {result.torch_peak_increase / gib:.2f}, non-torch {result.non_torch_increase / gib:.2f}, "
+            f"free after profiling {result.after_profile.free_memory / gib:.2f})")
         gc.collect()
         return int(self.available_kv_cache_memory_bytes)
 
