@@ -427,7 +427,7 @@ mod tests {
         allocs.reverse();
         let b = analyze(&allocs, &r.probes);
         assert_eq!(a.sizing, b.sizing);
-        assert_eq!(b.phases[0].in_burst, true);
-        assert_eq!(b.phases[1].in_burst, false);
+        assert!(b.phases[0].in_burst);
+        assert!(!b.phases[1].in_burst);
     }
 }

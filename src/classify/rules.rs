@@ -570,11 +570,9 @@ impl Lines {
                         expect_elem = true;
                     }
                 }
-                c if !c.is_ascii_whitespace() && c != b':' => {
-                    if depth == 2 && in_rules && expect_elem {
-                        rule_lines.push(line);
-                        expect_elem = false;
-                    }
+                c if !c.is_ascii_whitespace() && c != b':' && depth == 2 && in_rules && expect_elem => {
+                    rule_lines.push(line);
+                    expect_elem = false;
                 }
                 _ => {}
             }

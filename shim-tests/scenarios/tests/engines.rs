@@ -109,7 +109,7 @@ impl EngineRun {
             );
         }
         for dev in t["devices"].as_object().unwrap().keys() {
-            let seen = r["devices"].as_array().unwrap().iter().any(|d| d["index"].to_string() == *dev);
+            let seen = r["devices"].as_array().unwrap().iter().any(|d| d["index"].as_u64() == dev.parse().ok());
             assert!(seen, "{}: device {dev} of the truth is not in the report", t["role"]);
         }
         assert_eq!(u(&r["health"]["lost_events"]), 0, "{}", r["health"]);
@@ -128,13 +128,16 @@ fn check_truth(t: &Value) {
         assert_eq!(live_sum, u(&d["live"]), "{} device {dev}", t["role"]);
         assert!(CATEGORIES.iter().all(|c| u(&cats[c]["peak"]) >= u(&cats[c]["live"])), "{d}");
         assert!(u(&d["peak"]) >= u(&d["live"]) && u(&d["peak"]) >= peak_max && u(&d["peak"]) <= peak_sum, "{d}");
-        let records = t["records"].as_array().unwrap().iter().filter(|r| r["dev"].to_string() == *dev);
+        let records = t["records"].as_array().unwrap().iter().filter(|r| r["dev"].as_u64() == dev.parse().ok());
         let live: u64 = records.filter(|r| r["freed_seq"].is_null()).map(|r| u(&r["bytes"])).sum();
         assert_eq!(live, u(&d["live"]), "{} device {dev}: records vs summary", t["role"]);
     }
     for r in t["records"].as_array().unwrap() {
         let from_allocator = r["native"].as_array().unwrap().iter().any(|o| o == "libc10_cuda.so");
-        assert!(u(&r["bytes"]) > 0 && (!from_allocator || u(&r["bytes"]) % (2 * MIB) == 0), "segment sizes: {r}");
+        assert!(
+            u(&r["bytes"]) > 0 && (!from_allocator || u(&r["bytes"]).is_multiple_of(2 * MIB)),
+            "segment sizes: {r}"
+        );
         assert!(r["freed_seq"].as_u64().is_none_or(|f| f > u(&r["seq"])), "{r}");
         assert!(CATEGORIES.contains(&r["category"].as_str().unwrap()), "{r}");
     }
@@ -174,7 +177,8 @@ fn check_categories(t: &Value) -> Vec<String> {
         .collect();
     let mut problems = Vec::new();
     for dev in t["devices"].as_object().unwrap().keys() {
-        let on_dev: Vec<usize> = (0..records.len()).filter(|&i| records[i]["dev"].to_string() == *dev).collect();
+        let devn: Option<u64> = dev.parse().ok();
+        let on_dev: Vec<usize> = (0..records.len()).filter(|&i| records[i]["dev"].as_u64() == devn).collect();
         let allocs: Vec<AllocView<'_>> = on_dev
             .iter()
             .map(|&i| {
@@ -196,7 +200,7 @@ fn check_categories(t: &Value) -> Vec<String> {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|p| p["dev"].to_string() == *dev)
+            .filter(|p| p["dev"].as_u64() == devn)
             .map(|p| ProbeRecord { seq: u(&p["seq"]), free: p["free"].as_u64() })
             .collect();
         let c = classify_device(set, &allocs, &probes);
