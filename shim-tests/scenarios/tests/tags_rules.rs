@@ -26,6 +26,17 @@ fn run_tags(name: &str, env: &[(&str, &str)]) -> (Run, Value) {
     (run, only_report(&out))
 }
 
+/// tags_rt.py under culedger with `CULEDGER_RULES` naming a file that holds `rules`; the run,
+/// its report and the file's path.
+fn run_with_rules(name: &str, rules: &str) -> (Run, Value, String) {
+    let holder = Sim::new(&format!("{name}_file"));
+    let file = holder.scratch().join("rules.json");
+    std::fs::write(&file, rules).unwrap();
+    let path = file.display().to_string();
+    let (run, report) = run_tags(name, &[("CULEDGER_RULES", &path)]);
+    (run, report, path)
+}
+
 fn only_report(dir: &Path) -> Value {
     let files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -51,16 +62,17 @@ fn cats(list: [(&str, u64); 6]) -> Vec<(String, u64)> {
     list.iter().map(|(c, n)| (c.to_string(), *n)).collect()
 }
 
+/// What tags_rt.py's allocations come to with the shipped rules: untagged 8 + my_lora 6 (a
+/// category of its own: other in the live ledger) + the worker's untagged 14; kv_pool 16 + 4;
+/// weights 2 + 10 (exported, the tag wins); graphs 12 (the worker's tag); comm 4 (VMM).
+const SHIPPED: [(&str, u64); 6] =
+    [("weights", 12), ("kv_pool", 20), ("ipc", 0), ("graphs", 12), ("comm", 4), ("other", 28)];
+
 #[test]
 fn tags_attribute_allocations_per_thread_and_nest() {
     let (run, report) = run_tags("tags", &[]);
     assert_eq!(run.u64("active"), 1, "the Python module found the library's tag functions");
-    // untagged 8 + my_lora 6 (a category of its own: other in the live ledger) + the worker's
-    // untagged 14; kv_pool 16 + 4; weights 2 + 10 (exported, the tag wins); comm 4 (VMM).
-    assert_eq!(
-        categories(&report),
-        cats([("weights", 12), ("kv_pool", 20), ("ipc", 0), ("graphs", 12), ("comm", 4), ("other", 28)])
-    );
+    assert_eq!(categories(&report), cats(SHIPPED));
     assert_eq!(report["devices"][0]["ipc"]["exported_count"], 1);
     assert!(report["health"]["warnings"].as_array().unwrap().is_empty(), "{}", report["health"]);
 }
@@ -75,15 +87,11 @@ fn tags_are_no_ops_without_culedger() {
 
 #[test]
 fn a_user_rule_file_goes_first() {
-    let sim = Sim::new("user_rules_helper");
-    let file = sim.scratch().join("rules.json");
-    std::fs::write(
-        &file,
+    let (run, report, _) = run_with_rules(
+        "user_rules",
         r#"{"culedger_rules": 1, "pack": "mine",
             "rules": [{"name": "mine.lora_is_kv", "category": "kv_pool", "match": {"tag": "my_lo*"}}]}"#,
-    )
-    .unwrap();
-    let (run, report) = run_tags("user_rules", &[("CULEDGER_RULES", file.to_str().unwrap())]);
+    );
     assert_eq!(
         categories(&report),
         cats([("weights", 12), ("kv_pool", 26), ("ipc", 0), ("graphs", 12), ("comm", 4), ("other", 22)])
@@ -93,15 +101,11 @@ fn a_user_rule_file_goes_first() {
 
 #[test]
 fn a_replacing_rule_file_drops_the_shipped_rules() {
-    let sim = Sim::new("replace_rules_helper");
-    let file = sim.scratch().join("rules.json");
-    std::fs::write(
-        &file,
+    let (_, report, _) = run_with_rules(
+        "replace_rules",
         r#"{"culedger_rules": 1, "replace": true,
             "rules": [{"name": "only", "category": "graphs", "match": {"tag": "comm"}}]}"#,
-    )
-    .unwrap();
-    let (_, report) = run_tags("replace_rules", &[("CULEDGER_RULES", file.to_str().unwrap())]);
+    );
     // No tag rule left but this one: every other allocation is other, the export included.
     assert_eq!(
         categories(&report),
@@ -111,27 +115,18 @@ fn a_replacing_rule_file_drops_the_shipped_rules() {
 
 #[test]
 fn a_bad_rule_file_gives_one_warning_naming_the_line_and_the_shipped_rules() {
-    let sim = Sim::new("bad_rules_helper");
-    let file = sim.scratch().join("bad.json");
-    std::fs::write(
-        &file,
+    let (run, report, file) = run_with_rules(
+        "bad_rules",
         "{\"culedger_rules\": 1,\n \"rules\": [\n  {\"name\": \"typo\", \"category\": \"kv_pool\",\n   \"match\": {\"tags\": \"x\"}}\n]}\n",
-    )
-    .unwrap();
-    let (run, report) = run_tags("bad_rules", &[("CULEDGER_RULES", file.to_str().unwrap())]);
+    );
     let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("culedger:")).collect();
     assert_eq!(lines.len(), 1, "{}", run.describe());
-    let want =
-        format!("culedger: CULEDGER_RULES={}: line 3: rule 1 (\"typo\"): unknown condition \"tags\"", file.display());
+    let want = format!("culedger: CULEDGER_RULES={file}: line 3: rule 1 (\"typo\"): unknown condition \"tags\"");
     assert!(lines[0].starts_with(&want), "{}\nwanted {want}", lines[0]);
     assert!(lines[0].ends_with("; using the built-in rules"), "{}", lines[0]);
     let warnings = report["health"]["warnings"].as_array().unwrap();
     assert!(warnings.iter().any(|w| lines[0].ends_with(w.as_str().unwrap())), "{warnings:?}");
-    // The shipped rules are in effect.
-    assert_eq!(
-        categories(&report),
-        cats([("weights", 12), ("kv_pool", 20), ("ipc", 0), ("graphs", 12), ("comm", 4), ("other", 28)])
-    );
+    assert_eq!(categories(&report), cats(SHIPPED), "the shipped rules are in effect");
     // A file that cannot be read: the same, one warning.
     let (run, _) = run_tags("missing_rules", &[("CULEDGER_RULES", "/nonexistent/rules.json")]);
     let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("culedger:")).collect();
