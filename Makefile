@@ -17,6 +17,9 @@ C13_BINS := $(patsubst shim-tests/c13/%.c,$(SIM)/bin/%,$(C13_SRCS))
 HDR13   := target/cuda13/13.5.37/include
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
+# Native libraries of the simulated engines (shim-tests/native, shim-tests/py/engines).
+NATIVE  := $(SIM)/lib/libc10_cuda.so $(SIM)/lib/libnccl.so.2 $(SIM)/lib/cumem_allocator.abi3.so
+NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 
 .PHONY: all build lib cli sim headers cprogs test demo bench clean
 all: build sim
@@ -49,7 +52,19 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS)
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE)
+
+# A caching allocator linked against the runtime, as PyTorch's libc10_cuda.so is.
+$(SIM)/lib/libc10_cuda.so: shim-tests/native/c10_cuda_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcudart.so.12
+	$(CC) $(CFLAGS) -fPIC -shared -I$(HDR) -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN'
+
+# NCCL-like: no CUDA library linked, the driver reached through dlopen + cuGetProcAddress_v2.
+$(SIM)/lib/libnccl.so.2: shim-tests/native/nccl_sim.c $(NATIVE_DEPS)
+	$(CC) $(CFLAGS) -fPIC -shared -I$(HDR) -Wl,-soname,libnccl.so.2 -o $@ $< -ldl -lpthread
+
+# vLLM's sleep-mode allocator, linked against the driver like the real extension.
+$(SIM)/lib/cumem_allocator.abi3.so: shim-tests/native/cumem_allocator_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcuda.so.1
+	$(CC) $(CFLAGS) -fPIC -shared -I$(HDR) -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN'
 
 # Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h

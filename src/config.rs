@@ -28,6 +28,9 @@ pub const DEFAULT_LOG: Level = Level::Warn;
 pub const ENV_OUT: &str = "CULEDGER_OUT";
 pub const ENV_FLUSH_MS: &str = "CULEDGER_FLUSH_MS";
 pub const ENV_LOG: &str = "CULEDGER_LOG";
+/// A rule file extending or replacing the shipped classification rules (read by
+/// `classify::init`, which reports its problems; see docs/categories.md).
+pub const ENV_RULES: &str = "CULEDGER_RULES";
 
 /// The effective settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +122,16 @@ fn parse_flush_ms(raw: &str) -> Result<u64, String> {
         Ok(ms) if (MIN_FLUSH_MS..=MAX_FLUSH_MS).contains(&ms) => Ok(ms),
         _ => Err(format!("is out of range (0, or {MIN_FLUSH_MS} to {MAX_FLUSH_MS})")),
     }
+}
+
+/// `CULEDGER_RULES` from an environment lookup, made absolute against `cwd` like the
+/// output directory (None when unset or empty).
+pub fn rules_path(env: impl Fn(&str) -> Option<OsString>, cwd: Option<&Path>) -> Option<PathBuf> {
+    let p = PathBuf::from(env(ENV_RULES).filter(|v| !v.is_empty())?);
+    Some(match cwd {
+        Some(cwd) if p.is_relative() => normalize(&cwd.join(&p)),
+        _ => p,
+    })
 }
 
 /// Drop `.` components and trailing slashes (`..` is kept: it may cross a symlink).
@@ -216,6 +229,17 @@ mod tests {
             assert_eq!(c.warnings.len(), 1);
             assert!(c.warnings[0].contains("out of range (0, or 10 to 3600000)"), "{:?}", c.warnings);
         }
+    }
+
+    #[test]
+    fn rules_path_is_made_absolute() {
+        let env = |v: &'static str| move |name: &str| (name == ENV_RULES).then(|| OsString::from(v));
+        let cwd = Some(Path::new("/work/dir"));
+        assert_eq!(rules_path(|_| None, cwd), None);
+        assert_eq!(rules_path(env(""), cwd), None);
+        assert_eq!(rules_path(env("my/./rules.json"), cwd), Some(PathBuf::from("/work/dir/my/rules.json")));
+        assert_eq!(rules_path(env("/etc/r.json"), cwd), Some(PathBuf::from("/etc/r.json")));
+        assert_eq!(rules_path(env("r.json"), None), Some(PathBuf::from("r.json")));
     }
 
     #[test]

@@ -1,4 +1,34 @@
-//! Recorded facts to categories.
+//! Recorded facts to categories, by rules kept as data (docs/categories.md).
+//!
+//! Layout: `rules` (the JSON rule language and its compilation), `glob` (patterns),
+//! `matcher` (first match wins over a [`matcher::Subject`] view), `phase` (the phase
+//! fallback: where allocations stand relative to free-memory queries), `tags` (interned
+//! explicit tags), `replay` (per-category live and peak from a history, with final
+//! categories), `report_time` (all of it for one device's history: what the report writer
+//! will call once call sites are recorded).
+//!
+//! The shipped packs (`rules/*.json`) are embedded at build time. `CULEDGER_RULES=FILE`
+//! adds the user's rules in front of them, or replaces them with `"replace": true`; a bad
+//! file gives one warning naming its line, and the shipped rules are used.
+//!
+//! The live ledger classifies with the rules decidable from what it keeps per allocation
+//! (tag, capture, export; [`classify`]); frames, sizes, APIs and phases are applied when
+//! the report is written, once call sites are recorded.
+
+pub mod glob;
+pub mod matcher;
+pub mod phase;
+pub mod replay;
+pub mod report_time;
+pub mod rules;
+pub mod tags;
+
+use std::path::Path;
+
+use once_cell::sync::OnceCell;
+
+use matcher::Subject;
+use rules::{CatId, Pack, RuleSet};
 
 /// Memory categories, in report order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,19 +58,105 @@ impl Category {
     pub fn index(self) -> usize {
         self as usize
     }
+    /// The built-in category called `name`.
+    pub fn from_name(name: &str) -> Option<Category> {
+        ALL.into_iter().find(|c| c.name() == name)
+    }
 }
 
-/// Built-in rules (this issue): exported -> ipc, captured -> graphs, else other.
-/// The ledger calls this whenever an allocation's facts change and moves its bytes to the
-/// returned category, so every classification rule belongs here.
-pub fn classify(facts: &crate::ledger::Facts) -> Category {
-    if facts.exported {
-        Category::Ipc
-    } else if facts.captured {
-        Category::Graphs
-    } else {
-        Category::Other
+/// The shipped rule packs, in priority order (file name, text).
+pub const SHIPPED: [(&str, &str); 6] = [
+    ("rules/builtin.json", include_str!("../../rules/builtin.json")),
+    ("rules/sglang.json", include_str!("../../rules/sglang.json")),
+    ("rules/vllm.json", include_str!("../../rules/vllm.json")),
+    ("rules/trtllm.json", include_str!("../../rules/trtllm.json")),
+    ("rules/torch.json", include_str!("../../rules/torch.json")),
+    ("rules/fallback.json", include_str!("../../rules/fallback.json")),
+];
+
+/// The shipped packs, parsed (a pack that fails to parse is left out: the unit tests make
+/// sure none does).
+pub fn shipped_packs() -> Vec<Pack> {
+    SHIPPED.iter().filter_map(|(file, text)| rules::parse_pack(text, file).ok()).collect()
+}
+
+/// Build the rule set from the shipped packs and, optionally, a user file (`label` names it
+/// in messages, `text` is its content or why it could not be read). Returns the set and at
+/// most one warning; with a bad user file the set is the shipped one.
+pub fn load(user: Option<(&str, Result<String, String>)>) -> (RuleSet, Option<String>) {
+    let fallback = || RuleSet::build(&shipped_packs()).unwrap_or_else(|_| empty_set());
+    let Some((label, text)) = user else {
+        return (fallback(), None);
+    };
+    let warn = |why: String| Some(format!("{}={label}: {why}; using the built-in rules", config_name()));
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => return (fallback(), warn(format!("cannot read it ({e})"))),
+    };
+    let pack = match rules::parse_pack(&text, "user") {
+        Ok(p) => p,
+        Err(e) => return (fallback(), warn(e)),
+    };
+    let mut packs = vec![pack];
+    if !packs[0].replace {
+        packs.extend(shipped_packs());
     }
+    match RuleSet::build(&packs) {
+        Ok(set) => (set, None),
+        Err(e) => (fallback(), warn(e)),
+    }
+}
+
+fn config_name() -> &'static str {
+    crate::config::ENV_RULES
+}
+
+fn empty_set() -> RuleSet {
+    RuleSet::build(&[]).expect("an empty rule set always builds")
+}
+
+static RULES: OnceCell<RuleSet> = OnceCell::new();
+
+/// The rules in effect: the ones [`init`] loaded, else the shipped ones.
+pub fn ruleset() -> &'static RuleSet {
+    RULES.get_or_init(|| load(None).0)
+}
+
+/// Load the rules for this process: the shipped packs plus the file named by
+/// `CULEDGER_RULES` (`path`), if any. Returns the warning to report, if any. Only the first
+/// call (or [`ruleset`]) decides; later calls return None.
+pub fn init(path: Option<&Path>) -> Option<String> {
+    let mut warning = None;
+    RULES.get_or_init(|| {
+        let user = path.map(|p| (p.display().to_string(), std::fs::read_to_string(p).map_err(|e| e.to_string())));
+        let (set, w) = load(user.as_ref().map(|(label, text)| (label.as_str(), text.clone())));
+        warning = w;
+        set
+    });
+    warning
+}
+
+/// The built-in category for a rule set's verdict (user categories and tags that name no
+/// built-in category are `other` in the live ledger, which has only the six).
+pub fn builtin_category(set: &RuleSet, c: matcher::Category<'_>) -> Category {
+    match set.resolve(c) {
+        Some(CatId(i)) => ALL.get(usize::from(i)).copied().unwrap_or(Category::Other),
+        None => Category::Other,
+    }
+}
+
+/// Insert-time classification for the live ledger, from an allocation's facts. Called
+/// whenever an allocation is made or its facts change, under the device's lock: it only
+/// reads the rule set (no I/O, no locks).
+pub fn classify(facts: &crate::ledger::Facts) -> Category {
+    let set = ruleset();
+    let subject = Subject {
+        tag: facts.tag.map(tags::name),
+        captured: facts.captured,
+        exported: facts.exported,
+        ..Subject::default()
+    };
+    builtin_category(set, set.classify_insert_time(&subject).category)
 }
 
 #[cfg(test)]
@@ -58,9 +174,82 @@ mod tests {
     }
 
     #[test]
+    fn tags_come_first_and_name_their_category() {
+        let tag = |name: &str, exported| Facts { tag: Some(tags::intern(name).unwrap()), exported, ..Facts::default() };
+        assert_eq!(classify(&tag("kv_pool", false)), Category::KvPool);
+        assert_eq!(classify(&tag("weights", true)), Category::Weights, "an explicit tag beats the export rule");
+        assert_eq!(classify(&tag("my_own", false)), Category::Other, "a user category is other in the live ledger");
+    }
+
+    #[test]
     fn names_and_indices_follow_report_order() {
         let names: Vec<&str> = ALL.iter().map(|c| c.name()).collect();
         assert_eq!(names, ["weights", "kv_pool", "ipc", "graphs", "comm", "other"]);
         assert!(ALL.iter().enumerate().all(|(i, c)| c.index() == i));
+        assert_eq!(names, rules::BUILTIN_CATEGORIES);
+        assert_eq!(Category::from_name("graphs"), Some(Category::Graphs));
+        assert_eq!(Category::from_name("lora"), None);
+    }
+
+    #[test]
+    fn every_shipped_pack_parses_and_every_rule_cites_its_source() {
+        for (file, text) in SHIPPED {
+            let pack = rules::parse_pack(text, file).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(!pack.replace, "{file}");
+            assert!(!pack.source.is_empty(), "{file}: the pack says what it was read from");
+            for r in &pack.rules {
+                assert!(r.source.len() >= 10, "{file} line {}: rule {} cites no source", r.line, r.name);
+                assert!(
+                    rules::BUILTIN_CATEGORIES.contains(&&*r.category) || &*r.category == rules::TAG_CATEGORY,
+                    "{file}: shipped rules use built-in categories only ({})",
+                    r.name
+                );
+            }
+        }
+        let set = ruleset();
+        assert_eq!(set.packs.len(), SHIPPED.len());
+        assert_eq!(set.categories().len(), 6);
+        let mut names: Vec<&str> = set.rules().iter().map(|r| &*r.name).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "rule names are unique across the shipped packs");
+    }
+
+    #[test]
+    fn user_rules_come_first_or_replace() {
+        let user = r#"{"culedger_rules": 1, "pack": "mine", "rules": [
+            {"name": "mine.exported", "category": "lora", "match": {"exported": true}}]}"#;
+        let (set, w) = load(Some(("u.json", Ok(user.into()))));
+        assert_eq!(w, None);
+        assert_eq!(&*set.packs[0].name, "mine");
+        assert_eq!(set.packs.len(), 1 + SHIPPED.len());
+        let s = Subject { exported: true, ..Subject::default() };
+        let v = set.classify(&s);
+        assert_eq!((set.rule_name(&v), set.resolve(v.category)), ("mine.exported", set.category("lora")));
+        let s = Subject { captured: true, ..Subject::default() };
+        assert_eq!(set.resolve(set.classify(&s).category), Some(CatId::GRAPHS), "shipped rules still apply");
+
+        let replacing = user.replace("\"pack\": \"mine\",", "\"pack\": \"mine\", \"replace\": true,");
+        let (set, w) = load(Some(("u.json", Ok(replacing))));
+        assert_eq!((w, set.packs.len()), (None, 1));
+        let v = set.classify(&Subject { captured: true, ..Subject::default() });
+        assert_eq!((v.rule, set.rule_name(&v)), (None, "default"), "nothing else is left");
+    }
+
+    #[test]
+    fn a_bad_user_file_gives_one_warning_and_the_shipped_rules() {
+        let bad = "{\"culedger_rules\": 1, \"rules\": [\n{\"name\": \"x\", \"category\": \"ipc\", \"match\": {\"fram\": 1}}]}";
+        let (set, w) = load(Some(("/etc/r.json", Ok(bad.into()))));
+        let w = w.unwrap();
+        assert!(w.starts_with("CULEDGER_RULES=/etc/r.json: line 2: rule 1 (\"x\"): unknown condition \"fram\""), "{w}");
+        assert!(w.ends_with("; using the built-in rules"), "{w}");
+        assert_eq!(set.packs.len(), SHIPPED.len());
+        let (set, w) = load(Some(("/nope.json", Err("No such file or directory (os error 2)".into()))));
+        assert_eq!(
+            w.as_deref(),
+            Some("CULEDGER_RULES=/nope.json: cannot read it (No such file or directory (os error 2)); using the built-in rules")
+        );
+        assert_eq!(set.packs.len(), SHIPPED.len());
     }
 }

@@ -20,6 +20,7 @@ mod families;
 pub mod real;
 pub mod resolve;
 mod table;
+pub mod tags;
 pub mod types;
 
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
@@ -74,11 +75,22 @@ impl Drop for Depth {
 static INIT: Once = Once::new();
 
 /// First-use initialisation for the hooks that record (never called from the dlsym path
-/// or a constructor): silence our own copy of std's panic output unless debugging.
+/// or a constructor): silence our own copy of std's panic output unless debugging; load the
+/// classification rules.
 fn init() {
     INIT.call_once(|| {
         if !crate::log::enabled(crate::log::Level::Debug) {
             std::panic::set_hook(Box::new(|_| {}));
+        }
+        // The classification rules, with the user's file (one warning if it is bad).
+        let loaded = catch_unwind(|| {
+            let cwd = std::env::current_dir().ok();
+            let path = crate::config::rules_path(|name| std::env::var_os(name), cwd.as_deref());
+            crate::classify::init(path.as_deref())
+        });
+        if let Ok(Some(warning)) = loaded {
+            crate::warn!("{warning}");
+            let _ = catch_unwind(AssertUnwindSafe(|| crate::ledger::global().note_warning(&warning)));
         }
     });
 }

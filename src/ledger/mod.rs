@@ -57,6 +57,8 @@ pub struct Facts {
     pub captured: bool,
     pub h2d_bytes: u64,
     pub caller: Option<String>,
+    /// The explicit tag current on the allocating thread (`culedger_push_tag`).
+    pub tag: Option<crate::classify::tags::TagId>,
 }
 
 /// Result of a free.
@@ -372,6 +374,11 @@ impl Ledger {
     /// Physical memory `handle` of `bytes` created on `dev`: counted like an allocation,
     /// live until its last reference is released and its last mapping unmapped.
     pub fn vmm_create(&self, dev: i32, handle: u64, bytes: u64, api: &'static str) {
+        self.vmm_create_with(dev, handle, bytes, api, Facts::default());
+    }
+
+    /// `vmm_create` with the facts known when it was made (the thread's tag).
+    pub fn vmm_create_with(&self, dev: i32, handle: u64, bytes: u64, api: &'static str, facts: Facts) {
         if self.shard(dev, api).is_none() {
             return;
         }
@@ -383,8 +390,7 @@ impl Ledger {
             self.warn_displaced(api, old_dev, format_args!("handle 0x{handle:x}"), displaced);
         }
         let kind = MemKind::VmmPhysical;
-        if let Some(d) =
-            self.on_device(dev, api, |d, now| d.insert(Key::Handle(handle), bytes, kind, api, Facts::default(), now))
+        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Handle(handle), bytes, kind, api, facts, now))
         {
             self.warn_displaced(api, dev, format_args!("handle 0x{handle:x}"), d);
         }

@@ -32,7 +32,8 @@ pub unsafe fn cu_mem_create(
         let dev = if location.id >= 0 { location.id } else { current_device() };
         if rc == 0 {
             if let Some(h) = out(handle) {
-                l.vmm_create(dev, h, size as u64, name);
+                let facts = crate::ledger::Facts { tag: crate::hooks::tags::current(), ..Default::default() };
+                l.vmm_create_with(dev, h, size as u64, name, facts);
             }
         } else {
             l.failure(dev, name, size as u64, rc, error_name(TABLE[sym as usize].kind, rc));

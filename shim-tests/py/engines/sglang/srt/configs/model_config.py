@@ -1,0 +1,17 @@
+"""sglang/srt/configs/model_config.py (simulated): the shape of the simulated model."""
+from simmodel import LlamaShape
+
+
+class ModelConfig:
+    def __init__(self, shape, context_len):
+        self.shape, self.context_len = shape, context_len
+        self.num_hidden_layers = shape.layers
+        self.head_dim = 128
+
+    @staticmethod
+    def from_server_args(server_args):
+        shape = LlamaShape.for_budget(server_args.model_mib, server_args.tp_size, server_args.layers)
+        return ModelConfig(shape, server_args.context_length)
+
+    def get_num_kv_heads(self, tp_size):
+        return self.shape.kv_heads_per_rank()

@@ -1,0 +1,6 @@
+"""sglang/srt/distributed/device_communicators/cuda_wrapper.py (simulated)."""
+from simcomm import CudaRTLibraryBase
+
+
+class CudaRTLibrary(CudaRTLibraryBase):
+    pass

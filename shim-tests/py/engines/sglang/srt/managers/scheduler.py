@@ -1,0 +1,35 @@
+"""sglang/srt/managers/scheduler.py (simulated): one process per tensor-parallel rank."""
+import sys
+import traceback
+
+import torch
+from simtruth import say, truth
+
+from sglang.srt.managers.tp_worker import TpModelWorker
+
+
+class Scheduler:
+    def __init__(self, server_args, gpu_id, tp_rank):
+        self.tp_worker = TpModelWorker(server_args=server_args, gpu_id=gpu_id, tp_rank=tp_rank)
+        self.max_total_num_tokens = self.tp_worker.max_total_num_tokens
+
+
+def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
+    truth.role = f"sglang rank {tp_rank}"
+    try:
+        scheduler = Scheduler(server_args, gpu_id, tp_rank)
+        free, _ = torch.cuda.mem_get_info()
+        say(f"[rank {tp_rank}] ready: {scheduler.max_total_num_tokens} tokens in the KV pool; "
+            f"{free / 2**30:.2f} GiB free")
+        truth.write()
+        pipe_writer.send({"status": "ready", "max_total_num_tokens": scheduler.max_total_num_tokens})
+    except Exception as e:
+        truth.status = "failed"
+        torch.distributed.mark_dead()
+        # One write, so that the ranks' messages do not interleave.
+        detail = "" if isinstance(e, torch.OutOfMemoryError) else traceback.format_exc()
+        sys.stderr.write(f"[rank {tp_rank}] {type(e).__module__}.{type(e).__name__}: {e}\n{detail}")
+        sys.stderr.flush()
+        truth.write()
+        pipe_writer.send({"status": "failed", "error": str(e)})
+        sys.exit(1)

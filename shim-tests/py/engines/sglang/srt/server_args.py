@@ -1,0 +1,47 @@
+"""sglang/srt/server_args.py (simulated): the launch arguments the simulation honours."""
+import argparse
+import dataclasses
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    model_path: str = "sim/llama"
+    tp_size: int = 2
+    mem_fraction_static: float = 0.88
+    disable_custom_all_reduce: bool = True
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int = 32
+    max_running_requests: int = None
+    max_total_tokens: int = None
+    # Simulation knobs.
+    model_mib: int = 4096
+    layers: int = 32
+    context_length: int = 8192
+    attention_workspace_mib: int = 384
+    dist_init_dir: str = None
+    truth_dir: str = None
+
+
+def prepare_server_args(argv):
+    p = argparse.ArgumentParser(prog="sglang.launch_server")
+    p.add_argument("--model-path", default="sim/llama")
+    p.add_argument("--tp-size", "--tp", type=int, default=2)
+    p.add_argument("--mem-fraction-static", type=float, default=0.88)
+    p.add_argument("--allreduce", choices=["nccl", "custom"], default=None,
+                   help="custom: SGLang's custom all-reduce forced on; nccl: --disable-custom-all-reduce")
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=32)
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--model-mib", type=int, default=4096, help="weights per rank, MiB (simulation)")
+    p.add_argument("--layers", type=int, default=32, help="decoder layers (simulation)")
+    p.add_argument("--context-length", type=int, default=8192)
+    p.add_argument("--attention-workspace-mib", type=int, default=384)
+    p.add_argument("--dist-init-dir", default=None, help="rendezvous directory (default: a fresh temporary one)")
+    p.add_argument("--truth-dir", default=None, help="write the ground truth there (ENGINE_SIM_TRUTH_DIR)")
+    a = p.parse_args(argv)
+    disable_ca = a.disable_custom_all_reduce or a.allreduce != "custom"
+    return ServerArgs(a.model_path, a.tp_size, a.mem_fraction_static, disable_ca, a.disable_cuda_graph,
+                      a.cuda_graph_max_bs, a.max_running_requests, a.max_total_tokens, a.model_mib, a.layers,
+                      a.context_length, a.attention_workspace_mib, a.dist_init_dir, a.truth_dir)

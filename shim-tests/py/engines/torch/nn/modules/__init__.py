@@ -1,0 +1,1 @@
+from .module import Module  # noqa: F401
