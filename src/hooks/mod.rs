@@ -13,6 +13,7 @@
 //! call on a thread records (a runtime call that reaches a driver wrapper counts once);
 //! recording runs under `catch_unwind`, and a failure there is noted as a loss.
 
+mod dlopen;
 mod dlsym;
 mod families;
 pub mod real;
@@ -21,6 +22,9 @@ mod table;
 pub mod types;
 
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
+
+pub(crate) use dlopen::in_dlopen;
+pub(crate) use dlsym::real_dlsym;
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -8,9 +8,9 @@ use crate::hooks::types::*;
 use libc::{c_char, c_int, c_uint, c_void};
 
 fn cost(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
-    measured(sym, call, |l, rc, dev, delta| {
-        if let (0, Some(bytes)) = (rc, delta) {
-            l.driver_cost(dev, api(sym), bytes);
+    measured(sym, call, |l, m| {
+        if let (0, Some(bytes)) = (m.rc, m.delta) {
+            l.driver_cost_at(m.dev, api(sym), bytes, m.site);
         }
     })
 }
@@ -44,9 +44,9 @@ pub unsafe fn cu_device_primary_ctx_retain(
     measured(
         sym,
         || real(pctx, dev),
-        |l, rc, _current, delta| {
-            if let (0, Some(bytes)) = (rc, delta) {
-                l.driver_cost(dev, api(sym), bytes);
+        |l, m| {
+            if let (0, Some(bytes)) = (m.rc, m.delta) {
+                l.driver_cost_at(dev, api(sym), bytes, m.site);
             }
         },
     )

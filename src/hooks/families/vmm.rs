@@ -23,6 +23,8 @@ pub unsafe fn cu_mem_create(
     }
     let location = (*prop).location;
     let name = api(sym);
+    let wanted = location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && (rc != 0 || crate::sites::wanted(size as u64));
+    let site = if wanted { crate::sites::capture() } else { 0 };
     record(name, |l| {
         if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
             // Host-located VMM memory is not device memory.
@@ -31,10 +33,10 @@ pub unsafe fn cu_mem_create(
         let dev = if location.id >= 0 { location.id } else { current_device() };
         if rc == 0 {
             if let Some(h) = out(handle) {
-                l.vmm_create(dev, h, size as u64, name);
+                l.vmm_create_at(dev, h, size as u64, name, site);
             }
         } else {
-            l.failure(dev, name, size as u64, rc, error_name(TABLE[sym as usize].kind, rc));
+            l.failure_at(dev, name, size as u64, rc, error_name(TABLE[sym as usize].kind, rc), site);
         }
     });
     rc
