@@ -5,7 +5,7 @@
 # Each ROOT gets the packages unpacked (dpkg-deb -x), its own glibc (the distribution's libc6) and
 # a launcher `ROOT/python` that runs the interpreter with that glibc's loader:
 #   ld-linux-x86-64.so.2 --library-path ROOT/usr/lib/x86_64-linux-gnu ROOT/usr/bin/python3.X
-# with PYTHONHOME=ROOT/usr. The packages come from Debian's archive through `apt-get download`
+# with PYTHONHOME=ROOT/usr (and $LD_LIBRARY_PATH appended to --library-path, which replaces it). The packages come from Debian's archive through `apt-get download`
 # against a private sources list and state directory under target/pythons/apt (the system's
 # apt configuration is not touched). Idempotent: a ROOT whose `python` launcher works is kept.
 # A version whose packages cannot be fetched or do not run is skipped with one line on stderr
@@ -72,7 +72,7 @@ setup() { # VER SUITE
     cat > "$dest.tmp/python" <<EOF
 #!/bin/sh
 r=\$(cd "\$(dirname "\$0")" && pwd)
-PYTHONHOME="\$r/usr" exec "\$r/${loader#"$dest.tmp/"}" --library-path "\$r/usr/lib/x86_64-linux-gnu" "\$r/usr/bin/python$ver" "\$@"
+PYTHONHOME="\$r/usr" exec "\$r/${loader#"$dest.tmp/"}" --library-path "\$r/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" "\$r/usr/bin/python$ver" "\$@"
 EOF
     chmod +x "$dest.tmp/python"
     rm -rf "$dest"
