@@ -15,7 +15,7 @@ C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 
-.PHONY: all build lib cli sim headers cprogs test demo bench clean
+.PHONY: all build lib cli sim headers pythons cprogs test demo bench clean
 all: build sim
 
 build:
@@ -57,7 +57,12 @@ $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
-test: all
+# Extra CPython interpreters for the call-site tests (Debian's 3.13 and 3.14 under
+# target/pythons); a version that cannot be fetched is skipped with one line.
+pythons:
+	scripts/fetch-pythons.sh
+
+test: all pythons
 	$(CARGO) test --release --workspace
 
 demo: all

@@ -236,6 +236,12 @@ pub fn runtime_file(file: &str) -> bool {
         || file.contains("/torch/")
 }
 
+/// A comprehension's own frame (3.11 and older run them as functions): `caller` names the
+/// function around it.
+pub fn comprehension(function: &str) -> bool {
+    ["<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>"].iter().any(|c| function.ends_with(c))
+}
+
 /// A file name as shown in `caller`: from the package root when it is installed
 /// (`sglang/srt/model_executor/model_runner.py`), else the basename.
 pub fn short_file(file: &str) -> &str {
@@ -248,10 +254,10 @@ pub fn short_file(file: &str) -> &str {
 }
 
 /// The short form of a site: `file:function` of the innermost Python frame outside the
-/// interpreter's and PyTorch's files, else `object!symbol` of the first native frame outside
+/// interpreter's and PyTorch's files (comprehension frames skipped), else `object!symbol` of the first native frame outside
 /// culedger/CUDA/libc (`object+0xOFFSET` without a symbol); None when nothing is known.
 pub fn short(site: &Site) -> Option<String> {
-    if let Some(f) = site.python.iter().find(|f| !runtime_file(&f.file)) {
+    if let Some(f) = site.python.iter().find(|f| !runtime_file(&f.file) && !comprehension(&f.function)) {
         return Some(format!("{}:{}", short_file(&f.file), f.function));
     }
     site.native.iter().find(|f| !f.internal).map(|f| match &f.symbol {
@@ -373,6 +379,8 @@ mod tests {
             native: vec![nat("libcudart.so.12", Some("cudaMalloc"), true)],
         };
         assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
+        let c = Site { python: vec![py("/a/m.py", "f.<locals>.<listcomp>"), py("/a/m.py", "f")], native: vec![] };
+        assert_eq!(short(&c).unwrap(), "m.py:f");
         let n = Site {
             python: vec![py("<frozen runpy>", "_run_code")],
             native: vec![

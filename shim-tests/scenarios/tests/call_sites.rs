@@ -312,3 +312,63 @@ fn an_old_real_python_is_refused_with_a_warning() {
     // Before 3.11 only the minor version is known (from the interpreter's file name).
     assert_eq!(r["health"]["python_version"], format!("{}.{}", old.major, old.minor));
 }
+
+/// The demo's SGLang-like start-up (launcher + 2 ranks, custom all-reduce) on `py`: every
+/// allocation of at least 1 MiB, every call site a device holds, and every free-memory
+/// query is attributed to the named SGLang function of the sim that made it.
+fn check_demo_sim(py: &Python) {
+    let (mut sim, out) = machine(&format!("sites_demo{}{}", py.major, py.minor));
+    sim.env("FAKECUDA_DEVICES", "2").env("FAKECUDA_TOTAL_MIB", "24576").env("CULEDGER_SIM_PYTHON", &py.command);
+    let mut cmd = sim.cmd(&py.command);
+    cmd.arg(repo_root().join("shim-tests/py/sglang_sim.py"));
+    cmd.args(["--tp", "2", "--model-mib", "512", "--allreduce", "custom"]);
+    let run = sim.run_ok(&mut cmd);
+    let label = py.label();
+    let reports: Vec<Value> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 3, "{label}: launcher and two ranks\n{}", run.describe());
+    let allocating = [
+        "ModelRunner.load_model",
+        "PyNcclCommunicator.__init__",
+        "CustomAllreduce.__init__",
+        "CustomAllreduce.register_graph_buffers",
+        "MHATokenToKVPool._create_buffers",
+        "CudaGraphRunner.capture",
+    ];
+    let strip = |f: &str| if py.minor == 10 { f.rsplit('.').next().unwrap().to_string() } else { f.to_string() };
+    let mut named = std::collections::BTreeSet::new();
+    for r in &reports {
+        for d in r["devices"].as_array().unwrap() {
+            for a in d["top_allocations"].as_array().unwrap().iter().filter(|a| a["bytes"].as_u64().unwrap() >= MIB) {
+                let caller = a["caller"].as_str().unwrap_or_else(|| panic!("{label}: no caller: {a:#}"));
+                let f = caller.strip_prefix("sglang_sim.py:").unwrap_or_else(|| panic!("{label}: {caller}"));
+                assert!(allocating.iter().any(|n| strip(n) == f), "{label}: {caller}");
+            }
+            for s in d["sites"].as_array().unwrap() {
+                let frames = python_frames(site(r, &s["site"]));
+                let inner = frames
+                    .iter()
+                    .find(|f| f.0.ends_with("sglang_sim.py") && !f.1.ends_with("<listcomp>"))
+                    .expect("a frame of the sim");
+                assert!(allocating.iter().any(|n| strip(n) == inner.1), "{label}: {inner:?}");
+                named.insert(inner.1.clone());
+            }
+            for p in d["probes"].as_array().unwrap() {
+                let frames = python_frames(site(r, &p["site"]));
+                assert!(frames.iter().any(|f| f.0.ends_with("sglang_sim.py")), "{label}: probe {frames:?}");
+            }
+        }
+    }
+    let want: std::collections::BTreeSet<String> = allocating.iter().map(|n| strip(n)).collect();
+    assert_eq!(named, want, "{label}: every allocating function appears");
+}
+
+#[test]
+fn the_demo_sim_names_the_function_of_every_large_allocation_on_every_interpreter() {
+    for py in pythons::supported() {
+        check_demo_sim(&py);
+    }
+}
