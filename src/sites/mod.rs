@@ -308,7 +308,7 @@ fn collect_ids(v: &Value, ids: &mut BTreeSet<u32>) {
 }
 
 /// Complete a rendered ledger (`devices`, `host`, `health`): the `caller` of each top
-/// allocation, the top-level `sites` (only those referenced), and the health fields
+/// allocation and of each device's sites, the top-level `sites` (only those referenced), and the health fields
 /// `site_misses`, `sites_dropped`, `python_version`.
 pub fn decorate(doc: &mut Value) {
     let mut ids = BTreeSet::new();
@@ -320,8 +320,8 @@ pub fn decorate(doc: &mut Value) {
     let find = |id: u64| sites.iter().find(|(i, _)| u64::from(*i) == id).map(|(_, s)| s);
     if let Some(devices) = doc.get_mut("devices").and_then(Value::as_array_mut) {
         for d in devices {
-            if let Some(top) = d.get_mut("top_allocations").and_then(Value::as_array_mut) {
-                for a in top {
+            for list in ["top_allocations", "sites"] {
+                for a in d.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
                     let caller = a["site"].as_u64().and_then(find).and_then(|s| short(s));
                     if let Some(m) = a.as_object_mut() {
                         m.insert("caller".into(), caller.map_or(Value::Null, Value::String));
@@ -407,6 +407,7 @@ mod tests {
         decorate(&mut doc);
         assert_eq!(doc["devices"][0]["top_allocations"][0]["caller"], "m.py:f");
         assert_eq!(doc["devices"][0]["top_allocations"][1]["caller"], Value::Null);
+        assert_eq!(doc["devices"][0]["sites"][0]["caller"], "m.py:f");
         assert_eq!(doc["sites"].as_array().unwrap().len(), 1);
         assert_eq!(doc["sites"][0]["id"], id);
         assert_eq!(doc["sites"][0]["python"][0]["function"], "f");
