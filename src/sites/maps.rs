@@ -168,21 +168,23 @@ fn vm_readv(addr: u64, out: &mut [u8]) -> bool {
 pub struct Reader {
     pub slow: u32,
     guard: Option<RwLockReadGuard<'static, Cache>>,
-    /// The readable range of the last hit: most reads fall in the same few ranges.
-    memo: (u64, u64),
+    /// The readable ranges of the last two hits: reads alternate between a frame (the
+    /// thread's stack or the interpreter's frame chunks) and the heap.
+    memo: [(u64, u64); 2],
 }
 
 impl Reader {
     /// Whether [addr, addr+len) is in a cached readable range.
+    #[inline]
     fn known(&mut self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len) else { return false };
-        if self.memo.0 <= addr && end <= self.memo.1 {
+        if self.memo.iter().any(|&(a, b)| a <= addr && end <= b) {
             return true;
         }
         let ranges = &self.guard.get_or_insert_with(|| cache().read()).ranges;
         let i = ranges.partition_point(|&(start, _)| start <= addr);
         if i > 0 && ranges[i - 1].1 >= end {
-            self.memo = ranges[i - 1];
+            self.memo = [ranges[i - 1], self.memo[0]];
             return true;
         }
         false
@@ -216,6 +218,10 @@ impl Reader {
     }
 
     pub fn u64(&mut self, addr: u64) -> Option<u64> {
+        if addr != 0 && self.known(addr, 8) {
+            // SAFETY: inside a readable mapping; an unaligned read of 8 bytes.
+            return Some(unsafe { (addr as *const u64).read_unaligned() });
+        }
         let mut b = [0u8; 8];
         self.read(addr, &mut b).then(|| u64::from_ne_bytes(b))
     }
@@ -230,6 +236,10 @@ impl Reader {
     }
 
     pub fn u8(&mut self, addr: u64) -> Option<u8> {
+        if addr != 0 && self.known(addr, 1) {
+            // SAFETY: inside a readable mapping.
+            return Some(unsafe { (addr as *const u8).read() });
+        }
         let mut b = [0u8; 1];
         self.read(addr, &mut b).then_some(b[0])
     }

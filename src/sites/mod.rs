@@ -18,6 +18,7 @@ mod maps;
 mod native;
 mod python;
 mod table;
+mod unwind;
 
 pub mod layouts;
 
@@ -309,7 +310,8 @@ fn collect_ids(v: &Value, ids: &mut BTreeSet<u32>) {
 
 /// Complete a rendered ledger (`devices`, `host`, `health`): the `caller` of each top
 /// allocation and of each device's sites, the top-level `sites` (only those referenced), and the health fields
-/// `site_misses`, `sites_dropped`, `python_version`.
+/// `site_misses`, `sites_dropped`, `native_skipped_in_dlopen`, `native_unwind_fallbacks`,
+/// `python_version`.
 pub fn decorate(doc: &mut Value) {
     let mut ids = BTreeSet::new();
     collect_ids(doc, &mut ids);
@@ -335,6 +337,7 @@ pub fn decorate(doc: &mut Value) {
         h.insert("site_misses".into(), json!(misses()));
         h.insert("sites_dropped".into(), json!(dropped));
         h.insert("native_skipped_in_dlopen".into(), json!(IN_DLOPEN_SKIPS.load(Ordering::Relaxed)));
+        h.insert("native_unwind_fallbacks".into(), json!(native::FALLBACKS.load(Ordering::Relaxed)));
         h.insert("python_version".into(), json!(python_version()));
     }
     if let Some(m) = doc.as_object_mut() {
@@ -349,8 +352,10 @@ pub fn reset_after_fork() {
     PY_VERSION.reset();
     MISSES.store(0, Ordering::Relaxed);
     IN_DLOPEN_SKIPS.store(0, Ordering::Relaxed);
+    native::FALLBACKS.store(0, Ordering::Relaxed);
     maps::reset_after_fork();
     native::reset_after_fork();
+    unwind::reset_after_fork();
 }
 
 #[cfg(test)]

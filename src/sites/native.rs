@@ -107,14 +107,41 @@ pub fn is_own(ip: u64) -> bool {
     a <= ip && ip < b
 }
 
-/// The calling thread's return addresses, innermost first: culedger's own frames are dropped
-/// except the outermost one (the hooked entry point the program called), then up to
-/// `MAX_NATIVE` in all.
-pub fn backtrace(out: &mut Vec<u64>) {
+/// Return addresses with libgcc's `_Unwind_Backtrace`, at most `max` (and `MAX_NATIVE +
+/// MAX_OWN`), innermost first.
+pub fn gcc_backtrace(out: &mut Vec<u64>, max: usize) {
     let mut ips = Ips { ips: [0; MAX_NATIVE + MAX_OWN], len: 0 };
     // SAFETY: `collect` only writes into `ips`, which outlives the call.
     unsafe { _Unwind_Backtrace(collect, &mut ips as *mut Ips as *mut c_void) };
-    let all = &ips.ips[..ips.len];
+    out.extend(ips.ips[..ips.len].iter().take(max));
+}
+
+/// Backtraces the caching unwinder could not take (libgcc's was used).
+pub static FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `CULEDGER_UNWIND=gcc`: always unwind with libgcc (read once; for diagnosis).
+fn gcc_only() -> bool {
+    static GCC: OnceCell<bool> = OnceCell::new();
+    *GCC.get_or_init(|| std::env::var_os("CULEDGER_UNWIND").is_some_and(|v| v == "gcc"))
+}
+
+/// The calling thread's return addresses, innermost first: culedger's own frames are dropped
+/// except the outermost one (the hooked entry point the program called), then up to
+/// `MAX_NATIVE` in all. The caching unwinder first; libgcc's when it cannot.
+pub fn backtrace(out: &mut Vec<u64>) {
+    let mut buf = [0u64; MAX_NATIVE + MAX_OWN];
+    let fast = if gcc_only() { None } else { super::unwind::backtrace(&mut buf) };
+    let mut slow = Vec::new();
+    let all: &[u64] = match fast {
+        Some(n) => &buf[..n],
+        None => {
+            if !gcc_only() {
+                FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            gcc_backtrace(&mut slow, MAX_NATIVE + MAX_OWN);
+            &slow
+        }
+    };
     let first_foreign = all.iter().position(|&ip| !is_own(ip)).unwrap_or(all.len());
     let start = first_foreign.saturating_sub(1);
     out.extend(all[start..].iter().take(MAX_NATIVE));

@@ -15,7 +15,8 @@ pub const MAX_SITES: usize = 4096;
 /// Raw captures remembered (several may name one site); cleared when full.
 pub const MAX_RAW: usize = 4 * MAX_SITES;
 
-/// A fast hasher for keys that are already well mixed (addresses): FNV-1a over the words.
+/// A fast hasher for keys that are already well mixed (addresses): one multiply and rotate
+/// per 64-bit word.
 #[derive(Default)]
 pub struct WordHasher(u64);
 
@@ -24,8 +25,13 @@ impl Hasher for WordHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        // Slices of u64 arrive here in one piece: eight bytes at a time.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(u64::from(b));
         }
     }
     fn write_u64(&mut self, v: u64) {
@@ -36,7 +42,7 @@ impl Hasher for WordHasher {
     }
 }
 
-type Fast = BuildHasherDefault<WordHasher>;
+pub(crate) type Fast = BuildHasherDefault<WordHasher>;
 
 #[derive(Default)]
 pub(crate) struct Table {

@@ -372,3 +372,58 @@ fn the_demo_sim_names_the_function_of_every_large_allocation_on_every_interprete
         check_demo_sim(&py);
     }
 }
+
+/// The native frames of every site, per allocation pointer, of one run of `run_sites.py`.
+fn native_by_ptr(py: &Python, unwind: Option<&str>) -> Vec<(u64, Vec<(String, Option<String>, String)>)> {
+    let (mut sim, out) = machine("sites_unwind");
+    if let Some(u) = unwind {
+        sim.env("CULEDGER_UNWIND", u);
+    }
+    let ext = build_extension(py, sim.scratch());
+    let mut cmd = sim.cmd(&py.command);
+    cmd.arg(repo_root().join("shim-tests/py/sitespkg/run_sites.py"));
+    if let Some(ext) = &ext {
+        cmd.arg("--ext").arg(ext);
+    }
+    let run = sim.run_ok(&mut cmd);
+    let r = the_report(&out);
+    assert_eq!(r["health"]["native_unwind_fallbacks"], 0, "the caching unwinder handled every frame");
+    let mut v: Vec<(u64, Vec<(String, Option<String>, String)>)> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("SITE "))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|s| s["rc"] == 0)
+        .map(|s| {
+            let ptr = s["ptr"].as_u64().unwrap();
+            let site = site(&r, &allocation(&r, ptr)["site"]);
+            let frames = site["native"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    (
+                        f["object"].as_str().unwrap().to_string(),
+                        f["symbol"].as_str().map(String::from),
+                        f["offset"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            (ptr, frames)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_caching_unwinder_finds_the_frames_libgcc_finds() {
+    // Python, ctypes, libffi's assembly, a C extension, threads: every native frame of every
+    // site is the same with culedger's caching unwinder and with libgcc's _Unwind_Backtrace.
+    for py in pythons::supported() {
+        let fast = native_by_ptr(&py, None);
+        let gcc = native_by_ptr(&py, Some("gcc"));
+        assert!(fast.len() >= 3 && fast.iter().all(|(_, f)| f.len() >= 5), "{fast:#?}");
+        assert_eq!(fast, gcc, "{}", py.label());
+    }
+}
