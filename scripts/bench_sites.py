@@ -1,9 +1,11 @@
 """Helper of scripts/bench.sh: the cost of one captured call site, from Python.
 
-Recurses to a depth of DEPTH Python frames, then makes N cudaMalloc(2 MiB) + cudaFree calls
+Recurses to a depth of DEPTH Python frames (through map() every fourth one, so that native
+frames nest too), then makes N cudaMalloc(2 MiB) + cudaFree calls
 through ctypes (the GIL released around each, as PyTorch's bindings do). Run it under culedger
 with CULEDGER_SITE_MIN=0 (every allocation captures a site) and with a minimum above 2 MiB
-(none does): the difference per call is what a site costs. Prints `RESULT ns_per_call=...`."""
+(none does): the difference per call is what a site costs, in CPU time of the calling
+thread. Prints `RESULT ns_per_call=...`."""
 import ctypes
 import sys
 import time
@@ -18,15 +20,20 @@ rt.cudaFree.argtypes = [ctypes.c_void_p]
 def loop():
     p = ctypes.c_void_p()
     malloc, free, ref = rt.cudaMalloc, rt.cudaFree, ctypes.byref(p)
-    t0 = time.perf_counter_ns()
+    # CPU time of this thread: captures run on it, and a loaded machine's scheduling
+    # (other processes, 2 cores) does not count.
+    t0 = time.thread_time_ns()
     for _ in range(N):
         malloc(ref, 2 << 20)
         free(p)
-    return (time.perf_counter_ns() - t0) / N
+    return (time.thread_time_ns() - t0) / N
 
 
 def deep(n):
-    return deep(n - 1) if n > 0 else loop()
+    # Through map() (C) every few levels: native frames nest as they do under C extensions.
+    if n <= 0:
+        return loop()
+    return next(map(deep, [n - 1])) if n % 4 == 0 else deep(n - 1)
 
 
 loop()  # warm up: the runtime's first call initialises it

@@ -142,6 +142,21 @@ pub fn reset_after_fork() {
     // The lock may have been held by another thread of the parent: leak it, start over.
     CACHE.store(std::ptr::null_mut(), Ordering::Release);
     WANT_REFRESH.store(false, Ordering::Relaxed);
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// Our pid (glibc does not cache it); 0 until known, reset in a fork child.
+static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn pid() -> i32 {
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: no preconditions.
+    let p = unsafe { libc::getpid() };
+    PID.store(p, Ordering::Relaxed);
+    p
 }
 
 fn vm_readv(addr: u64, out: &mut [u8]) -> bool {
@@ -151,7 +166,7 @@ fn vm_readv(addr: u64, out: &mut [u8]) -> bool {
     let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: out.len() };
     let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: out.len() };
     // SAFETY: `local` describes our own writable buffer; the kernel validates `remote`.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_readv(pid(), &local, 1, &remote, 1, 0) };
     if n < 0 {
         let e = std::io::Error::last_os_error().raw_os_error();
         if matches!(e, Some(libc::EPERM) | Some(libc::ENOSYS) | Some(libc::EACCES)) {

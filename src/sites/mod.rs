@@ -158,13 +158,13 @@ pub fn capture() -> u32 {
 
 fn capture_inner() -> u32 {
     let max_py = crate::config::get().py_frames;
+    maps::before_capture();
     // Python frames, raw: code objects and instruction positions. The reader holds the
     // mapping cache's read lock; it is dropped before anything else.
     let mut py: Vec<python::RawPy> = Vec::new();
     let rt = if max_py > 0 { python::runtime() } else { None };
     let mut walk_failed = None;
     if let Some(rt) = rt {
-        maps::before_capture();
         let mut r = maps::Reader::default();
         if let Err(python::Miss(why)) = rt.walk(&mut r, max_py, &mut py) {
             walk_failed = Some(why);

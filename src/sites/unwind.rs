@@ -417,8 +417,17 @@ fn here() -> (u64, u64, u64) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 pub fn backtrace(out: &mut [u64]) -> Option<usize> {
-    let (mut ip, mut sp, mut bp) = here();
     let mut r = Reader::default();
+    let n = walk(&mut r, out);
+    // A new thread's stack is not in the mapping cache yet: ask for a refresh.
+    super::maps::after_capture(r.slow);
+    n
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn walk(r: &mut Reader, out: &mut [u64]) -> Option<usize> {
+    let (mut ip, mut sp, mut bp) = here();
     let mut guard = None;
     let mut n = 0;
     let mut first = true;
