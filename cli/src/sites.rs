@@ -200,12 +200,15 @@ pub fn frames_of_allocation(g: &DeviceGroup, owner: &str, order: (i64, i64), cat
     Some(frames(site))
 }
 
+/// Live bytes of a call site to place in blocks, with the site's frames.
+type Placed = (i64, Vec<Frame>);
+
 /// Split the synthesised blocks of each (process, category) into the live bytes of its call
 /// sites, each block with the frames of its site; bytes no site accounts for keep the
 /// synthetic frame. Blocks still tile their segment.
 pub fn attach_frames(segments: &mut [Segment], g: &DeviceGroup) {
     // (pid, category) -> [(bytes, frames)] still to place, largest first.
-    let mut todo: BTreeMap<(i64, String), Vec<(i64, Vec<Frame>)>> = BTreeMap::new();
+    let mut todo: BTreeMap<(i64, String), Vec<Placed>> = BTreeMap::new();
     for m in &g.members {
         for s in m.dev.sites.iter().filter(|s| s.live_bytes > 0) {
             let Some(site) = m.report.sites.iter().find(|x| x.id == s.site) else { continue };

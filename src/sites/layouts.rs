@@ -323,7 +323,7 @@ mod tests {
         assert!(Layout::from_table(13).is_none(), "3.13 comes from debug offsets");
         assert!(table(9).is_none() && table(15).is_none());
         // A fake runtime whose debug offsets hold their own position: every value resolves.
-        let l = Layout::from_debug_offsets(13, |off| Some(off)).unwrap();
+        let l = Layout::from_debug_offsets(13, Some).unwrap();
         assert_eq!((l.ts_frame, l.frame_previous), (184, 232));
         assert!(Layout::from_debug_offsets(13, |_| Some(1 << 20)).is_none(), "absurd offsets");
         assert!(Layout::from_debug_offsets(12, Some).is_none());

@@ -217,7 +217,7 @@ impl Runtime {
     }
 
     fn is(&self, r: &mut Reader, obj: u64, ty: u64) -> bool {
-        obj != 0 && obj % 8 == 0 && self.type_of(r, obj) == Some(ty)
+        obj != 0 && obj.is_multiple_of(8) && self.type_of(r, obj) == Some(ty)
     }
 
     /// The calling thread's frames, innermost first, at most `max`. Empty when the thread

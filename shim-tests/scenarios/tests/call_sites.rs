@@ -297,7 +297,7 @@ fn an_unreadable_python_gives_native_frames_one_warning_and_a_working_process() 
 
 #[test]
 fn an_old_real_python_is_refused_with_a_warning() {
-    let Some(old) = pythons::all().into_iter().filter(|p| p.major == 3 && p.minor < 10).last() else {
+    let Some(old) = pythons::all().into_iter().rfind(|p| p.major == 3 && p.minor < 10) else {
         eprintln!("no Python older than 3.10 here; skipped");
         return;
     };
@@ -373,8 +373,11 @@ fn the_demo_sim_names_the_function_of_every_large_allocation_on_every_interprete
     }
 }
 
+/// A native frame as the report has it: object, symbol, offset.
+type NativeRow = (String, Option<String>, String);
+
 /// The native frames of every site, per allocation pointer, of one run of `run_sites.py`.
-fn native_by_ptr(py: &Python, unwind: Option<&str>) -> Vec<(u64, Vec<(String, Option<String>, String)>)> {
+fn native_by_ptr(py: &Python, unwind: Option<&str>) -> Vec<(u64, Vec<NativeRow>)> {
     let (mut sim, out) = machine("sites_unwind");
     if let Some(u) = unwind {
         sim.env("CULEDGER_UNWIND", u);
@@ -388,7 +391,7 @@ fn native_by_ptr(py: &Python, unwind: Option<&str>) -> Vec<(u64, Vec<(String, Op
     let run = sim.run_ok(&mut cmd);
     let r = the_report(&out);
     assert_eq!(r["health"]["native_unwind_fallbacks"], 0, "the caching unwinder handled every frame");
-    let mut v: Vec<(u64, Vec<(String, Option<String>, String)>)> = run
+    let mut v: Vec<(u64, Vec<NativeRow>)> = run
         .stdout
         .lines()
         .filter_map(|l| l.strip_prefix("SITE "))
