@@ -238,6 +238,9 @@ impl DeviceStats {
     }
 
     fn site_sub(&mut self, site: u32, cat: Category, bytes: u64) {
+        if site == 0 {
+            return;
+        }
         if let Some(s) = self.sites.get_mut(&site) {
             s.live = s.live.saturating_sub(bytes);
             s.allocs = s.allocs.saturating_sub(1);
@@ -285,7 +288,7 @@ impl DeviceStats {
         if cat != a.category {
             self.cats[a.category.index()].sub(a.bytes);
             self.cats[cat.index()].add(a.bytes);
-            if let Some(s) = self.sites.get_mut(&a.facts.site) {
+            if let Some(s) = self.sites.get_mut(&a.facts.site).filter(|_| a.facts.site != 0) {
                 s.cats[a.category.index()] = s.cats[a.category.index()].saturating_sub(a.bytes);
                 s.cats[cat.index()] = s.cats[cat.index()].saturating_add(a.bytes);
                 s.last_cat = cat.index();
