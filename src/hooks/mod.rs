@@ -77,7 +77,7 @@ static INIT: Once = Once::new();
 
 /// First-use initialisation for the hooks that record (never called from the dlsym path
 /// or a constructor): silence our own copy of std's panic output unless debugging.
-fn init() {
+pub(crate) fn init() {
     INIT.call_once(|| {
         if !crate::log::enabled(crate::log::Level::Debug) {
             std::panic::set_hook(Box::new(|_| {}));

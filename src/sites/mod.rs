@@ -108,8 +108,9 @@ impl<T> Leaky<T> {
 static TABLE: Leaky<Mutex<table::Table>> = Leaky::new(|| Mutex::new(table::Table::default()));
 /// Captures whose Python frames could not be read (the site keeps its native frames).
 static MISSES: AtomicU64 = AtomicU64::new(0);
-static PY_VERSION: Leaky<Mutex<Option<String>>> = Leaky::new(|| Mutex::new(None));
-/// Captures whose native frames were skipped because the thread was inside `dlopen`.
+/// Set once (no lock: a fork child keeps it, as it keeps the runtime it describes).
+static PY_VERSION: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell::new();
+/// Captures skipped because the thread was inside `dlopen`.
 static IN_DLOPEN_SKIPS: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn now_ms() -> u64 {
@@ -120,12 +121,12 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 fn set_python_version(v: &str) {
-    *PY_VERSION.get().lock() = Some(v.to_string());
+    let _ = PY_VERSION.set(v.to_string());
 }
 
 fn note_unreadable_python(why: &str) {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    *PY_VERSION.get().lock() = Some(why.split(':').next().unwrap_or(why).trim_start_matches("Python ").to_string());
+    set_python_version(why.split(':').next().unwrap_or(why).trim_start_matches("Python "));
     let line = format!("{why}; call sites carry native frames only");
     if crate::warn_once!(WARNED; "{line}") {
         crate::ledger::global().note_warning(&line);
@@ -150,6 +151,7 @@ pub fn wanted(bytes: u64) -> bool {
 /// The call site of the calling thread, now: its id in the process table (0 when nothing
 /// could be captured). Never panics.
 pub fn capture() -> u32 {
+    crate::hooks::init();
     catch_unwind(AssertUnwindSafe(capture_inner)).unwrap_or_else(|_| {
         miss("internal error");
         0
@@ -157,6 +159,11 @@ pub fn capture() -> u32 {
 }
 
 fn capture_inner() -> u32 {
+    // Inside dlopen (a library constructor, the loader lock held): no frames at all.
+    if crate::hooks::in_dlopen() {
+        IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
     let max_py = crate::config::get().py_frames;
     maps::before_capture();
     // Python frames, raw: code objects and instruction positions. The reader holds the
@@ -175,13 +182,8 @@ fn capture_inner() -> u32 {
     if let Some(why) = walk_failed {
         miss(why);
     }
-    // Native frames, unless this thread is inside dlopen (the loader lock may be held).
     let mut ips: Vec<u64> = Vec::new();
-    if crate::hooks::in_dlopen() {
-        IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
-    } else {
-        native::backtrace(&mut ips);
-    }
+    native::backtrace(&mut ips);
     let mut raw: Vec<u64> = Vec::with_capacity(2 * py.len() + ips.len() + 1);
     raw.push(py.len() as u64);
     for f in &py {
@@ -227,7 +229,7 @@ pub fn misses() -> u64 {
 
 /// The Python version seen in this process (`3.11.7`), if any.
 pub fn python_version() -> Option<String> {
-    PY_VERSION.get().lock().clone()
+    PY_VERSION.get().cloned()
 }
 
 /// Is `file` the interpreter's own (standard library, frozen modules) or PyTorch's?
@@ -349,7 +351,6 @@ pub fn decorate(doc: &mut Value) {
 /// Counters start over with the child's ledger.
 pub fn reset_after_fork() {
     TABLE.reset();
-    PY_VERSION.reset();
     MISSES.store(0, Ordering::Relaxed);
     IN_DLOPEN_SKIPS.store(0, Ordering::Relaxed);
     native::FALLBACKS.store(0, Ordering::Relaxed);
