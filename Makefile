@@ -21,7 +21,7 @@ SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 NATIVE  := $(SIM)/lib/libc10_cuda.so $(SIM)/lib/libnccl.so.2 $(SIM)/lib/cumem_allocator.abi3.so
 NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 
-.PHONY: all build lib cli sim headers cprogs test demo bench clean
+.PHONY: all build lib cli sim headers pythons cprogs test demo bench clean
 all: build sim
 
 build:
@@ -81,7 +81,12 @@ $(SIM)/bin/cu13_%: shim-tests/c13/cu13_%.c shim-tests/c/sim.h $(HDR13)/cuda.h $(
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
-test: all
+# Extra CPython interpreters for the call-site tests (Debian's 3.13 and 3.14 under
+# target/pythons); a version that cannot be fetched is skipped with one line.
+pythons:
+	scripts/fetch-pythons.sh
+
+test: all pythons
 	$(CARGO) test --release --workspace
 
 demo: all

@@ -8,7 +8,7 @@
 #                                        output of scripts/demo.sh, target/demo)
 #
 # Normalising makes golden outputs stable across runs and machines: pids become 4100.. (nccl)
-# and 5100.. (custom-ar) in start order, the host `sim-host`, times are replaced by their
+# and 5100.. (custom-ar), the launcher first, then rank 0, rank 1, the host `sim-host`, times are replaced by their
 # rank in the run's global order (10 ms apart, so ordering across processes is kept), device
 # pointers by per-process sequence numbers, paths by repository-relative ones.
 # Afterwards refresh the goldens: UPDATE_GOLDEN=1 cargo test --release -p culedger-cli
@@ -60,7 +60,12 @@ for cfg, pid_base in PID_BASE.items():
     if not files:
         sys.exit(f"gen-fixtures: no reports in {os.path.join(src, cfg)}")
     reports = [json.load(open(f)) for f in files]
-    reports.sort(key=lambda r: (r["process"]["start_unix_ms"], r["process"]["pid"]))
+    # Launcher first, then the ranks in rank order (their start order is a race).
+    def order(r):
+        argv = r["process"]["argv"]
+        rank = int(argv[argv.index("--worker") + 1]) if "--worker" in argv else -1
+        return (rank, r["process"]["start_unix_ms"], r["process"]["pid"])
+    reports.sort(key=order)
     pids = {r["process"]["pid"]: pid_base + i for i, r in enumerate(reports)}
 
     # Every absolute time of the run, ranked.
@@ -106,6 +111,13 @@ for cfg, pid_base in PID_BASE.items():
         p["argv"] = [os.path.basename(a) if i == 0 else a.replace(repo + "/", "") for i, a in enumerate(p["argv"])]
         r["settings"]["out_dir"] = f"culedger-out/{cfg}"
         r["health"]["warnings"] = [w.replace(repo + "/", "") for w in r["health"]["warnings"]]
+        # Call sites: repository-relative files, the interpreter's own files under one
+        # prefix, native offsets (which change with every build) zeroed.
+        for site in r.get("sites", []):
+            for f in site["python"]:
+                f["file"] = re.sub(r"^.*/lib/python(3\.\d+)/", r"/usr/lib/python\1/", f["file"].replace(repo + "/", ""))
+            for f in site["native"]:
+                f["offset"] = "0x0"
         path = os.path.join(out_dir, f"culedger-{p['pid']}.json")
         with open(path, "w") as f:
             json.dump(r, f, indent=1)

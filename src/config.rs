@@ -23,6 +23,12 @@ pub const MIN_FLUSH_MS: u64 = 10;
 pub const MAX_FLUSH_MS: u64 = 3_600_000;
 /// Log level used when `CULEDGER_LOG` is not set or invalid.
 pub const DEFAULT_LOG: Level = Level::Warn;
+/// Smallest allocation that gets a call site, when `CULEDGER_SITE_MIN` is not set (1 MiB).
+pub const DEFAULT_SITE_MIN: u64 = 1 << 20;
+/// Python frames kept per call site when `CULEDGER_PY_FRAMES` is not set.
+pub const DEFAULT_PY_FRAMES: usize = 64;
+/// Most Python frames a call site may keep.
+pub const MAX_PY_FRAMES: usize = 1024;
 
 /// Environment variable names.
 pub const ENV_OUT: &str = "CULEDGER_OUT";
@@ -31,6 +37,8 @@ pub const ENV_LOG: &str = "CULEDGER_LOG";
 /// A rule file extending or replacing the shipped classification rules (read by
 /// `classify::init`, which reports its problems; see docs/categories.md).
 pub const ENV_RULES: &str = "CULEDGER_RULES";
+pub const ENV_SITE_MIN: &str = "CULEDGER_SITE_MIN";
+pub const ENV_PY_FRAMES: &str = "CULEDGER_PY_FRAMES";
 
 /// The effective settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +50,10 @@ pub struct Config {
     pub flush_ms: u64,
     /// Verbosity of stderr logging.
     pub log: Level,
+    /// Allocations of at least this many bytes get a call site (0: all).
+    pub site_min: u64,
+    /// Python frames kept per call site (0: none).
+    pub py_frames: usize,
     /// One line per ignored setting, in variable order.
     pub warnings: Vec<String>,
 }
@@ -52,6 +64,8 @@ impl Default for Config {
             out_dir: PathBuf::from(DEFAULT_OUT_DIR),
             flush_ms: DEFAULT_FLUSH_MS,
             log: DEFAULT_LOG,
+            site_min: DEFAULT_SITE_MIN,
+            py_frames: DEFAULT_PY_FRAMES,
             warnings: Vec::new(),
         }
     }
@@ -98,7 +112,32 @@ impl Config {
             }),
         };
 
-        Config { out_dir, flush_ms, log, warnings }
+        let site_min = match var(ENV_SITE_MIN) {
+            None => DEFAULT_SITE_MIN,
+            Some(raw) => parse_size(&raw.to_string_lossy()).unwrap_or_else(|| {
+                warnings.push(format!(
+                    "{ENV_SITE_MIN}={:?} is not a size in bytes (like 1048576, 64KiB, 1MiB, 0); using 1MiB",
+                    raw.to_string_lossy()
+                ));
+                DEFAULT_SITE_MIN
+            }),
+        };
+
+        let py_frames = match var(ENV_PY_FRAMES) {
+            None => DEFAULT_PY_FRAMES,
+            Some(raw) => match raw.to_string_lossy().trim().parse::<usize>() {
+                Ok(n) if n <= MAX_PY_FRAMES && raw.to_string_lossy().trim().bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => {
+                    warnings.push(format!(
+                        "{ENV_PY_FRAMES}={:?} is not a whole number from 0 to {MAX_PY_FRAMES}; using {DEFAULT_PY_FRAMES}",
+                        raw.to_string_lossy()
+                    ));
+                    DEFAULT_PY_FRAMES
+                }
+            },
+        };
+
+        Config { out_dir, flush_ms, log, site_min, py_frames, warnings }
     }
 
     /// The report's `settings` object: `out_dir`, `flush_ms`, `log`.
@@ -107,8 +146,30 @@ impl Config {
             "out_dir": self.out_dir.to_string_lossy(),
             "flush_ms": self.flush_ms,
             "log": self.log.name(),
+            "site_min_bytes": self.site_min,
+            "py_frames": self.py_frames,
         })
     }
+}
+
+/// A size: a whole number of bytes, optionally followed by `KiB`, `MiB` or `GiB` (also `K`,
+/// `M`, `G`, any case); blanks around it are ignored. None for anything else or an overflow.
+pub fn parse_size(raw: &str) -> Option<u64> {
+    let s = raw.trim();
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let n: u64 = s[..digits].parse().ok()?;
+    let unit = s[digits..].trim().to_ascii_lowercase();
+    let mult: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
 }
 
 /// `Ok(ms)` for `0` or a whole number in `MIN_FLUSH_MS..=MAX_FLUSH_MS`, else why not.
@@ -263,7 +324,37 @@ mod tests {
     #[test]
     fn settings_json_fields() {
         let c = parse(&[(ENV_OUT, "/o"), (ENV_FLUSH_MS, "0"), (ENV_LOG, "info")]);
-        assert_eq!(c.settings_json(), serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info"}));
+        assert_eq!(
+            c.settings_json(),
+            serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info", "site_min_bytes": 1048576, "py_frames": 64})
+        );
+    }
+
+    #[test]
+    fn site_settings() {
+        let c = parse(&[]);
+        assert_eq!((c.site_min, c.py_frames), (1 << 20, 64));
+        assert_eq!(parse(&[(ENV_SITE_MIN, "0")]).site_min, 0);
+        assert_eq!(parse(&[(ENV_SITE_MIN, " 4096 ")]).site_min, 4096);
+        assert_eq!(parse(&[(ENV_SITE_MIN, "64KiB")]).site_min, 64 << 10);
+        assert_eq!(parse(&[(ENV_SITE_MIN, "2 mib")]).site_min, 2 << 20);
+        assert_eq!(parse(&[(ENV_SITE_MIN, "1G")]).site_min, 1 << 30);
+        assert_eq!(parse(&[(ENV_PY_FRAMES, "0")]).py_frames, 0);
+        assert_eq!(parse(&[(ENV_PY_FRAMES, "1024")]).py_frames, 1024);
+        for bad in ["-1", "1.5MiB", "MiB", "1TiB", "99999999999999999999", "1 MiB x"] {
+            let c = parse(&[(ENV_SITE_MIN, bad)]);
+            assert_eq!(c.site_min, 1 << 20, "{bad}");
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+            assert!(c.warnings[0].starts_with("CULEDGER_SITE_MIN="), "{:?}", c.warnings);
+        }
+        for bad in ["-1", "abc", "1025", "+3", "2.0"] {
+            let c = parse(&[(ENV_PY_FRAMES, bad)]);
+            assert_eq!(c.py_frames, 64, "{bad}");
+            assert_eq!(
+                c.warnings,
+                vec![format!("CULEDGER_PY_FRAMES={bad:?} is not a whole number from 0 to 1024; using 64")]
+            );
+        }
     }
 
     #[test]

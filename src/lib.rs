@@ -3,7 +3,8 @@
 //!
 //! Layout: `hooks` (C ABI face, symbol table, resolution paths), `ledger` (pure
 //! bookkeeping), `classify` (facts to categories), `report` (JSON, files, lifecycle),
-//! `config` and `log` (environment settings, stderr logging).
+//! `config` and `log` (environment settings, stderr logging), `sites` (who allocated: Python
+//! and native frames of the calling thread, read without the GIL).
 
 pub mod classify;
 pub mod config;
@@ -11,3 +12,4 @@ pub mod hooks;
 pub mod ledger;
 pub mod log;
 pub mod report;
+pub mod sites;

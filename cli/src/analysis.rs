@@ -451,6 +451,8 @@ pub struct DeviceSummary {
     pub driver_cost_bytes: i64,
     pub largest_allocation: Option<LargeAlloc>,
     pub top_allocations: Vec<TopRow>,
+    /// Live bytes by caller (`crate::sites`).
+    pub sites: Vec<crate::sites::SiteRow>,
     pub ipc: Ipc,
     pub graphs: Graphs,
 }
@@ -626,6 +628,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         driver_cost_bytes: g.driver_cost_bytes(),
         largest_allocation: g.largest_allocation(),
         top_allocations: top,
+        sites: crate::sites::rows(g),
         ipc: g.ipc(),
         graphs: g.graphs(),
     }

@@ -30,6 +30,8 @@ pub struct DevDiff {
     pub failures_a: Vec<String>,
     pub failures_b: Vec<String>,
     pub driver_costs: Vec<Row>,
+    /// Callers whose live bytes grew (`crate::sites`).
+    pub sites: Vec<Row>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -43,7 +45,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn new(name: &str, a: i64, b: i64) -> Self {
+    pub(crate) fn new(name: &str, a: i64, b: i64) -> Self {
         let delta = b - a;
         Row { name: name.into(), a, b, delta, pct: (a != 0).then(|| delta as f64 * 100.0 / a as f64) }
     }
@@ -174,6 +176,7 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
         failures_a: if fb.is_empty() || !fa.is_empty() { fa } else { Vec::new() },
         failures_b: fb,
         driver_costs,
+        sites: crate::sites::grew(a, b),
     }
 }
 
@@ -278,7 +281,7 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
     }
 }
 
-fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
+pub(crate) fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
     let mut t = Table::new(&[first, sa, sb, "delta", "%"], &[1, 2, 3, 4]);
     for r in rows {
         t.row(vec![
@@ -335,6 +338,7 @@ pub fn document(d: &Diff) -> Doc {
             doc.push(Block::Sub("Hidden driver costs that changed".into()));
             doc.table(rows_table("api", &dev.driver_costs, &sa, &sb));
         }
+        crate::sites::diff_section(&mut doc, &dev.sites, &sa, &sb);
     }
     doc
 }

@@ -173,6 +173,8 @@ struct Synth {
     chunks: HashMap<Owned, Vec<Chunk>>,
     current: HashMap<Owned, i64>,
     trace: Vec<TraceEntry>,
+    /// Frames for the next `alloc` event, when the rise is one known allocation.
+    alloc_frames: Option<Vec<Frame>>,
 }
 
 impl Synth {
@@ -184,6 +186,7 @@ impl Synth {
             chunks: HashMap::new(),
             current: HashMap::new(),
             trace: Vec::new(),
+            alloc_frames: None,
         }
     }
 
@@ -198,7 +201,10 @@ impl Synth {
             size,
             stream: 0,
             time_us,
-            frames: Self::frames(owner, category),
+            frames: match (action, &self.alloc_frames) {
+                ("alloc", Some(f)) => f.clone(),
+                _ => Self::frames(owner, category),
+            },
             category: category.into(),
         });
     }
@@ -297,7 +303,8 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
         }
     }
     steps.sort_by_key(|(t, member, order, ..)| (*t, *member, *order));
-    for (t, _, _, owner, cat, value) in steps {
+    for (t, _, order, owner, cat, value) in steps {
+        s.alloc_frames = crate::sites::frames_of_allocation(g, &owner, order, cat);
         s.set(&owner, cat, t, value);
     }
     s
@@ -311,7 +318,9 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     let mut segments = Vec::new();
     for g in &gs {
         let s = synthesize(g, zero);
-        segments.extend(s.segments());
+        let mut segs = s.segments();
+        crate::sites::attach_frames(&mut segs, g);
+        segments.extend(segs);
         let slot = &mut traces[g.index as usize];
         slot.extend(s.trace);
         slot.sort_by_key(|e| e.time_us);

@@ -13,6 +13,7 @@ mod model;
 mod plot;
 mod report;
 mod run;
+mod sites;
 mod units;
 
 use clap::{Parser, Subcommand, ValueEnum};

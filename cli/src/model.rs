@@ -26,6 +26,9 @@ pub struct Report {
     pub devices: Vec<Device>,
     #[serde(default)]
     pub host: HostMem,
+    /// Call sites referenced by the records (see `crate::sites`).
+    #[serde(default)]
+    pub sites: Vec<crate::sites::SiteRec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -90,6 +93,8 @@ pub struct Device {
     pub top_allocations: Vec<Allocation>,
     pub timeline: Vec<Sample>,
     pub events: Vec<Event>,
+    /// The call sites holding the most live bytes on this device.
+    pub sites: Vec<crate::sites::DevSite>,
 }
 
 impl Device {
@@ -116,6 +121,7 @@ pub struct Probe {
     pub error: i64,
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
+    pub site: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -131,6 +137,7 @@ pub struct Failure {
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
     pub last_probe: Option<Probe>,
+    pub site: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -162,6 +169,7 @@ pub struct DriverCost {
     pub calls: i64,
     pub bytes: i64,
     pub approximate: bool,
+    pub sites: Vec<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -177,6 +185,7 @@ pub struct Allocation {
     pub exported: bool,
     pub captured: bool,
     pub h2d_bytes: i64,
+    pub site: Option<i64>,
     pub caller: Option<String>,
 }
 

@@ -178,6 +178,8 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
         d.table(t);
     }
 
+    crate::sites::report_section(d, &dev.sites);
+
     if !dev.top_allocations.is_empty() {
         d.push(Block::Sub("Top allocations".into()));
         let mut t = Table::new(&["pid", "size", "category", "api", "at", "flags", "caller"], &[0, 1, 4]);

@@ -165,7 +165,7 @@ fn plot_has_one_panel_per_device() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches(r#"class="panel""#).count(), 2);
     assert_eq!(svg.matches(r#"class="panel-title""#).count(), 2);
-    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5102)") && svg.contains("sim-host GPU 1 (pids 5101)"), "{svg}");
+    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5101)") && svg.contains("sim-host GPU 1 (pids 5102)"), "{svg}");
     assert_eq!(svg.matches(r#"class="failure""#).count(), 2);
     assert_eq!(svg.matches(r#"class="probe""#).count(), 7);
     assert!(svg.contains(r#"class="area ipc""#) && svg.contains(r#"class="area other""#));

@@ -26,9 +26,13 @@ With a thin reserve (``--mem-fraction-static`` close to 1) and a noticeable peer
 (``FAKECUDA_PEER_MIB``), the custom all-reduce configuration runs out of memory in step 6 while
 the NCCL one passes: ``scripts/demo.sh`` sets those parameters.
 
-The runtime is loaded through ctypes the way SGLang's CudaRTLibrary does: ``libcudart.so.12``
-by name, then the mapped file found in /proc/self/maps is opened again. Python standard
-library only. Exit status: 0, or 1 when a rank failed (an out-of-memory message is printed).
+The runtime is loaded through ctypes the way SGLang's CudaRTLibrary does (``torch/__init__.py``
+beside this file plays PyTorch's CUDA layer), and each allocation is made by a function named
+after the SGLang code that makes it (``ModelRunner.load_model``, ``MHATokenToKVPool._create_buffers``,
+``CustomAllreduce.__init__``, ``CudaGraphRunner.capture``, ...), so that culedger's call sites
+name them. Workers are started with ``$CULEDGER_SIM_PYTHON`` when set (an interpreter that needs
+a launcher), else ``sys.executable``. Python standard library only. Exit status: 0, or 1 when a
+rank failed (an out-of-memory message is printed).
 """
 import argparse
 import ctypes
@@ -37,92 +41,16 @@ import os
 import subprocess
 import sys
 
+from torch import CudaError, CudaRT, cudaErrorMemoryAllocation, cudaIpcMemHandle_t, cudaMemcpyHostToDevice
+
 MIB = 1 << 20
 ALIGN = 2 * MIB
-cudaMemcpyHostToDevice = 1
 cudaIpcMemLazyEnablePeerAccess = 1
 cudaStreamCaptureModeGlobal = 0
-cudaErrorMemoryAllocation = 2
 # Per tensor copy chunk: the host buffer stays small however large the model is.
 HOST_CHUNK = 4 * MIB
 GRAPH_BATCH_SIZES = (1, 8, 32)
-
-
-class cudaIpcMemHandle_t(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_byte * 64)]
-
-
-class CudaError(RuntimeError):
-    def __init__(self, call, code, text):
-        super().__init__(f"{call}: CUDA error {code}: {text}")
-        self.code = code
-
-
-_P = ctypes.POINTER
 _VP = ctypes.c_void_p
-_SZ = ctypes.c_size_t
-# name -> argtypes (all return cudaError_t except cudaGetErrorString).
-SIGNATURES = {
-    "cudaSetDevice": [ctypes.c_int],
-    "cudaGetDeviceCount": [_P(ctypes.c_int)],
-    "cudaMalloc": [_P(_VP), _SZ],
-    "cudaFree": [_VP],
-    "cudaMemcpy": [_VP, _VP, _SZ, ctypes.c_int],
-    "cudaMemGetInfo": [_P(_SZ), _P(_SZ)],
-    "cudaIpcGetMemHandle": [_P(cudaIpcMemHandle_t), _VP],
-    "cudaIpcOpenMemHandle": [_P(_VP), cudaIpcMemHandle_t, ctypes.c_uint],
-    "cudaIpcCloseMemHandle": [_VP],
-    "cudaDeviceEnablePeerAccess": [ctypes.c_int, ctypes.c_uint],
-    "cudaStreamCreate": [_P(_VP)],
-    "cudaStreamDestroy": [_VP],
-    "cudaStreamBeginCapture": [_VP, ctypes.c_int],
-    "cudaStreamEndCapture": [_VP, _P(_VP)],
-    "cudaMallocAsync": [_P(_VP), _SZ, _VP],
-    "cudaGraphInstantiate": [_P(_VP), _VP, ctypes.c_ulonglong],
-    "cudaGraphExecDestroy": [_VP],
-    "cudaGraphDestroy": [_VP],
-    "cudaDeviceSynchronize": [],
-}
-
-
-def find_loaded_library(prefix):
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if os.path.basename(path).startswith(prefix):
-                return path
-    return None
-
-
-class CudaRT:
-    """The subset of the runtime the simulation calls, each call checked."""
-
-    def __init__(self):
-        ctypes.CDLL("libcudart.so.12")
-        path = find_loaded_library("libcudart")
-        if path is None:
-            raise RuntimeError("libcudart is not loaded in this process")
-        self.lib = ctypes.CDLL(path)
-        self.lib.cudaGetErrorString.restype = ctypes.c_char_p
-        self.lib.cudaGetErrorString.argtypes = [ctypes.c_int]
-        for name, argtypes in SIGNATURES.items():
-            fn = getattr(self.lib, name)
-            fn.restype, fn.argtypes = ctypes.c_int, argtypes
-
-    def call(self, name, *args):
-        code = getattr(self.lib, name)(*args)
-        if code != 0:
-            raise CudaError(name, code, self.lib.cudaGetErrorString(code).decode())
-
-    def malloc(self, size):
-        p = _VP()
-        self.call("cudaMalloc", ctypes.byref(p), size)
-        return p
-
-    def mem_get_info(self):
-        free, total = _SZ(), _SZ()
-        self.call("cudaMemGetInfo", ctypes.byref(free), ctypes.byref(total))
-        return free.value, total.value
 
 
 def say(rank, text):
@@ -142,16 +70,64 @@ def weight_shapes(model_mib):
     return [("embed_tokens", edge), ("lm_head", edge)] + [(f"layers.{i}", layer) for i in range(32)]
 
 
-def load_weights(rt, model_mib):
-    host = ctypes.create_string_buffer(HOST_CHUNK)
-    tensors = []
-    for _name, size in weight_shapes(model_mib):
-        p = rt.malloc(size)
-        for off in range(0, size, HOST_CHUNK):
-            rt.call("cudaMemcpy", _VP(p.value + off), ctypes.cast(host, _VP), min(HOST_CHUNK, size - off),
-                    cudaMemcpyHostToDevice)
-        tensors.append(p)
-    return tensors
+class ModelRunner:
+    """sglang/srt/model_executor/model_runner.py"""
+
+    def __init__(self, rt):
+        self.rt = rt
+
+    def load_model(self, model_mib):
+        host = ctypes.create_string_buffer(HOST_CHUNK)
+        tensors = []
+        for _name, size in weight_shapes(model_mib):
+            p = self.rt.malloc(size)
+            for off in range(0, size, HOST_CHUNK):
+                self.rt.call("cudaMemcpy", _VP(p.value + off), ctypes.cast(host, _VP), min(HOST_CHUNK, size - off),
+                             cudaMemcpyHostToDevice)
+            tensors.append(p)
+        return tensors
+
+    def get_available_gpu_memory(self):
+        return self.rt.mem_get_info()
+
+
+class PyNcclCommunicator:
+    """sglang/srt/distributed/device_communicators/pynccl.py: NCCL channels and work buffers."""
+
+    def __init__(self, rt):
+        self.buffers = [rt.malloc(32 * MIB) for _ in range(4)]
+
+
+class CustomAllreduce:
+    """sglang/srt/distributed/device_communicators/custom_all_reduce.py"""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.buffers = [rt.malloc(8 * MIB) for _ in range(2)]
+        self.handles = []
+        for b in self.buffers:
+            h = cudaIpcMemHandle_t()
+            rt.call("cudaIpcGetMemHandle", ctypes.byref(h), b)
+            self.handles.append(h)
+
+    def register_graph_buffers(self):
+        # The graph's all-reduce inputs are exported to the peers.
+        buf = self.rt.malloc(24 * MIB)
+        h = cudaIpcMemHandle_t()
+        self.rt.call("cudaIpcGetMemHandle", ctypes.byref(h), buf)
+        return buf
+
+
+class MHATokenToKVPool:
+    """sglang/srt/mem_cache/memory_pool.py"""
+
+    def __init__(self, rt, size):
+        self.rt = rt
+        self._create_buffers(size)
+
+    def _create_buffers(self, size):
+        self.k_buffer = self.rt.malloc(size)
+        self.v_buffer = self.rt.malloc(size)
 
 
 def barrier(name, payload=None):
@@ -182,47 +158,46 @@ def open_peers(rt, rank, peers):
     return opened
 
 
-def capture_graphs(rt, custom):
-    stream = _VP()
-    rt.call("cudaStreamCreate", ctypes.byref(stream))
-    rt.call("cudaStreamBeginCapture", stream, cudaStreamCaptureModeGlobal)
-    pool = []
-    for _ in range(2):
-        p = _VP()
-        rt.call("cudaMallocAsync", ctypes.byref(p), 32 * MIB, stream)
-        pool.append(p)
-    graph = _VP()
-    rt.call("cudaStreamEndCapture", stream, ctypes.byref(graph))
-    execs = []
-    for _ in GRAPH_BATCH_SIZES:
-        e = _VP()
-        rt.call("cudaGraphInstantiate", ctypes.byref(e), graph, 0)
-        execs.append(e)
-    if custom:
-        # register_graph_buffers: the graph's all-reduce inputs are exported to the peers.
-        buf = rt.malloc(24 * MIB)
-        h = cudaIpcMemHandle_t()
-        rt.call("cudaIpcGetMemHandle", ctypes.byref(h), buf)
-    return len(execs)
+class CudaGraphRunner:
+    """sglang/srt/model_executor/cuda_graph_runner.py"""
+
+    def __init__(self, rt, allreduce):
+        self.rt = rt
+        self.allreduce = allreduce
+
+    def capture(self):
+        rt = self.rt
+        stream = _VP()
+        rt.call("cudaStreamCreate", ctypes.byref(stream))
+        rt.call("cudaStreamBeginCapture", stream, cudaStreamCaptureModeGlobal)
+        pool = [rt.malloc_async(32 * MIB, stream) for _ in range(2)]
+        graph = _VP()
+        rt.call("cudaStreamEndCapture", stream, ctypes.byref(graph))
+        execs = []
+        for _ in GRAPH_BATCH_SIZES:
+            e = _VP()
+            rt.call("cudaGraphInstantiate", ctypes.byref(e), graph, 0)
+            execs.append(e)
+        if self.allreduce is not None:
+            self.allreduce.register_graph_buffers()
+        del pool
+        return len(execs)
 
 
 def worker(args):
     rank, custom = args.worker, args.allreduce == "custom"
     rt = CudaRT()
     rt.call("cudaSetDevice", rank)
-    free, total = rt.mem_get_info()
+    runner = ModelRunner(rt)
+    free, total = runner.get_available_gpu_memory()
     say(rank, f"GPU {rank}: {gib(free)} free of {gib(total)}")
-    comm = [rt.malloc(32 * MIB) for _ in range(4)]  # NCCL channels and work buffers
-    handles = []
+    comm = PyNcclCommunicator(rt)
+    allreduce = None
     if custom:
-        bufs = [rt.malloc(8 * MIB) for _ in range(2)]
-        for b in bufs:
-            h = cudaIpcMemHandle_t()
-            rt.call("cudaIpcGetMemHandle", ctypes.byref(h), b)
-            handles.append(h)
-        peers = barrier("handles", [bytes(h).hex() for h in handles])
-    load_weights(rt, args.model_mib)
-    available, total = rt.mem_get_info()
+        allreduce = CustomAllreduce(rt)
+        peers = barrier("handles", [bytes(h).hex() for h in allreduce.handles])
+    runner.load_model(args.model_mib)
+    available, total = runner.get_available_gpu_memory()
     rest = available - int(total * (1 - args.mem_fraction_static))
     say(rank, f"weights loaded; available {gib(available)}, KV pool gets {gib(rest)}"
               f" (mem_fraction_static={args.mem_fraction_static})")
@@ -232,7 +207,7 @@ def worker(args):
         barrier("mapped")
     half = max(rest, 0) // 2 // ALIGN * ALIGN
     try:
-        kv = [rt.malloc(half), rt.malloc(half)]
+        kv = MHATokenToKVPool(rt, half)
     except CudaError as e:
         if e.code != cudaErrorMemoryAllocation:
             raise
@@ -242,7 +217,7 @@ def worker(args):
                          f"{gib(half)}. GPU {rank} has {gib(free)} free. (KV cache pool)\n")
         sys.stderr.flush()
         return 1
-    graphs = capture_graphs(rt, custom)
+    graphs = CudaGraphRunner(rt, allreduce).capture()
     free, _ = rt.mem_get_info()
     say(rank, f"KV pool {gib(2 * half)}, {graphs} graphs captured; {gib(free)} free. Ready.")
     del comm, kv
@@ -282,7 +257,8 @@ def launcher(args):
     say(None, f"GPU 0 has {gib(free)} free of {gib(total)}; starting {args.tp} ranks ({args.allreduce} all-reduce)")
     common = ["--tp", str(args.tp), "--allreduce", args.allreduce, "--model-mib", str(args.model_mib),
               "--mem-fraction-static", str(args.mem_fraction_static)]
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r)] + common,
+    python = os.environ.get("CULEDGER_SIM_PYTHON") or sys.executable
+    procs = [subprocess.Popen([python, os.path.abspath(__file__), "--worker", str(r)] + common,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for r in range(args.tp)]
     alive = set(range(args.tp))

@@ -15,6 +15,7 @@
 
 #[cfg(test)]
 mod coverage;
+mod dlopen;
 mod dlsym;
 mod families;
 pub mod real;
@@ -24,6 +25,9 @@ pub mod tags;
 pub mod types;
 
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
+
+pub(crate) use dlopen::in_dlopen;
+pub(crate) use dlsym::real_dlsym;
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -77,7 +81,7 @@ static INIT: Once = Once::new();
 /// First-use initialisation for the hooks that record (never called from the dlsym path
 /// or a constructor): silence our own copy of std's panic output unless debugging; load the
 /// classification rules.
-fn init() {
+pub(crate) fn init() {
     INIT.call_once(|| {
         if !crate::log::enabled(crate::log::Level::Debug) {
             std::panic::set_hook(Box::new(|_| {}));

@@ -19,6 +19,10 @@ pub(crate) const FAILURES_KEPT: usize = 256;
 pub(crate) const EVENTS_KEPT: usize = 1024;
 /// Largest live allocations rendered per device.
 pub(crate) const TOP_ALLOCATIONS: usize = 32;
+/// Call sites rendered per device (by live bytes).
+pub(crate) const TOP_SITES: usize = 64;
+/// Distinct call sites kept per hidden-cost API.
+pub(crate) const COST_SITES: usize = 8;
 
 /// One live allocation (or VMM physical handle).
 #[derive(Clone, Debug)]
@@ -81,6 +85,8 @@ pub(crate) struct Probe {
     pub error: i32,
     pub live: u64,
     pub cats: [u64; 6],
+    /// Call site of the query (0: none).
+    pub site: u32,
 }
 
 /// A failed allocation, the ledger at that moment and the last probe before it.
@@ -95,6 +101,8 @@ pub(crate) struct Failure {
     pub live: u64,
     pub cats: [u64; 6],
     pub last_probe: Option<Probe>,
+    /// Call site of the allocation (0: none).
+    pub site: u32,
 }
 
 /// Kinds of timeline events, as named in the report.
@@ -162,6 +170,31 @@ pub(crate) struct DriverCost {
     pub api: &'static str,
     pub calls: u64,
     pub bytes: i64,
+    /// Distinct call sites of the calls, first `COST_SITES` (0 entries are not kept).
+    pub sites: [u32; COST_SITES],
+}
+
+/// What one call site holds on a device: live bytes (and their peak), live allocations,
+/// allocations ever made, and live bytes per category.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SiteStats {
+    pub live: u64,
+    pub peak: u64,
+    pub allocs: u64,
+    pub total_allocs: u64,
+    pub cats: [u64; 6],
+    /// Category of the latest allocation (named when nothing is live).
+    pub last_cat: usize,
+}
+
+impl SiteStats {
+    /// The category holding most of the site's live bytes (the latest one when none).
+    pub(crate) fn category(&self) -> usize {
+        if self.live == 0 {
+            return self.last_cat;
+        }
+        (0..6).fold(0, |best, i| if self.cats[i] > self.cats[best] { i } else { best })
+    }
 }
 
 /// Everything a device renders except the live maps; cloned out under the lock so the
@@ -185,9 +218,45 @@ pub(crate) struct DeviceStats {
     pub driver_costs: Vec<DriverCost>,
     pub timeline: Timeline,
     pub events: FirstN<Event, EVENTS_KEPT>,
+    /// Per call site (bounded by the site table's size).
+    pub sites: HashMap<u32, SiteStats>,
 }
 
 impl DeviceStats {
+    /// Count an allocation of `bytes` in `cat` for its site: a new one (`fresh`), or one put
+    /// back after a failed free (live again, but not allocated twice).
+    fn site_add(&mut self, site: u32, cat: Category, bytes: u64, fresh: bool) {
+        if site == 0 {
+            return;
+        }
+        let s = self.sites.entry(site).or_default();
+        s.live = s.live.saturating_add(bytes);
+        s.peak = s.peak.max(s.live);
+        s.allocs += 1;
+        s.total_allocs += u64::from(fresh);
+        s.cats[cat.index()] = s.cats[cat.index()].saturating_add(bytes);
+        s.last_cat = cat.index();
+    }
+
+    fn site_sub(&mut self, site: u32, cat: Category, bytes: u64) {
+        if site == 0 {
+            return;
+        }
+        if let Some(s) = self.sites.get_mut(&site) {
+            s.live = s.live.saturating_sub(bytes);
+            s.allocs = s.allocs.saturating_sub(1);
+            s.cats[cat.index()] = s.cats[cat.index()].saturating_sub(bytes);
+        }
+    }
+
+    /// Up to `TOP_SITES` sites: most live bytes first, then highest peak, then lowest id.
+    pub(crate) fn top_sites(&self) -> Vec<(u32, SiteStats)> {
+        let mut v: Vec<(u32, SiteStats)> = self.sites.iter().map(|(&id, &s)| (id, s)).collect();
+        v.sort_unstable_by(|a, b| b.1.live.cmp(&a.1.live).then(b.1.peak.cmp(&a.1.peak)).then(a.0.cmp(&b.0)));
+        v.truncate(TOP_SITES);
+        v
+    }
+
     fn cat_live(&self) -> [u64; 6] {
         self.cats.map(|c| c.live)
     }
@@ -225,6 +294,11 @@ impl DeviceStats {
         if cat != a.category {
             self.cats[a.category.index()].sub(a.bytes);
             self.cats[cat.index()].add(a.bytes);
+            if let Some(s) = self.sites.get_mut(&a.facts.site).filter(|_| a.facts.site != 0) {
+                s.cats[a.category.index()] = s.cats[a.category.index()].saturating_sub(a.bytes);
+                s.cats[cat.index()] = s.cats[cat.index()].saturating_add(a.bytes);
+                s.last_cat = cat.index();
+            }
             a.category = cat;
             self.sample(now);
         }
@@ -291,6 +365,7 @@ impl DeviceLedger {
             Key::Handle(h) => self.phys.remove(&h),
         }?;
         self.stats.sub_live(a.category, a.bytes);
+        self.stats.site_sub(a.facts.site, a.category, a.bytes);
         self.stats.free_count += 1;
         Some(a)
     }
@@ -335,6 +410,7 @@ impl DeviceLedger {
         }
         let category = classify::classify(&facts);
         self.stats.add_live(category, bytes, now);
+        self.stats.site_add(facts.site, category, bytes, true);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
         let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, seq: now.seq, facts, category };
@@ -372,6 +448,7 @@ impl DeviceLedger {
             return false;
         }
         self.stats.add_live(a.category, a.bytes, now);
+        self.stats.site_add(a.facts.site, a.category, a.bytes, false);
         self.stats.free_count = self.stats.free_count.saturating_sub(1);
         let current = self.stats.current(now);
         self.stats.timeline.undo(taken.seq, current);
@@ -410,9 +487,18 @@ impl DeviceLedger {
         true
     }
 
-    pub(crate) fn probe(&mut self, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32, now: Stamp) {
+    pub(crate) fn probe(
+        &mut self,
+        api: &'static str,
+        free: Option<u64>,
+        total: Option<u64>,
+        error: i32,
+        site: u32,
+        now: Stamp,
+    ) {
         let s = &mut self.stats;
-        let p = Probe { t_ms: now.t_ms, seq: now.seq, api, free, total, error, live: s.live_bytes, cats: s.cat_live() };
+        let (live, cats) = (s.live_bytes, s.cat_live());
+        let p = Probe { t_ms: now.t_ms, seq: now.seq, api, free, total, error, live, cats, site };
         s.probes.push(p);
         s.last_probe = Some(p);
         if error == 0 {
@@ -432,7 +518,15 @@ impl DeviceLedger {
         });
     }
 
-    pub(crate) fn failure(&mut self, api: &'static str, bytes: u64, error: i32, error_name: &'static str, now: Stamp) {
+    pub(crate) fn failure(
+        &mut self,
+        api: &'static str,
+        bytes: u64,
+        error: i32,
+        error_name: &'static str,
+        site: u32,
+        now: Stamp,
+    ) {
         let s = &mut self.stats;
         let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
         s.failures.push_with(|| Failure {
@@ -445,6 +539,7 @@ impl DeviceLedger {
             live,
             cats,
             last_probe,
+            site,
         });
         s.event(now, EventKind::Failure, api, || format!("{bytes} bytes: {error_name} ({error})"));
     }
@@ -531,14 +626,25 @@ impl DeviceLedger {
         });
     }
 
-    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, now: Stamp) {
+    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, site: u32, now: Stamp) {
         let costs = &mut self.stats.driver_costs;
-        match costs.iter_mut().find(|c| c.api == api) {
-            Some(c) => {
+        let i = match costs.iter().position(|c| c.api == api) {
+            Some(i) => {
+                let c = &mut costs[i];
                 c.calls += 1;
                 c.bytes = c.bytes.saturating_add(bytes);
+                i
             }
-            None => costs.push(DriverCost { api, calls: 1, bytes }),
+            None => {
+                costs.push(DriverCost { api, calls: 1, bytes, sites: [0; COST_SITES] });
+                costs.len() - 1
+            }
+        };
+        let sites = &mut costs[i].sites;
+        if site != 0 && !sites.contains(&site) {
+            if let Some(free) = sites.iter_mut().find(|s| **s == 0) {
+                *free = site;
+            }
         }
         self.stats.event(now, EventKind::DriverCost, api, || format!("{bytes} bytes"));
     }

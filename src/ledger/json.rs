@@ -24,6 +24,15 @@ fn kind_name(kind: MemKind) -> &'static str {
     }
 }
 
+/// A site id, or null for none (0).
+fn site(id: u32) -> Value {
+    if id == 0 {
+        Value::Null
+    } else {
+        json!(id)
+    }
+}
+
 fn probe(p: &Probe) -> Value {
     json!({
         "t_ms": p.t_ms,
@@ -34,6 +43,7 @@ fn probe(p: &Probe) -> Value {
         "error": p.error,
         "live_bytes": p.live,
         "categories": categories(|i| json!(p.cats[i])),
+        "site": site(p.site),
     })
 }
 
@@ -48,6 +58,7 @@ fn failure(f: &Failure) -> Value {
         "live_bytes": f.live,
         "categories": categories(|i| json!(f.cats[i])),
         "last_probe": f.last_probe.as_ref().map(probe),
+        "site": site(f.site),
     })
 }
 
@@ -63,7 +74,9 @@ fn allocation(a: &Alloc) -> Value {
         "exported": a.facts.exported,
         "captured": a.facts.captured,
         "h2d_bytes": a.facts.h2d_bytes,
-        "caller": a.facts.caller,
+        "site": site(a.facts.site),
+        // The report fills in the short form of the site (crate::sites::decorate).
+        "caller": null,
     })
 }
 
@@ -91,7 +104,24 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
     let driver_costs: Vec<Value> = s
         .driver_costs
         .iter()
-        .map(|c| json!({"api": c.api, "calls": c.calls, "bytes": c.bytes, "approximate": true}))
+        .map(|c| {
+            let sites: Vec<u32> = c.sites.iter().copied().filter(|&s| s != 0).collect();
+            json!({"api": c.api, "calls": c.calls, "bytes": c.bytes, "approximate": true, "sites": sites})
+        })
+        .collect();
+    let sites: Vec<Value> = s
+        .top_sites()
+        .into_iter()
+        .map(|(id, st)| {
+            json!({
+                "site": id,
+                "category": ALL[st.category()].name(),
+                "live_bytes": st.live,
+                "peak_bytes": st.peak,
+                "allocs": st.allocs,
+                "total_allocs": st.total_allocs,
+            })
+        })
         .collect();
     let (ipc, g) = (&s.ipc, &s.graphs);
     json!({
@@ -131,6 +161,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         },
         "driver_costs": driver_costs,
         "top_allocations": top.iter().map(allocation).collect::<Vec<_>>(),
+        "sites": sites,
         "timeline": timeline,
         "events": events,
         "events_total": s.events.total(),

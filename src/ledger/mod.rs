@@ -56,7 +56,9 @@ pub struct Facts {
     pub exported: bool,
     pub captured: bool,
     pub h2d_bytes: u64,
-    pub caller: Option<String>,
+    /// The call site that made the allocation (`crate::sites::get`), 0 when none was
+    /// captured (below `CULEDGER_SITE_MIN`, or nothing could be read).
+    pub site: u32,
     /// The explicit tag current on the allocating thread (`culedger_push_tag`).
     pub tag: Option<crate::classify::tags::TagId>,
 }
@@ -502,12 +504,22 @@ impl Ledger {
     // ---- queries, failures -----------------------------------------------------
     /// A free-memory query; `free`/`total` None when not known (NULL pointer, failed call).
     pub fn probe(&self, dev: i32, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32) {
-        self.on_device(dev, api, |d, now| d.probe(api, free, total, error, now));
+        self.probe_at(dev, api, free, total, error, 0)
+    }
+
+    /// `probe` with the call site of the query (0: none).
+    pub fn probe_at(&self, dev: i32, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32, site: u32) {
+        self.on_device(dev, api, |d, now| d.probe(api, free, total, error, site, now));
     }
 
     /// A failed allocation of `bytes`.
     pub fn failure(&self, dev: i32, api: &'static str, bytes: u64, error: i32, error_name: &'static str) {
-        self.on_device(dev, api, |d, now| d.failure(api, bytes, error, error_name, now));
+        self.failure_at(dev, api, bytes, error, error_name, 0)
+    }
+
+    /// `failure` with the call site of the allocation (0: none).
+    pub fn failure_at(&self, dev: i32, api: &'static str, bytes: u64, error: i32, error_name: &'static str, site: u32) {
+        self.on_device(dev, api, |d, now| d.failure(api, bytes, error, error_name, site, now));
     }
 
     /// The device memory size, known from a property query.
@@ -571,7 +583,12 @@ impl Ledger {
 
     /// A call with hidden driver cost: `bytes` = free before - free after (approximate).
     pub fn driver_cost(&self, dev: i32, api: &'static str, bytes: i64) {
-        self.on_device(dev, api, |d, now| d.driver_cost(api, bytes, now));
+        self.driver_cost_at(dev, api, bytes, 0)
+    }
+
+    /// `driver_cost` with the call site of the call (0: none).
+    pub fn driver_cost_at(&self, dev: i32, api: &'static str, bytes: i64, site: u32) {
+        self.on_device(dev, api, |d, now| d.driver_cost(api, bytes, site, now));
     }
 
     // ---- host ---------------------------------------------------------------------------

@@ -585,14 +585,7 @@ fn json_has_every_documented_field() {
     l.set_total(0, 1 << 30);
     l.probe(0, "cudaMemGetInfo", Some(1 << 29), Some(1 << 30), 0);
     l.capture_begin(0, 1, "cudaStreamBeginCapture");
-    l.alloc(
-        0,
-        0x1000,
-        4096,
-        MemKind::Async,
-        "cudaMallocAsync",
-        Facts { caller: Some("model.py:10".into()), ..Facts::default() },
-    );
+    l.alloc(0, 0x1000, 4096, MemKind::Async, "cudaMallocAsync", Facts { site: 7, ..Facts::default() });
     l.capture_end(0, 1, "cudaStreamEndCapture");
     alloc(&l, 0, 0x9000, 10);
     l.mark_exported(0x9000);
@@ -654,6 +647,7 @@ fn json_has_every_documented_field() {
                 ("graphs", OBJ),
                 ("driver_costs", ARR),
                 ("top_allocations", ARR),
+                ("sites", ARR),
                 ("timeline", ARR),
                 ("events", ARR),
             ],
@@ -698,6 +692,7 @@ fn json_has_every_documented_field() {
                     ("error", INT),
                     ("live_bytes", UINT),
                     ("categories", OBJ),
+                    ("site", OPT_UINT),
                 ],
             );
             check_categories("probe.categories", &p["categories"], UINT);
@@ -716,12 +711,17 @@ fn json_has_every_documented_field() {
                     ("live_bytes", UINT),
                     ("categories", OBJ),
                     ("last_probe", OPT_OBJ),
+                    ("site", OPT_UINT),
                 ],
             );
             check_categories("failure.categories", &f["categories"], UINT);
         }
         for c in d["driver_costs"].as_array().unwrap() {
-            check_fields("driver_cost", c, &[("api", STR), ("calls", UINT), ("bytes", INT), ("approximate", BOOL)]);
+            check_fields(
+                "driver_cost",
+                c,
+                &[("api", STR), ("calls", UINT), ("bytes", INT), ("approximate", BOOL), ("sites", ARR)],
+            );
             assert_eq!(c["approximate"], true);
         }
         for a in d["top_allocations"].as_array().unwrap() {
@@ -738,6 +738,7 @@ fn json_has_every_documented_field() {
                     ("exported", BOOL),
                     ("captured", BOOL),
                     ("h2d_bytes", UINT),
+                    ("site", OPT_UINT),
                     ("caller", OPT_STR),
                 ],
             );
@@ -765,8 +766,11 @@ fn json_has_every_documented_field() {
         .map(|a| (a["ptr"].as_str().unwrap(), a["category"].as_str().unwrap()))
         .collect();
     assert_eq!(top, [("0x1000", "graphs"), ("0x9000", "ipc")], "largest first");
-    assert_eq!(d0["top_allocations"][0]["caller"], "model.py:10");
-    assert_eq!(d0["top_allocations"][1]["caller"], Value::Null);
+    assert_eq!(d0["top_allocations"][0]["site"], 7);
+    assert_eq!(d0["top_allocations"][1]["site"], Value::Null);
+    // The ledger knows ids only; the report names the caller (crate::sites::decorate).
+    assert_eq!(d0["top_allocations"][0]["caller"], Value::Null);
+    assert_eq!(d0["sites"][0]["site"], 7);
     assert_eq!(d0["untracked_bytes"], 1u64 << 29);
     let d3 = &devices[1];
     assert_eq!(
@@ -908,4 +912,59 @@ fn seq_restarts_with_the_ledger_after_fork() {
     alloc(&fresh, 0, 0x1000, 1);
     assert_eq!(seqs(&device_json(&l, 0), "timeline"), [1, 2]);
     assert_eq!(seqs(&device_json(&fresh, 0), "timeline"), [1]);
+}
+
+#[test]
+fn per_site_stats_follow_allocations_frees_and_reclassification() {
+    let l = Ledger::new();
+    let at = |site| Facts { site, ..Facts::default() };
+    l.alloc(0, 0x1000, 100, MemKind::Device, "cudaMalloc", at(1));
+    l.alloc(0, 0x2000, 50, MemKind::Device, "cudaMalloc", at(1));
+    l.alloc(0, 0x3000, 300, MemKind::Device, "cudaMalloc", at(2));
+    l.alloc(0, 0x4000, 7, MemKind::Device, "cudaMalloc", Facts::default());
+    l.free(0x1000, "cudaFree");
+    l.mark_exported(0x2000);
+    l.probe_at(0, "cudaMemGetInfo", Some(1), Some(2), 0, 3);
+    l.failure_at(0, "cudaMalloc", 1 << 40, 2, "cudaErrorMemoryAllocation", 4);
+    for site in [5, 5, 6] {
+        l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, site);
+    }
+    l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, 0);
+    let j = l.to_json();
+    let d = &j["devices"][0];
+    let sites: Vec<(u64, &str, u64, u64, u64, u64)> = d["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["site"].as_u64().unwrap(),
+                s["category"].as_str().unwrap(),
+                s["live_bytes"].as_u64().unwrap(),
+                s["peak_bytes"].as_u64().unwrap(),
+                s["allocs"].as_u64().unwrap(),
+                s["total_allocs"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Site 1: 150 at its peak, 50 live after the free, reclassified ipc by the export.
+    assert_eq!(sites, [(2, "other", 300, 300, 1, 1), (1, "ipc", 50, 150, 1, 2)], "largest live first; site 0 absent");
+    assert_eq!(d["probes"][0]["site"], 3);
+    assert_eq!(d["failures"][0]["site"], 4);
+    assert_eq!(d["failures"][0]["last_probe"]["site"], 3);
+    assert_eq!(d["driver_costs"][0]["calls"], 4);
+    assert_eq!(d["driver_costs"][0]["sites"], serde_json::json!([5, 6]), "distinct, 0 not kept");
+}
+
+#[test]
+fn per_site_list_is_bounded() {
+    let l = Ledger::new();
+    for i in 1..=100u64 {
+        l.alloc(0, i << 20, i, MemKind::Device, "cudaMalloc", Facts { site: i as u32, ..Facts::default() });
+    }
+    let j = l.to_json();
+    let s = j["devices"][0]["sites"].as_array().unwrap();
+    assert_eq!(s.len(), 64);
+    assert_eq!(s[0]["site"], 100);
+    assert_eq!(s[63]["site"], 37);
 }

@@ -33,7 +33,7 @@ fn without_times(mut v: Value) -> Value {
 #[test]
 fn a_failed_free_restores_the_record_verbatim() {
     let l = Ledger::new();
-    let facts = Facts { h2d_bytes: 77, caller: Some("load_weights".into()), ..Facts::default() };
+    let facts = Facts { h2d_bytes: 77, site: 7, ..Facts::default() };
     l.alloc(0, 0x10000, 100, MemKind::Managed, "cudaMallocManaged", facts);
     l.alloc(0, 0x20000, 50, MemKind::Device, "cudaMalloc", Facts::default());
     assert!(l.mark_exported(0x20010));

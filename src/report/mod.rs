@@ -75,13 +75,16 @@ impl LedgerAccess for GlobalLedger {
         crate::ledger::global().start_unix_ms()
     }
     fn to_json(&self) -> Value {
-        crate::ledger::global().to_json()
+        let mut v = crate::ledger::global().to_json();
+        crate::sites::decorate(&mut v);
+        v
     }
     fn note_warning(&self, line: &str) {
         crate::ledger::global().note_warning(line)
     }
     fn reset_after_fork(&self) {
-        crate::ledger::reset_global_after_fork()
+        crate::ledger::reset_global_after_fork();
+        crate::sites::reset_after_fork();
     }
 }
 

@@ -57,6 +57,7 @@ impl Harness {
             flush_ms,
             log: Level::Off,
             warnings: warnings.iter().map(|w| w.to_string()).collect(),
+            ..Config::default()
         }));
         let ledger: &'static FakeLedger = Box::leak(Box::default());
         let reporter = Box::leak(Box::new(Reporter {

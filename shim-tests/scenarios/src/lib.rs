@@ -16,6 +16,7 @@
 
 pub mod cuda;
 pub mod elf;
+pub mod pythons;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

@@ -10,9 +10,9 @@ use crate::hooks::{record, Depth};
 use libc::{c_char, c_int, c_uint, c_void};
 
 fn cost(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
-    measured(sym, call, |l, rc, dev, delta| {
-        if let (0, Some(bytes)) = (rc, delta) {
-            l.driver_cost(dev, api(sym), bytes);
+    measured(sym, call, |l, m| {
+        if let (0, Some(bytes)) = (m.rc, m.delta) {
+            l.driver_cost_at(m.dev, api(sym), bytes, m.site);
         }
     })
 }
@@ -47,9 +47,9 @@ pub unsafe fn cu_device_primary_ctx_retain(
     measured(
         sym,
         || real(pctx, dev),
-        |l, rc, current, delta| {
-            if let (0, Some(bytes), true) = (rc, delta, current == dev) {
-                l.driver_cost(dev, api(sym), bytes);
+        |l, m| {
+            if let (0, Some(bytes), true) = (m.rc, m.delta, m.dev == dev) {
+                l.driver_cost_at(dev, api(sym), bytes, m.site);
             }
         },
     )

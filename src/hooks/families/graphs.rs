@@ -78,11 +78,11 @@ pub unsafe fn end_capture(sym: Sym, real: cuStreamEndCapture::Real, s: CUstream,
 }
 
 fn instantiate(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
-    super::measured(sym, call, |l, rc, dev, delta| {
-        if rc == 0 {
-            l.graph_instantiate(dev, api(sym), delta);
-            if let Some(bytes) = delta {
-                l.driver_cost(dev, api(sym), bytes);
+    super::measured(sym, call, |l, m| {
+        if m.rc == 0 {
+            l.graph_instantiate(m.dev, api(sym), m.delta);
+            if let Some(bytes) = m.delta {
+                l.driver_cost_at(m.dev, api(sym), bytes, m.site);
             }
         }
     })

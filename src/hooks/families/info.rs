@@ -13,9 +13,11 @@ pub unsafe fn mem_get_info(sym: Sym, real: cudaMemGetInfo::Real, free: *mut usiz
     let rc = real(free, total);
     if depth.outer {
         let (f, t) = if rc == 0 { (out(free), out(total)) } else { (None, None) };
+        // Who asked: the query an engine sizes its memory from.
+        let site = crate::sites::capture();
         record(api(sym), |l| {
             // The probe also records the device's total.
-            l.probe(current_device(), api(sym), f, t, rc);
+            l.probe_at(current_device(), api(sym), f, t, rc, site);
         });
     }
     rc

@@ -35,17 +35,17 @@ pub unsafe fn cu_ipc_get_mem_handle(
 
 /// Opening: bracketed by free-memory measurements (peer mappings cost driver memory).
 fn open(sym: Sym, opened: impl FnOnce() -> Option<u64>, call: impl FnOnce() -> c_int) -> c_int {
-    measured(sym, call, |l, rc, dev, delta| {
+    measured(sym, call, |l, m| {
         let name = api(sym);
-        if rc != 0 {
-            l.failure(dev, name, 0, rc, error_name(TABLE[sym as usize].kind, rc));
+        if m.rc != 0 {
+            l.failure_at(m.dev, name, 0, m.rc, error_name(TABLE[sym as usize].kind, m.rc), m.site);
             return;
         }
         if let Some(ptr) = opened() {
-            l.ipc_import(dev, ptr, address_range_size(ptr), name);
+            l.ipc_import(m.dev, ptr, address_range_size(ptr), name);
         }
-        if let Some(bytes) = delta {
-            l.driver_cost(dev, name, bytes);
+        if let Some(bytes) = m.delta {
+            l.driver_cost_at(m.dev, name, bytes, m.site);
         }
     })
 }

@@ -54,15 +54,18 @@ pub(crate) fn allocation_on(
     let rc = call();
     if depth.outer {
         let name = api(sym);
+        // The call site, only for allocations that matter (and every failure): the small
+        // path pays one comparison.
+        let site = if rc != 0 || crate::sites::wanted(bytes) { crate::sites::capture() } else { 0 };
         record(name, |l| {
             if rc == 0 {
                 if let Some((ptr, size)) = result().filter(|&(ptr, _)| ptr != 0) {
                     if let Some(dev) = place(l, Some(ptr)) {
-                        l.alloc(dev, ptr, size, mem, name, Facts { tag: super::tags::current(), ..Facts::default() });
+                        l.alloc(dev, ptr, size, mem, name, Facts { tag: super::tags::current(), site, ..Facts::default() });
                     }
                 }
             } else if let Some(dev) = place(l, None) {
-                l.failure(dev, name, bytes, rc, error_name(TABLE[sym as usize].kind, rc));
+                l.failure_at(dev, name, bytes, rc, error_name(TABLE[sym as usize].kind, rc), site);
             }
         });
     }
@@ -114,13 +117,22 @@ pub(crate) fn undoable<U>(
     rc
 }
 
+/// What a measured call records: result, device, measured bytes (if both measurements
+/// worked) and the call site.
+pub(crate) struct Measured {
+    pub rc: c_int,
+    pub dev: i32,
+    pub delta: Option<i64>,
+    pub site: u32,
+}
+
 /// Forward a call with hidden driver cost, bracketed by the driver's free-memory figure;
-/// `after` records with (device, measured bytes if both measurements worked).
+/// `after` records what was measured, with the call site.
 #[inline]
 pub(crate) fn measured(
     sym: Sym,
     call: impl FnOnce() -> c_int,
-    after: impl FnOnce(&crate::ledger::Ledger, c_int, i32, Option<i64>),
+    after: impl FnOnce(&crate::ledger::Ledger, Measured),
 ) -> c_int {
     let depth = Depth::enter();
     if !depth.outer {
@@ -133,7 +145,8 @@ pub(crate) fn measured(
         (Some((b, _)), Some((a, _))) => Some(b as i64 - a as i64),
         _ => None,
     };
-    record(api(sym), |l| after(l, rc, current_device(), delta));
+    let site = crate::sites::capture();
+    record(api(sym), |l| after(l, Measured { rc, dev: current_device(), delta, site }));
     rc
 }
 

@@ -1,0 +1,286 @@
+//! Call sites in the CLI: who allocated. The reports carry them (docs/schema.md: top-level
+//! `sites`, per device `sites` with a short `caller`); this module turns them into
+//! - the "Where the memory was allocated" table of `culedger report` (live bytes by caller,
+//!   per device, all processes of the device together),
+//! - the "Call sites that grew" rows of `culedger diff`,
+//! - the frames of the memory_viz export: each `alloc` trace entry that is one of the top
+//!   allocations carries its site's frames, and the blocks of memory still live are split
+//!   by call site.
+//!
+//! Hooks elsewhere are one line each (analysis, report, diff, export), so this file can
+//! change without touching their layout.
+
+use crate::analysis::DeviceGroup;
+use crate::diff::{rows_table, Row};
+use crate::doc::{Block, Doc, Table};
+use crate::export::{Frame, Segment};
+use crate::units::fmt_bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Rows shown in the report's table (the rest are summed in one line).
+const REPORT_ROWS: usize = 20;
+/// Rows shown in the diff per device.
+const DIFF_ROWS: usize = 10;
+/// Frames a memory_viz block carries at most.
+const VIZ_FRAMES: usize = 32;
+
+/// One Python frame of a site.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PyFrameRec {
+    pub file: String,
+    pub function: String,
+    pub line: i64,
+    pub line_is_current: bool,
+}
+
+/// One native frame of a site.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct NativeRec {
+    pub object: String,
+    pub symbol: Option<String>,
+    pub offset: String,
+    pub internal: bool,
+}
+
+/// A call site (`sites[]` of a report).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct SiteRec {
+    pub id: i64,
+    pub python: Vec<PyFrameRec>,
+    pub native: Vec<NativeRec>,
+}
+
+/// What one call site holds on a device (`devices[].sites[]`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct DevSite {
+    pub site: i64,
+    pub category: String,
+    pub caller: Option<String>,
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub allocs: i64,
+    pub total_allocs: i64,
+}
+
+/// A row of the report's table: one caller on one device, summed over its processes.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteRow {
+    pub caller: String,
+    /// The category of most of the caller's live bytes.
+    pub category: String,
+    pub live_bytes: i64,
+    /// Sum of the per-process peaks.
+    pub peak_bytes: i64,
+    pub allocs: i64,
+    pub total_allocs: i64,
+    pub pids: Vec<i64>,
+}
+
+/// The caller of a device site: its short form, else `site N`.
+fn caller(s: &DevSite) -> String {
+    s.caller.clone().unwrap_or_else(|| format!("site {}", s.site))
+}
+
+/// Live bytes by caller on one device, largest first.
+pub fn rows(g: &DeviceGroup) -> Vec<SiteRow> {
+    let mut by: BTreeMap<String, (SiteRow, BTreeMap<String, i64>)> = BTreeMap::new();
+    for m in &g.members {
+        for s in &m.dev.sites {
+            let name = caller(s);
+            let (row, cats) = by.entry(name.clone()).or_insert_with(|| {
+                let row = SiteRow {
+                    caller: name,
+                    category: String::new(),
+                    live_bytes: 0,
+                    peak_bytes: 0,
+                    allocs: 0,
+                    total_allocs: 0,
+                    pids: Vec::new(),
+                };
+                (row, BTreeMap::new())
+            });
+            row.live_bytes += s.live_bytes;
+            row.peak_bytes += s.peak_bytes;
+            row.allocs += s.allocs;
+            row.total_allocs += s.total_allocs;
+            if !row.pids.contains(&m.pid()) {
+                row.pids.push(m.pid());
+            }
+            *cats.entry(s.category.clone()).or_default() += s.live_bytes.max(1);
+        }
+    }
+    let mut v: Vec<SiteRow> = by
+        .into_values()
+        .map(|(mut row, cats)| {
+            row.category = cats.into_iter().max_by_key(|(_, b)| *b).map(|(c, _)| c).unwrap_or_default();
+            row
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        b.live_bytes.cmp(&a.live_bytes).then(b.peak_bytes.cmp(&a.peak_bytes)).then(a.caller.cmp(&b.caller))
+    });
+    v
+}
+
+/// The report's "Where the memory was allocated" section of one device.
+pub fn report_section(d: &mut Doc, rows: &[SiteRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    d.push(Block::Sub("Where the memory was allocated".into()));
+    let mut t = Table::new(&["caller", "category", "live", "peak", "live allocs", "allocs", "pids"], &[2, 3, 4, 5]);
+    for r in rows.iter().take(REPORT_ROWS) {
+        let pids: Vec<String> = r.pids.iter().map(i64::to_string).collect();
+        t.row(vec![
+            r.caller.clone(),
+            r.category.clone(),
+            fmt_bytes(r.live_bytes),
+            fmt_bytes(r.peak_bytes),
+            r.allocs.to_string(),
+            r.total_allocs.to_string(),
+            pids.join(" "),
+        ]);
+    }
+    d.table(t);
+    if rows.len() > REPORT_ROWS {
+        let rest = &rows[REPORT_ROWS..];
+        d.para(format!("{} more callers hold {}", rest.len(), fmt_bytes(rest.iter().map(|r| r.live_bytes).sum())));
+    }
+}
+
+/// Callers whose live bytes grew from A to B on one device, most first.
+pub fn grew(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Vec<Row> {
+    let live = |g: Option<&DeviceGroup>| -> BTreeMap<String, i64> {
+        g.map(rows).unwrap_or_default().into_iter().map(|r| (r.caller, r.live_bytes)).collect()
+    };
+    let (la, lb) = (live(a), live(b));
+    let mut v: Vec<Row> = lb
+        .iter()
+        .map(|(c, &bytes)| Row::new(c, la.get(c).copied().unwrap_or(0), bytes))
+        .filter(|r| r.delta > 0)
+        .collect();
+    v.sort_by(|x, y| y.delta.cmp(&x.delta).then(x.name.cmp(&y.name)));
+    v.truncate(DIFF_ROWS);
+    v
+}
+
+/// The diff's "Call sites that grew" section of one device.
+pub fn diff_section(doc: &mut Doc, rows: &[Row], sa: &str, sb: &str) {
+    if rows.is_empty() {
+        return;
+    }
+    doc.push(Block::Sub("Call sites that grew".into()));
+    doc.table(rows_table("caller", rows, sa, sb));
+}
+
+/// memory_viz frames of a site: Python frames (file, line, function), then the native
+/// frames outside culedger, CUDA and libc (object, offset, symbol), innermost first.
+fn frames(site: &SiteRec) -> Vec<Frame> {
+    let py = site.python.iter().map(|f| Frame { filename: f.file.clone(), line: f.line, name: f.function.clone() });
+    let native = site.native.iter().filter(|f| !f.internal).map(|f| Frame {
+        filename: f.object.clone(),
+        line: 0,
+        name: f.symbol.clone().unwrap_or_else(|| f.offset.clone()),
+    });
+    py.chain(native).take(VIZ_FRAMES).collect()
+}
+
+/// Frames of the allocation a timeline sample recorded: the top allocation of `owner`
+/// (`pid N`) made by the record `(t_ms, seq)`, in `category`, when it has a site.
+pub fn frames_of_allocation(g: &DeviceGroup, owner: &str, order: (i64, i64), category: &str) -> Option<Vec<Frame>> {
+    let pid: i64 = owner.strip_prefix("pid ")?.parse().ok()?;
+    let m = g.members.iter().find(|m| m.pid() == pid)?;
+    let a = m.dev.top_allocations.iter().find(|a| (a.t_ms, a.seq.unwrap_or(-1)) == order && a.category == category)?;
+    let site = m.report.sites.iter().find(|s| Some(s.id) == a.site)?;
+    Some(frames(site))
+}
+
+/// Live bytes of a call site to place in blocks, with the site's frames.
+type Placed = (i64, Vec<Frame>);
+
+/// Split the synthesised blocks of each (process, category) into the live bytes of its call
+/// sites, each block with the frames of its site; bytes no site accounts for keep the
+/// synthetic frame. Blocks still tile their segment.
+pub fn attach_frames(segments: &mut [Segment], g: &DeviceGroup) {
+    // (pid, category) -> [(bytes, frames)] still to place, largest first.
+    let mut todo: BTreeMap<(i64, String), Vec<Placed>> = BTreeMap::new();
+    for m in &g.members {
+        for s in m.dev.sites.iter().filter(|s| s.live_bytes > 0) {
+            let Some(site) = m.report.sites.iter().find(|x| x.id == s.site) else { continue };
+            todo.entry((m.pid(), s.category.clone())).or_default().push((s.live_bytes, frames(site)));
+        }
+    }
+    for v in todo.values_mut() {
+        v.sort_by_key(|(b, _)| std::cmp::Reverse(*b));
+        v.reverse(); // popped from the end: largest first
+    }
+    let mut order: Vec<usize> = (0..segments.len()).collect();
+    order.sort_by_key(|&i| segments[i].address);
+    for i in order {
+        let seg = &mut segments[i];
+        let Some(key) = seg.frames.first().and_then(|f| parse_owner(&f.name)) else { continue };
+        let Some(queue) = todo.get_mut(&key) else { continue };
+        let Some(template) = seg.blocks.first().cloned() else { continue };
+        let (mut addr, end) = (seg.address, seg.address + seg.total_size);
+        let mut blocks = Vec::new();
+        while addr < end {
+            let Some((left, fr)) = queue.last_mut() else { break };
+            let size = (*left).min(end - addr);
+            blocks.push(crate::export::Block {
+                address: addr,
+                size,
+                requested_size: size,
+                frames: fr.clone(),
+                ..template.clone()
+            });
+            addr += size;
+            *left -= size;
+            if *left == 0 {
+                queue.pop();
+            }
+        }
+        if addr < end {
+            let size = end - addr;
+            blocks.push(crate::export::Block { address: addr, size, requested_size: size, ..template });
+        }
+        seg.blocks = blocks;
+    }
+}
+
+/// `pid 4102 other` -> (4102, "other"), as `export::Synth` names its owners.
+fn parse_owner(name: &str) -> Option<(i64, String)> {
+    let (pid, cat) = name.strip_prefix("pid ")?.split_once(' ')?;
+    Some((pid.parse().ok()?, cat.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_parse() {
+        assert_eq!(parse_owner("pid 4102 kv_pool"), Some((4102, "kv_pool".into())));
+        assert_eq!(parse_owner("device unknown"), None);
+    }
+
+    #[test]
+    fn frames_skip_internal_native_ones() {
+        let s = SiteRec {
+            id: 1,
+            python: vec![PyFrameRec { file: "a.py".into(), function: "f".into(), line: 3, line_is_current: true }],
+            native: vec![
+                NativeRec { object: "libculedger.so".into(), symbol: None, offset: "0x1".into(), internal: true },
+                NativeRec { object: "libx.so".into(), symbol: None, offset: "0x2".into(), internal: false },
+            ],
+        };
+        let f = frames(&s);
+        assert_eq!(f.len(), 2);
+        assert_eq!((f[0].filename.as_str(), f[0].line, f[0].name.as_str()), ("a.py", 3, "f"));
+        assert_eq!((f[1].filename.as_str(), f[1].name.as_str()), ("libx.so", "0x2"));
+    }
+}

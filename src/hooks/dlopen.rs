@@ -1,0 +1,140 @@
+//! "Is this thread inside `dlopen`?" — asked before unwinding native frames for a call site.
+//!
+//! Constructors of a library being opened run with the dynamic loader's lock held, and a
+//! `cudaMalloc` from a constructor must not make culedger walk the loader's tables (unwinding
+//! and `dladdr` take loader locks; another thread waiting for that lock while holding
+//! something this one needs would deadlock). So culedger exports `dlopen`.
+//!
+//! `dlopen` looks at its return address to find the calling object (for its `DT_RUNPATH`
+//! search and namespace), so a wrapper that calls the real one would change what it opens.
+//! The entry here is a few instructions of assembly, like `dlsym`'s: it records the stack
+//! slot holding the caller's return address and the address in it (a small per-thread ring,
+//! const-initialised thread-locals: no allocation), then TAIL-JUMPS into the real `dlopen`,
+//! which therefore sees the caller and returns straight to it.
+//!
+//! [`in_dlopen`] then tells whether a recorded `dlopen` is still running on this thread: its
+//! slot is above the current stack pointer (the stack grows down, so anything called from
+//! inside `dlopen` runs below it) and still holds the same return address (once `dlopen` has
+//! returned, the next call made at that depth overwrites the slot with its own return
+//! address). A stale record can only err towards "inside", which skips native frames for
+//! that site: never unsafe. On aarch64 the entry is not provided and the answer is "no".
+
+use std::cell::Cell;
+
+/// Recorded dlopen entries per thread (nesting: a constructor that dlopens).
+const RING: usize = 8;
+
+thread_local! {
+    static SLOTS: [Cell<(usize, usize)>; RING] = const { [const { Cell::new((0, 0)) }; RING] };
+    static NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Called by the assembly entry with the address of the slot holding the return address.
+#[cfg(target_arch = "x86_64")]
+extern "C" fn note_dlopen(slot: *const usize) {
+    // SAFETY: `slot` is the caller's stack slot holding dlopen's return address.
+    let ret = unsafe { *slot };
+    let _ = NEXT.try_with(|n| {
+        let i = n.get() % RING;
+        n.set(i + 1);
+        let _ = SLOTS.try_with(|s| s[i].set((slot as usize, ret)));
+    });
+}
+
+/// Whether a `dlopen` entered on this thread is still running.
+#[inline(never)]
+pub fn in_dlopen() -> bool {
+    let here = 0u8;
+    let sp = &here as *const u8 as usize;
+    SLOTS
+        .try_with(|s| {
+            s.iter().any(|c| {
+                let (slot, ret) = c.get();
+                // SAFETY: a slot above our stack pointer on our own stack is readable.
+                slot > sp && ret != 0 && unsafe { std::ptr::read_volatile(slot as *const usize) } == ret
+            })
+        })
+        .unwrap_or(true)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod entry {
+    use super::note_dlopen;
+    use libc::{c_char, c_int, c_void};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The real `dlopen`; the assembly entry jumps through it.
+    static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+
+    /// glibc versions of `dlopen`: 2.34 moved it into libc; before that it lived in libdl.
+    const VERSIONS: &[&[u8]] = &[b"GLIBC_2.34\0", b"GLIBC_2.2.5\0"];
+
+    extern "C" fn resolve() -> usize {
+        let p = REAL_DLOPEN.load(Ordering::Acquire);
+        if p != 0 {
+            return p;
+        }
+        for v in VERSIONS {
+            // SAFETY: a versioned symbol look-up after libculedger.
+            let f = unsafe {
+                libc::dlvsym(super::super::dlsym::RTLD_NEXT, c"dlopen".as_ptr(), v.as_ptr() as *const c_char)
+            };
+            if !f.is_null() {
+                REAL_DLOPEN.store(f as usize, Ordering::Release);
+                return f as usize;
+            }
+        }
+        0
+    }
+
+    /// Record the entry, and make sure the real dlopen is known. Returns it (0: none).
+    extern "C" fn enter(slot: *const usize) -> usize {
+        match std::panic::catch_unwind(|| {
+            note_dlopen(slot);
+            resolve()
+        }) {
+            Ok(p) => p,
+            Err(_) => REAL_DLOPEN.load(Ordering::Acquire),
+        }
+    }
+
+    /// The exported `dlopen` (naked: the tail jump leaves the caller's return address in
+    /// place for the real one).
+    ///
+    /// # Safety
+    /// Called by C code as glibc's `void *dlopen(const char *file, int mode)`.
+    #[unsafe(naked)]
+    #[no_mangle]
+    pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
+        std::arch::naked_asm!(
+            // Entry: rsp points at the return address (rsp = 8 mod 16).
+            "push rdi",
+            "push rsi",
+            "sub rsp, 8",
+            // The slot holding the return address: rsp + 24 now.
+            "lea rdi, [rsp + 24]",
+            "call {enter}",
+            "add rsp, 8",
+            "pop rsi",
+            "pop rdi",
+            "test rax, rax",
+            "jz 2f",
+            "jmp rax",
+            "2:",
+            // No real dlopen (cannot happen with glibc): fail like dlopen does.
+            "xor eax, eax",
+            "ret",
+            enter = sym enter,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_inside_dlopen_normally() {
+        assert!(!in_dlopen());
+    }
+}

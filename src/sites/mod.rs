@@ -1,0 +1,433 @@
+//! Call sites: who made an allocation that matters. The Python frames of the calling thread
+//! (read raw, without the GIL: `python.rs`, `layouts.rs`, `linetable.rs`, through the
+//! fault-free reader of `maps.rs`) and its native frames (`native.rs`), interned once per
+//! process (`table.rs`); the ledger keeps only the `u32` id (0 = none).
+//!
+//! INTERFACE (used by src/hooks, src/report and the classification rules):
+//! - [`capture()`] -> site id, for the calling thread, now. Never panics, never blocks on a
+//!   lock held across a call out of culedger, never takes the GIL. Hooks call it only for
+//!   allocations of at least `CULEDGER_SITE_MIN` bytes ([`wanted`]), failures, free-memory
+//!   queries and hidden-cost calls.
+//! - [`get(id)`](get) -> the [`Site`]: Python frames then native frames, innermost first.
+//! - [`short`] -> the `caller` string of a site.
+//! - [`decorate`] adds `sites`, `top_allocations[].caller` and the health fields to a
+//!   rendered report; [`reset_after_fork`] gives a fork child fresh tables.
+
+mod linetable;
+mod maps;
+mod native;
+mod python;
+mod table;
+mod unwind;
+
+pub mod layouts;
+
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+pub use linetable::{line_v310, line_v311};
+pub use maps::{REFRESHES, SLOW_READS};
+pub use native::internal_object;
+pub use python::version_from_name;
+
+/// One Python frame.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// `co_filename`.
+    pub file: String,
+    /// `co_qualname` (3.11+, e.g. `MHATokenToKVPool._create_buffers`); `co_name` on 3.10.
+    pub function: String,
+    /// The line being executed when `line_is_current`, else the function's first line.
+    pub line: u32,
+    pub line_is_current: bool,
+}
+
+/// One native frame.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NativeFrame {
+    /// Basename of the shared object or executable (`libnccl.so.2`), `?` when unknown.
+    pub object: String,
+    /// The nearest dynamic symbol `dladdr` gives, if any.
+    pub symbol: Option<String>,
+    /// Offset of the call instruction (return address - 1) from the object's load base.
+    pub offset: u64,
+    /// A frame of culedger, the CUDA runtime or driver, or the C library / loader.
+    pub internal: bool,
+}
+
+/// A call site: frames innermost first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Site {
+    pub python: Vec<PyFrame>,
+    pub native: Vec<NativeFrame>,
+}
+
+/// A process-wide value reached through a pointer, replaced (the old one leaked) in a fork
+/// child, whose copy of any lock inside may be held by a thread that does not exist there.
+struct Leaky<T> {
+    ptr: AtomicPtr<T>,
+    make: fn() -> T,
+}
+
+impl<T> Leaky<T> {
+    const fn new(make: fn() -> T) -> Self {
+        Leaky { ptr: AtomicPtr::new(ptr::null_mut()), make }
+    }
+
+    fn get(&self) -> &T {
+        let p = self.ptr.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: only leaked boxes are stored, never freed.
+            return unsafe { &*p };
+        }
+        let fresh = Box::into_raw(Box::new((self.make)()));
+        match self.ptr.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just stored, never freed.
+            Ok(_) => unsafe { &*fresh },
+            Err(winner) => {
+                // SAFETY: `fresh` was never shared; `winner` is leaked.
+                unsafe {
+                    drop(Box::from_raw(fresh));
+                    &*winner
+                }
+            }
+        }
+    }
+
+    fn reset(&self) {
+        self.ptr.store(ptr::null_mut(), Ordering::Release);
+    }
+}
+
+static TABLE: Leaky<Mutex<table::Table>> = Leaky::new(|| Mutex::new(table::Table::default()));
+/// Captures whose Python frames could not be read (the site keeps its native frames).
+static MISSES: AtomicU64 = AtomicU64::new(0);
+/// Set once (no lock: a fork child keeps it, as it keeps the runtime it describes).
+static PY_VERSION: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell::new();
+/// Captures skipped because the thread was inside `dlopen`.
+static IN_DLOPEN_SKIPS: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn now_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes the timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1000) + (ts.tv_nsec as u64) / 1_000_000
+}
+
+fn set_python_version(v: &str) {
+    let _ = PY_VERSION.set(v.to_string());
+}
+
+fn note_unreadable_python(why: &str) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    set_python_version(why.split(':').next().unwrap_or(why).trim_start_matches("Python "));
+    let line = format!("{why}; call sites carry native frames only");
+    if crate::warn_once!(WARNED; "{line}") {
+        crate::ledger::global().note_warning(&line);
+    }
+}
+
+fn miss(why: &str) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    MISSES.fetch_add(1, Ordering::Relaxed);
+    let line = format!("could not read the Python frames of a call site ({why}); counted in health.site_misses");
+    if crate::warn_once!(WARNED; "{line}") {
+        crate::ledger::global().note_warning(&line);
+    }
+}
+
+/// Should an allocation of `bytes` carry a site (`CULEDGER_SITE_MIN`)?
+#[inline]
+pub fn wanted(bytes: u64) -> bool {
+    bytes >= crate::config::get().site_min
+}
+
+/// The call site of the calling thread, now: its id in the process table (0 when nothing
+/// could be captured). Never panics.
+pub fn capture() -> u32 {
+    crate::hooks::init();
+    catch_unwind(AssertUnwindSafe(capture_inner)).unwrap_or_else(|_| {
+        miss("internal error");
+        0
+    })
+}
+
+fn capture_inner() -> u32 {
+    // Inside dlopen (a library constructor, the loader lock held): no frames at all.
+    if crate::hooks::in_dlopen() {
+        IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    let max_py = crate::config::get().py_frames;
+    maps::before_capture();
+    // Python frames, raw: code objects and instruction positions. The reader holds the
+    // mapping cache's read lock; it is dropped before anything else.
+    let mut py: Vec<python::RawPy> = Vec::new();
+    let rt = if max_py > 0 { python::runtime() } else { None };
+    let mut walk_failed = None;
+    if let Some(rt) = rt {
+        let mut r = maps::Reader::default();
+        if let Err(python::Miss(why)) = rt.walk(&mut r, max_py, &mut py) {
+            walk_failed = Some(why);
+            py.clear();
+        }
+        maps::after_capture(r.slow);
+    }
+    if let Some(why) = walk_failed {
+        miss(why);
+    }
+    let mut ips: Vec<u64> = Vec::new();
+    native::backtrace(&mut ips);
+    let mut raw: Vec<u64> = Vec::with_capacity(2 * py.len() + ips.len() + 1);
+    raw.push(py.len() as u64);
+    for f in &py {
+        raw.push(f.code);
+        raw.push(f.unit.map_or(u64::MAX, u64::from));
+    }
+    raw.extend_from_slice(&ips);
+    if let Some(id) = TABLE.get().lock().by_raw(&raw) {
+        return id;
+    }
+    // First time: name the frames, with no lock of ours held.
+    let mut site = Site::default();
+    if let Some(rt) = rt.filter(|_| !py.is_empty()) {
+        let mut r = maps::Reader::default();
+        let named: Result<Vec<PyFrame>, python::Miss> = py.iter().map(|&f| rt.frame(&mut r, f)).collect();
+        drop(r);
+        match named {
+            Ok(frames) => site.python = frames,
+            Err(python::Miss(why)) => miss(why),
+        }
+    }
+    site.native = ips.iter().map(|&ip| (*native::name(ip)).clone()).collect();
+    if site.python.is_empty() && site.native.is_empty() {
+        return 0;
+    }
+    TABLE.get().lock().intern(&raw, site)
+}
+
+/// The site with id `id`.
+pub fn get(id: u32) -> Option<Arc<Site>> {
+    TABLE.get().lock().get(id)
+}
+
+/// Number of distinct sites so far.
+pub fn count() -> usize {
+    TABLE.get().lock().len()
+}
+
+/// Captures whose Python frames could not be read.
+pub fn misses() -> u64 {
+    MISSES.load(Ordering::Relaxed)
+}
+
+/// The Python version seen in this process (`3.11.7`), if any.
+pub fn python_version() -> Option<String> {
+    PY_VERSION.get().cloned()
+}
+
+/// Is `file` the interpreter's own (standard library, frozen modules) or PyTorch's?
+pub fn runtime_file(file: &str) -> bool {
+    file.starts_with("<frozen ")
+        || (file.contains("/lib/python3") && !file.contains("-packages/"))
+        || file.contains("/torch/")
+}
+
+/// A comprehension's own frame (3.11 and older run them as functions): `caller` names the
+/// function around it.
+pub fn comprehension(function: &str) -> bool {
+    ["<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>"].iter().any(|c| function.ends_with(c))
+}
+
+/// A file name as shown in `caller`: from the package root when it is installed
+/// (`sglang/srt/model_executor/model_runner.py`), else the basename.
+pub fn short_file(file: &str) -> &str {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(i) = file.rfind(marker) {
+            return &file[i + marker.len()..];
+        }
+    }
+    file.rsplit('/').next().unwrap_or(file)
+}
+
+/// The short form of a site: `file:function` of the innermost Python frame outside the
+/// interpreter's and PyTorch's files (comprehension frames skipped), else `object!symbol` of the first native frame outside
+/// culedger/CUDA/libc (`object+0xOFFSET` without a symbol); None when nothing is known.
+pub fn short(site: &Site) -> Option<String> {
+    if let Some(f) = site.python.iter().find(|f| !runtime_file(&f.file) && !comprehension(&f.function)) {
+        return Some(format!("{}:{}", short_file(&f.file), f.function));
+    }
+    site.native.iter().find(|f| !f.internal).map(|f| match &f.symbol {
+        Some(s) => format!("{}!{}", f.object, s),
+        None => format!("{}+{:#x}", f.object, f.offset),
+    })
+}
+
+/// The JSON of one site (docs/schema.md, `sites[]`).
+pub fn site_json(id: u32, s: &Site) -> Value {
+    json!({
+        "id": id,
+        "python": s.python.iter().map(|f| json!({
+            "file": f.file,
+            "function": f.function,
+            "line": f.line,
+            "line_is_current": f.line_is_current,
+        })).collect::<Vec<_>>(),
+        "native": s.native.iter().map(|f| json!({
+            "object": f.object,
+            "symbol": f.symbol,
+            "offset": format!("{:#x}", f.offset),
+            "internal": f.internal,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn collect_ids(v: &Value, ids: &mut BTreeSet<u32>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("site", Value::Number(n)) => {
+                        if let Some(id) = n.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n != 0) {
+                            ids.insert(id);
+                        }
+                    }
+                    ("sites", Value::Array(a)) if a.iter().all(Value::is_u64) => {
+                        ids.extend(a.iter().filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok())));
+                    }
+                    _ => collect_ids(x, ids),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_ids(x, ids)),
+        _ => {}
+    }
+}
+
+/// Complete a rendered ledger (`devices`, `host`, `health`): the `caller` of each top
+/// allocation and of each device's sites, the top-level `sites` (only those referenced), and the health fields
+/// `site_misses`, `sites_dropped`, `native_skipped_in_dlopen`, `native_unwind_fallbacks`,
+/// `python_version`.
+pub fn decorate(doc: &mut Value) {
+    let mut ids = BTreeSet::new();
+    collect_ids(doc, &mut ids);
+    let sites: Vec<(u32, Arc<Site>)> = {
+        let t = TABLE.get().lock();
+        ids.iter().filter_map(|&id| t.get(id).map(|s| (id, s))).collect()
+    };
+    let find = |id: u64| sites.iter().find(|(i, _)| u64::from(*i) == id).map(|(_, s)| s);
+    if let Some(devices) = doc.get_mut("devices").and_then(Value::as_array_mut) {
+        for d in devices {
+            for list in ["top_allocations", "sites"] {
+                for a in d.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+                    let caller = a["site"].as_u64().and_then(find).and_then(|s| short(s));
+                    if let Some(m) = a.as_object_mut() {
+                        m.insert("caller".into(), caller.map_or(Value::Null, Value::String));
+                    }
+                }
+            }
+        }
+    }
+    let dropped = TABLE.get().lock().dropped;
+    if let Some(h) = doc.get_mut("health").and_then(Value::as_object_mut) {
+        h.insert("site_misses".into(), json!(misses()));
+        h.insert("sites_dropped".into(), json!(dropped));
+        h.insert("native_skipped_in_dlopen".into(), json!(IN_DLOPEN_SKIPS.load(Ordering::Relaxed)));
+        h.insert("native_unwind_fallbacks".into(), json!(native::FALLBACKS.load(Ordering::Relaxed)));
+        h.insert("python_version".into(), json!(python_version()));
+    }
+    if let Some(m) = doc.as_object_mut() {
+        m.insert("sites".into(), Value::Array(sites.iter().map(|(id, s)| site_json(*id, s)).collect()));
+    }
+}
+
+/// In a fork child: fresh tables (the parent's locks may be held by threads that are gone).
+/// Counters start over with the child's ledger.
+pub fn reset_after_fork() {
+    TABLE.reset();
+    MISSES.store(0, Ordering::Relaxed);
+    IN_DLOPEN_SKIPS.store(0, Ordering::Relaxed);
+    native::FALLBACKS.store(0, Ordering::Relaxed);
+    maps::reset_after_fork();
+    native::reset_after_fork();
+    unwind::reset_after_fork();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(file: &str, function: &str) -> PyFrame {
+        PyFrame { file: file.into(), function: function.into(), line: 1, line_is_current: true }
+    }
+
+    fn nat(object: &str, symbol: Option<&str>, internal: bool) -> NativeFrame {
+        NativeFrame { object: object.into(), symbol: symbol.map(Into::into), offset: 0x10, internal }
+    }
+
+    #[test]
+    fn short_form_skips_runtime_frames() {
+        let s = Site {
+            python: vec![
+                py("/usr/lib/python3/dist-packages/torch/cuda/memory.py", "caching_allocator_alloc"),
+                py("/usr/lib/python3.11/threading.py", "Thread.run"),
+                py(
+                    "/srv/venv/lib/python3.12/site-packages/sglang/srt/mem_cache/memory_pool.py",
+                    "MHATokenToKVPool._create_buffers",
+                ),
+            ],
+            native: vec![nat("libcudart.so.12", Some("cudaMalloc"), true)],
+        };
+        assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
+        let c = Site { python: vec![py("/a/m.py", "f.<locals>.<listcomp>"), py("/a/m.py", "f")], native: vec![] };
+        assert_eq!(short(&c).unwrap(), "m.py:f");
+        let n = Site {
+            python: vec![py("<frozen runpy>", "_run_code")],
+            native: vec![
+                nat("libculedger.so", Some("cudaMalloc"), true),
+                nat("libnccl.so.2", Some("ncclCommInitRank"), false),
+            ],
+        };
+        assert_eq!(short(&n).unwrap(), "libnccl.so.2!ncclCommInitRank");
+        let anon = Site { python: vec![], native: vec![nat("engine", None, false)] };
+        assert_eq!(short(&anon).unwrap(), "engine+0x10");
+        assert_eq!(short(&Site::default()), None);
+        assert_eq!(short_file("/home/u/proj/sim.py"), "sim.py");
+    }
+
+    #[test]
+    fn decorate_adds_sites_and_callers() {
+        let id =
+            TABLE.get().lock().intern(&[0xdead_beef, 1], Site { python: vec![py("/a/m.py", "f")], native: vec![] });
+        let mut doc = json!({
+            "devices": [{"top_allocations": [{"site": id}, {"site": null}], "probes": [{"site": id}], "sites": [{"site": id}]}],
+            "host": {},
+            "health": {},
+        });
+        decorate(&mut doc);
+        assert_eq!(doc["devices"][0]["top_allocations"][0]["caller"], "m.py:f");
+        assert_eq!(doc["devices"][0]["top_allocations"][1]["caller"], Value::Null);
+        assert_eq!(doc["devices"][0]["sites"][0]["caller"], "m.py:f");
+        assert_eq!(doc["sites"].as_array().unwrap().len(), 1);
+        assert_eq!(doc["sites"][0]["id"], id);
+        assert_eq!(doc["sites"][0]["python"][0]["function"], "f");
+        assert!(doc["health"]["site_misses"].is_u64());
+    }
+
+    #[test]
+    fn capture_in_a_process_without_python() {
+        // The test binary has no Python runtime: native frames only, one id per call site.
+        let ids: Vec<u32> = (0..3).map(|_| capture()).collect();
+        assert_ne!(ids[0], 0);
+        assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+        let s = get(ids[0]).expect("a site");
+        assert!(s.python.is_empty());
+        assert!(!s.native.is_empty());
+    }
+}
