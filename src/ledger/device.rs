@@ -29,6 +29,7 @@ pub(crate) struct Alloc {
     pub kind: MemKind,
     pub api: &'static str,
     pub t_ms: u64,
+    pub t_us: u64,
     /// Per-process record order (see `Stamp`).
     pub seq: u64,
     pub facts: Facts,
@@ -74,6 +75,7 @@ impl CatStats {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Probe {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub api: &'static str,
     pub free: Option<u64>,
@@ -87,6 +89,7 @@ pub(crate) struct Probe {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Failure {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub api: &'static str,
     pub bytes: u64,
@@ -108,6 +111,7 @@ pub(crate) enum EventKind {
     IpcExport,
     IpcImport,
     DriverCost,
+    PeerAccess,
 }
 
 impl EventKind {
@@ -121,6 +125,7 @@ impl EventKind {
             EventKind::IpcExport => "ipc_export",
             EventKind::IpcImport => "ipc_import",
             EventKind::DriverCost => "driver_cost",
+            EventKind::PeerAccess => "peer_access",
         }
     }
 }
@@ -128,9 +133,14 @@ impl EventKind {
 #[derive(Clone, Debug)]
 pub(crate) struct Event {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub kind: EventKind,
     pub api: &'static str,
+    /// Bytes the event is about (requested, exported, opened, measured), when it has a size.
+    pub bytes: Option<i64>,
+    /// Start of the call's measurement window (`driver_cost`, `peer_access`), same clock as `t_us`.
+    pub t0_us: Option<u64>,
     pub detail: String,
 }
 
@@ -209,7 +219,7 @@ impl DeviceStats {
 
     /// Record the current totals on the timeline (after any change of them).
     fn sample(&mut self, now: Stamp) {
-        let s = Sample { t_ms: now.t_ms, seq: now.seq, live: self.live_bytes, cats: self.cat_live() };
+        let s = Sample { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, live: self.live_bytes, cats: self.cat_live() };
         self.timeline.push(s);
     }
 
@@ -226,7 +236,29 @@ impl DeviceStats {
     }
 
     fn event(&mut self, now: Stamp, kind: EventKind, api: &'static str, detail: impl FnOnce() -> String) {
-        self.events.push_with(|| Event { t_ms: now.t_ms, seq: now.seq, kind, api, detail: detail() });
+        self.sized_event(now, kind, api, None, None, detail);
+    }
+
+    /// An event with a size and, for measured calls, the start of the measurement window.
+    fn sized_event(
+        &mut self,
+        now: Stamp,
+        kind: EventKind,
+        api: &'static str,
+        bytes: Option<i64>,
+        t0_us: Option<u64>,
+        detail: impl FnOnce() -> String,
+    ) {
+        self.events.push_with(|| Event {
+            t_ms: now.t_ms,
+            t_us: now.t_us,
+            seq: now.seq,
+            kind,
+            api,
+            bytes,
+            t0_us,
+            detail: detail(),
+        });
     }
 }
 
@@ -332,7 +364,7 @@ impl DeviceLedger {
         self.stats.add_live(category, bytes, now);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, seq: now.seq, facts, category };
+        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, facts, category };
         match key {
             Key::Addr(b) => self.allocs.insert(b, a),
             Key::Handle(h) => self.phys.insert(h, a),
@@ -370,14 +402,25 @@ impl DeviceLedger {
             let ipc = &mut self.stats.ipc;
             ipc.exported_count += 1;
             ipc.exported_bytes = ipc.exported_bytes.saturating_add(bytes);
-            self.stats.event(now, EventKind::IpcExport, api, || format!("0x{base:x} {bytes} bytes"));
+            let size = i64::try_from(bytes).ok();
+            self.stats.sized_event(now, EventKind::IpcExport, api, size, None, || format!("0x{base:x} {bytes} bytes"));
         }
         true
     }
 
     pub(crate) fn probe(&mut self, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32, now: Stamp) {
         let s = &mut self.stats;
-        let p = Probe { t_ms: now.t_ms, seq: now.seq, api, free, total, error, live: s.live_bytes, cats: s.cat_live() };
+        let p = Probe {
+            t_ms: now.t_ms,
+            t_us: now.t_us,
+            seq: now.seq,
+            api,
+            free,
+            total,
+            error,
+            live: s.live_bytes,
+            cats: s.cat_live(),
+        };
         s.probes.push(p);
         s.last_probe = Some(p);
         if error == 0 {
@@ -402,6 +445,7 @@ impl DeviceLedger {
         let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
         s.failures.push_with(|| Failure {
             t_ms: now.t_ms,
+            t_us: now.t_us,
             seq: now.seq,
             api,
             bytes,
@@ -411,7 +455,8 @@ impl DeviceLedger {
             cats,
             last_probe,
         });
-        s.event(now, EventKind::Failure, api, || format!("{bytes} bytes: {error_name} ({error})"));
+        let size = i64::try_from(bytes).ok();
+        s.sized_event(now, EventKind::Failure, api, size, None, || format!("{bytes} bytes: {error_name} ({error})"));
     }
 
     pub(crate) fn set_total(&mut self, total: u64) {
@@ -432,7 +477,8 @@ impl DeviceLedger {
             ipc.imported_live_count += 1;
         }
         ipc.imported_live_bytes = ipc.imported_live_bytes.saturating_add(b);
-        self.stats.event(now, EventKind::IpcImport, api, || match bytes {
+        let size = bytes.and_then(|b| i64::try_from(b).ok());
+        self.stats.sized_event(now, EventKind::IpcImport, api, size, None, || match bytes {
             Some(b) => format!("0x{ptr:x} {b} bytes"),
             None => format!("0x{ptr:x} size unknown"),
         });
@@ -490,13 +536,14 @@ impl DeviceLedger {
             g.instantiate_measured += 1;
             g.instantiate_bytes = g.instantiate_bytes.saturating_add(m);
         }
-        self.stats.event(now, EventKind::Instantiate, api, || match measured {
+        self.stats.sized_event(now, EventKind::Instantiate, api, measured, None, || match measured {
             Some(m) => format!("{m} bytes"),
             None => "not measured".to_string(),
         });
     }
 
-    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, now: Stamp) {
+    /// A measured hidden cost; `start_us` is the start of the measurement window, if known.
+    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, start_us: Option<u64>, now: Stamp) {
         let costs = &mut self.stats.driver_costs;
         match costs.iter_mut().find(|c| c.api == api) {
             Some(c) => {
@@ -505,7 +552,15 @@ impl DeviceLedger {
             }
             None => costs.push(DriverCost { api, calls: 1, bytes }),
         }
-        self.stats.event(now, EventKind::DriverCost, api, || format!("{bytes} bytes"));
+        self.stats.sized_event(now, EventKind::DriverCost, api, Some(bytes), start_us, || format!("{bytes} bytes"));
+    }
+
+    /// This process's context on this device serves peer access from device `from`
+    /// (created by the call when the process had none here); its size is not measured.
+    pub(crate) fn peer_access(&mut self, api: &'static str, from: i32, start_us: u64, now: Stamp) {
+        self.stats.sized_event(now, EventKind::PeerAccess, api, None, Some(start_us), || {
+            format!("peer access from device {from}")
+        });
     }
 
     /// Up to `TOP_ALLOCATIONS` largest live records, largest first (ties: lower base first).

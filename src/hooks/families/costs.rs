@@ -8,9 +8,9 @@ use crate::hooks::types::*;
 use libc::{c_char, c_int, c_uint, c_void};
 
 fn cost(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
-    measured(sym, call, |l, rc, dev, delta| {
+    measured(sym, call, |l, rc, dev, delta, start_us| {
         if let (0, Some(bytes)) = (rc, delta) {
-            l.driver_cost(dev, api(sym), bytes);
+            l.driver_cost_since(dev, api(sym), bytes, start_us);
         }
     })
 }
@@ -21,7 +21,20 @@ pub unsafe fn cuda_device_enable_peer_access(
     peer: c_int,
     flags: c_uint,
 ) -> c_int {
-    cost(sym, || real(peer, flags))
+    // The runtime retains the peer device's primary context (creating it when this process
+    // had none there): memory on the peer that the current device's figure cannot show.
+    measured(
+        sym,
+        || real(peer, flags),
+        |l, rc, dev, delta, start_us| {
+            if rc == 0 {
+                if let Some(bytes) = delta {
+                    l.driver_cost_since(dev, api(sym), bytes, start_us);
+                }
+                l.peer_access(peer, api(sym), dev, start_us);
+            }
+        },
+    )
 }
 
 pub unsafe fn cu_ctx_enable_peer_access(
@@ -44,9 +57,9 @@ pub unsafe fn cu_device_primary_ctx_retain(
     measured(
         sym,
         || real(pctx, dev),
-        |l, rc, _current, delta| {
+        |l, rc, _current, delta, start_us| {
             if let (0, Some(bytes)) = (rc, delta) {
-                l.driver_cost(dev, api(sym), bytes);
+                l.driver_cost_since(dev, api(sym), bytes, start_us);
             }
         },
     )

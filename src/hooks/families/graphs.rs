@@ -46,11 +46,11 @@ pub unsafe fn end_capture(sym: Sym, real: cuStreamEndCapture::Real, s: CUstream,
 }
 
 fn instantiate(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
-    super::measured(sym, call, |l, rc, dev, delta| {
+    super::measured(sym, call, |l, rc, dev, delta, start_us| {
         if rc == 0 {
             l.graph_instantiate(dev, api(sym), delta);
             if let Some(bytes) = delta {
-                l.driver_cost(dev, api(sym), bytes);
+                l.driver_cost_since(dev, api(sym), bytes, start_us);
             }
         }
     })

@@ -35,7 +35,7 @@ pub unsafe fn cu_ipc_get_mem_handle(
 
 /// Opening: bracketed by free-memory measurements (peer mappings cost driver memory).
 fn open(sym: Sym, opened: impl FnOnce() -> Option<u64>, call: impl FnOnce() -> c_int) -> c_int {
-    measured(sym, call, |l, rc, dev, delta| {
+    measured(sym, call, |l, rc, dev, delta, start_us| {
         let name = api(sym);
         if rc != 0 {
             l.failure(dev, name, 0, rc, error_name(TABLE[sym as usize].kind, rc));
@@ -45,7 +45,7 @@ fn open(sym: Sym, opened: impl FnOnce() -> Option<u64>, call: impl FnOnce() -> c
             l.ipc_import(dev, ptr, address_range_size(ptr), name);
         }
         if let Some(bytes) = delta {
-            l.driver_cost(dev, name, bytes);
+            l.driver_cost_since(dev, name, bytes, start_us);
         }
     })
 }

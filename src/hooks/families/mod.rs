@@ -78,17 +78,19 @@ pub(crate) fn free(sym: Sym, ptr: u64, call: impl FnOnce() -> c_int) -> c_int {
 }
 
 /// Forward a call with hidden driver cost, bracketed by the driver's free-memory figure;
-/// `after` records with (device, measured bytes if both measurements worked).
+/// `after` records with (device, measured bytes if both measurements worked, start of the
+/// measurement window on the ledger's `t_us` clock).
 #[inline]
 pub(crate) fn measured(
     sym: Sym,
     call: impl FnOnce() -> c_int,
-    after: impl FnOnce(&crate::ledger::Ledger, c_int, i32, Option<i64>),
+    after: impl FnOnce(&crate::ledger::Ledger, c_int, i32, Option<i64>, u64),
 ) -> c_int {
     let depth = Depth::enter();
     if !depth.outer {
         return call();
     }
+    let start_us = crate::ledger::global().t_us();
     let before = measure_free();
     let rc = call();
     let later = measure_free();
@@ -96,7 +98,7 @@ pub(crate) fn measured(
         (Some((b, _)), Some((a, _))) => Some(b as i64 - a as i64),
         _ => None,
     };
-    record(api(sym), |l| after(l, rc, current_device(), delta));
+    record(api(sym), |l| after(l, rc, current_device(), delta, start_us));
     rc
 }
 
