@@ -20,9 +20,9 @@ pub const DEFAULT_WIDTH: usize = 100;
 pub const MIN_WIDTH: usize = 40;
 /// Words up to this long (identifiers such as API names) are never split when a column
 /// is narrowed; longer ones may be.
-const MAX_WORD: usize = 30;
+const MAX_WORD: usize = 16;
 /// Narrowest an abbreviated column is made.
-const ABBREV_COLUMN: usize = 16;
+const ABBREV_COLUMN: usize = 12;
 /// Text columns are first narrowed only down to this width (then further if need be).
 const COMFORTABLE: usize = 24;
 
@@ -260,7 +260,15 @@ pub fn render_table(t: &TableSpec, max: usize) -> String {
         }
     }
     let classes: Vec<u8> = (0..n)
-        .map(|i| if t.right.contains(&i) { 0 } else if t.abbrev.contains(&i) { 2 } else { 1 })
+        .map(|i| {
+            if t.right.contains(&i) {
+                0
+            } else if t.abbrev.contains(&i) {
+                2
+            } else {
+                1
+            }
+        })
         .collect();
     let widths = fit_columns(&natural, &floors, &classes, max);
     let inner = table_width(&widths) - 2;
@@ -345,7 +353,10 @@ mod tests {
         let headers = strings(&["pid", "name"]);
         let rows = vec![strings(&["1", "a"]), strings(&["100", "bbb"])];
         let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0], abbrev: &[] }, 100);
-        assert_eq!(out, "+------------+\n| pid   name |\n+============+\n|   1   a    |\n| 100   bbb  |\n+------------+\n");
+        assert_eq!(
+            out,
+            "+------------+\n| pid   name |\n+============+\n|   1   a    |\n| 100   bbb  |\n+------------+\n"
+        );
     }
 
     #[test]
@@ -370,6 +381,7 @@ mod tests {
     #[test]
     fn names_are_abbreviated() {
         assert_eq!(abbreviate("sglang_sim.py --worker 0 --tp 2", 16), "sglang_sim.py...");
+        assert_eq!(abbreviate("sglang_sim.py --worker 0 --tp 2", 12), "sglang_si...");
         assert_eq!(abbreviate("short", 16), "short");
         let headers = strings(&["process", "why it matters"]);
         let rows = vec![strings(&["5102 sglang_sim.py --worker 0 --tp 2 --allreduce custom", &"word ".repeat(30)])];

@@ -55,12 +55,17 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
     d.table(overview(&s.overview, hosts.len()));
 
     d.push(Block::Heading("Processes".into()));
+    // The host column with several hosts, pinned host memory when some process had any.
     let many_hosts = hosts.len() > 1;
+    let pinned = s.processes.iter().any(|p| p.pinned_peak_bytes > 0 || p.registered_peak_bytes > 0);
     let mut headers = vec!["pid", "process"];
     if many_hosts {
         headers.push("host");
     }
-    headers.extend(["started", "at", "ran", "status", "pinned host (peak)"]);
+    headers.extend(["started", "at", "ran", "status"]);
+    if pinned {
+        headers.push("pinned host (peak)");
+    }
     let o = usize::from(many_hosts);
     let mut procs = Table::new(&headers, &[0, 3 + o, 4 + o, 6 + o]);
     for p in &s.processes {
@@ -68,13 +73,10 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
         if many_hosts {
             row.push(p.host.clone());
         }
-        row.extend([
-            fmt_wall(p.start_unix_us),
-            at(p.started_at_us),
-            fmt_secs(p.duration_us),
-            p.status.clone(),
-            host_memory(p),
-        ]);
+        row.extend([fmt_wall(p.start_unix_us), at(p.started_at_us), fmt_secs(p.duration_us), p.status.clone()]);
+        if pinned {
+            row.push(host_memory(p));
+        }
         procs.row(row);
     }
     d.table(procs);
@@ -109,13 +111,12 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
 /// the biggest category.
 fn overview(rows: &[OverviewRow], hosts: usize) -> Table {
     let mut t = Table::new(
-        &["GPU", "processes", "tracked", "untracked", "device used", "of total", "failures", "biggest category"],
-        &[1, 2, 3, 4, 5, 6],
+        &["GPU", "tracked", "untracked", "device used", "of total", "failed", "biggest category"],
+        &[1, 2, 3, 4, 5],
     );
     for r in rows {
         t.row(vec![
             gpu_name(&r.host, r.index, hosts),
-            r.processes.to_string(),
             fmt_bytes(r.tracked_bytes),
             fmt_opt(r.untracked_bytes),
             fmt_opt(r.used_bytes),
@@ -275,7 +276,10 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
         } else {
             String::new()
         };
-        d.push(Block::Sub(format!("Hidden driver costs ({}, approximate{measured})", fmt_bytes(dev.driver_cost_bytes))));
+        d.push(Block::Sub(format!(
+            "Hidden driver costs ({}, approximate{measured})",
+            fmt_bytes(dev.driver_cost_bytes)
+        )));
         let mut t = Table::new(&["process", "api", "calls", "bytes", "measured"], &[2, 3, 4]);
         let mut notes = Vec::new();
         for c in &dev.driver_costs {
@@ -383,33 +387,31 @@ fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
     classes.into_iter().map(|(_, m)| m).collect()
 }
 
-/// The devices folded under `first`: one row each with its figures and their difference
-/// from `first`.
+/// A figure of a folded device, with its difference from the first device when there is one.
+fn with_delta(value: Option<i64>, first: Option<i64>) -> String {
+    match (value, first) {
+        (Some(v), Some(f)) if v != f => format!("{} ({})", fmt_bytes(v), fmt_delta(v - f)),
+        (v, _) => fmt_opt(v),
+    }
+}
+
+/// The devices folded under `first`: one row each with its figures, and their difference
+/// from `first` in parentheses where they differ.
 fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts: usize) {
     let names: Vec<String> = others.iter().map(|o| format!("GPU {}", o.index)).collect();
-    d.push(Block::Heading(format!(
-        "{} {} (folded: alike {}; differences from GPU {})",
-        if hosts > 1 { first.host.as_str() } else { "" },
-        names.join(", "),
-        if others.len() == 1 { "GPU" } else { "GPUs" },
-        first.index
-    )
-    .trim_start()
-    .to_string()));
-    let mut t = Table::new(
-        &[
-            "GPU",
-            "processes",
-            "tracked",
-            "delta",
-            "untracked",
-            "delta",
-            "driver costs",
-            "delta",
-            "failed allocation",
-        ],
-        &[0, 2, 3, 4, 5, 6, 7],
-    );
+    d.push(Block::Heading(
+        format!(
+            "{} {} (folded: alike {}; differences from GPU {} in parentheses)",
+            if hosts > 1 { first.host.as_str() } else { "" },
+            names.join(", "),
+            if others.len() == 1 { "GPU" } else { "GPUs" },
+            first.index
+        )
+        .trim_start()
+        .to_string(),
+    ));
+    let mut t =
+        Table::new(&["GPU", "processes", "tracked", "untracked", "driver costs", "failed allocation"], &[0, 2, 3, 4]);
     let untracked = |x: &DeviceSummary| x.last_query.as_ref().map(|r| r.untracked_bytes);
     for o in others {
         let mut procs: Vec<String> =
@@ -421,15 +423,9 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
         t.row(vec![
             o.index.to_string(),
             procs.join(" "),
-            fmt_bytes(o.live_bytes),
-            fmt_delta(o.live_bytes - first.live_bytes),
-            fmt_opt(untracked(o)),
-            match (untracked(o), untracked(first)) {
-                (Some(a), Some(b)) => fmt_delta(a - b),
-                _ => "-".into(),
-            },
-            fmt_bytes(o.driver_cost_bytes),
-            fmt_delta(o.driver_cost_bytes - first.driver_cost_bytes),
+            with_delta(Some(o.live_bytes), Some(first.live_bytes)),
+            with_delta(untracked(o), untracked(first)),
+            with_delta(Some(o.driver_cost_bytes), Some(first.driver_cost_bytes)),
             o.failures.first().map_or("-".into(), |f| format!("{} {} at {}", f.api, fmt_bytes(f.bytes), at(f.at_us))),
         ]);
     }

@@ -135,7 +135,8 @@ mod tests {
 
     #[test]
     fn only_allow_listed_hints() {
-        let i = parse(&[("RANK", "3"), ("WORLD_SIZE", "8"), ("HF_TOKEN", "secret"), ("LOCAL_RANK", ""), ("PATH", "/bin")]);
+        let i =
+            parse(&[("RANK", "3"), ("WORLD_SIZE", "8"), ("HF_TOKEN", "secret"), ("LOCAL_RANK", ""), ("PATH", "/bin")]);
         assert_eq!(i.hints, [("RANK", "3".to_string()), ("WORLD_SIZE", "8".to_string())]);
         let long = parse(&[("CUDA_VISIBLE_DEVICES", &"7,".repeat(100))]);
         assert_eq!(long.hints[0].1.len(), 128);

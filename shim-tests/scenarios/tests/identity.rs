@@ -79,7 +79,10 @@ fn a_run_id_from_the_environment_titles_hints_and_peer_contexts() {
         // its report, with the call's window.
         let peer = r["devices"].as_array().unwrap().iter().find(|d| d["index"].as_u64() == Some(1 - n)).unwrap();
         let ev = &peer["events"][0];
-        assert_eq!((ev["kind"].as_str(), ev["api"].as_str()), (Some("peer_access"), Some("cudaDeviceEnablePeerAccess")));
+        assert_eq!(
+            (ev["kind"].as_str(), ev["api"].as_str()),
+            (Some("peer_access"), Some("cudaDeviceEnablePeerAccess"))
+        );
         assert!(ev["t0_us"].as_u64().unwrap() <= ev["t_us"].as_u64().unwrap());
         assert_eq!(peer["live_bytes"], 0);
         // Its own GPU: every record in microseconds, t_ms its whole milliseconds; each
@@ -90,7 +93,8 @@ fn a_run_id_from_the_environment_titles_hints_and_peer_contexts() {
                 assert_eq!(rec["t_ms"].as_u64().unwrap(), rec["t_us"].as_u64().unwrap() / 1000, "{list}: {rec}");
             }
         }
-        let costs: Vec<&Value> = own["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "driver_cost").collect();
+        let costs: Vec<&Value> =
+            own["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "driver_cost").collect();
         assert!(costs.len() >= 3, "two IPC opens and the peer access: {costs:?}");
         for c in costs {
             let (t0, t) = (c["t0_us"].as_u64().unwrap(), c["t_us"].as_u64().unwrap());
