@@ -306,7 +306,7 @@ pub fn command(req: &Request) -> Result<i32> {
         if unmeasured > 0 && !req.allow_unmeasured {
             parts.push(format!("{unmeasured} unmeasured (--allow-unmeasured to accept)"));
         }
-        format!("FAILED: {} of {checks_text} {on}\n", parts.join(" and "))
+        format!("FAILED: {}; {checks_text} {on}\n", parts.join(" and "))
     });
     crate::print_stdout(&text);
     Ok(if ok { 0 } else { 1 })

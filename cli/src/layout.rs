@@ -211,20 +211,38 @@ fn table_width(widths: &[usize]) -> usize {
     widths.iter().sum::<usize>() + 3 * widths.len() + 1
 }
 
+/// How a column may be narrowed (see [`fit_columns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Give {
+    /// Numbers: only the header wraps.
+    Header,
+    /// Sentences: wrapped at spaces.
+    Sentences,
+    /// Names repeated on every row: shortened with `...`.
+    Abbreviate,
+    /// Single words (API names, identifiers): split only as a last resort.
+    Words,
+}
+
 /// Column widths that fit `max` when possible. Columns are narrowed widest first, never
-/// below their floors (numbers: their widest value, only their header wraps; text: its
-/// longest word, at most [`MAX_WORD`]; abbreviated text: [`ABBREV_COLUMN`]), in this order:
-/// headers of numbers; wrapped text down to [`COMFORTABLE`] columns; abbreviated text down to
-/// [`COMFORTABLE`]; then text of both kinds, widest first, down to their floors. `classes[i]` is 0 for numbers, 1 for
-/// wrapped text, 2 for abbreviated text.
-pub fn fit_columns(natural: &[usize], floors: &[usize], classes: &[u8], max: usize) -> Vec<usize> {
+/// below their floors (numbers: their widest value; text: its longest word, at most
+/// [`MAX_WORD`]; abbreviated text: [`ABBREV_COLUMN`]), in this order: headers of numbers;
+/// sentences down to [`COMFORTABLE`] columns; abbreviated names down to [`COMFORTABLE`];
+/// then all text, widest first, down to the floors.
+pub fn fit_columns(natural: &[usize], floors: &[usize], gives: &[Give], max: usize) -> Vec<usize> {
+    use Give::*;
     let mut widths = natural.to_vec();
-    // (classes narrowed together, the width they keep at least)
-    let stages: [(&[u8], usize); 4] = [(&[0], 0), (&[1], COMFORTABLE), (&[2], COMFORTABLE), (&[1, 2], 0)];
+    // (what narrows together, the width it keeps at least)
+    let stages: [(&[Give], usize); 4] = [
+        (&[Header], 0),
+        (&[Sentences], COMFORTABLE),
+        (&[Abbreviate], COMFORTABLE),
+        (&[Sentences, Abbreviate, Words], 0),
+    ];
     for (class, least) in stages {
         while table_width(&widths) > max {
             let widest = (0..widths.len())
-                .filter(|&i| class.contains(&classes[i]) && widths[i] > floors[i].max(least))
+                .filter(|&i| class.contains(&gives[i]) && widths[i] > floors[i].max(least))
                 .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)));
             match widest {
                 Some(i) => widths[i] -= 1,
@@ -259,18 +277,20 @@ pub fn render_table(t: &TableSpec, max: usize) -> String {
             floors[i] = floors[i].max(floor);
         }
     }
-    let classes: Vec<u8> = (0..n)
+    let gives: Vec<Give> = (0..n)
         .map(|i| {
             if t.right.contains(&i) {
-                0
+                Give::Header
             } else if t.abbrev.contains(&i) {
-                2
+                Give::Abbreviate
+            } else if t.rows.iter().all(|r| !cell(r, i).contains(' ')) {
+                Give::Words
             } else {
-                1
+                Give::Sentences
             }
         })
         .collect();
-    let widths = fit_columns(&natural, &floors, &classes, max);
+    let widths = fit_columns(&natural, &floors, &gives, max);
     let inner = table_width(&widths) - 2;
     let border = format!("+{}+\n", "-".repeat(inner));
     let mut out = border.clone();

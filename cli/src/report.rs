@@ -223,7 +223,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
 
     if !dev.key_probes.is_empty() {
         d.push(Block::Sub(format!("Free-memory queries that matter ({} made)", dev.probes_total)));
-        let mut t = Table::new(&["at", "process", "api", "told free", "it had", "why it matters"], &[0, 3, 4]);
+        let mut t = Table::new(&["at", "process", "api", "told free", "process had", "why it matters"], &[0, 3, 4]);
         for p in &dev.key_probes {
             let told = if p.error != 0 { format!("error {}", p.error) } else { fmt_opt(p.free_bytes) };
             let of_total = match p.total_bytes {
@@ -429,5 +429,5 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
             o.failures.first().map_or("-".into(), |f| format!("{} {} at {}", f.api, fmt_bytes(f.bytes), at(f.at_us))),
         ]);
     }
-    d.table(t.abbreviate(&[1]));
+    d.table(t);
 }

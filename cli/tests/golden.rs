@@ -237,7 +237,7 @@ fn check_goldens_and_exit_codes() {
         "--no-failures",
     ];
     let out = case("check-breach.txt", &breach, 1);
-    assert!(out.ends_with("FAILED: 6 breaches of 6 checks on 2 devices\n"), "{out}");
+    assert!(out.ends_with("FAILED: 6 breaches; 6 checks on 2 devices\n"), "{out}");
     let mut json = breach.to_vec();
     json.extend(["--format", "json"]);
     let out = case("check-breach.json", &json, 1);
