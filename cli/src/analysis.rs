@@ -1,15 +1,23 @@
 //! What the commands compute from a run: processes grouped per host and device, merged
-//! timelines, device usage versus tracked bytes, the free-memory queries that matter.
+//! timelines, device usage versus tracked bytes, the free-memory queries that matter, the
+//! overview and the verdict.
 //!
 //! Everything here produces plain owned data ([`RunSummary`]) that the text, markdown and
-//! JSON renderers share, so the three formats never disagree.
+//! JSON renderers share, so the three formats never disagree. Times are absolute
+//! microseconds internally and the run's clock ([`Clock`]) in what is shown.
 
+use crate::clock::Clock;
+use crate::costs::{self, CostRow};
 use crate::load::Run;
 use crate::model::{
     first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped, CATEGORIES,
 };
+use crate::units::fmt_bytes;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The schema id of `culedger report --format json` (docs/cli-json.md).
+pub const REPORT_SCHEMA: &str = "culedger-report/1";
 
 /// One process's view of one device.
 #[derive(Clone, Copy)]
@@ -22,20 +30,36 @@ impl Member<'_> {
     pub fn pid(&self) -> i64 {
         self.report.process.pid
     }
-    /// Absolute time (Unix ms) of a process-relative `t_ms`.
-    pub fn abs(&self, t_ms: i64) -> i64 {
-        self.report.process.start_unix_ms + t_ms
+
+    pub fn label(&self) -> String {
+        self.report.process.label()
     }
-    /// Live bytes per category of this process on this device at absolute time `at`:
+
+    /// Absolute time (µs since the epoch) of one of this process's records.
+    pub fn abs_us(&self, rec: &dyn Stamped) -> i64 {
+        crate::clock::abs_us(self.report, rec)
+    }
+
+    /// Absolute time of a process-relative microsecond count.
+    pub fn abs_of(&self, rel_us: i64) -> i64 {
+        self.report.process.start_us() + rel_us
+    }
+
+    /// When the process ended (its final report), or None while it runs or was killed.
+    pub fn ended_us(&self) -> Option<i64> {
+        let p = &self.report.process;
+        (p.exit != "running").then(|| p.end_us())
+    }
+
+    /// Live bytes per category of this process on this device at absolute time `at_us`:
     /// the last timeline sample at or before it; nothing before the first sample or after
     /// the process ended (the driver frees a dead process's memory).
-    pub fn live_at(&self, at: i64) -> [i64; 6] {
-        let p = &self.report.process;
-        if p.exit == "exit" && at > p.end_unix_ms {
+    pub fn live_at(&self, at_us: i64) -> [i64; 6] {
+        if self.ended_us().is_some_and(|end| at_us > end) {
             return [0; 6];
         }
         // Timelines are in time order: binary search for the last sample at or before `at`.
-        let n = self.dev.timeline.partition_point(|s| self.abs(s.t_ms) <= at);
+        let n = self.dev.timeline.partition_point(|s| self.abs_us(s) <= at_us);
         n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
     }
 
@@ -46,6 +70,28 @@ impl Member<'_> {
         let n = self.dev.timeline.partition_point(|s| s.stamp().precedes(at));
         n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
     }
+
+    /// The earliest record of this process on this device (absolute µs).
+    pub fn first_us(&self) -> Option<i64> {
+        let d = self.dev;
+        let all = d.timeline.iter().map(|s| self.abs_us(s));
+        let all = all.chain(d.probes.iter().map(|p| self.abs_us(p)));
+        let all = all.chain(d.failures.iter().map(|f| self.abs_us(f)));
+        let all = all.chain(d.events.iter().map(|e| e.t0_us.map_or_else(|| self.abs_us(e), |t| self.abs_of(t))));
+        all.min()
+    }
+
+    /// What the process holds on the device, in words: `allocations`, or only a context
+    /// (`peer context` when it came from enabling peer access from another GPU).
+    pub fn holds(&self) -> &'static str {
+        if self.dev.alloc_count > 0 || self.dev.peak_bytes > 0 {
+            "allocations"
+        } else if self.dev.events.iter().any(|e| e.kind == "peer_access") {
+            "peer context"
+        } else {
+            "context"
+        }
+    }
 }
 
 /// All processes that touched one device of one host.
@@ -53,23 +99,26 @@ pub struct DeviceGroup<'a> {
     pub host: String,
     pub index: i64,
     pub members: Vec<Member<'a>>,
+    /// The run's clock (shared by every device of the run).
+    pub clock: Clock,
 }
 
 /// Groups a run's processes per (host, device index), sorted.
 pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
+    let clock = Clock::of(&run.procs);
     let mut map: BTreeMap<(String, i64), Vec<Member>> = BTreeMap::new();
     for report in &run.procs {
         for dev in &report.devices {
             map.entry((report.process.host.clone(), dev.index)).or_default().push(Member { report, dev });
         }
     }
-    map.into_iter().map(|((host, index), members)| DeviceGroup { host, index, members }).collect()
+    map.into_iter().map(|((host, index), members)| DeviceGroup { host, index, members, clock }).collect()
 }
 
-/// A point of a merged timeline: absolute time and live bytes per category.
+/// A point of a merged timeline: absolute time (µs) and live bytes per category.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
-    pub t_unix_ms: i64,
+    pub t_unix_us: i64,
     pub cats: [i64; 6],
 }
 
@@ -83,12 +132,34 @@ impl Point {
 #[derive(Debug, Clone, Serialize)]
 pub struct LargeAlloc {
     pub pid: i64,
+    /// On the run's clock (µs since its first process started).
+    pub at_us: i64,
     pub t_ms: i64,
     pub seq: Option<i64>,
     pub bytes: i64,
     pub api: String,
     pub category: Option<String>,
     pub failed: bool,
+}
+
+/// A free-memory reading: what the device used at a query, what this run's processes had
+/// allocated at that moment, and the difference.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reading {
+    pub pid: i64,
+    pub api: String,
+    /// On the run's clock.
+    pub at_us: i64,
+    pub free_bytes: i64,
+    pub total_bytes: i64,
+    /// `total - free`.
+    pub used_bytes: i64,
+    /// What the run's processes had allocated on the device at the query.
+    pub tracked_bytes: i64,
+    /// `used - tracked`: contexts, modules, graphs, peer mappings, rounding, other processes.
+    pub untracked_bytes: i64,
+    /// How old the reading is at the end of the run (its last report).
+    pub age_us: i64,
 }
 
 impl<'a> DeviceGroup<'a> {
@@ -108,14 +179,19 @@ impl<'a> DeviceGroup<'a> {
         self.members.iter().map(|m| m.dev.cat(name).live_bytes).sum()
     }
 
+    /// The end of the run as far as this device's processes tell: their last report.
+    pub fn end_us(&self) -> i64 {
+        self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us)
+    }
+
     /// The device timeline: every member's samples summed as step functions.
     pub fn series(&self) -> Vec<Point> {
         let mut times: Vec<i64> = Vec::new();
         for m in &self.members {
-            times.extend(m.dev.timeline.iter().map(|s| m.abs(s.t_ms)));
+            times.extend(m.dev.timeline.iter().map(|s| m.abs_us(s)));
             // The driver frees an exited process's memory: show the drop.
-            if m.report.process.exit == "exit" {
-                times.push(m.report.process.end_unix_ms + 1);
+            if let Some(end) = m.ended_us() {
+                times.push(end + 1);
             }
         }
         times.sort_unstable();
@@ -129,7 +205,7 @@ impl<'a> DeviceGroup<'a> {
                         *c += v;
                     }
                 }
-                Point { t_unix_ms: t, cats }
+                Point { t_unix_us: t, cats }
             })
             .collect()
     }
@@ -159,14 +235,14 @@ impl<'a> DeviceGroup<'a> {
     pub fn probes(&self) -> Vec<(Member<'a>, &'a Probe)> {
         let mut all: Vec<(Member, &Probe)> =
             self.members.iter().flat_map(|m| m.dev.probes.iter().map(move |p| (*m, p))).collect();
-        all.sort_by_key(|(m, p)| (m.abs(p.t_ms), m.pid(), p.stamp().key()));
+        all.sort_by_key(|(m, p)| (m.abs_us(*p), m.pid(), p.stamp().key()));
         all
     }
 
     /// What the processes of this run had allocated on the device when `m` made the
     /// probe `p`: the others' by absolute time, `m`'s own just before the probe.
     pub fn tracked_at(&self, m: Member, p: &Probe) -> i64 {
-        let at = m.abs(p.t_ms);
+        let at = m.abs_us(p);
         self.members
             .iter()
             .map(|o| {
@@ -176,24 +252,42 @@ impl<'a> DeviceGroup<'a> {
             .sum()
     }
 
-    /// Device memory in use by anything (from each probe: total - free) minus what the
-    /// processes of this run had allocated at that moment. Returns (last, max, used at the
-    /// last probe).
-    pub fn untracked(&self) -> (Option<i64>, Option<i64>, Option<i64>) {
-        let mut last = None;
-        let mut max: Option<i64> = None;
-        let mut used_last = None;
-        for (m, p) in self.probes() {
-            let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) else {
-                continue;
-            };
-            let used = total - free;
-            let untracked = used - self.tracked_at(m, p);
-            last = Some(untracked);
-            used_last = Some(used);
-            max = Some(max.map_or(untracked, |x| x.max(untracked)));
+    /// The reading of the probe `p` of `m`, when the probe told both free and total.
+    pub fn reading(&self, m: Member, p: &Probe) -> Option<Reading> {
+        let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) else {
+            return None;
+        };
+        if p.error != 0 {
+            return None;
         }
-        (last, max, used_last)
+        let tracked = self.tracked_at(m, p);
+        let at = m.abs_us(p);
+        Some(Reading {
+            pid: m.pid(),
+            api: p.api.clone(),
+            at_us: self.clock.since(at),
+            free_bytes: free,
+            total_bytes: total,
+            used_bytes: total - free,
+            tracked_bytes: tracked,
+            untracked_bytes: total - free - tracked,
+            age_us: (self.end_us() - at).max(0),
+        })
+    }
+
+    /// Every reading of the device, in time order.
+    pub fn readings(&self) -> Vec<Reading> {
+        self.probes().into_iter().filter_map(|(m, p)| self.reading(m, p)).collect()
+    }
+
+    /// The last reading: used and tracked compared at the query itself.
+    pub fn last_reading(&self) -> Option<Reading> {
+        self.readings().pop()
+    }
+
+    /// The reading with the most untracked memory.
+    pub fn max_untracked(&self) -> Option<Reading> {
+        self.readings().into_iter().rev().max_by_key(|r| r.untracked_bytes)
     }
 
     /// The largest allocation or failed attempt on the device (ties: the earliest).
@@ -201,8 +295,10 @@ impl<'a> DeviceGroup<'a> {
         let mut candidates: Vec<(i64, LargeAlloc)> = Vec::new();
         for m in &self.members {
             for a in &m.dev.top_allocations {
+                let at = m.abs_us(a);
                 let large = LargeAlloc {
                     pid: m.pid(),
+                    at_us: self.clock.since(at),
                     t_ms: a.t_ms,
                     seq: a.seq,
                     bytes: a.bytes,
@@ -210,11 +306,13 @@ impl<'a> DeviceGroup<'a> {
                     category: Some(a.category.clone()),
                     failed: false,
                 };
-                candidates.push((m.abs(a.t_ms), large));
+                candidates.push((at, large));
             }
             for f in &m.dev.failures {
+                let at = m.abs_us(f);
                 let large = LargeAlloc {
                     pid: m.pid(),
+                    at_us: self.clock.since(at),
                     t_ms: f.t_ms,
                     seq: f.seq,
                     bytes: f.bytes,
@@ -222,7 +320,7 @@ impl<'a> DeviceGroup<'a> {
                     category: None,
                     failed: true,
                 };
-                candidates.push((m.abs(f.t_ms), large));
+                candidates.push((at, large));
             }
         }
         candidates
@@ -231,7 +329,7 @@ impl<'a> DeviceGroup<'a> {
             .map(|(_, a)| a)
     }
 
-    fn member(&self, pid: i64) -> Option<Member<'a>> {
+    pub fn member(&self, pid: i64) -> Option<Member<'a>> {
         self.members.iter().copied().find(|m| m.pid() == pid)
     }
 
@@ -240,41 +338,30 @@ impl<'a> DeviceGroup<'a> {
     /// in the report, the last probe before the steepest rise of that process's timeline.
     /// "Before" is in the process's record order, `(t_ms, seq)`.
     pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
+        let c = &self.clock;
         if let Some(big) = self.largest_allocation() {
             let m = self.member(big.pid)?;
             let at = Stamp { t_ms: big.t_ms, seq: big.seq };
             let p = last_before(&m.dev.probes, at)?;
             let what = match (&big.category, big.failed) {
-                (_, true) => format!("failed {} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
-                (Some(c), false) => format!("{} {} of {}", c, big.api, crate::units::fmt_bytes(big.bytes)),
-                (None, false) => format!("{} of {}", big.api, crate::units::fmt_bytes(big.bytes)),
+                (_, true) => format!("failed {} of {}", big.api, fmt_bytes(big.bytes)),
+                (Some(c), false) => format!("{} {} of {}", c, big.api, fmt_bytes(big.bytes)),
+                (None, false) => format!("{} of {}", big.api, fmt_bytes(big.bytes)),
             };
-            return Some((
-                m,
-                p,
-                format!("before the largest allocation ({what} at {})", crate::units::fmt_ms(big.t_ms)),
-            ));
+            return Some((m, p, format!("before the largest allocation ({what} at {})", c.at(c.t0_us + big.at_us))));
         }
-        let mut best: Option<(Member, Stamp, i64)> = None;
+        let mut best: Option<(Member, Stamp, i64, i64)> = None;
         for m in &self.members {
             for w in m.dev.timeline.windows(2) {
                 let rise = w[1].live_bytes - w[0].live_bytes;
                 if rise > 0 && !matches!(&best, Some(b) if rise <= b.2) {
-                    best = Some((*m, w[1].stamp(), rise));
+                    best = Some((*m, w[1].stamp(), rise, m.abs_us(&w[1])));
                 }
             }
         }
-        let (m, at, rise) = best?;
+        let (m, at, rise, abs) = best?;
         let p = last_before(&m.dev.probes, at)?;
-        Some((
-            m,
-            p,
-            format!(
-                "before the steepest rise (+{} at {})",
-                crate::units::fmt_bytes(rise),
-                crate::units::fmt_ms(at.t_ms)
-            ),
-        ))
+        Some((m, p, format!("before the steepest rise (+{} at {})", fmt_bytes(rise), c.at(abs))))
     }
 
     /// The free-memory queries worth showing: each process's first, the sizing probe, and
@@ -290,7 +377,7 @@ impl<'a> DeviceGroup<'a> {
                 }
                 return;
             }
-            out.push((m.abs(p.t_ms), KeyProbe::new(m, p, why)));
+            out.push((m.abs_us(p), KeyProbe::new(self, m, p, why)));
         };
         for m in &self.members {
             if let Some(p) = first_recorded(&m.dev.probes) {
@@ -303,7 +390,7 @@ impl<'a> DeviceGroup<'a> {
         for m in &self.members {
             for f in &m.dev.failures {
                 if let Some(p) = &f.last_probe {
-                    add(*m, p, format!("before the failed {} of {}", f.api, crate::units::fmt_bytes(f.bytes)));
+                    add(*m, p, format!("before the failed {} of {}", f.api, fmt_bytes(f.bytes)));
                 }
             }
         }
@@ -314,7 +401,7 @@ impl<'a> DeviceGroup<'a> {
     pub fn failures(&self) -> Vec<(Member<'a>, &'a Failure)> {
         let mut all: Vec<(Member, &Failure)> =
             self.members.iter().flat_map(|m| m.dev.failures.iter().map(move |f| (*m, f))).collect();
-        all.sort_by_key(|(m, f)| (m.abs(f.t_ms), m.pid(), f.stamp().key()));
+        all.sort_by_key(|(m, f)| (m.abs_us(*f), m.pid(), f.stamp().key()));
         all
     }
 
@@ -322,19 +409,23 @@ impl<'a> DeviceGroup<'a> {
         self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
     }
 
-    pub fn driver_cost_bytes(&self) -> i64 {
-        self.members.iter().map(|m| m.dev.driver_cost_bytes()).sum()
+    /// The hidden driver costs per process and API, de-noised (see `costs`).
+    pub fn cost_rows(&self) -> Vec<CostRow> {
+        costs::rows(self)
     }
 
-    /// Driver costs per API summed over the processes: api -> (calls, bytes).
+    /// The sum of the de-noised hidden driver costs on this device.
+    pub fn driver_cost_bytes(&self) -> i64 {
+        self.cost_rows().iter().map(|r| r.bytes).sum()
+    }
+
+    /// Driver costs per API summed over the processes, de-noised: api -> (calls, bytes).
     pub fn driver_costs_by_api(&self) -> BTreeMap<String, (i64, i64)> {
         let mut map: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        for m in &self.members {
-            for c in &m.dev.driver_costs {
-                let e = map.entry(c.api.clone()).or_default();
-                e.0 += c.calls;
-                e.1 += c.bytes;
-            }
+        for c in self.cost_rows() {
+            let e = map.entry(c.api.clone()).or_default();
+            e.0 += c.calls;
+            e.1 += c.bytes;
         }
         map
     }
@@ -366,12 +457,35 @@ impl<'a> DeviceGroup<'a> {
         }
         t
     }
+
+    /// The category holding the most live bytes: (name, bytes), when any holds some.
+    pub fn biggest_category(&self) -> Option<(String, i64)> {
+        CATEGORIES.iter().map(|c| (c.to_string(), self.cat_live(c))).filter(|(_, b)| *b > 0).max_by_key(|(_, b)| *b)
+    }
+}
+
+/// The categories worth listing for a run: those that held memory (live, peak or live
+/// allocations) in some process on some device; all six with `all`.
+pub fn shown_categories(run: &Run, all: bool) -> Vec<&'static str> {
+    CATEGORIES
+        .iter()
+        .copied()
+        .filter(|c| {
+            all || run.procs.iter().flat_map(|r| &r.devices).any(|d| {
+                let s = d.cat(c);
+                s.live_bytes != 0 || s.peak_bytes != 0 || s.allocs != 0
+            })
+        })
+        .collect()
 }
 
 /// A free-memory query and what the program was told.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyProbe {
     pub pid: i64,
+    pub label: String,
+    /// On the run's clock (µs since its first process started).
+    pub at_us: i64,
     pub t_ms: i64,
     pub seq: Option<i64>,
     pub api: String,
@@ -384,9 +498,11 @@ pub struct KeyProbe {
 }
 
 impl KeyProbe {
-    fn new(m: Member, p: &Probe, why: String) -> Self {
+    fn new(g: &DeviceGroup, m: Member, p: &Probe, why: String) -> Self {
         KeyProbe {
             pid: m.pid(),
+            label: m.label(),
+            at_us: g.clock.since(m.abs_us(p)),
             t_ms: p.t_ms,
             seq: p.seq,
             api: p.api.clone(),
@@ -404,20 +520,72 @@ impl KeyProbe {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSummary {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: &'static str,
     pub label: String,
+    /// The run(s) read (more than one only with `--merge-runs`).
+    pub run_ids: Vec<String>,
+    /// The origin of every `at_us`: when the run's first process started (µs since the epoch).
+    pub t0_unix_us: i64,
+    /// The categories the text lists (non-empty ones, or all with `--all-categories`).
+    pub categories_shown: Vec<String>,
+    pub verdict: Verdict,
+    pub overview: Vec<OverviewRow>,
     pub processes: Vec<ProcSummary>,
     pub devices: Vec<DeviceSummary>,
+}
+
+/// The one-line answer at the top of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Some allocation failed.
+    pub failed: bool,
+    pub text: String,
+    /// Processes that allocated device memory, and those among them with a failure.
+    pub ranks: usize,
+    pub failed_ranks: usize,
+}
+
+/// One line per GPU in the overview.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverviewRow {
+    pub host: String,
+    pub index: i64,
+    pub processes: usize,
+    /// Tracked live bytes (at each process's last report).
+    pub tracked_bytes: i64,
+    pub peak_bytes: i64,
+    /// Untracked memory and device usage at the last query (null without one).
+    pub untracked_bytes: Option<i64>,
+    pub used_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub failures: i64,
+    /// The category with the most live bytes.
+    pub biggest_category: Option<String>,
+    pub biggest_category_bytes: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcSummary {
     pub pid: i64,
+    pub ppid: i64,
     pub host: String,
+    /// The best name for the process (title, argv, rank hints).
+    pub label: String,
     pub role: String,
+    pub title: Option<String>,
+    pub comm: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub run_id: Option<String>,
     pub argv: Vec<String>,
+    /// How it ended, in words (`exit 1`, `killed by SIGTERM`, `no final report (killed?)`).
+    pub status: String,
     pub exit: String,
     pub exit_code: Option<i64>,
-    pub duration_ms: i64,
+    pub start_unix_us: i64,
+    /// On the run's clock.
+    pub started_at_us: i64,
+    pub duration_us: i64,
     pub pinned_live_bytes: i64,
     pub pinned_peak_bytes: i64,
     pub pinned_alloc_count: i64,
@@ -434,21 +602,24 @@ pub struct DeviceSummary {
     pub host: String,
     pub index: i64,
     pub total_bytes: Option<i64>,
+    /// Every process whose report has this device (a context counts).
     pub processes: Vec<DevProc>,
     pub categories: Vec<CatRow>,
     pub live_bytes: i64,
     pub peak_bytes: i64,
-    /// `total - free` at the last free-memory query of any process on the device.
-    pub device_used_bytes: Option<i64>,
-    /// `device_used_bytes` minus what this run's processes had allocated then.
-    pub untracked_bytes: Option<i64>,
-    pub untracked_max_bytes: Option<i64>,
+    /// The last free-memory query, used and tracked compared at that moment.
+    pub last_query: Option<Reading>,
+    /// The query with the most untracked memory.
+    pub max_untracked: Option<Reading>,
     pub probes_total: i64,
     pub key_probes: Vec<KeyProbe>,
     pub failures_total: i64,
     pub failures: Vec<FailRow>,
+    /// Per process and API, de-noised (see docs/cli-json.md).
     pub driver_costs: Vec<CostRow>,
+    /// Sum of `driver_costs[].bytes` (de-noised), and of what was measured.
     pub driver_cost_bytes: i64,
+    pub driver_cost_measured_bytes: i64,
     pub largest_allocation: Option<LargeAlloc>,
     pub top_allocations: Vec<TopRow>,
     /// Live bytes by caller (`crate::sites`).
@@ -460,7 +631,10 @@ pub struct DeviceSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct DevProc {
     pub pid: i64,
+    pub label: String,
     pub role: String,
+    /// `allocations`, `peer context` (its context here serves peer access) or `context`.
+    pub holds: String,
     pub live_bytes: i64,
     pub peak_bytes: i64,
     pub alloc_count: i64,
@@ -478,6 +652,9 @@ pub struct CatRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct FailRow {
     pub pid: i64,
+    pub label: String,
+    /// On the run's clock.
+    pub at_us: i64,
     pub t_ms: i64,
     pub api: String,
     pub bytes: i64,
@@ -485,24 +662,19 @@ pub struct FailRow {
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
     pub last_probe_free_bytes: Option<i64>,
-    pub last_probe_t_ms: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CostRow {
-    pub pid: i64,
-    pub api: String,
-    pub calls: i64,
-    pub bytes: i64,
+    pub last_probe_at_us: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TopRow {
     pub pid: i64,
+    pub label: String,
     pub ptr: String,
     pub bytes: i64,
     pub category: String,
     pub api: String,
+    /// On the run's clock.
+    pub at_us: i64,
     pub t_ms: i64,
     pub seq: Option<i64>,
     pub exported: bool,
@@ -513,7 +685,59 @@ pub struct TopRow {
 /// How many of the largest allocations a device section lists.
 pub const TOP_N: usize = 10;
 
-pub fn summarize(run: &Run) -> RunSummary {
+/// The verdict: who failed to allocate how much, or that nothing failed.
+fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
+    let allocating: BTreeSet<i64> = run
+        .procs
+        .iter()
+        .filter(|r| r.devices.iter().any(|d| d.alloc_count > 0 || d.peak_bytes > 0 || !d.failures.is_empty()))
+        .map(|r| r.process.pid)
+        .collect();
+    let mut failed: BTreeSet<i64> = BTreeSet::new();
+    let mut sizes: Vec<i64> = Vec::new();
+    let mut total_failures = 0;
+    for g in gs {
+        total_failures += g.failures_total();
+        for (m, f) in g.failures() {
+            failed.insert(m.pid());
+            sizes.push(f.bytes);
+        }
+    }
+    let ranks = allocating.len().max(failed.len());
+    if total_failures > 0 {
+        let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+        let size = crate::units::fmt_range(lo, hi);
+        let who = if ranks == 1 { "the process".to_string() } else { format!("{} of {ranks} ranks", failed.len()) };
+        let times = if total_failures as usize > failed.len() {
+            format!(" ({total_failures} failed allocations)")
+        } else {
+            String::new()
+        };
+        return Verdict {
+            failed: true,
+            text: format!("{who} failed to allocate {size}{times}; see `culedger explain` for why"),
+            ranks,
+            failed_ranks: failed.len(),
+        };
+    }
+    let peak = gs.iter().max_by_key(|g| g.peak());
+    let text = match peak {
+        Some(g) => {
+            let total = g.total_bytes().map(|t| format!(" of {}", fmt_bytes(t))).unwrap_or_default();
+            format!(
+                "no allocation failed; the fullest device was {} with {} tracked at its peak{total}",
+                g.title(),
+                fmt_bytes(g.peak())
+            )
+        }
+        None => "no allocation failed; no device memory was tracked".to_string(),
+    };
+    Verdict { failed: false, text, ranks, failed_ranks: 0 }
+}
+
+pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
+    let gs = groups(run);
+    let clock = Clock::of(&run.procs);
     let processes = run
         .procs
         .iter()
@@ -521,12 +745,21 @@ pub fn summarize(run: &Run) -> RunSummary {
             let p = &r.process;
             ProcSummary {
                 pid: p.pid,
+                ppid: p.ppid,
                 host: p.host.clone(),
+                label: p.label(),
                 role: p.role(),
+                title: p.title.clone(),
+                comm: p.comm.clone(),
+                env: p.env.clone(),
+                run_id: p.run_id.clone(),
                 argv: p.argv.clone(),
+                status: crate::runs::status(r, run.summary.as_ref()),
                 exit: p.exit.clone(),
                 exit_code: p.exit_code,
-                duration_ms: p.end_unix_ms - p.start_unix_ms,
+                start_unix_us: p.start_us(),
+                started_at_us: clock.since(p.start_us()),
+                duration_us: p.end_us() - p.start_us(),
                 pinned_live_bytes: r.host.pinned_live_bytes,
                 pinned_peak_bytes: r.host.pinned_peak_bytes,
                 pinned_alloc_count: r.host.pinned_alloc_count,
@@ -539,22 +772,53 @@ pub fn summarize(run: &Run) -> RunSummary {
             }
         })
         .collect();
-    let devices = groups(run).iter().map(summarize_device).collect();
-    RunSummary { label: run.label.clone(), processes, devices }
+    let devices: Vec<DeviceSummary> = gs.iter().map(summarize_device).collect();
+    let overview = gs
+        .iter()
+        .zip(&devices)
+        .map(|(g, d)| {
+            let biggest = g.biggest_category();
+            OverviewRow {
+                host: g.host.clone(),
+                index: g.index,
+                processes: g.members.len(),
+                tracked_bytes: d.live_bytes,
+                peak_bytes: d.peak_bytes,
+                untracked_bytes: d.last_query.as_ref().map(|r| r.untracked_bytes),
+                used_bytes: d.last_query.as_ref().map(|r| r.used_bytes),
+                total_bytes: d.total_bytes,
+                failures: d.failures_total,
+                biggest_category: biggest.as_ref().map(|b| b.0.clone()),
+                biggest_category_bytes: biggest.map(|b| b.1),
+            }
+        })
+        .collect();
+    RunSummary {
+        schema: REPORT_SCHEMA,
+        label: run.label.clone(),
+        run_ids: run.run_ids.clone(),
+        t0_unix_us: clock.t0_us,
+        categories_shown: shown_categories(run, all_categories).iter().map(|c| c.to_string()).collect(),
+        verdict: verdict(run, &gs),
+        overview,
+        processes,
+        devices,
+    }
 }
 
 pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
-    let (untracked, untracked_max, used) = g.untracked();
     let mut top: Vec<TopRow> = g
         .members
         .iter()
         .flat_map(|m| {
             m.dev.top_allocations.iter().map(move |a| TopRow {
                 pid: m.pid(),
+                label: m.label(),
                 ptr: a.ptr.clone(),
                 bytes: a.bytes,
                 category: a.category.clone(),
                 api: a.api.clone(),
+                at_us: g.clock.since(m.abs_us(a)),
                 t_ms: a.t_ms,
                 seq: a.seq,
                 exported: a.exported,
@@ -563,8 +827,11 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             })
         })
         .collect();
-    top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.t_ms.cmp(&b.t_ms)).then(a.seq.cmp(&b.seq)));
+    top.sort_by(|a, b| {
+        b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq))
+    });
     top.truncate(TOP_N);
+    let cost_rows = g.cost_rows();
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,
@@ -574,7 +841,9 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             .iter()
             .map(|m| DevProc {
                 pid: m.pid(),
+                label: m.label(),
                 role: m.report.process.role(),
+                holds: m.holds().to_string(),
                 live_bytes: m.dev.live_bytes,
                 peak_bytes: m.dev.peak_bytes,
                 alloc_count: m.dev.alloc_count,
@@ -592,9 +861,8 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             .collect(),
         live_bytes: g.live(),
         peak_bytes: g.peak(),
-        device_used_bytes: used,
-        untracked_bytes: untracked,
-        untracked_max_bytes: untracked_max,
+        last_query: g.last_reading(),
+        max_untracked: g.max_untracked(),
         probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
         key_probes: g.key_probes(),
         failures_total: g.failures_total(),
@@ -603,6 +871,8 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             .into_iter()
             .map(|(m, f)| FailRow {
                 pid: m.pid(),
+                label: m.label(),
+                at_us: g.clock.since(m.abs_us(f)),
                 t_ms: f.t_ms,
                 api: f.api.clone(),
                 bytes: f.bytes,
@@ -610,22 +880,12 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 live_bytes: f.live_bytes,
                 categories: f.categories.clone(),
                 last_probe_free_bytes: f.last_probe.as_ref().and_then(|p| p.free_bytes),
-                last_probe_t_ms: f.last_probe.as_ref().map(|p| p.t_ms),
+                last_probe_at_us: f.last_probe.as_ref().map(|p| g.clock.since(m.abs_us(p))),
             })
             .collect(),
-        driver_costs: g
-            .members
-            .iter()
-            .flat_map(|m| {
-                m.dev.driver_costs.iter().map(move |c| CostRow {
-                    pid: m.pid(),
-                    api: c.api.clone(),
-                    calls: c.calls,
-                    bytes: c.bytes,
-                })
-            })
-            .collect(),
-        driver_cost_bytes: g.driver_cost_bytes(),
+        driver_cost_bytes: cost_rows.iter().map(|c| c.bytes).sum(),
+        driver_cost_measured_bytes: cost_rows.iter().map(|c| c.measured_bytes).sum(),
+        driver_costs: cost_rows,
         largest_allocation: g.largest_allocation(),
         top_allocations: top,
         sites: crate::sites::rows(g),
@@ -670,7 +930,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn run(r: Report) -> Run {
-        Run { label: "t".into(), procs: vec![r], sources: Vec::new() }
+        Run { label: "t".into(), procs: vec![r], ..Run::default() }
     }
 
     #[test]
@@ -720,7 +980,8 @@ pub(crate) mod tests {
         let (m, p) = g.probes()[1];
         assert_eq!(g.tracked_at(m, p), 620 * MIB);
         // used at the last probe 724 MiB, tracked 620 MiB.
-        assert_eq!(g.untracked().0, Some(104 * MIB));
+        let last = g.last_reading().unwrap();
+        assert_eq!((last.used_bytes, last.tracked_bytes, last.untracked_bytes), (724 * MIB, 620 * MIB, 104 * MIB));
     }
 
     #[test]

@@ -1,29 +1,40 @@
 //! `culedger check`: memory budgets for CI.
 //!
-//! Grammar of one budget (whitespace is ignored):
-//!
-//! ```text
-//! budget := ["peak:"] key op size
-//! key    := weights | kv_pool | ipc | graphs | comm | other      (live bytes of a category;
-//!                                                               with "peak:" its peak)
-//!         | live | peak            (all tracked bytes now / at the peak)
-//!         | untracked              (largest device-used minus tracked over all queries)
-//!         | ipc_imported           (bytes of peer buffers opened, cumulative)
-//!         | driver_costs           (hidden driver memory, sum over APIs)
-//! op     := "<=" | "<" | ">=" | ">" | "=="
-//! size   := number [unit]          unit: B KiB MiB GiB TiB (1024) KB MB GB TB (1000)
-//! ```
-//!
-//! Every budget is checked on every device of every host (processes sharing a device are
-//! summed). Exit status: 0 when all hold, 1 when one is breached (one line each), 2 on bad
-//! input.
+//! Grammar of one budget (whitespace is ignored): see [`GRAMMAR`]. Every budget is checked
+//! on every device of every host (processes sharing a device are summed). Exit status: 0
+//! when all hold, 1 when one is breached or cannot be measured (one line each; unmeasured
+//! ones are only notes with `--allow-unmeasured`), 2 on bad input.
 
 use crate::analysis::{groups, DeviceGroup};
 use crate::error::{Fail, Result};
 use crate::load::load_run;
 use crate::model::CATEGORIES;
-use crate::units::{fmt_bytes, fmt_ms, parse_size};
+use crate::report::count;
+use crate::runs::Selection;
+use crate::units::{fmt_bytes, parse_size};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
+
+/// The schema id of `culedger check --format json` (docs/cli-json.md).
+pub const CHECK_SCHEMA: &str = "culedger-check/1";
+
+/// The budget grammar, as `culedger check --help` prints it.
+pub const GRAMMAR: &str = "\
+Budget grammar (spaces are ignored):
+  budget := [\"peak:\"] key op size
+  key    := weights | kv_pool | ipc | graphs | comm | other
+                            live bytes of a category (with \"peak:\" its peak)
+          | live | peak     all tracked bytes now / at the peak
+          | untracked       largest (device used - tracked) over the free-memory queries,
+                            compared at each query; unmeasured without a query
+          | ipc_imported    bytes of peer buffers opened (cumulative)
+          | driver_costs    hidden driver memory, de-noised (sum over APIs)
+  op     := <= | < | >= | > | ==
+  size   := [-] number [unit]   B KiB MiB GiB TiB (powers of 1024), KB MB GB TB (of 1000)
+Examples: 'ipc<=64MiB'  'peak:kv_pool>=40GiB'  'untracked<2GiB'  'driver_costs<=1GiB'
+
+Exit status: 0 every budget holds; 1 a budget is breached, cannot be measured (unless
+--allow-unmeasured) or, with --no-failures, an allocation failed; 2 bad input.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -68,7 +79,8 @@ pub struct Budget {
     pub limit: i64,
 }
 
-const KEYS_HELP: &str = "weights, kv_pool, ipc, graphs, comm, other, live, peak, untracked, ipc_imported, driver_costs (or peak:<category>)";
+const KEYS_HELP: &str =
+    "weights, kv_pool, ipc, graphs, comm, other, live, peak, untracked, ipc_imported, driver_costs (or peak:<category>)";
 
 /// Parses one budget such as `ipc<=64MiB` or `peak:other <= 1 GiB`.
 pub fn parse_budget(text: &str) -> std::result::Result<Budget, String> {
@@ -121,49 +133,84 @@ fn value(g: &DeviceGroup, key: &Key) -> Option<i64> {
         Key::CategoryPeak(c) => g.cat_peak(c),
         Key::Live => g.live(),
         Key::Peak => g.peak(),
-        Key::Untracked => return g.untracked().1,
+        Key::Untracked => return g.max_untracked().map(|r| r.untracked_bytes),
         Key::IpcImported => g.ipc().imported_bytes,
         Key::DriverCosts => g.driver_cost_bytes(),
     })
 }
 
-/// The lines of every breach (empty when all hold) and notes about unmeasured values.
-pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -> (Vec<String>, Vec<String>) {
-    let (mut breaches, mut notes) = (Vec::new(), Vec::new());
+/// The outcome of one budget on one device, or of `--no-failures` for one failure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub device: String,
+    /// The budget as written, or `no-failures`.
+    pub budget: String,
+    pub key: String,
+    /// `hold`, `breach` or `unmeasured`.
+    pub status: &'static str,
+    pub value_bytes: Option<i64>,
+    pub limit_bytes: Option<i64>,
+    /// One line for people.
+    pub message: String,
+}
+
+/// Every budget on every device, and each failed allocation when `no_failures`.
+pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -> Vec<Outcome> {
+    let mut out = Vec::new();
     for g in groups {
         for b in budgets {
-            match value(g, &b.key) {
-                Some(v) if !b.op.holds(v, b.limit) => breaches.push(format!(
-                    "{}: {} is {} (budget {})",
-                    g.title(),
-                    key_name(&b.key),
-                    fmt_bytes(v),
-                    b.text
-                )),
-                Some(_) => {}
-                None => notes.push(format!(
-                    "{}: {} not measured (no free-memory query), budget {} not checked",
-                    g.title(),
-                    key_name(&b.key),
-                    b.text
-                )),
-            }
+            let v = value(g, &b.key);
+            let (status, message) = match v {
+                Some(v) if !b.op.holds(v, b.limit) => {
+                    ("breach", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text))
+                }
+                Some(v) => {
+                    ("hold", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text))
+                }
+                None => (
+                    "unmeasured",
+                    format!(
+                        "{}: {} cannot be measured: no free-memory query on this GPU (budget {})",
+                        g.title(),
+                        key_name(&b.key),
+                        b.text
+                    ),
+                ),
+            };
+            out.push(Outcome {
+                device: g.title(),
+                budget: b.text.clone(),
+                key: key_name(&b.key),
+                status,
+                value_bytes: v,
+                limit_bytes: Some(b.limit),
+                message,
+            });
         }
         if no_failures {
             for (m, f) in g.failures() {
-                breaches.push(format!(
-                    "{}: allocation failed: pid {} at {}: {} of {} ({})",
-                    g.title(),
-                    m.pid(),
-                    fmt_ms(f.t_ms),
-                    f.api,
-                    fmt_bytes(f.bytes),
-                    f.error_name
-                ));
+                out.push(Outcome {
+                    device: g.title(),
+                    budget: "no-failures".into(),
+                    key: "failures".into(),
+                    status: "breach",
+                    value_bytes: Some(f.bytes),
+                    limit_bytes: None,
+                    message: format!(
+                        "{}: allocation failed: {} {} at {}: {} of {} ({})",
+                        g.title(),
+                        m.pid(),
+                        m.label(),
+                        g.clock.record(m.report, f),
+                        f.api,
+                        fmt_bytes(f.bytes),
+                        f.error_name
+                    ),
+                });
             }
         }
     }
-    (breaches, notes)
+    out
 }
 
 fn key_name(k: &Key) -> String {
@@ -178,35 +225,91 @@ fn key_name(k: &Key) -> String {
     }
 }
 
-pub fn command(path: &PathBuf, texts: &[String], file: Option<&Path>, no_failures: bool) -> Result<i32> {
-    let mut budgets: Vec<Budget> = texts.iter().map(|t| parse_budget(t).map_err(Fail::input)).collect::<Result<_>>()?;
-    if let Some(f) = file {
+/// What `culedger check` was asked.
+pub struct Request<'a> {
+    pub path: &'a PathBuf,
+    pub budgets: &'a [String],
+    pub file: Option<&'a Path>,
+    pub no_failures: bool,
+    pub allow_unmeasured: bool,
+    pub json: bool,
+    pub selection: &'a Selection,
+}
+
+/// `culedger check --format json`.
+#[derive(Debug, Serialize)]
+pub struct CheckResult {
+    pub schema: &'static str,
+    pub ok: bool,
+    /// Budgets given (plus one for `--no-failures`), devices checked.
+    pub checks: usize,
+    pub devices: usize,
+    pub breaches: usize,
+    pub unmeasured: usize,
+    pub allow_unmeasured: bool,
+    pub outcomes: Vec<Outcome>,
+}
+
+pub fn command(req: &Request) -> Result<i32> {
+    let mut budgets: Vec<Budget> =
+        req.budgets.iter().map(|t| parse_budget(t).map_err(Fail::input)).collect::<Result<_>>()?;
+    if let Some(f) = req.file {
         budgets.extend(parse_file(f)?);
     }
-    if budgets.is_empty() && !no_failures {
+    if budgets.is_empty() && !req.no_failures {
         return Err(Fail::input("check: nothing to check: give --budget 'KEY<=SIZE', --budgets FILE or --no-failures"));
     }
-    let run = load_run(std::slice::from_ref(path))?;
+    let run = crate::runs::select(load_run(std::slice::from_ref(req.path))?, req.selection)?;
     let gs = groups(&run);
-    let (breaches, notes) = evaluate(&gs, &budgets, no_failures);
-    for n in &notes {
-        eprintln!("culedger: {n}");
+    let outcomes = evaluate(&gs, &budgets, req.no_failures);
+    let of = |status: &str| outcomes.iter().filter(|o| o.status == status).count();
+    let (breaches, unmeasured) = (of("breach"), of("unmeasured"));
+    let ok = breaches == 0 && (unmeasured == 0 || req.allow_unmeasured);
+    let checks = budgets.len() + usize::from(req.no_failures);
+    if req.json {
+        let result = CheckResult {
+            schema: CHECK_SCHEMA,
+            ok,
+            checks,
+            devices: gs.len(),
+            breaches,
+            unmeasured,
+            allow_unmeasured: req.allow_unmeasured,
+            outcomes,
+        };
+        let text = serde_json::to_string_pretty(&result).map_err(|e| Fail::input(e.to_string()))? + "\n";
+        crate::print_stdout(&text);
+        return Ok(if ok { 0 } else { 1 });
     }
-    for b in &breaches {
-        println!("BREACH {b}");
+    let mut text = String::new();
+    for o in outcomes.iter().filter(|o| o.status == "breach") {
+        text.push_str(&format!("BREACH {}\n", o.message));
     }
-    let checks = budgets.len() + usize::from(no_failures);
-    if breaches.is_empty() {
-        println!(
-            "ok: {checks} check{} hold on {} device{}",
-            if checks == 1 { "" } else { "s" },
-            gs.len(),
-            if gs.len() == 1 { "" } else { "s" }
-        );
-        Ok(0)
+    for o in outcomes.iter().filter(|o| o.status == "unmeasured") {
+        if req.allow_unmeasured {
+            eprintln!("culedger: not checked: {}", o.message);
+        } else {
+            text.push_str(&format!("UNMEASURED {}\n", o.message));
+        }
+    }
+    let on = format!("on {}", count(gs.len(), "device", "devices"));
+    let checks_text = count(checks, "check", "checks");
+    text.push_str(&if ok {
+        let verb = if checks == 1 { "holds" } else { "hold" };
+        let skipped = if unmeasured > 0 { format!(" ({unmeasured} not measured, allowed)") } else { String::new() };
+        format!("ok: {checks_text} {verb} {on}{skipped}\n")
     } else {
-        Ok(1)
-    }
+        let mut parts = Vec::new();
+        if breaches > 0 {
+            parts.push(count(breaches, "breach", "breaches"));
+        }
+        if unmeasured > 0 && !req.allow_unmeasured {
+            parts.push(format!("{unmeasured} unmeasured (--allow-unmeasured to accept)"));
+        }
+        format!("FAILED: {}; {checks_text} {on}\n", parts.join(" and "))
+    });
+    crate::print_stdout(&text);
+    Ok(if ok { 0 } else { 1 })
 }
 
 #[cfg(test)]
@@ -226,11 +329,14 @@ mod tests {
         assert_eq!(parse_budget("driver_costs==0").unwrap().op, Op::Eq);
         assert_eq!(parse_budget("ipc_imported<=1MiB").unwrap().key, Key::IpcImported);
         assert_eq!(parse_budget("peak<=1TiB").unwrap().key, Key::Peak);
+        // Untracked memory can be negative (the driver rounds less than was asked).
+        let b = parse_budget("untracked >= -64 MiB").unwrap();
+        assert_eq!((b.key, b.op, b.limit), (Key::Untracked, Op::Ge, -(64 << 20)));
     }
 
     #[test]
     fn rejects_bad_budgets() {
-        for bad in ["ipc", "ipc<=", "foo<=1GiB", "peak:live<=1GiB", "ipc<=64 parsecs", "<=1GiB"] {
+        for bad in ["ipc", "ipc<=", "foo<=1GiB", "peak:live<=1GiB", "ipc<=64 parsecs", "<=1GiB", "ipc<=--1GiB"] {
             assert!(parse_budget(bad).is_err(), "{bad} should not parse");
         }
     }

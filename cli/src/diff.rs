@@ -1,19 +1,33 @@
 //! `culedger diff A B`: two runs compared device by device.
 
-use crate::analysis::{groups, DeviceGroup};
+use crate::analysis::{groups, shown_categories, DeviceGroup};
+use crate::clock::{fmt_secs, Clock};
 use crate::doc::{Block, Doc, Table};
 use crate::load::Run;
 use crate::model::CATEGORIES;
-use crate::units::{fmt_bytes, fmt_delta, fmt_ms, fmt_opt};
+use crate::units::{fmt_bytes, fmt_delta, fmt_opt};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The schema id of `culedger diff --format json` (docs/cli-json.md).
+pub const DIFF_SCHEMA: &str = "culedger-diff/1";
+
 #[derive(Debug, Serialize)]
 pub struct Diff {
+    /// Always [`DIFF_SCHEMA`].
+    pub schema: &'static str,
     pub a: String,
     pub b: String,
-    /// One line: what changed most.
+    /// The run ids of each side.
+    pub a_run_ids: Vec<String>,
+    pub b_run_ids: Vec<String>,
+    /// The origin of each side's `at_us`: when its first process started (µs since the epoch).
+    pub a_t0_unix_us: i64,
+    pub b_t0_unix_us: i64,
+    /// One sentence: what changed most.
     pub headline: String,
+    /// The categories the text lists (non-empty on either side, or all with --all-categories).
+    pub categories_shown: Vec<String>,
     pub devices: Vec<DevDiff>,
 }
 
@@ -63,6 +77,9 @@ pub struct ProbeDiff {
 #[derive(Debug, Serialize, Clone)]
 pub struct ProbeSide {
     pub pid: i64,
+    pub label: String,
+    /// On that side's run clock (µs since its first process started).
+    pub at_us: i64,
     pub t_ms: i64,
     pub api: String,
     pub free_bytes: Option<i64>,
@@ -84,40 +101,34 @@ fn short(label: &str) -> String {
     }
 }
 
-fn first_probe(g: &DeviceGroup) -> Option<ProbeSide> {
-    g.probes().first().map(|(m, p)| ProbeSide {
+fn probe_side(g: &DeviceGroup, m: crate::analysis::Member, p: &crate::model::Probe) -> ProbeSide {
+    ProbeSide {
         pid: m.pid(),
+        label: m.label(),
+        at_us: g.clock.since(m.abs_us(p)),
         t_ms: p.t_ms,
         api: p.api.clone(),
         free_bytes: p.free_bytes,
         total_bytes: p.total_bytes,
         before: None,
         before_category: None,
-    })
+    }
+}
+
+fn first_probe(g: &DeviceGroup) -> Option<ProbeSide> {
+    g.probes().first().map(|(m, p)| probe_side(g, *m, p))
 }
 
 fn last_probe(g: &DeviceGroup) -> Option<ProbeSide> {
-    g.probes().last().map(|(m, p)| ProbeSide {
-        pid: m.pid(),
-        t_ms: p.t_ms,
-        api: p.api.clone(),
-        free_bytes: p.free_bytes,
-        total_bytes: p.total_bytes,
-        before: None,
-        before_category: None,
-    })
+    g.probes().last().map(|(m, p)| probe_side(g, *m, p))
 }
 
 fn sizing_probe(g: &DeviceGroup) -> Option<ProbeSide> {
     let big = g.largest_allocation();
     g.sizing_probe().map(|(m, p, why)| ProbeSide {
-        pid: m.pid(),
-        t_ms: p.t_ms,
-        api: p.api.clone(),
-        free_bytes: p.free_bytes,
-        total_bytes: p.total_bytes,
         before: Some(why),
         before_category: big.and_then(|b| b.category),
+        ..probe_side(g, m, p)
     })
 }
 
@@ -125,7 +136,15 @@ fn failure_lines(g: &DeviceGroup) -> Vec<String> {
     g.failures()
         .iter()
         .map(|(m, f)| {
-            format!("pid {} at {}: {} of {} ({})", m.pid(), fmt_ms(f.t_ms), f.api, fmt_bytes(f.bytes), f.error_name)
+            format!(
+                "{} {} at {}: {} of {} ({})",
+                m.pid(),
+                m.label(),
+                g.clock.record(m.report, *f),
+                f.api,
+                fmt_bytes(f.bytes),
+                f.error_name
+            )
         })
         .collect()
 }
@@ -135,7 +154,8 @@ const TOTALS: [&str; 5] =
     ["tracked live", "tracked peak", "untracked (last query)", "hidden driver costs", "IPC opened from peers"];
 
 fn totals(g: &DeviceGroup) -> [i64; 5] {
-    [g.live(), g.peak(), g.untracked().0.unwrap_or(0), g.driver_cost_bytes(), g.ipc().imported_bytes]
+    let untracked = g.last_reading().map_or(0, |r| r.untracked_bytes);
+    [g.live(), g.peak(), untracked, g.driver_cost_bytes(), g.ipc().imported_bytes]
 }
 
 fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> DevDiff {
@@ -186,7 +206,7 @@ type Pair<'a, 'b> = (Option<&'a DeviceGroup<'b>>, Option<&'a DeviceGroup<'b>>);
 /// Compares two runs. Devices are matched by host and index; when each run has a single
 /// host (the usual case: the same machine under two configurations, or two machines) they
 /// are matched by index alone.
-pub fn diff(ra: &Run, rb: &Run) -> Diff {
+pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
     let (ga, gb) = (groups(ra), groups(rb));
     let hosts = |g: &[DeviceGroup]| g.iter().map(|d| d.host.clone()).collect::<BTreeSet<_>>();
     let by_index = hosts(&ga).len() <= 1 && hosts(&gb).len() <= 1;
@@ -214,7 +234,23 @@ pub fn diff(ra: &Run, rb: &Run) -> Diff {
         .collect();
     let (sa, sb) = (short(&ra.label), short(&rb.label));
     let headline = headline(&sa, &sb, &devices);
-    Diff { a: ra.label.clone(), b: rb.label.clone(), headline, devices }
+    let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
+    Diff {
+        schema: DIFF_SCHEMA,
+        a: ra.label.clone(),
+        b: rb.label.clone(),
+        a_run_ids: ra.run_ids.clone(),
+        b_run_ids: rb.run_ids.clone(),
+        a_t0_unix_us: Clock::of(&ra.procs).t0_us,
+        b_t0_unix_us: Clock::of(&rb.procs).t0_us,
+        headline,
+        categories_shown: CATEGORIES
+            .iter()
+            .filter(|c| ca.contains(c) || cb.contains(c))
+            .map(|c| c.to_string())
+            .collect(),
+        devices,
+    }
 }
 
 fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
@@ -298,7 +334,7 @@ pub(crate) fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table
 fn side(p: &Option<ProbeSide>) -> String {
     match p {
         Some(p) => {
-            format!("{} of {} (pid {} at {})", fmt_opt(p.free_bytes), fmt_opt(p.total_bytes), p.pid, fmt_ms(p.t_ms))
+            format!("{} of {} ({} at {})", fmt_opt(p.free_bytes), fmt_opt(p.total_bytes), p.pid, fmt_secs(p.at_us))
         }
         None => "-".into(),
     }
@@ -309,13 +345,19 @@ pub fn document(d: &Diff) -> Doc {
     let mut doc = Doc::default();
     doc.push(Block::Title(d.headline.clone()));
     doc.para(format!("culedger diff: A = {}, B = {}", d.a, d.b));
+    doc.para(format!(
+        "Times are seconds since each run's first process started (A: {}, B: {}).",
+        crate::clock::fmt_date_time(d.a_t0_unix_us),
+        crate::clock::fmt_date_time(d.b_t0_unix_us)
+    ));
     for dev in &d.devices {
         doc.push(Block::Heading(match dev.only_in.as_deref() {
             Some("a") => format!("{} (only in {sa})", dev.device),
             Some(_) => format!("{} (only in {sb})", dev.device),
             None => dev.device.clone(),
         }));
-        doc.table(rows_table("category", &dev.categories, &sa, &sb));
+        let shown: Vec<Row> = dev.categories.iter().filter(|r| d.categories_shown.contains(&r.name)).cloned().collect();
+        doc.table(rows_table("category", &shown, &sa, &sb));
         doc.table(rows_table("", &dev.totals, &sa, &sb));
         doc.push(Block::Sub("What each side was told".into()));
         let mut t = Table::new(&["query", &sa, &sb, "free delta"], &[3]);

@@ -1,7 +1,8 @@
 //! A tiny document model (headings, paragraphs, alerts, tables) rendered either as
-//! terminal text (comfy-table, optional ANSI colour) or as GitHub-flavoured markdown.
+//! terminal text (fitted to the output width and optionally coloured, see `layout`) or as
+//! GitHub-flavoured markdown.
 
-use comfy_table::{presets, CellAlignment, ContentArrangement, Table as Comfy};
+use crate::layout::{render_table, wrap, wrap_indent, Style, TableSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -16,11 +17,24 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
     /// Columns aligned right (numbers).
     pub right: Vec<usize>,
+    /// Free-text columns shortened with `...` rather than wrapped when the table must be
+    /// narrowed (names repeated on every row); the other text columns wrap.
+    pub abbrev: Vec<usize>,
 }
 
 impl Table {
     pub fn new(headers: &[&str], right: &[usize]) -> Self {
-        Table { headers: headers.iter().map(|h| h.to_string()).collect(), rows: Vec::new(), right: right.to_vec() }
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+            right: right.to_vec(),
+            abbrev: Vec::new(),
+        }
+    }
+    /// Marks columns to abbreviate instead of wrap (see [`Table::abbrev`]).
+    pub fn abbreviate(mut self, cols: &[usize]) -> Self {
+        self.abbrev = cols.to_vec();
+        self
     }
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
@@ -38,6 +52,13 @@ pub enum Block {
     Para(String),
     /// Something that needs attention (failures, breaches): red in a terminal.
     Alert(String),
+    /// The one-line answer at the top of a document: red when something failed.
+    Verdict {
+        text: String,
+        bad: bool,
+    },
+    /// A footnote to the table above it (`[1] ...`): continuation lines are indented.
+    Note(String),
     Table(Table),
 }
 
@@ -57,45 +78,35 @@ impl Doc {
         self.blocks.push(Block::Table(t));
     }
 
-    pub fn render(&self, format: Format, color: bool) -> String {
+    pub fn render(&self, format: Format, style: Style) -> String {
         match format {
             Format::Markdown => self.markdown(),
-            _ => self.text(color),
+            _ => self.text(style),
         }
     }
 
-    fn text(&self, color: bool) -> String {
-        let paint = |code: &str, s: &str| {
-            if color {
-                format!("\x1b[{code}m{s}\x1b[0m")
-            } else {
-                s.to_string()
-            }
-        };
+    fn text(&self, style: Style) -> String {
+        let w = style.width;
+        let para = |s: &str, indent: &str| wrap_indent(s, w, indent).join("\n");
         let mut out = String::new();
         for b in &self.blocks {
             match b {
-                Block::Title(s) => out.push_str(&format!("{}\n", paint("1", s))),
-                Block::Heading(s) => out.push_str(&format!("\n{}\n", paint("1;36", &format!("== {s} ==")))),
-                Block::Sub(s) => out.push_str(&format!("\n{}\n", paint("1", &format!("-- {s}")))),
-                Block::Para(s) => out.push_str(&format!("{s}\n")),
-                Block::Alert(s) => out.push_str(&format!("{}\n", paint("1;31", s))),
-                Block::Table(t) => {
-                    let mut c = Comfy::new();
-                    c.load_preset(presets::ASCII_BORDERS_ONLY_CONDENSED)
-                        .set_content_arrangement(ContentArrangement::Disabled)
-                        .set_header(t.headers.clone());
-                    for r in &t.rows {
-                        c.add_row(r.clone());
-                    }
-                    for &i in &t.right {
-                        if let Some(col) = c.column_mut(i) {
-                            col.set_cell_alignment(CellAlignment::Right);
-                        }
-                    }
-                    out.push_str(&c.to_string());
-                    out.push('\n');
+                Block::Title(s) => out.push_str(&format!("{}\n", style.paint("1", &para(s, "")))),
+                Block::Heading(s) => {
+                    out.push_str(&format!("\n{}\n", style.paint("1;36", &wrap(&format!("== {s} =="), w).join("\n"))))
                 }
+                Block::Sub(s) => out.push_str(&format!("\n{}\n", style.paint("1", &para(&format!("-- {s}"), "   ")))),
+                Block::Para(s) => out.push_str(&format!("{}\n", para(s, ""))),
+                Block::Alert(s) => out.push_str(&format!("{}\n", style.paint("1;31", &para(s, "  ")))),
+                Block::Note(s) => out.push_str(&format!("{}\n", para(s, "    "))),
+                Block::Verdict { text, bad } => {
+                    let code = if *bad { "1;31" } else { "1;32" };
+                    out.push_str(&format!("{}\n", style.paint(code, &para(text, "  "))))
+                }
+                Block::Table(t) => out.push_str(&render_table(
+                    &TableSpec { headers: &t.headers, rows: &t.rows, right: &t.right, abbrev: &t.abbrev },
+                    w,
+                )),
             }
         }
         out
@@ -111,6 +122,8 @@ impl Doc {
                 Block::Sub(s) => out.push_str(&format!("#### {s}\n\n")),
                 Block::Para(s) => out.push_str(&format!("{s}\n\n")),
                 Block::Alert(s) => out.push_str(&format!("> **{}**\n\n", esc(s))),
+                Block::Verdict { text, .. } => out.push_str(&format!("**{}**\n\n", esc(text))),
+                Block::Note(s) => out.push_str(&format!("{s}\n\n")),
                 Block::Table(t) => {
                     out.push_str(&format!(
                         "| {} |\n",
@@ -130,11 +143,6 @@ impl Doc {
     }
 }
 
-/// Whether to colour output written to a stream: only a terminal, and never with NO_COLOR.
-pub fn use_color(is_terminal: bool) -> bool {
-    is_terminal && std::env::var_os("NO_COLOR").unwrap_or_default().is_empty()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,17 +157,28 @@ mod tests {
         d
     }
 
+    fn style(color: bool) -> Style {
+        Style { color, width: 100 }
+    }
+
     #[test]
     fn colour_only_when_asked() {
-        assert!(sample().render(Format::Text, true).contains("\x1b[1;31ma | b\x1b[0m"));
-        assert!(!sample().render(Format::Text, false).contains('\x1b'));
-        assert!(!sample().render(Format::Markdown, true).contains('\x1b'));
-        assert!(!use_color(false));
+        assert!(sample().render(Format::Text, style(true)).contains("\x1b[1;31ma | b\x1b[0m"));
+        assert!(!sample().render(Format::Text, style(false)).contains('\x1b'));
+        assert!(!sample().render(Format::Markdown, style(true)).contains('\x1b'));
+    }
+
+    #[test]
+    fn paragraphs_wrap_at_the_width() {
+        let mut d = Doc::default();
+        d.push(Block::Title("word ".repeat(30)));
+        let text = d.render(Format::Text, Style { color: false, width: 40 });
+        assert!(text.lines().count() > 3 && text.lines().all(|l| l.len() <= 40), "{text}");
     }
 
     #[test]
     fn markdown_escapes_pipes_and_aligns_numbers() {
-        let md = sample().render(Format::Markdown, false);
+        let md = sample().render(Format::Markdown, style(false));
         assert!(md.contains("> **a \\| b**"), "{md}");
         assert!(md.contains("| k | v |\n| --- | ---: |\n| x\\|y | 1 |"), "{md}");
     }

@@ -1,6 +1,7 @@
 //! `culedger export`: Chrome/Perfetto trace JSON and PyTorch memory_viz snapshots.
 
 use crate::analysis::{groups, DeviceGroup};
+use crate::clock::Clock;
 use crate::error::{Fail, Result};
 use crate::load::Run;
 use crate::model::{Stamped, CATEGORIES};
@@ -8,55 +9,77 @@ use crate::units::fmt_bytes;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::Path;
 
-/// The earliest process start of the run: time zero of the exported traces.
-fn t0(run: &Run) -> i64 {
-    run.procs.iter().map(|r| r.process.start_unix_ms).min().unwrap_or(0)
+/// How an output path is named in messages: `-` is stdout.
+pub fn shown_path(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "stdout".into()
+    } else {
+        path.display().to_string()
+    }
 }
 
+/// Writes `bytes` to `path`, or to stdout for `-`.
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    if path.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(bytes).and_then(|_| out.flush());
+        return Ok(());
+    }
     std::fs::write(path, bytes).map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
 }
 
 // ---------------------------------------------------------------------------------------
 // Perfetto / Chrome trace event format.
 
-/// Builds the trace: per process a `process_name` metadata event, a counter track per
-/// device (`GPU <n>`, one series per category), and instant events for probes, failures
-/// and the other recorded events (captures, instantiations, IPC, driver costs). A
-/// device's counters and instants are written in the process's record order, `(t_ms,
-/// seq)`, so viewers keep the order of what happened within one millisecond; `seq` is in
-/// the instants' args when the report has it.
+/// Builds the trace: per process a `process_name` metadata event; per process and device a
+/// counter track `GPU <n>` with one series per category that held memory (categories that
+/// stay zero are left out, and so is a track with nothing), counters `GPU <n> free` (what
+/// each free-memory query told) and `GPU <n> untracked` (device used minus tracked at the
+/// query); and instant events for probes, failures and the other recorded events
+/// (captures, instantiations, IPC, driver costs named with their de-noised size, peer
+/// access). Timestamps are microseconds on the run's clock (since its first process
+/// started). A device's events are written in the process's record order, `(t_ms, seq)`,
+/// so viewers keep the order of what happened within one millisecond; `seq` is in the
+/// instants' args when the report has it.
 pub fn perfetto(run: &Run) -> Value {
-    let zero = t0(run);
+    let clock = Clock::of(&run.procs);
+    let gs = groups(run);
     let mut events = Vec::new();
     let mut used = std::collections::HashSet::new();
     for (i, r) in run.procs.iter().enumerate() {
         let p = &r.process;
         // Processes of different hosts may share a pid: keep trace pids unique.
         let pid = if used.insert(p.pid) { p.pid } else { 1_000_000 + i as i64 };
-        let us = |t_ms: i64| (p.start_unix_ms + t_ms - zero) * 1000;
+        let us = |rec: &dyn Stamped| clock.since(crate::clock::abs_us(r, rec));
         events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-            "args": {"name": format!("{} pid {} on {}", p.role(), p.pid, p.host)}}));
+            "args": {"name": format!("{} {} on {}", p.pid, p.label(), p.host)}}));
         for d in &r.devices {
+            let g = gs.iter().find(|g| g.host == p.host && g.index == d.index);
+            let member = g.and_then(|g| g.members.iter().copied().find(|m| std::ptr::eq(m.report, r)));
             let track = format!("GPU {}", d.index);
             // (record order, event) for this device, sorted (stably) before writing.
             let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();
-            for s in &d.timeline {
-                let args: Map<String, Value> = CATEGORIES.iter().map(|c| (c.to_string(), json!(s.cat(c)))).collect();
-                dev_events.push((
-                    s.stamp().key(),
-                    json!({"name": track, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.t_ms), "args": args}),
-                ));
+            let held: Vec<&str> =
+                CATEGORIES.iter().copied().filter(|c| d.timeline.iter().any(|s| s.cat(c) != 0)).collect();
+            if !held.is_empty() {
+                for s in &d.timeline {
+                    let args: Map<String, Value> = held.iter().map(|c| (c.to_string(), json!(s.cat(c)))).collect();
+                    dev_events.push((
+                        s.stamp().key(),
+                        json!({"name": track, "ph": "C", "pid": pid, "tid": 0, "ts": us(s), "args": args}),
+                    ));
+                }
             }
             let instant = |name: String, at: &dyn Stamped, mut args: Value| {
-                let at = at.stamp();
-                if let (Some(seq), Some(a)) = (at.seq, args.as_object_mut()) {
+                let stamp = at.stamp();
+                if let (Some(seq), Some(a)) = (stamp.seq, args.as_object_mut()) {
                     a.insert("seq".into(), json!(seq));
                 }
-                let e = json!({"name": name, "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(at.t_ms), "cat": track, "args": args});
-                (at.key(), e)
+                let e = json!({"name": name, "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": us(at), "cat": track, "args": args});
+                (stamp.key(), e)
             };
             for pr in &d.probes {
                 let free = pr.free_bytes.map_or("unknown".into(), fmt_bytes);
@@ -67,6 +90,20 @@ pub fn perfetto(run: &Run) -> Value {
                     "device": d.index, "api": pr.api, "free_bytes": pr.free_bytes,
                     "total_bytes": pr.total_bytes, "live_bytes": pr.live_bytes, "error": pr.error}),
                 ));
+                if let Some(free) = pr.free_bytes.filter(|_| pr.error == 0) {
+                    dev_events.push((
+                        pr.stamp().key(),
+                        json!({"name": format!("{track} free"), "ph": "C", "pid": pid, "tid": 0, "ts": us(pr),
+                               "args": {"free": free}}),
+                    ));
+                }
+                if let Some(reading) = member.and_then(|m| g.and_then(|g| g.reading(m, pr))) {
+                    dev_events.push((
+                        pr.stamp().key(),
+                        json!({"name": format!("{track} untracked"), "ph": "C", "pid": pid, "tid": 0, "ts": us(pr),
+                               "args": {"untracked": reading.untracked_bytes}}),
+                    ));
+                }
             }
             for f in &d.failures {
                 dev_events.push(instant(
@@ -77,24 +114,59 @@ pub fn perfetto(run: &Run) -> Value {
                     "error_name": f.error_name, "live_bytes": f.live_bytes}),
                 ));
             }
+            let calls = member.map(crate::costs::calls_of).unwrap_or_default();
+            let estimate = g.and_then(crate::costs::context_estimate);
+            let mut call_iter = calls.iter();
             for e in d.events.iter().filter(|e| e.kind != "probe" && e.kind != "failure") {
-                dev_events.push(instant(
-                    format!("{} {}", e.kind, e.api),
-                    e,
-                    json!({"device": d.index, "kind": e.kind, "api": e.api, "detail": e.detail}),
-                ));
+                let mut args = json!({"device": d.index, "kind": e.kind, "api": e.api, "detail": e.detail});
+                let name = match e.kind.as_str() {
+                    "driver_cost" => {
+                        let call = call_iter.next();
+                        let measured = e.bytes.or_else(|| call.map(|c| c.measured));
+                        let denoised = match (g, call) {
+                            (Some(g), Some(c)) => Some(crate::costs::denoise(g, c, estimate.as_ref())),
+                            _ => None,
+                        };
+                        args["measured_bytes"] = json!(measured);
+                        let size = match &denoised {
+                            Some((bytes, uncertain, notes)) => {
+                                args["bytes"] = json!(bytes);
+                                args["uncertain"] = json!(uncertain);
+                                args["notes"] = json!(notes);
+                                let shown = fmt_bytes(*bytes);
+                                match measured.filter(|m| m != bytes) {
+                                    Some(m) => format!("{shown} (measured {})", fmt_bytes(m)),
+                                    None => shown,
+                                }
+                            }
+                            None => measured.map_or("size unknown".into(), fmt_bytes),
+                        };
+                        format!("driver_cost {} {size}", e.api)
+                    }
+                    "peer_access" => format!("peer_access {}: context on GPU {}", e.api, d.index),
+                    _ => match e.bytes {
+                        Some(b) => format!("{} {} {}", e.kind, e.api, fmt_bytes(b)),
+                        None => format!("{} {}", e.kind, e.api),
+                    },
+                };
+                dev_events.push(instant(name, e, args));
             }
             dev_events.sort_by_key(|(order, _)| *order);
             events.extend(dev_events.into_iter().map(|(_, e)| e));
         }
     }
     json!({"traceEvents": events, "displayTimeUnit": "ms",
-           "otherData": {"source": "culedger", "t0_unix_ms": zero}})
+           "otherData": {"source": "culedger", "t0_unix_us": clock.t0_us,
+                         "clock": "microseconds since the run's first process started"}})
 }
 
-pub fn write_perfetto(run: &Run, out: &Path) -> Result<()> {
-    let text = serde_json::to_vec(&perfetto(run)).map_err(|e| Fail::input(e.to_string()))?;
-    write(out, &text)
+/// Writes the trace; returns what to tell the user.
+pub fn write_perfetto(run: &Run, out: &Path) -> Result<String> {
+    let trace = perfetto(run);
+    let n = trace["traceEvents"].as_array().map_or(0, Vec::len);
+    let text = serde_json::to_vec(&trace).map_err(|e| Fail::input(e.to_string()))?;
+    write(out, &text)?;
+    Ok(format!("Perfetto trace: {} ({n} events; open in ui.perfetto.dev)", shown_path(out)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -115,6 +187,7 @@ pub struct Frame {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TraceEntry {
+    /// `alloc`, `free_completed`, or `oom` (an allocation failed; `size` is what was asked).
     pub action: &'static str,
     pub addr: i64,
     pub size: i64,
@@ -122,6 +195,9 @@ pub struct TraceEntry {
     pub time_us: i64,
     pub frames: Vec<Frame>,
     pub category: String,
+    /// For `oom`: the free memory the device last reported, as torch records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -206,6 +282,7 @@ impl Synth {
                 _ => Self::frames(owner, category),
             },
             category: category.into(),
+            device_free: None,
         });
     }
 
@@ -272,34 +349,26 @@ impl Synth {
 /// member, owner, category, live bytes).
 type Step = (i64, usize, (i64, i64), String, &'static str, i64);
 
-fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
+fn synthesize(g: &DeviceGroup) -> Synth {
     let mut s = Synth::new(g.index);
-    let us = |abs_ms: i64| (abs_ms - zero) * 1000;
+    let us = |abs_us: i64| g.clock.since(abs_us);
     let mut steps: Vec<Step> = Vec::new();
     for (order, m) in g.members.iter().enumerate() {
         let owner = format!("pid {}", m.pid());
         for sample in &m.dev.timeline {
             for c in CATEGORIES {
-                steps.push((us(m.abs(sample.t_ms)), order, sample.stamp().key(), owner.clone(), c, sample.cat(c)));
+                steps.push((us(m.abs_us(sample)), order, sample.stamp().key(), owner.clone(), c, sample.cat(c)));
             }
         }
-        let p = &m.report.process;
-        if p.exit == "exit" {
+        if let Some(end) = m.ended_us() {
             for c in CATEGORIES {
-                steps.push((us(p.end_unix_ms), order, (i64::MAX, 0), owner.clone(), c, 0));
+                steps.push((us(end), order, (i64::MAX, 0), owner.clone(), c, 0));
             }
         }
     }
     for (m, p) in g.probes() {
-        if let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) {
-            steps.push((
-                us(m.abs(p.t_ms)),
-                usize::MAX,
-                p.stamp().key(),
-                "device".into(),
-                UNKNOWN,
-                total - free - g.tracked_at(m, p),
-            ));
+        if let Some(r) = g.reading(m, p) {
+            steps.push((us(m.abs_us(p)), usize::MAX, p.stamp().key(), "device".into(), UNKNOWN, r.untracked_bytes));
         }
     }
     steps.sort_by_key(|(t, member, order, ..)| (*t, *member, *order));
@@ -311,18 +380,30 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
 }
 
 pub fn memory_viz(run: &Run) -> Snapshot {
-    let zero = t0(run);
     let gs = groups(run);
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
     for g in &gs {
-        let s = synthesize(g, zero);
+        let s = synthesize(g);
         let mut segs = s.segments();
         crate::sites::attach_frames(&mut segs, g);
         segments.extend(segs);
         let slot = &mut traces[g.index as usize];
         slot.extend(s.trace);
+        // An `oom` entry at each failure, with the free memory last reported before it.
+        for (m, f) in g.failures() {
+            slot.push(TraceEntry {
+                action: "oom",
+                addr: 0,
+                size: f.bytes,
+                stream: 0,
+                time_us: g.clock.since(m.abs_us(f)),
+                frames: Synth::frames(&format!("pid {}", m.pid()), &format!("{} failed", f.api)),
+                category: UNKNOWN.into(),
+                device_free: Some(f.last_probe.as_ref().and_then(|p| p.free_bytes).unwrap_or(0)),
+            });
+        }
         slot.sort_by_key(|e| e.time_us);
     }
     // The viewer builds its legend from the trace's categories and breaks unless "unknown"
@@ -340,6 +421,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
                     time_us,
                     frames: Synth::frames("device", UNKNOWN),
                     category: UNKNOWN.into(),
+                    device_free: None,
                 },
             );
         }
@@ -349,10 +431,14 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     Snapshot { segments, device_traces: traces, allocator_settings: BTreeMap::new(), categories }
 }
 
-pub fn write_memory_viz(run: &Run, out: &Path) -> Result<()> {
-    let bytes = serde_pickle::to_vec(&memory_viz(run), serde_pickle::SerOptions::new())
+/// Writes the snapshot; returns what to tell the user.
+pub fn write_memory_viz(run: &Run, out: &Path) -> Result<String> {
+    let snapshot = memory_viz(run);
+    let n: usize = snapshot.device_traces.iter().map(Vec::len).sum();
+    let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())
         .map_err(|e| Fail::input(format!("cannot encode the snapshot: {e}")))?;
-    write(out, &as_protocol_4(bytes))
+    write(out, &as_protocol_4(bytes))?;
+    Ok(format!("memory_viz snapshot: {} ({n} trace entries; open in pytorch.org/memory_viz)", shown_path(out)))
 }
 
 /// serde-pickle writes protocol 3. Protocol 4 (what `torch.cuda.memory._dump_snapshot`
@@ -381,12 +467,29 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e["ph"] != "M")
+            .filter(|e| e["ph"] != "M" && !(e["ph"] == "C" && e["name"] != "GPU 0"))
             .map(|e| match e["ph"].as_str() {
                 Some("C") => format!("C{}", e["args"]["other"].as_i64().unwrap() >> 20),
                 _ => format!("probe{}", e["args"]["seq"]),
             })
             .collect();
         assert_eq!(order, ["C20", "probe2", "C520", "C620", "probe5"]);
+        // Free memory and untracked memory are counters of their own, at each probe.
+        let named = |n: &str| trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == n).count();
+        assert_eq!((named("GPU 0 free"), named("GPU 0 untracked")), (2, 2));
+    }
+
+    #[test]
+    fn memory_viz_has_an_oom_entry_at_each_failure() {
+        let mut r = report(true);
+        r.devices[0].failures = vec![serde_json::from_value(serde_json::json!({
+            "t_ms": 7, "seq": 6, "api": "cudaMalloc", "bytes": 400 << 20, "error": 2,
+            "error_name": "cudaErrorMemoryAllocation",
+            "last_probe": {"t_ms": 7, "seq": 5, "api": "cudaMemGetInfo", "free_bytes": 300 << 20}}))
+        .unwrap()];
+        let snap = memory_viz(&run(r));
+        let ooms: Vec<&TraceEntry> = snap.device_traces[0].iter().filter(|e| e.action == "oom").collect();
+        assert_eq!(ooms.len(), 1);
+        assert_eq!((ooms[0].size, ooms[0].device_free, ooms[0].time_us), (400 << 20, Some(300 << 20), 7000));
     }
 }

@@ -7,13 +7,40 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The processes of one run, read from one or more paths.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Run {
     /// What the user named (for headings and diffs), e.g. `target/demo/nccl/`.
     pub label: String,
     pub procs: Vec<Report>,
     /// Where each report came from (same order as `procs`).
     pub sources: Vec<PathBuf>,
+    /// What `culedger run` recorded about the run, when a `summary.json` was read or found
+    /// next to the reports.
+    pub summary: Option<SummaryMeta>,
+    /// The ids of the runs these processes belong to (set by `runs::select`).
+    pub run_ids: Vec<String>,
+}
+
+/// The fields of a `culedger-summary/1` besides its processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct SummaryMeta {
+    pub run_id: Option<String>,
+    /// The pid of the command `culedger run` started.
+    pub pid: Option<i64>,
+    pub exit_code: Option<i64>,
+    /// The signal that killed the command, if one did.
+    pub signal: Option<i64>,
+    pub command: Vec<String>,
+}
+
+/// The summary's own fields, when `path` is a readable `culedger-summary/1`.
+fn summary_meta(path: &Path) -> Option<SummaryMeta> {
+    let value: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    if value.get("schema").and_then(Value::as_str) != Some(SUMMARY_SCHEMA) {
+        return None;
+    }
+    serde_json::from_value(value).ok()
 }
 
 /// Checks a parsed document against `culedger/1` and converts it.
@@ -84,8 +111,12 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    let mut run = Run { label, procs: Vec::new(), sources: Vec::new() };
+    let mut run = Run { label, ..Run::default() };
     for path in paths {
+        let summary = if path.is_dir() { path.join("summary.json") } else { path.clone() };
+        if paths.len() == 1 {
+            run.summary = summary_meta(&summary);
+        }
         if path.is_dir() {
             let mut files = report_files(path)?;
             if files.is_empty() && path.join("summary.json").is_file() {

@@ -1,38 +1,65 @@
 //! `culedger`: run a program under the culedger interposer and read its reports.
 //!
-//! Subcommands: `run`, `report`, `diff`, `check`, `export`, `plot`. See README.md.
+//! Subcommands: `run`, `report`, `diff`, `check`, `export`, `plot`, `completions`. See
+//! README.md. The output layer shared by the commands: `doc` (documents), `layout` (width,
+//! colour, wrapping, tables), `clock` (one time base per run), `runs` (run grouping,
+//! selections, how processes ended), `costs` (de-noised driver costs).
 
 mod analysis;
 mod check;
+mod clock;
+mod costs;
 mod diff;
 mod doc;
 mod error;
 mod export;
+mod layout;
 mod load;
 mod model;
 mod plot;
+#[path = "../../src/report/redact.rs"]
+#[allow(dead_code)]
+mod redact;
 mod report;
 mod run;
+mod runs;
 mod sites;
 mod units;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use doc::Format;
 use error::{Fail, Result};
-use std::io::{IsTerminal, Write};
+use layout::{ColorChoice, Stream, Style};
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "culedger", version, about = "Where did every byte of GPU memory go?")]
+#[command(
+    name = "culedger",
+    version,
+    about = "Where did every byte of GPU memory go?",
+    long_about = "Where did every byte of GPU memory go?\n\n\
+        `culedger run -- CMD` runs a program with libculedger.so preloaded; every process that touches \
+        CUDA writes a culedger/1 report (docs/schema.md). The other commands read those reports: a run \
+        directory, report files, or the run's summary.json.\n\n\
+        Text output fits the terminal width (COLUMNS, else the terminal's, else 100 columns). Times are \
+        seconds since the run's first process started."
+)]
 struct Cli {
+    /// When to colour text output: auto (a terminal, unless NO_COLOR is set; FORCE_COLOR forces it), always, never
+    #[arg(long, value_enum, default_value = "auto", global = true)]
+    color: ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum FormatArg {
+    /// Tables for a terminal or a log
     Text,
+    /// GitHub-flavoured markdown (e.g. for $GITHUB_STEP_SUMMARY)
     Markdown,
+    /// JSON with a schema id (docs/cli-json.md)
     Json,
 }
 
@@ -46,64 +73,175 @@ impl From<FormatArg> for Format {
     }
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum CheckFormat {
+    /// One line per breach, then a summary line
+    Text,
+    /// JSON with a schema id (docs/cli-json.md)
+    Json,
+}
+
+/// Which run, and which part of it, to read.
+#[derive(Args, Clone, Default)]
+struct SelectArgs {
+    /// Add up the processes of several runs found in the paths (refused otherwise)
+    #[arg(long)]
+    merge_runs: bool,
+    /// Read only the run with this id (or id prefix), when the paths hold several
+    #[arg(long, value_name = "ID")]
+    run: Option<String>,
+    /// Only these GPUs (device index; repeatable, or comma-separated)
+    #[arg(long = "device", value_name = "N", value_delimiter = ',')]
+    devices: Vec<i64>,
+    /// Only these processes (repeatable, or comma-separated)
+    #[arg(long = "pid", value_name = "PID", value_delimiter = ',')]
+    pids: Vec<i64>,
+    /// Only processes of these hosts (repeatable, or comma-separated)
+    #[arg(long = "host", value_name = "HOST", value_delimiter = ',')]
+    hosts: Vec<String>,
+}
+
+impl SelectArgs {
+    fn selection(&self) -> runs::Selection {
+        runs::Selection {
+            merge_runs: self.merge_runs,
+            run: self.run.clone(),
+            devices: self.devices.clone(),
+            pids: self.pids.clone(),
+            hosts: self.hosts.clone(),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a program with libculedger.so preloaded, then merge and print its reports.
+    #[command(long_about = "Run a program with libculedger.so preloaded, then merge and print its reports.\n\n\
+        The whole process tree gets one run id (CULEDGER_RUN_ID). The reports go to DIR, which must not \
+        hold another run's reports (unless --append); without -o, a new directory \
+        ./culedger-<YYYYmmdd-HHMMSS>[-N] is made. When CMD exits, DIR/summary.json merges the reports of \
+        this run and records how CMD ended, and the report is printed to stderr. SIGINT, SIGTERM and \
+        SIGHUP are forwarded to CMD. Exit status: CMD's, 128+N when signal N killed it, 127 when it \
+        cannot be started, 2 when the interposer is missing or DIR holds another run.")]
     Run {
-        /// Output directory for the reports [default: ./culedger-<YYYYmmdd-HHMMSS>]
-        #[arg(short, long)]
+        /// Directory for the reports [default: ./culedger-<YYYYmmdd-HHMMSS>, made anew]
+        #[arg(short, long, value_name = "DIR")]
         output: Option<PathBuf>,
-        /// The interposer [default: $CULEDGER_LIB, else libculedger.so next to this binary]
+        /// Write into DIR even when it holds reports of other runs (each run keeps its own id)
         #[arg(long)]
+        append: bool,
+        /// The interposer [default: $CULEDGER_LIB, else libculedger.so next to this binary]
+        #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
         /// The command and its arguments (after `--`)
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<String>,
     },
-    /// Per host and device: categories, usage, the free-memory queries that matter, failures.
+    /// The verdict and one line per GPU, then per host and device: categories, usage, the
+    /// free-memory queries that matter, failures, hidden driver costs.
     Report {
-        /// Report files or run directories
-        #[arg(required = true)]
+        /// Report files (culedger-*.json), run directories, or a run's summary.json
+        #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Output format
         #[arg(long, value_enum, default_value = "text")]
         format: FormatArg,
+        /// List every category, also those that held nothing in any process
+        #[arg(long)]
+        all_categories: bool,
+        /// Show the first of each set of alike GPUs (same processes, categories and failure
+        /// state) in full, the others as one delta table
+        #[arg(long)]
+        fold: bool,
+        #[command(flatten)]
+        select: SelectArgs,
     },
     /// Compare two runs device by device.
     Diff {
+        /// The first run (directory, report files' directory, or summary.json)
+        #[arg(value_name = "A")]
         a: PathBuf,
+        /// The second run
+        #[arg(value_name = "B")]
         b: PathBuf,
+        /// Output format
         #[arg(long, value_enum, default_value = "text")]
         format: FormatArg,
+        /// List every category, also those that held nothing on either side
+        #[arg(long)]
+        all_categories: bool,
+        /// Add up several runs found on one side (refused otherwise)
+        #[arg(long)]
+        merge_runs: bool,
     },
-    /// Check memory budgets; exit 1 when one is exceeded, 2 on bad input.
+    /// Check memory budgets; exit 1 when one is breached or cannot be measured, 2 on bad input.
+    #[command(after_long_help = check::GRAMMAR)]
     Check {
+        /// A run directory, report file or summary.json
+        #[arg(value_name = "PATH")]
         path: PathBuf,
-        /// A budget such as 'ipc<=64MiB', 'peak:other<=1GiB', 'kv_pool>=40GiB' (repeatable)
-        #[arg(long = "budget")]
+        /// A budget such as 'ipc<=64MiB', 'peak:other<=1GiB', 'kv_pool>=40GiB', 'untracked<2GiB' (repeatable; keys below)
+        #[arg(long = "budget", value_name = "BUDGET")]
         budgets: Vec<String>,
         /// A file with one budget per line (`#` starts a comment)
-        #[arg(long = "budgets")]
+        #[arg(long = "budgets", value_name = "FILE")]
         budgets_file: Option<PathBuf>,
         /// Fail when any allocation failed
         #[arg(long)]
         no_failures: bool,
-    },
-    /// Convert reports for other viewers.
-    Export {
-        path: PathBuf,
-        /// Chrome trace JSON for ui.perfetto.dev / chrome://tracing
+        /// Let budgets that cannot be measured (untracked without a free-memory query) pass, with a note
         #[arg(long)]
-        perfetto: Option<PathBuf>,
-        /// PyTorch memory snapshot pickle for pytorch.org/memory_viz
-        #[arg(long = "memory-viz")]
-        memory_viz: Option<PathBuf>,
+        allow_unmeasured: bool,
+        /// Output format
+        #[arg(long, value_enum, default_value = "text")]
+        format: CheckFormat,
+        #[command(flatten)]
+        select: SelectArgs,
     },
-    /// Stacked area chart of live bytes per category over time, one panel per device (SVG).
-    Plot {
+    /// Convert reports for other viewers (Perfetto, PyTorch memory_viz).
+    Export {
+        /// A run directory, report file or summary.json
+        #[arg(value_name = "PATH")]
         path: PathBuf,
-        #[arg(short, long)]
-        output: PathBuf,
+        /// Chrome trace JSON for ui.perfetto.dev / chrome://tracing (`-` for stdout)
+        #[arg(long, value_name = "OUT.json")]
+        perfetto: Option<PathBuf>,
+        /// PyTorch memory snapshot pickle for pytorch.org/memory_viz (`-` for stdout)
+        #[arg(long = "memory-viz", value_name = "OUT.pickle")]
+        memory_viz: Option<PathBuf>,
+        /// Add up several runs found in PATH (refused otherwise)
+        #[arg(long)]
+        merge_runs: bool,
     },
+    /// SVG chart per GPU: live bytes per category over time, untracked memory and device
+    /// usage at each query, capacity, numbered queries and failures.
+    Plot {
+        /// A run directory, report file or summary.json
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// The SVG to write (`-` for stdout); other extensions are refused
+        #[arg(short, long, value_name = "OUT.svg")]
+        output: PathBuf,
+        /// Show every category in the legend, also those that held nothing
+        #[arg(long)]
+        all_categories: bool,
+        /// Add up several runs found in PATH (refused otherwise)
+        #[arg(long)]
+        merge_runs: bool,
+    },
+    /// Print a shell completion script: `culedger completions bash > /etc/bash_completion.d/culedger`.
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: ShellArg,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 fn main() {
@@ -118,56 +256,126 @@ fn main() {
     std::process::exit(code);
 }
 
+/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
+/// a message.
+pub fn print_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
 /// Prints a document or JSON value to stdout.
-fn emit<T: serde::Serialize>(format: Format, doc: impl FnOnce() -> doc::Doc, data: &T) -> Result<()> {
+fn emit<T: serde::Serialize>(
+    format: Format,
+    color: ColorChoice,
+    doc: impl FnOnce() -> doc::Doc,
+    data: &T,
+) -> Result<()> {
     let text = match format {
         // Serialised from the struct itself so fields keep their documented order.
         Format::Json => serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n",
-        _ => doc().render(format, doc::use_color(std::io::stdout().is_terminal())),
+        _ => doc().render(format, Style::for_stream(color, Stream::Stdout)),
     };
-    let mut out = std::io::stdout().lock();
-    // A closed pipe (`culedger report x | head`) is not an error worth a message.
-    let _ = out.write_all(text.as_bytes());
+    print_stdout(&text);
     Ok(())
 }
 
+/// Loads one run from `paths` as `sel` asks.
+fn load(paths: &[PathBuf], sel: &runs::Selection) -> Result<load::Run> {
+    runs::select(load::load_run(paths)?, sel)
+}
+
+fn merge_only(merge_runs: bool) -> runs::Selection {
+    runs::Selection { merge_runs, ..runs::Selection::default() }
+}
+
 fn dispatch(cli: Cli) -> Result<i32> {
+    let color = cli.color;
     match cli.command {
-        Command::Run { output, lib, command } => run::run(output, lib, command),
-        Command::Report { paths, format } => {
-            let run = load::load_run(&paths)?;
-            let s = analysis::summarize(&run);
-            emit(format.into(), || report::document(&s), &s)?;
+        Command::Run { output, append, lib, command } => run::run(run::Request { output, append, lib, command, color }),
+        Command::Report { paths, format, all_categories, fold, select } => {
+            let run = load(&paths, &select.selection())?;
+            let s = analysis::summarize(&run, all_categories);
+            emit(format.into(), color, || report::document(&s, report::Options { fold }), &s)?;
             Ok(0)
         }
-        Command::Diff { a, b, format } => {
-            let (ra, rb) = (load::load_run(&[a])?, load::load_run(&[b])?);
-            let d = diff::diff(&ra, &rb);
-            emit(format.into(), || diff::document(&d), &d)?;
+        Command::Diff { a, b, format, all_categories, merge_runs } => {
+            let sel = merge_only(merge_runs);
+            let (ra, rb) = (load(&[a], &sel)?, load(&[b], &sel)?);
+            let d = diff::diff(&ra, &rb, all_categories);
+            emit(format.into(), color, || diff::document(&d), &d)?;
             Ok(0)
         }
-        Command::Check { path, budgets, budgets_file, no_failures } => {
-            check::command(&path, &budgets, budgets_file.as_deref(), no_failures)
+        Command::Check { path, budgets, budgets_file, no_failures, allow_unmeasured, format, select } => {
+            check::command(&check::Request {
+                path: &path,
+                budgets: &budgets,
+                file: budgets_file.as_deref(),
+                no_failures,
+                allow_unmeasured,
+                json: matches!(format, CheckFormat::Json),
+                selection: &select.selection(),
+            })
         }
-        Command::Export { path, perfetto, memory_viz } => {
+        Command::Export { path, perfetto, memory_viz, merge_runs } => {
             if perfetto.is_none() && memory_viz.is_none() {
                 return Err(Fail::input(
                     "export: name an output with --perfetto OUT.json and/or --memory-viz OUT.pickle",
                 ));
             }
-            let run = load::load_run(&[path])?;
+            if perfetto.as_deref().is_some_and(|p| p.as_os_str() == "-")
+                && memory_viz.as_deref().is_some_and(|p| p.as_os_str() == "-")
+            {
+                return Err(Fail::input("export: only one of --perfetto and --memory-viz can write to stdout (-)"));
+            }
+            let run = load(&[path], &merge_only(merge_runs))?;
             if let Some(out) = perfetto {
-                export::write_perfetto(&run, &out)?;
+                eprintln!("culedger: wrote {}", export::write_perfetto(&run, &out)?);
             }
             if let Some(out) = memory_viz {
-                export::write_memory_viz(&run, &out)?;
+                eprintln!("culedger: wrote {}", export::write_memory_viz(&run, &out)?);
             }
             Ok(0)
         }
-        Command::Plot { path, output } => {
-            let run = load::load_run(&[path])?;
-            plot::write_svg(&run, &output)?;
+        Command::Plot { path, output, all_categories, merge_runs } => {
+            let run = load(&[path], &merge_only(merge_runs))?;
+            eprintln!("culedger: wrote {}", plot::write_svg(&run, &output, all_categories)?);
             Ok(0)
         }
+        Command::Completions { shell } => {
+            let shell = match shell {
+                ShellArg::Bash => clap_complete::Shell::Bash,
+                ShellArg::Zsh => clap_complete::Shell::Zsh,
+                ShellArg::Fish => clap_complete::Shell::Fish,
+            };
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "culedger", &mut buf);
+            print_stdout(&String::from_utf8_lossy(&buf));
+            Ok(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_argument_is_described() {
+        fn walk(cmd: &clap::Command, path: &str) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some() || arg.get_long_help().is_some(), "{path} {id}: no help text");
+            }
+            for sub in cmd.get_subcommands() {
+                assert!(sub.get_about().is_some(), "{path} {}: no about", sub.get_name());
+                walk(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        walk(&cmd, "culedger");
     }
 }

@@ -51,6 +51,18 @@ pub struct Process {
     pub exit: String,
     pub exit_code: Option<i64>,
     pub forked_from: Option<i64>,
+    /// `start_unix_ms` with microseconds; None from writers before it.
+    pub start_unix_us: Option<i64>,
+    /// The run this process belongs to; None from writers before it.
+    pub run_id: Option<String>,
+    /// `env` (from `CULEDGER_RUN_ID`) or `process` (made by the process itself).
+    pub run_id_source: Option<String>,
+    /// The process title the program set (setproctitle), if any.
+    pub title: Option<String>,
+    /// `/proc/self/comm`.
+    pub comm: Option<String>,
+    /// Allow-listed rank hints: RANK, LOCAL_RANK, WORLD_SIZE, CUDA_VISIBLE_DEVICES.
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -102,17 +114,14 @@ impl Device {
     pub fn cat(&self, name: &str) -> CatStats {
         self.categories.get(name).cloned().unwrap_or_default()
     }
-
-    /// Sum of the hidden driver costs on this device.
-    pub fn driver_cost_bytes(&self) -> i64 {
-        self.driver_costs.iter().map(|c| c.bytes).sum()
-    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Probe {
     pub t_ms: i64,
+    /// Microseconds since the process started; None from writers before it.
+    pub t_us: Option<i64>,
     /// Place in the process's record order; None from writers before it.
     pub seq: Option<i64>,
     pub api: String,
@@ -128,6 +137,8 @@ pub struct Probe {
 #[serde(default)]
 pub struct Failure {
     pub t_ms: i64,
+    /// Microseconds since the process started; None from writers before it.
+    pub t_us: Option<i64>,
     /// Place in the process's record order; None from writers before it.
     pub seq: Option<i64>,
     pub api: String,
@@ -179,6 +190,8 @@ pub struct Allocation {
     pub bytes: i64,
     pub api: String,
     pub t_ms: i64,
+    /// Microseconds since the process started; None from writers before it.
+    pub t_us: Option<i64>,
     /// Place in the process's record order; None from writers before it.
     pub seq: Option<i64>,
     pub category: String,
@@ -194,6 +207,9 @@ pub struct Allocation {
 pub struct Sample {
     #[serde(default)]
     pub t_ms: i64,
+    /// Microseconds since the process started; None from writers before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_us: Option<i64>,
     /// Place in the process's record order; None from writers before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<i64>,
@@ -213,10 +229,16 @@ impl Sample {
 #[serde(default)]
 pub struct Event {
     pub t_ms: i64,
+    /// Microseconds since the process started; None from writers before it.
+    pub t_us: Option<i64>,
     /// Place in the process's record order; None from writers before it.
     pub seq: Option<i64>,
     pub kind: String,
     pub api: String,
+    /// The size the event is about (measured cost, opened or exported bytes), when it has one.
+    pub bytes: Option<i64>,
+    /// Start of a measured call's window (`driver_cost`, `peer_access`), same clock as `t_us`.
+    pub t0_us: Option<i64>,
     pub detail: String,
 }
 
@@ -250,6 +272,9 @@ impl Stamp {
 /// Records that carry a [`Stamp`].
 pub trait Stamped {
     fn stamp(&self) -> Stamp;
+    /// Microseconds since the process started: `t_us`, or `t_ms` in microseconds from
+    /// writers before it.
+    fn rel_us(&self) -> i64;
 }
 
 macro_rules! stamped {
@@ -257,6 +282,9 @@ macro_rules! stamped {
         impl Stamped for $t {
             fn stamp(&self) -> Stamp {
                 Stamp { t_ms: self.t_ms, seq: self.seq }
+            }
+            fn rel_us(&self) -> i64 {
+                self.t_us.unwrap_or(self.t_ms.saturating_mul(1000))
             }
         }
     )*};
@@ -317,5 +345,94 @@ impl Process {
         } else {
             out
         }
+    }
+}
+
+impl Process {
+    /// When the process started, in microseconds since the Unix epoch.
+    pub fn start_us(&self) -> i64 {
+        self.start_unix_us.unwrap_or(self.start_unix_ms.saturating_mul(1000))
+    }
+
+    /// The time of the report's last write, in microseconds since the Unix epoch.
+    pub fn end_us(&self) -> i64 {
+        self.end_unix_ms.saturating_mul(1000).max(self.start_us())
+    }
+
+    /// Whether argv is a Python `multiprocessing` child (spawn or forkserver), whose
+    /// command line says nothing about what it does.
+    fn is_mp_child(&self) -> bool {
+        self.argv.iter().any(|a| a == "--multiprocessing-fork" || a.contains("spawn_main") || a.contains("forkserver"))
+    }
+
+    /// The rank hints in short: `rank 3/8`, `local rank 3`, `GPUs 3,4`.
+    pub fn rank_hint(&self) -> Option<String> {
+        let get = |k: &str| self.env.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        let rank = match (get("RANK"), get("WORLD_SIZE"), get("LOCAL_RANK")) {
+            (Some(r), Some(w), _) => Some(format!("rank {r}/{w}")),
+            (Some(r), None, _) => Some(format!("rank {r}")),
+            (None, _, Some(l)) => Some(format!("local rank {l}")),
+            _ => None,
+        };
+        let gpus = get("CUDA_VISIBLE_DEVICES").map(|v| format!("GPUs {v}"));
+        match (rank, gpus) {
+            (Some(r), Some(g)) => Some(format!("{r}, {g}")),
+            (r, g) => r.or(g),
+        }
+    }
+
+    /// The best name for the process in a table: the title the program set
+    /// (`sglang::scheduler_TP0`), else what argv says (`sglang_sim.py --worker 0 ...`,
+    /// `multiprocessing worker` for spawned Python children, with their `comm` when it is
+    /// not the interpreter's), followed by the rank hints (`(rank 0/8)`).
+    pub fn label(&self) -> String {
+        let base = match self.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            Some(t) => t.to_string(),
+            None if self.is_mp_child() => match self.comm.as_deref().filter(|c| !c.starts_with("python")) {
+                Some(c) => format!("{c} (multiprocessing worker)"),
+                None => "multiprocessing worker".to_string(),
+            },
+            None => self.role(),
+        };
+        match self.rank_hint() {
+            Some(h) => format!("{base} ({h})"),
+            None => base,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(argv: &[&str]) -> Process {
+        Process { pid: 7, argv: argv.iter().map(|s| s.to_string()).collect(), ..Process::default() }
+    }
+
+    #[test]
+    fn labels_prefer_the_title_then_argv() {
+        let mut p = process(&["python3", "-m", "sglang.launch_server", "--tp", "8"]);
+        assert_eq!(p.label(), "sglang.launch_server --tp 8");
+        p.title = Some("sglang::scheduler_TP3".into());
+        p.env = [("RANK", "3"), ("WORLD_SIZE", "8")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(p.label(), "sglang::scheduler_TP3 (rank 3/8)");
+    }
+
+    #[test]
+    fn spawned_python_workers_are_named() {
+        let mut p = process(&[
+            "/usr/bin/python3",
+            "-B",
+            "-c",
+            "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
+            "--multiprocessing-fork",
+        ]);
+        assert_eq!(p.label(), "multiprocessing worker");
+        p.comm = Some("python3".into());
+        assert_eq!(p.label(), "multiprocessing worker");
+        p.comm = Some("VLLM::Worker".into());
+        p.env.insert("LOCAL_RANK".into(), "1".into());
+        p.env.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+        assert_eq!(p.label(), "VLLM::Worker (multiprocessing worker) (local rank 1, GPUs 1)");
     }
 }

@@ -1,31 +1,84 @@
-//! `culedger report`: one section per host and device.
+//! `culedger report`: the verdict and one line per GPU first, then the processes, then one
+//! section per host and device (optionally folded when ranks look alike).
 
-use crate::analysis::{DeviceSummary, RunSummary};
+use crate::analysis::{DeviceSummary, OverviewRow, ProcSummary, Reading, RunSummary};
+use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock};
 use crate::doc::{Block, Doc, Table};
-use crate::units::{fmt_bytes, fmt_ms, fmt_opt, fmt_pct};
+use crate::units::{fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
+
+/// How the report is laid out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Show the first of each set of alike devices in full, the others as a delta table.
+    pub fold: bool,
+}
+
+/// `count(3, "process", "processes")` -> `3 processes`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A run-relative time in µs on the report's clock.
+fn at(us: i64) -> String {
+    fmt_secs(us)
+}
+
+/// `GPU 3`, or `host GPU 3` when the run spans several hosts.
+fn gpu_name(host: &str, index: i64, hosts: usize) -> String {
+    if hosts > 1 {
+        format!("{host} GPU {index}")
+    } else {
+        format!("GPU {index}")
+    }
+}
 
 /// Builds the report document of a run.
-pub fn document(s: &RunSummary) -> Doc {
+pub fn document(s: &RunSummary, opts: Options) -> Doc {
     let mut d = Doc::default();
     let hosts: std::collections::BTreeSet<&str> = s.processes.iter().map(|p| p.host.as_str()).collect();
+    let runs = match s.run_ids.len() {
+        0 => String::new(),
+        1 => format!("; run {}", s.run_ids[0]),
+        n => format!("; {n} runs merged: {}", s.run_ids.join(", ")),
+    };
     d.push(Block::Title(format!(
-        "culedger report: {} ({}, {}, {})",
+        "culedger report: {} ({}, {}, {}{runs})",
         s.label,
         count(s.processes.len(), "process", "processes"),
         count(hosts.len(), "host", "hosts"),
-        count(s.devices.len(), "device", "devices")
+        count(s.devices.len(), "GPU", "GPUs"),
     )));
+    d.push(Block::Verdict { text: s.verdict.text.clone(), bad: s.verdict.failed });
+    d.para(Clock { t0_us: s.t0_unix_us }.header());
 
-    let mut procs = Table::new(&["pid", "host", "process", "exit", "ran", "pinned host (peak)"], &[0, 4, 5]);
-    for p in &s.processes {
-        let exit = match (p.exit.as_str(), p.exit_code) {
-            ("exit", Some(c)) => format!("exit {c}"),
-            ("exit", None) => "exited".into(),
-            (other, _) => other.to_string(),
-        };
-        procs.row(vec![p.pid.to_string(), p.host.clone(), p.role.clone(), exit, fmt_ms(p.duration_ms), host_memory(p)]);
-    }
+    d.push(Block::Heading("Overview".into()));
+    d.table(overview(&s.overview, hosts.len()));
+
     d.push(Block::Heading("Processes".into()));
+    // The host column with several hosts, pinned host memory when some process had any.
+    let many_hosts = hosts.len() > 1;
+    let pinned = s.processes.iter().any(|p| p.pinned_peak_bytes > 0 || p.registered_peak_bytes > 0);
+    let mut headers = vec!["pid", "process"];
+    if many_hosts {
+        headers.push("host");
+    }
+    headers.extend(["started", "at", "ran", "status"]);
+    if pinned {
+        headers.push("pinned host (peak)");
+    }
+    let o = usize::from(many_hosts);
+    let mut procs = Table::new(&headers, &[0, 3 + o, 4 + o, 6 + o]);
+    for p in &s.processes {
+        let mut row = vec![p.pid.to_string(), p.label.clone()];
+        if many_hosts {
+            row.push(p.host.clone());
+        }
+        row.extend([fmt_wall(p.start_unix_us), at(p.started_at_us), fmt_secs(p.duration_us), p.status.clone()]);
+        if pinned {
+            row.push(host_memory(p));
+        }
+        procs.row(row);
+    }
     d.table(procs);
     for p in &s.processes {
         if p.lost_events > 0 || p.unknown_frees > 0 || !p.unwrapped_symbols.is_empty() {
@@ -41,14 +94,45 @@ pub fn document(s: &RunSummary) -> Doc {
             d.para(format!("pid {} warning: {w}", p.pid));
         }
     }
-    for dev in &s.devices {
-        device_section(&mut d, dev);
+
+    let shown: Vec<&str> = s.categories_shown.iter().map(String::as_str).collect();
+    let folds = if opts.fold { fold_classes(&s.devices) } else { (0..s.devices.len()).map(|i| vec![i]).collect() };
+    for class in folds {
+        let first = &s.devices[class[0]];
+        device_section(&mut d, first, &shown);
+        if class.len() > 1 {
+            folded(&mut d, first, class[1..].iter().map(|&i| &s.devices[i]).collect(), hosts.len());
+        }
     }
     d
 }
 
+/// One line per GPU: tracked, untracked and device usage at the last query, failures and
+/// the biggest category.
+fn overview(rows: &[OverviewRow], hosts: usize) -> Table {
+    let mut t = Table::new(
+        &["GPU", "tracked", "untracked", "device used", "of total", "failed", "biggest category"],
+        &[1, 2, 3, 4, 5],
+    );
+    for r in rows {
+        t.row(vec![
+            gpu_name(&r.host, r.index, hosts),
+            fmt_bytes(r.tracked_bytes),
+            fmt_opt(r.untracked_bytes),
+            fmt_opt(r.used_bytes),
+            fmt_opt(r.total_bytes),
+            r.failures.to_string(),
+            match (&r.biggest_category, r.biggest_category_bytes) {
+                (Some(c), Some(b)) => format!("{c} {}", fmt_bytes(b)),
+                _ => "-".into(),
+            },
+        ]);
+    }
+    t
+}
+
 /// Pinned host memory now (peak), plus registered host memory when there is any.
-fn host_memory(p: &crate::analysis::ProcSummary) -> String {
+fn host_memory(p: &ProcSummary) -> String {
     let mut s = format!("{} ({})", fmt_bytes(p.pinned_live_bytes), fmt_bytes(p.pinned_peak_bytes));
     if p.registered_peak_bytes > 0 {
         s.push_str(&format!(
@@ -60,20 +144,37 @@ fn host_memory(p: &crate::analysis::ProcSummary) -> String {
     s
 }
 
-/// `count(3, "process", "processes")` -> `3 processes`.
-pub fn count(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+/// What the last reading says, compared at the query itself.
+pub fn reading_sentence(r: &Reading, max: Option<&Reading>) -> String {
+    let mut s = format!(
+        "At the last free-memory query ({} at {}, {} before the last report): device used {} of {}, \
+         this run's processes had {} allocated, untracked {} (contexts, modules, graphs, peer mappings, rounding, \
+         other processes)",
+        r.pid,
+        at(r.at_us),
+        fmt_age(r.age_us),
+        fmt_bytes(r.used_bytes),
+        fmt_bytes(r.total_bytes),
+        fmt_bytes(r.tracked_bytes),
+        fmt_bytes(r.untracked_bytes),
+    );
+    if let Some(m) = max.filter(|m| m.untracked_bytes > r.untracked_bytes) {
+        s.push_str(&format!("; most untracked: {} at {} ({})", fmt_bytes(m.untracked_bytes), at(m.at_us), m.pid));
+    }
+    s.push('.');
+    s
 }
 
-fn device_section(d: &mut Doc, dev: &DeviceSummary) {
+fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
     let total = dev.total_bytes.unwrap_or(0);
     d.push(Block::Heading(format!("{} GPU {} ({} total)", dev.host, dev.index, fmt_opt(dev.total_bytes))));
     if dev.processes.len() > 1 {
-        let mut t = Table::new(&["pid", "process", "live", "peak", "allocs", "frees"], &[0, 2, 3, 4, 5]);
+        let mut t = Table::new(&["pid", "process", "holds", "live", "peak", "allocs", "frees"], &[0, 3, 4, 5, 6]);
         for p in &dev.processes {
             t.row(vec![
                 p.pid.to_string(),
-                p.role.clone(),
+                p.label.clone(),
+                p.holds.clone(),
                 fmt_bytes(p.live_bytes),
                 fmt_bytes(p.peak_bytes),
                 p.alloc_count.to_string(),
@@ -83,18 +184,19 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
         t.row(vec![
             "".into(),
             format!("sum of {} processes", dev.processes.len()),
+            "".into(),
             fmt_bytes(dev.live_bytes),
             fmt_bytes(dev.peak_bytes),
             dev.processes.iter().map(|p| p.alloc_count).sum::<i64>().to_string(),
             dev.processes.iter().map(|p| p.free_count).sum::<i64>().to_string(),
         ]);
-        d.table(t);
+        d.table(t.abbreviate(&[1]));
     } else if let Some(p) = dev.processes.first() {
-        d.para(format!("process {} ({})", p.pid, p.role));
+        d.para(format!("process {} ({}): {}", p.pid, p.label, p.holds));
     }
 
     let mut t = Table::new(&["category", "live", "peak", "share of device", "live allocs"], &[1, 2, 3, 4]);
-    for c in &dev.categories {
+    for c in dev.categories.iter().filter(|c| shown.contains(&c.name.as_str())) {
         t.row(vec![
             c.name.clone(),
             fmt_bytes(c.live_bytes),
@@ -111,35 +213,33 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
         dev.categories.iter().map(|c| c.allocs).sum::<i64>().to_string(),
     ]);
     d.table(t);
-    d.para(match (dev.device_used_bytes, dev.untracked_bytes) {
-        (Some(used), Some(untracked)) => format!(
-            "tracked {} | device used {} (last query) | untracked {} (max {}): contexts, modules, graphs, peer mappings, rounding, other processes",
-            fmt_bytes(dev.live_bytes),
-            fmt_bytes(used),
-            fmt_bytes(untracked),
-            fmt_opt(dev.untracked_max_bytes)
+    d.para(match &dev.last_query {
+        Some(r) => reading_sentence(r, dev.max_untracked.as_ref()),
+        None => format!(
+            "tracked {}; device usage unknown: no process of the run queried free memory on this GPU",
+            fmt_bytes(dev.live_bytes)
         ),
-        _ => format!("tracked {} | device used unknown: the program never queried free memory", fmt_bytes(dev.live_bytes)),
     });
 
     if !dev.key_probes.is_empty() {
         d.push(Block::Sub(format!("Free-memory queries that matter ({} made)", dev.probes_total)));
-        let mut t = Table::new(
-            &["pid", "at", "api", "told free", "of total", "process had", "why it matters"],
-            &[0, 1, 3, 4, 5],
-        );
+        let mut t = Table::new(&["at", "process", "api", "told free", "process had", "why it matters"], &[0, 3, 4]);
         for p in &dev.key_probes {
+            let told = if p.error != 0 { format!("error {}", p.error) } else { fmt_opt(p.free_bytes) };
+            let of_total = match p.total_bytes {
+                Some(t) if Some(t) != dev.total_bytes => format!(" of {}", fmt_bytes(t)),
+                _ => String::new(),
+            };
             t.row(vec![
-                p.pid.to_string(),
-                fmt_ms(p.t_ms),
+                at(p.at_us),
+                format!("{} {}", p.pid, p.label),
                 p.api.clone(),
-                if p.error != 0 { format!("error {}", p.error) } else { fmt_opt(p.free_bytes) },
-                fmt_opt(p.total_bytes),
+                told + &of_total,
                 fmt_bytes(p.tracked_bytes),
                 p.why.clone(),
             ]);
         }
-        d.table(t);
+        d.table(t.abbreviate(&[1]));
     }
 
     if dev.failures_total > 0 {
@@ -148,17 +248,18 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
             let cats: Vec<String> =
                 f.categories.iter().filter(|(_, v)| **v != 0).map(|(k, v)| format!("{k} {}", fmt_bytes(*v))).collect();
             d.push(Block::Alert(format!(
-                "pid {} at {}: {} of {} failed with {}; the process held {} ({}); last query before it{}",
+                "{} {} at {}: {} of {} failed with {}; the process held {} ({}); last query before it{}",
                 f.pid,
-                fmt_ms(f.t_ms),
+                f.label,
+                at(f.at_us),
                 f.api,
                 fmt_bytes(f.bytes),
                 f.error_name,
                 fmt_bytes(f.live_bytes),
                 if cats.is_empty() { "nothing".into() } else { cats.join(", ") },
-                match (f.last_probe_t_ms, f.last_probe_free_bytes) {
-                    (Some(t), Some(free)) => format!(" at {}: free {}", fmt_ms(t), fmt_bytes(free)),
-                    (Some(t), None) => format!(" at {}: free unknown", fmt_ms(t)),
+                match (f.last_probe_at_us, f.last_probe_free_bytes) {
+                    (Some(t), Some(free)) => format!(" at {}: free {}", at(t), fmt_bytes(free)),
+                    (Some(t), None) => format!(" at {}: free unknown", at(t)),
                     _ => ": none".into(),
                 }
             )));
@@ -170,36 +271,80 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
     }
 
     if !dev.driver_costs.is_empty() {
-        d.push(Block::Sub(format!("Hidden driver costs ({}, approximate)", fmt_bytes(dev.driver_cost_bytes))));
-        let mut t = Table::new(&["pid", "api", "calls", "bytes"], &[0, 2, 3]);
+        let measured = if dev.driver_cost_measured_bytes != dev.driver_cost_bytes {
+            format!("; measured {}, less what other processes did meanwhile", fmt_bytes(dev.driver_cost_measured_bytes))
+        } else {
+            String::new()
+        };
+        d.push(Block::Sub(format!(
+            "Hidden driver costs ({}, approximate{measured})",
+            fmt_bytes(dev.driver_cost_bytes)
+        )));
+        let mut t = Table::new(&["process", "api", "calls", "bytes", "measured"], &[2, 3, 4]);
+        let mut notes = Vec::new();
         for c in &dev.driver_costs {
-            t.row(vec![c.pid.to_string(), c.api.clone(), c.calls.to_string(), fmt_bytes(c.bytes)]);
+            let mut bytes = fmt_bytes(c.bytes);
+            if c.uncertain {
+                bytes.push_str(" (?)");
+            }
+            if !c.notes.is_empty() {
+                notes.push(format!("[{}] {} {}: {}", notes.len() + 1, c.pid, c.api, c.notes.join("; ")));
+                bytes = format!("[{}] {bytes}", notes.len());
+            }
+            t.row(vec![
+                format!("{} {}", c.pid, c.label),
+                c.api.clone(),
+                c.calls.to_string(),
+                bytes,
+                fmt_bytes(c.measured_bytes),
+            ]);
         }
-        d.table(t);
+        d.table(t.abbreviate(&[0]));
+        for n in notes {
+            d.push(Block::Note(n));
+        }
     }
 
     crate::sites::report_section(d, &dev.sites);
 
     if !dev.top_allocations.is_empty() {
-        d.push(Block::Sub("Top allocations".into()));
-        let mut t = Table::new(&["pid", "size", "category", "api", "at", "flags", "caller"], &[0, 1, 4]);
+        // One API for all of them (the usual case) is said once, in the heading.
+        let one_api = dev.top_allocations.iter().all(|a| a.api == dev.top_allocations[0].api);
+        d.push(Block::Sub(if one_api {
+            format!("Top allocations (all {})", dev.top_allocations[0].api)
+        } else {
+            "Top allocations".into()
+        }));
+        let callers = dev.top_allocations.iter().any(|a| a.caller.is_some());
+        let mut headers = vec!["at", "process", "size", "category"];
+        if !one_api {
+            headers.push("api");
+        }
+        if callers {
+            headers.push("caller");
+        }
+        let mut t = Table::new(&headers, &[0, 2]);
         for a in &dev.top_allocations {
-            let flags: Vec<&str> = [(a.exported, "exported"), (a.captured, "captured")]
+            // Flags follow the category (they explain it), so the caller keeps its room.
+            let category = [(a.exported, "exported"), (a.captured, "captured")]
                 .iter()
                 .filter(|(on, _)| *on)
-                .map(|(_, s)| *s)
-                .collect();
-            t.row(vec![
-                a.pid.to_string(),
+                .fold(a.category.clone(), |c, (_, flag)| format!("{c} {flag}"));
+            let mut row = vec![
+                at(a.at_us),
+                format!("{} {}", a.pid, a.label),
                 fmt_bytes(a.bytes),
-                a.category.clone(),
-                a.api.clone(),
-                fmt_ms(a.t_ms),
-                flags.join(","),
-                a.caller.clone().unwrap_or_default(),
-            ]);
+                category,
+            ];
+            if !one_api {
+                row.push(a.api.clone());
+            }
+            if callers {
+                row.push(a.caller.clone().unwrap_or_default());
+            }
+            t.row(row);
         }
-        d.table(t);
+        d.table(t.abbreviate(&[1]));
     }
 
     let (i, g) = (&dev.ipc, &dev.graphs);
@@ -224,4 +369,77 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary) {
             fmt_bytes(g.instantiate_bytes)
         ));
     }
+}
+
+/// What makes devices alike for folding: the same host, the same number of processes
+/// holding the same kinds of things, the same non-empty categories, and failures on both
+/// or neither.
+fn fold_key(d: &DeviceSummary) -> (String, Vec<String>, Vec<String>, bool) {
+    let mut holds: Vec<String> = d.processes.iter().map(|p| p.holds.clone()).collect();
+    holds.sort();
+    (
+        d.host.clone(),
+        holds,
+        d.categories.iter().filter(|c| c.peak_bytes > 0).map(|c| c.name.clone()).collect(),
+        d.failures_total > 0,
+    )
+}
+
+/// Devices grouped into classes of alike devices, each in device order, classes in the
+/// order of their first device.
+fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
+    let mut classes: Vec<(_, Vec<usize>)> = Vec::new();
+    for (i, d) in devices.iter().enumerate() {
+        let key = fold_key(d);
+        match classes.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(i),
+            None => classes.push((key, vec![i])),
+        }
+    }
+    classes.into_iter().map(|(_, m)| m).collect()
+}
+
+/// A figure of a folded device, with its difference from the first device when there is one.
+fn with_delta(value: Option<i64>, first: Option<i64>) -> String {
+    match (value, first) {
+        (Some(v), Some(f)) if v != f => format!("{} ({})", fmt_bytes(v), fmt_delta(v - f)),
+        (v, _) => fmt_opt(v),
+    }
+}
+
+/// The devices folded under `first`: one row each with its figures, and their difference
+/// from `first` in parentheses where they differ.
+fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts: usize) {
+    let names: Vec<String> = others.iter().map(|o| format!("GPU {}", o.index)).collect();
+    d.push(Block::Heading(
+        format!(
+            "{} {} (folded: alike {}; differences from GPU {} in parentheses)",
+            if hosts > 1 { first.host.as_str() } else { "" },
+            names.join(", "),
+            if others.len() == 1 { "GPU" } else { "GPUs" },
+            first.index
+        )
+        .trim_start()
+        .to_string(),
+    ));
+    let mut t =
+        Table::new(&["GPU", "processes", "tracked", "untracked", "driver costs", "failed allocation"], &[0, 2, 3, 4]);
+    let untracked = |x: &DeviceSummary| x.last_query.as_ref().map(|r| r.untracked_bytes);
+    for o in others {
+        let mut procs: Vec<String> =
+            o.processes.iter().filter(|p| p.holds == "allocations").map(|p| format!("{} {}", p.pid, p.label)).collect();
+        let contexts = o.processes.iter().filter(|p| p.holds != "allocations").count();
+        if contexts > 0 {
+            procs.push(format!("+{}", count(contexts, "context", "contexts")));
+        }
+        t.row(vec![
+            o.index.to_string(),
+            procs.join(" "),
+            with_delta(Some(o.live_bytes), Some(first.live_bytes)),
+            with_delta(untracked(o), untracked(first)),
+            with_delta(Some(o.driver_cost_bytes), Some(first.driver_cost_bytes)),
+            o.failures.first().map_or("-".into(), |f| format!("{} {} at {}", f.api, fmt_bytes(f.bytes), at(f.at_us))),
+        ]);
+    }
+    d.table(t);
 }

@@ -1,18 +1,19 @@
-//! `culedger run [-o DIR] [--lib PATH] -- CMD ARGS...`: runs CMD with the interposer
-//! preloaded, forwards SIGINT/SIGTERM/SIGHUP, then merges the per-process reports into
-//! `DIR/summary.json` and prints the report to stderr.
+//! `culedger run [-o DIR] [--append] [--lib PATH] -- CMD ARGS...`: runs CMD with the
+//! interposer preloaded and a run id for the whole process tree (`CULEDGER_RUN_ID`),
+//! forwards SIGINT/SIGTERM/SIGHUP, then merges this run's reports into `DIR/summary.json`
+//! (with how CMD ended) and prints the report to stderr.
 
 use crate::analysis::summarize;
-use crate::doc::{use_color, Format};
+use crate::doc::Format;
 use crate::error::{Fail, Result};
-use crate::load::{report_from_value, Run};
+use crate::layout::{ColorChoice, Stream, Style};
+use crate::load::{report_from_value, Run, SummaryMeta};
 use crate::model::SUMMARY_SCHEMA;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +21,17 @@ use std::time::{Duration, SystemTime};
 
 /// The file name of the interposer.
 const LIB_NAME: &str = "libculedger.so";
+/// The variable that gives every process of the run its id (read by the interposer).
+pub const ENV_RUN_ID: &str = "CULEDGER_RUN_ID";
+
+/// What `culedger run` was asked.
+pub struct Request {
+    pub output: Option<PathBuf>,
+    pub append: bool,
+    pub lib: Option<PathBuf>,
+    pub command: Vec<String>,
+    pub color: ColorChoice,
+}
 
 /// `--lib`, else `$CULEDGER_LIB`, else `libculedger.so` next to this executable.
 fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf> {
@@ -49,18 +61,86 @@ pub fn preload_value(lib: &Path, existing: Option<&str>) -> String {
     }
 }
 
-fn out_dir(explicit: Option<PathBuf>) -> Result<PathBuf> {
-    let dir =
-        explicit.unwrap_or_else(|| PathBuf::from(format!("culedger-{}", chrono::Local::now().format("%Y%m%d-%H%M%S"))));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Fail::input(format!("{}: cannot create output directory: {e}", dir.display())))?;
+/// A fresh run id: the local start time and 24 random bits, e.g. `20260101-120000-3fa9c1`.
+pub fn new_run_id() -> String {
+    let mut bytes = [0u8; 3];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map(|_| u32::from_le_bytes([bytes[0], bytes[1], bytes[2], 0]))
+        .unwrap_or_else(|_| {
+            let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+            (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff
+        });
+    format!("{}-{random:06x}", chrono::Local::now().format("%Y%m%d-%H%M%S"))
+}
+
+/// The report files already in `dir`, and their run ids.
+fn existing_reports(dir: &Path) -> (usize, Vec<String>) {
+    let mut ids: Vec<String> = Vec::new();
+    let mut n = 0;
+    for p in std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_else(|_| Vec::new())
+    {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let report = name.starts_with("culedger-") && name.ends_with(".json");
+        if !report && name != "summary.json" {
+            continue;
+        }
+        n += 1;
+        let id = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
+            v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
+        });
+        if let Some(id) = id.filter(|id| !ids.contains(id)) {
+            ids.push(id);
+        }
+    }
+    (n, ids)
+}
+
+/// The output directory: `explicit` (made if missing; refused when it holds another run's
+/// reports, unless `append`), or a new `./culedger-<YYYYmmdd-HHMMSS>[-N]`.
+fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
+    let dir = match explicit {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Fail::input(format!("{}: cannot create output directory: {e}", dir.display())))?;
+            let (n, ids) = existing_reports(&dir);
+            if n > 0 && !append {
+                let runs = if ids.is_empty() { String::new() } else { format!(", run {}", ids.join(", ")) };
+                return Err(Fail::input(format!(
+                    "{}: holds the reports of another run ({}{runs}); choose another -o, remove them, or pass \
+                     --append to add this run",
+                    dir.display(),
+                    crate::report::count(n, "file", "files")
+                )));
+            }
+            dir
+        }
+        None => {
+            let base = format!("culedger-{}", chrono::Local::now().format("%Y%m%d-%H%M%S"));
+            let mut k = 1;
+            loop {
+                let dir = PathBuf::from(if k == 1 { base.clone() } else { format!("{base}-{k}") });
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => break dir,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 1000 => k += 1,
+                    Err(e) => {
+                        return Err(Fail::input(format!("{}: cannot create output directory: {e}", dir.display())))
+                    }
+                }
+            }
+        }
+    };
     std::fs::canonicalize(&dir).map_err(|e| Fail::input(format!("{}: {e}", dir.display())))
 }
 
-pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) -> Result<i32> {
+pub fn run(req: Request) -> Result<i32> {
+    let Request { output, append, lib, command, color } = req;
     let lib = find_lib(lib)?;
-    let dir = out_dir(output)?;
+    let dir = out_dir(output, append)?;
     let started = SystemTime::now();
+    let run_id = new_run_id();
 
     // Registered before the child exists, so no signal slips through unforwarded.
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
@@ -72,6 +152,7 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
         .args(&command[1..])
         .env("LD_PRELOAD", preload)
         .env("CULEDGER_OUT", &dir)
+        .env(ENV_RUN_ID, &run_id)
         .spawn()
         .map_err(|e| Fail { code: 127, message: format!("{}: cannot run: {e}", command[0]) })?;
     let pid = child.id() as libc::pid_t;
@@ -92,29 +173,46 @@ pub fn run(output: Option<PathBuf>, lib: Option<PathBuf>, command: Vec<String>) 
     let _ = forwarder.join();
     let status = child.wait().map_err(|e| Fail::input(format!("waiting for {}: {e}", command[0])))?;
 
-    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    let reports = collect(&dir, started);
+    let signal = status.signal();
+    let code = status.code().unwrap_or_else(|| 128 + signal.unwrap_or(0));
+    let reports = collect(&dir, &run_id, started);
+    let ended = SystemTime::now();
+    let unix_ms = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let summary = json!({
         "schema": SUMMARY_SCHEMA,
-        "command": command,
+        "run_id": run_id,
+        "command": crate::redact::redact_argv(&command),
+        "pid": pid,
         "exit_code": code,
+        "signal": signal,
+        "signal_name": signal.map(|s| crate::runs::signal_name(s.into())),
+        "started_unix_ms": unix_ms(started),
+        "ended_unix_ms": unix_ms(ended),
         "processes": reports.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
     });
     write_atomic(&dir.join("summary.json"), &summary)?;
     if reports.is_empty() {
-        eprintln!("culedger: no process touched CUDA (no culedger-*.json in {})", dir.display());
+        eprintln!("culedger: no process touched CUDA (no report of run {run_id} in {})", dir.display());
         return Ok(code);
     }
-    let mut run = Run { label: format!("{}/", dir.display()), procs: Vec::new(), sources: Vec::new() };
+    let meta = SummaryMeta {
+        run_id: Some(run_id.clone()),
+        pid: Some(i64::from(pid)),
+        exit_code: Some(i64::from(code)),
+        signal: signal.map(i64::from),
+        command: command.clone(),
+    };
+    let mut run = Run { label: format!("{}/", dir.display()), summary: Some(meta), ..Run::default() };
     for (path, value) in reports {
         if let Ok(r) = report_from_value(value, &path) {
             run.procs.push(r);
             run.sources.push(path);
         }
     }
-    run.procs.sort_by_key(|r| (r.process.host.clone(), r.process.start_unix_ms, r.process.pid));
-    let text =
-        crate::report::document(&summarize(&run)).render(Format::Text, use_color(std::io::stderr().is_terminal()));
+    run.procs.sort_by_key(|r| (r.process.host.clone(), r.process.start_us(), r.process.pid));
+    run.run_ids = vec![run_id];
+    let style = Style::for_stream(color, Stream::Stderr);
+    let text = crate::report::document(&summarize(&run, false), Default::default()).render(Format::Text, style);
     eprint!("{text}");
     eprintln!("culedger: {} report(s) merged into {}", run.procs.len(), dir.join("summary.json").display());
     Ok(code)
@@ -134,16 +232,16 @@ fn wait_unreaped(pid: libc::pid_t) {
     }
 }
 
-/// The run's `culedger-*.json` files (written since it started), parsed; bad ones are
-/// reported and skipped.
-fn collect(dir: &Path, started: SystemTime) -> Vec<(PathBuf, Value)> {
+/// The reports of this run in `dir`: those with its run id, and those without any run id
+/// (writers before run ids) written since it started; bad ones are reported and skipped,
+/// other runs' reports left alone.
+fn collect(dir: &Path, run_id: &str, started: SystemTime) -> Vec<(PathBuf, Value)> {
     let since = started.checked_sub(Duration::from_secs(1)).unwrap_or(started);
     let mut files: Vec<PathBuf> =
         std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let fresh = p.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
-        name.starts_with("culedger-") && name.ends_with(".json") && fresh
+        name.starts_with("culedger-") && name.ends_with(".json")
     });
     files.sort();
     files
@@ -154,7 +252,14 @@ fn collect(dir: &Path, started: SystemTime) -> Vec<(PathBuf, Value)> {
                 .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
                 .and_then(|v| report_from_value(v.clone(), &p).map(|_| v));
             match parsed {
-                Ok(v) => Some((p, v)),
+                Ok(v) => {
+                    let fresh = p.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+                    let ours = match v.pointer("/process/run_id").and_then(Value::as_str) {
+                        Some(id) => id == run_id,
+                        None => fresh,
+                    };
+                    ours.then_some((p, v))
+                }
                 Err(e) => {
                     eprintln!("culedger: skipping {}: {e}", p.display());
                     None
@@ -176,6 +281,14 @@ fn write_atomic(path: &Path, value: &Value) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_are_fresh_and_valid() {
+        let (a, b) = (new_run_id(), new_run_id());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "20260101-120000-3fa9c1".len(), "{a}");
+        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'), "{a}");
+    }
 
     #[test]
     fn preload_is_prepended() {

@@ -28,6 +28,19 @@ pub fn fmt_delta(bytes: i64) -> String {
     }
 }
 
+/// A range of sizes: `7.31-7.56 GiB` (one unit when both share it), `512.00 MiB-1.50 GiB`,
+/// or one size when both ends are equal.
+pub fn fmt_range(lo: i64, hi: i64) -> String {
+    let (a, b) = (fmt_bytes(lo), fmt_bytes(hi));
+    if a == b {
+        return a;
+    }
+    match (a.split_once(' '), b.split_once(' ')) {
+        (Some((x, ua)), Some((y, ub))) if ua == ub => format!("{x}-{y} {ub}"),
+        _ => format!("{a}-{b}"),
+    }
+}
+
 /// Optional sizes print as `-` when unknown.
 pub fn fmt_opt(bytes: Option<i64>) -> String {
     bytes.map(fmt_bytes).unwrap_or_else(|| "-".into())
@@ -42,17 +55,16 @@ pub fn fmt_pct(part: i64, whole: i64) -> String {
     }
 }
 
-/// Milliseconds as seconds with three decimals: `8060` -> `8.060s`.
-pub fn fmt_ms(ms: i64) -> String {
-    let sign = if ms < 0 { "-" } else { "" };
-    let ms = ms.unsigned_abs();
-    format!("{sign}{}.{:03}s", ms / 1000, ms % 1000)
-}
-
-/// Parses `64MiB`, `1.5 GiB`, `2GB`, `4096`, `100B`. Binary units (KiB, MiB, GiB, TiB) are
+/// Parses `64MiB`, `1.5 GiB`, `2GB`, `4096`, `100B`, `-64MiB`. Binary units (KiB, MiB, GiB, TiB) are
 /// powers of 1024, decimal ones (KB, MB, GB, TB) powers of 1000; no unit means bytes.
 pub fn parse_size(text: &str) -> Result<i64, String> {
     let text = text.trim();
+    if let Some(rest) = text.strip_prefix('-') {
+        if rest.trim_start().starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            return parse_size(rest).map(|v| -v);
+        }
+        return Err(format!("`{text}` is not a size (examples: 64MiB, 1.5GiB, 4096, -64MiB)"));
+    }
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let unit = unit.trim();
@@ -90,6 +102,9 @@ mod tests {
         assert_eq!(fmt_bytes(-(48 << 20)), "-48.00 MiB");
         assert_eq!(fmt_delta(48 << 20), "+48.00 MiB");
         assert_eq!(fmt_bytes(5 << 40), "5.00 TiB");
+        assert_eq!(fmt_range(3 << 29, 3 << 29), "1.50 GiB");
+        assert_eq!(fmt_range(3 << 29, 2 << 30), "1.50-2.00 GiB");
+        assert_eq!(fmt_range(512 << 20, 3 << 29), "512.00 MiB-1.50 GiB");
     }
 
     #[test]
@@ -103,12 +118,13 @@ mod tests {
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("1.2.3GiB").is_err());
+        assert_eq!(parse_size("-64MiB"), Ok(-(64 << 20)));
+        assert_eq!(parse_size("- 1 KiB"), Ok(-1024));
+        assert!(parse_size("--1").is_err());
     }
 
     #[test]
-    fn formats_time_and_percent() {
-        assert_eq!(fmt_ms(8060), "8.060s");
-        assert_eq!(fmt_ms(-5), "-0.005s");
+    fn formats_percent() {
         assert_eq!(fmt_pct(1, 4), "25.0%");
         assert_eq!(fmt_pct(1, 0), "-");
     }

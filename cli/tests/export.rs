@@ -34,6 +34,7 @@ for seg in s['segments']:
         addr += b['size']
     assert addr == seg['address'] + seg['total_size'], 'blocks do not tile the segment'
 devices_with_events = 0
+ooms = 0
 for trace in s['device_traces']:
     times = [e['time_us'] for e in trace]
     assert times == sorted(times), 'trace not in time order'
@@ -47,11 +48,15 @@ for trace in s['device_traces']:
         if e['action'] == 'alloc':
             assert e['addr'] not in live, 'address allocated twice'
             live[e['addr']] = e['size']
+        elif e['action'] == 'oom':
+            # torch's TraceEntry::OOM: the size asked and the free memory last reported.
+            assert isinstance(e['device_free'], int) and e['size'] > 0, e
+            ooms += 1
         else:
             assert e['action'] == 'free_completed' and live.pop(e['addr']) == e['size']
     assert max(live.values(), default=0) < 2**53
     assert all(a < 2**53 for a in live)
-print('devices', devices_with_events, 'segments', len(s['segments']),
+print('devices', devices_with_events, 'ooms', ooms, 'segments', len(s['segments']),
       'events', sum(len(t) for t in s['device_traces']))
 "#;
 
@@ -69,7 +74,8 @@ fn memory_viz_snapshot_follows_the_viewer_rules() {
         .expect("python3 is needed for this test");
     let text = String::from_utf8_lossy(&py.stdout);
     assert!(py.status.success(), "{}{}", text, String::from_utf8_lossy(&py.stderr));
-    assert!(text.starts_with("devices 2 "), "{text}");
+    assert!(text.starts_with("devices 2 ooms 2 "), "an oom entry at each rank's failure: {text}");
+    assert!(stderr(&o).starts_with("culedger: wrote memory_viz snapshot: "), "{}", stderr(&o));
 }
 
 #[test]
@@ -112,40 +118,92 @@ fn perfetto_trace_has_the_required_fields() {
     let out = d.path().join("trace.json");
     let o = culedger(&["export", "tests/fixtures/custom-ar", "--perfetto", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.starts_with(&format!("culedger: wrote Perfetto trace: {} (", out.display())), "{err}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().expect("traceEvents");
     let of = |ph: &str| events.iter().filter(move |e| e["ph"] == ph).collect::<Vec<_>>();
     let meta = of("M");
     assert_eq!(meta.len(), 3, "one process_name per process");
     assert!(meta.iter().all(|e| e["name"] == "process_name" && e["args"]["name"].is_string() && e["pid"].is_i64()));
+    assert!(meta.iter().any(|e| e["args"]["name"] == "5101 sglang::scheduler_TP0 (rank 0/2) on sim-host"), "{meta:?}");
     let counters = of("C");
-    assert!(!counters.is_empty());
-    for c in &counters {
-        assert!(c["name"].as_str().unwrap().starts_with("GPU "));
+    let named = |n: &str| counters.iter().filter(|c| c["name"] == n).collect::<Vec<_>>();
+    let categories = named("GPU 0");
+    assert!(!categories.is_empty());
+    for c in &categories {
         assert!(c["ts"].as_i64().unwrap() >= 0 && c["pid"].is_i64());
-        for cat in ["weights", "kv_pool", "ipc", "graphs", "comm", "other"] {
-            assert!(c["args"][cat].is_i64(), "{cat} missing in {c}");
-        }
+        // Only the categories that held memory: no track that stays at zero.
+        let keys: Vec<&str> = c["args"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["ipc", "other"], "{c}");
     }
+    // Free memory and untracked memory at each query, as counters.
+    assert_eq!(named("GPU 0 free").len(), 4, "the launcher's and rank 0's queries on GPU 0");
+    assert_eq!(named("GPU 1 untracked").len(), 3, "rank 1's queries");
+    assert!(named("GPU 1 untracked").iter().all(|c| c["args"]["untracked"].is_i64()));
     let instants = of("i");
     assert!(instants.iter().all(|e| e["ts"].is_i64() && e["s"] == "p" && e["name"].is_string()));
-    let named = |p: &str| instants.iter().filter(|e| e["name"].as_str().unwrap().starts_with(p)).count();
-    assert_eq!(named("probe"), 7, "every probe of the three processes (1 + 3 + 3)");
-    assert_eq!(named("FAILED"), 2, "each rank's KV allocation");
-    assert!(named("driver_cost") > 0 && named("ipc_import") == 4 && named("ipc_export") == 4);
-    // The instants of each process are written in record order: their seqs increase.
+    let starting = |p: &str| instants.iter().filter(|e| e["name"].as_str().unwrap().starts_with(p)).count();
+    assert_eq!(starting("probe"), 7, "every probe of the three processes (1 + 3 + 3)");
+    assert_eq!(starting("FAILED"), 2, "each rank's KV allocation");
+    assert!(starting("ipc_import cudaIpcOpenMemHandle 8.00 MiB") == 4 && starting("ipc_export") == 4);
+    assert_eq!(starting("peer_access cudaDeviceEnablePeerAccess: context on GPU"), 2);
+    // Driver costs carry their size in the name.
+    assert_eq!(starting("driver_cost cudaIpcOpenMemHandle 2.00 MiB"), 4);
+    assert_eq!(starting("driver_cost cudaDeviceEnablePeerAccess 256.00 MiB"), 2);
+    // The instants of each process on each device are written in record order.
     for m in &meta {
-        let seqs: Vec<i64> = instants
-            .iter()
-            .filter(|e| e["pid"] == m["pid"])
-            .map(|e| e["args"]["seq"].as_i64().expect("seq in args"))
-            .collect();
-        assert!(!seqs.is_empty() && seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        for gpu in ["GPU 0", "GPU 1"] {
+            let seqs: Vec<i64> = instants
+                .iter()
+                .filter(|e| e["pid"] == m["pid"] && e["cat"] == gpu)
+                .map(|e| e["args"]["seq"].as_i64().expect("seq in args"))
+                .collect();
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        }
     }
-    // Counter timestamps of one process are in time order.
-    let pid = counters[0]["pid"].clone();
-    let ts: Vec<i64> = counters.iter().filter(|c| c["pid"] == pid).map(|c| c["ts"].as_i64().unwrap()).collect();
-    assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    // One clock: the first failure is where the report puts it.
+    let failed =
+        instants.iter().find(|e| e["name"].as_str().unwrap().starts_with("FAILED") && e["cat"] == "GPU 0").unwrap();
+    let report = stdout(&culedger(&["report", "tests/fixtures/custom-ar", "--format", "json"]));
+    let report: Value = serde_json::from_str(&report).unwrap();
+    let at = report["devices"][0]["failures"][0]["at_us"].as_i64().unwrap();
+    assert_eq!(failed["ts"].as_i64(), Some(at));
+    assert_eq!(v["otherData"]["t0_unix_us"], report["t0_unix_us"]);
+}
+
+#[test]
+fn perfetto_driver_costs_are_named_with_their_denoised_size() {
+    let d = tempdir();
+    let out = d.path().join("trace.json");
+    let o = culedger(&["export", "tests/fixtures/custom-ar-tp8", "--perfetto", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let noisy: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("driver_cost") && n.contains("(measured")))
+        .collect();
+    assert!(!noisy.is_empty(), "the 8-rank fixture has a contaminated window");
+    for e in noisy {
+        assert!(e["args"]["measured_bytes"].as_i64() > e["args"]["bytes"].as_i64(), "{e}");
+        assert!(!e["args"]["notes"].as_array().unwrap().is_empty(), "{e}");
+    }
+}
+
+#[test]
+fn exports_write_to_stdout_with_a_dash() {
+    let o = culedger(&["export", "tests/fixtures/nccl", "--perfetto", "-"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("the trace on stdout");
+    assert!(v["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+    assert!(stderr(&o).starts_with("culedger: wrote Perfetto trace: stdout ("), "{}", stderr(&o));
+    let o = culedger(&["export", "tests/fixtures/nccl", "--memory-viz", "-"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(&o.stdout[..2], b"\x80\x04", "a pickle on stdout");
+    let o = culedger(&["export", "tests/fixtures/nccl", "--memory-viz", "-", "--perfetto", "-"]);
+    assert_eq!(o.status.code(), Some(2));
 }
 
 #[test]
@@ -161,16 +219,45 @@ fn plot_has_one_panel_per_device() {
     let out = d.path().join("plot.svg");
     let o = culedger(&["plot", "tests/fixtures/custom-ar", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), format!("culedger: wrote plot: {} (2 panels, SVG)\n", out.display()));
     let svg = std::fs::read_to_string(&out).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches(r#"class="panel""#).count(), 2);
     assert_eq!(svg.matches(r#"class="panel-title""#).count(), 2);
-    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5101)") && svg.contains("sim-host GPU 1 (pids 5102)"), "{svg}");
+    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5102, 5101) tracked peak"), "{svg}");
+    assert!(svg.contains("sim-host GPU 1 (pids 5102, 5101) tracked peak"), "{svg}");
+    // The capacity of each GPU, untracked memory as a band up to what the device used.
+    assert_eq!(svg.matches(r#"class="capacity""#).count(), 2);
+    assert!(svg.contains("capacity 24.00 GiB"));
+    assert_eq!(svg.matches(r#"class="band untracked""#).count(), 2);
+    assert_eq!(svg.matches(r#"class="line device-used""#).count(), 2);
+    // Queries and failures numbered, with a list that says what each is.
     assert_eq!(svg.matches(r#"class="failure""#).count(), 2);
     assert_eq!(svg.matches(r#"class="probe""#).count(), 7);
+    assert_eq!(svg.matches(r#"class="marker-list""#).count(), 9);
+    assert!(svg.contains(">Q1: 0.001s 5100 cudaMemGetInfo: told free 23.50 GiB"), "{svg}");
+    assert!(svg.contains(">F1: "), "{svg}");
+    // The hover text is the list's text.
+    assert!(svg.contains("<title>F1: "), "{svg}");
     assert!(svg.contains(r#"class="area ipc""#) && svg.contains(r#"class="area other""#));
+    assert!(!svg.contains(">weights<"), "empty categories are not in the legend");
+    assert!(svg.contains("seconds since the run's first process started"));
     // A single process: one panel.
     let o = culedger(&["plot", "tests/fixtures/nccl/culedger-4102.json", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(std::fs::read_to_string(&out).unwrap().matches(r#"class="panel""#).count(), 1);
+}
+
+#[test]
+fn plot_refuses_other_formats_and_writes_to_stdout() {
+    let d = tempdir();
+    let png = d.path().join("plot.png");
+    let o = culedger(&["plot", "tests/fixtures/nccl", "-o", png.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("plot writes SVG") && stderr(&o).contains("rsvg-convert"), "{}", stderr(&o));
+    assert!(!png.exists(), "no SVG in a .png");
+    let o = culedger(&["plot", "tests/fixtures/nccl", "-o", "-"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).starts_with("<svg"));
+    assert_eq!(stderr(&o), "culedger: wrote plot: stdout (2 panels, SVG)\n");
 }

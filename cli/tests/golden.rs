@@ -1,23 +1,161 @@
-//! Golden outputs of `report`, `diff` and `check` on the fixtures.
+//! Golden outputs of `report`, `diff` and `check` on the fixtures (generated from the sims by
+//! scripts/gen-fixtures.sh), and the properties each golden shows.
 //! Regenerate with `UPDATE_GOLDEN=1 cargo test --release -p culedger-cli`.
 
 mod common;
 use common::*;
+use serde_json::Value;
 
-fn case(name: &str, args: &[&str], code: i32) {
-    let o = culedger(args);
+fn case(name: &str, args: &[&str], code: i32) -> String {
+    case_env(name, args, &[], code)
+}
+
+fn case_env(name: &str, args: &[&str], env: &[(&str, &str)], code: i32) -> String {
+    let o = culedger_env(args, env);
     assert_eq!(o.status.code(), Some(code), "{name}: stderr: {}", stderr(&o));
     golden(name, &stdout(&o));
+    stdout(&o)
 }
 
 #[test]
 fn report_goldens() {
-    for cfg in ["nccl", "custom-ar"] {
+    for cfg in ["nccl", "custom-ar", "custom-ar-tp8"] {
         let dir = format!("tests/fixtures/{cfg}");
         for (fmt, ext) in [("text", "txt"), ("markdown", "md"), ("json", "json")] {
-            case(&format!("report-{cfg}.{ext}"), &["report", &dir, "--format", fmt], 0);
+            let out = case(&format!("report-{cfg}.{ext}"), &["report", &dir, "--format", fmt], 0);
+            if fmt == "text" {
+                assert!(widest(&out) <= 100, "{cfg}: {} columns", widest(&out));
+            }
         }
     }
+    let folded = case("report-custom-ar-tp8-fold.txt", &["report", "tests/fixtures/custom-ar-tp8", "--fold"], 0);
+    assert!(widest(&folded) <= 100);
+}
+
+/// The report answers first: the verdict, then one line per GPU, and the run's clock.
+#[test]
+fn report_starts_with_the_verdict_and_the_overview() {
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "culedger report: tests/fixtures/custom-ar/ (3 processes, 1 host, 2 GPUs; run custom-ar-run)");
+    assert_eq!(lines[1], "2 of 2 ranks failed to allocate 7.31-7.56 GiB; see `culedger explain` for why");
+    assert_eq!(lines[2], "Times are seconds since the run's first process started (2026-01-01 00:00:00.000 +00:00).");
+    assert_eq!(lines[4], "== Overview ==");
+    let overview: Vec<&str> = lines.iter().skip(5).take_while(|l| !l.is_empty()).copied().collect();
+    assert_eq!(overview.iter().filter(|l| l.starts_with("| GPU 0 ") || l.starts_with("| GPU 1 ")).count(), 2);
+    let ok = stdout(&culedger(&["report", "tests/fixtures/nccl"]));
+    assert!(
+        ok.lines().nth(1).unwrap().starts_with("no allocation failed; the fullest device was sim-host GPU 1"),
+        "{ok}"
+    );
+    // 8 ranks on 8 GPUs: the same two lines, eight overview rows.
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar-tp8"]));
+    assert_eq!(
+        out.lines().nth(1),
+        Some("8 of 8 ranks failed to allocate 7.31-7.56 GiB; see `culedger explain` for why")
+    );
+}
+
+/// Processes are named as the engine names them; the process table has wall-clock times.
+#[test]
+fn processes_carry_their_titles_rank_hints_and_wall_clock() {
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar"]));
+    let row = |pid: &str| out.lines().find(|l| l.starts_with(&format!("| {pid} "))).unwrap_or_default().to_string();
+    let words = |l: String| l.split_whitespace().map(String::from).collect::<Vec<_>>().join(" ");
+    assert!(words(row("5101")).starts_with("| 5101 sglang::scheduler_TP0 (rank 0/2) 00:00:00.012 0.012s "), "{out}");
+    assert!(words(row("5102")).starts_with("| 5102 sglang::scheduler_TP1 (rank 1/2) 00:00:00.002 0.002s "), "{out}");
+    assert!(!out.contains("-B -c"), "{out}");
+}
+
+#[test]
+fn every_table_fits_the_width() {
+    for columns in ["80", "100", "132"] {
+        for args in [
+            vec!["report", "tests/fixtures/custom-ar-tp8"],
+            vec!["report", "tests/fixtures/custom-ar-tp8", "--fold"],
+            vec!["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"],
+        ] {
+            let o = culedger_env(&args, &[("COLUMNS", columns)]);
+            let out = stdout(&o);
+            let width: usize = columns.parse().unwrap();
+            let over: Vec<&str> = out.lines().filter(|l| l.chars().count() > width).collect();
+            assert!(over.is_empty(), "COLUMNS={columns} {args:?}: {over:#?}");
+            // Numbers are never cut: every size of the JSON report is on the page.
+            if args[0] == "report" && args.len() == 2 {
+                for size in ["15.45 GiB", "15.70 GiB", "7.31 GiB", "7.56 GiB", "24.00 GiB", "28.00 MiB", "1.75 GiB"] {
+                    assert!(out.contains(size), "COLUMNS={columns}: {size} missing");
+                }
+            }
+        }
+    }
+    case_env("report-custom-ar-80.txt", &["report", "tests/fixtures/custom-ar"], &[("COLUMNS", "80")], 0);
+}
+
+#[test]
+fn empty_categories_are_hidden_unless_asked() {
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar"]));
+    assert!(!out.contains("| weights") && !out.contains("| kv_pool") && !out.contains("| comm"), "{out}");
+    assert!(out.contains("| ipc ") && out.contains("| other "));
+    let all =
+        case("report-custom-ar-all-categories.txt", &["report", "tests/fixtures/custom-ar", "--all-categories"], 0);
+    for c in ["weights", "kv_pool", "ipc", "graphs", "comm", "other"] {
+        assert!(all.contains(&format!("| {c} ")), "{c}");
+    }
+}
+
+#[test]
+fn filters_by_device_pid_and_host() {
+    let out = case("report-custom-ar-tp8-device3.txt", &["report", "tests/fixtures/custom-ar-tp8", "--device", "3"], 0);
+    assert!(out.contains("== sim-host GPU 3 ") && !out.contains("== sim-host GPU 2 "), "{out}");
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar", "--pid", "5102", "--device", "1"]));
+    assert!(out.contains("(1 process, 1 host, 1 GPU;"), "{out}");
+    let o = culedger(&["report", "tests/fixtures/custom-ar", "--host", "elsewhere"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o), "culedger: tests/fixtures/custom-ar/: no process matches --host elsewhere\n");
+}
+
+/// Untracked memory compares what the device used at a query with what was tracked at that
+/// same query, and says how old the reading is.
+#[test]
+fn untracked_is_compared_at_the_query() {
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar", "--format", "json"]));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    for d in v["devices"].as_array().unwrap() {
+        let q = &d["last_query"];
+        let (used, tracked, untracked) = (
+            q["used_bytes"].as_i64().unwrap(),
+            q["tracked_bytes"].as_i64().unwrap(),
+            q["untracked_bytes"].as_i64().unwrap(),
+        );
+        assert_eq!(used - tracked, untracked, "{q}");
+        assert!(q["age_us"].as_i64().unwrap() > 0, "{q}");
+    }
+    let text = stdout(&culedger(&["report", "tests/fixtures/custom-ar"]));
+    assert!(text.contains("before the last report): device used"), "{text}");
+}
+
+/// Hidden driver costs: what another rank did inside a measurement window is taken out.
+#[test]
+fn driver_costs_are_denoised() {
+    let out = stdout(&culedger(&["report", "tests/fixtures/custom-ar-tp8", "--format", "json"]));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut contaminated = 0;
+    for d in v["devices"].as_array().unwrap() {
+        for c in d["driver_costs"].as_array().unwrap() {
+            // Every rank opens 14 peer buffers (2 MiB each) and enables 7 peers (256 MiB each).
+            let want = match c["api"].as_str().unwrap() {
+                "cudaIpcOpenMemHandle" => 14 * 2,
+                "cudaDeviceEnablePeerAccess" => 7 * 256,
+                api => panic!("unexpected {api}"),
+            };
+            assert_eq!(c["bytes"].as_i64().unwrap() >> 20, want, "GPU {}: {c}", d["index"]);
+            if c["measured_bytes"] != c["bytes"] {
+                contaminated += 1;
+                assert!(c["notes"][0].as_str().unwrap().starts_with("minus 512.00 MiB: "), "{c}");
+            }
+        }
+    }
+    assert!(contaminated > 0, "the fixture was kept for a contaminated window (scripts/gen-fixtures.sh)");
 }
 
 #[test]
@@ -28,24 +166,33 @@ fn diff_goldens() {
 }
 
 #[test]
-fn diff_headline_names_what_changed() {
-    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
-    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
-    // The KV pool of custom-ar was sized from a query that saw only its 16 MiB of IPC
-    // buffers (the query after the KV pool, in the same millisecond, is not the one); the
-    // peer mappings' driver memory came after it, and both ranks' KV allocation failed.
+fn diff_headline_names_what_changed_and_wraps() {
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar", "--format", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "culedger-diff/1");
+    let headline = v["headline"].as_str().unwrap();
     assert_eq!(
-        first,
+        headline,
         "custom-ar/ uses 7.57 GiB less other on GPU 1, \
          saw 16.00 MiB less free memory before its largest allocation (other) on GPU 1 \
          and paid 212.00 MiB more in hidden driver costs on GPU 1; \
          2 allocations failed only in custom-ar/"
     );
-    // The same runs the other way round: the failure is on B's side... of A now.
-    let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl"]);
-    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    // In text the headline wraps at the width.
+    for columns in ["100", "60"] {
+        let out = stdout(&culedger_env(
+            &["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"],
+            &[("COLUMNS", columns)],
+        ));
+        let head: Vec<&str> = out.lines().take_while(|l| !l.starts_with("culedger diff: A = ")).collect();
+        assert!(head.len() > 1 && head.iter().all(|l| l.len() <= columns.parse().unwrap()), "{head:?}");
+        assert_eq!(head.join(" "), headline);
+    }
+    // The same runs the other way round.
+    let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl", "--format", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let first = v["headline"].as_str().unwrap();
     assert!(first.starts_with("nccl/ uses +7.57 GiB other on GPU 1"), "{first}");
-    assert!(first.contains("paid 212.00 MiB less in hidden driver costs on GPU 1"), "{first}");
     assert!(first.ends_with("2 allocations failed only in custom-ar/"), "{first}");
     // A run compared with itself.
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/nccl"]);
@@ -56,7 +203,7 @@ fn diff_headline_names_what_changed() {
 fn check_goldens_and_exit_codes() {
     let nccl = "tests/fixtures/nccl";
     let car = "tests/fixtures/custom-ar";
-    case(
+    let out = case(
         "check-pass.txt",
         &[
             "check",
@@ -71,27 +218,54 @@ fn check_goldens_and_exit_codes() {
         ],
         0,
     );
-    case(
-        "check-breach.txt",
-        &[
-            "check",
-            car,
-            "--budget",
-            "ipc<=8MiB",
-            "--budget",
-            "peak:other>=20GiB",
-            "--budget",
-            "untracked<=2GiB",
-            "--budget",
-            "driver_costs<=512MiB",
-            "--no-failures",
-        ],
-        1,
+    assert_eq!(out, "ok: 4 checks hold on 2 devices\n");
+    let one = stdout(&culedger(&["check", nccl, "--budget", "ipc<=64MiB"]));
+    assert_eq!(one, "ok: 1 check holds on 2 devices\n", "grammar");
+    let breach = [
+        "check",
+        car,
+        "--budget",
+        "ipc<=8MiB",
+        "--budget",
+        "peak:other>=20GiB",
+        "--budget",
+        "untracked<=2GiB",
+        "--budget",
+        "driver_costs<=512MiB",
+        "--budget",
+        "untracked>=-64MiB",
+        "--no-failures",
+    ];
+    let out = case("check-breach.txt", &breach, 1);
+    assert!(out.ends_with("FAILED: 6 breaches; 6 checks on 2 devices\n"), "{out}");
+    let mut json = breach.to_vec();
+    json.extend(["--format", "json"]);
+    let out = case("check-breach.json", &json, 1);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["schema"].as_str(), v["ok"].as_bool(), v["breaches"].as_i64()),
+        (Some("culedger-check/1"), Some(false), Some(6))
     );
 }
 
+/// A budget that cannot be measured fails the check unless it is allowed.
+#[test]
+fn unmeasured_budgets_fail_unless_allowed() {
+    // Rank 0 of the 8-rank run on GPU 1: only its peer context, never a query there.
+    let args =
+        ["check", "tests/fixtures/custom-ar-tp8", "--pid", "6101", "--device", "1", "--budget", "untracked<=1GiB"];
+    let out = case("check-unmeasured.txt", &args, 1);
+    assert!(out.starts_with("UNMEASURED sim-host GPU 1: untracked cannot be measured"), "{out}");
+    let mut allowed = args.to_vec();
+    allowed.push("--allow-unmeasured");
+    let o = culedger(&allowed);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "ok: 1 check holds on 1 device (1 not measured, allowed)\n");
+    assert!(stderr(&o).starts_with("culedger: not checked: sim-host GPU 1: untracked cannot be measured"));
+}
+
 /// Colour only on a terminal (a pseudo-terminal from util-linux `script`), never with
-/// NO_COLOR, never into a pipe.
+/// NO_COLOR, never into a pipe; `--color` and FORCE_COLOR override.
 #[test]
 fn colour_only_on_a_terminal() {
     let bin = env!("CARGO_BIN_EXE_culedger");
@@ -101,6 +275,7 @@ fn colour_only_on_a_terminal() {
             .args(["-qec", &cmd, "/dev/null"])
             .current_dir(crate_dir())
             .env("NO_COLOR", no_color)
+            .env_remove("FORCE_COLOR")
             .output()
             .expect("util-linux `script` is needed for this test");
         assert!(o.status.success(), "{}", stderr(&o));
@@ -110,4 +285,19 @@ fn colour_only_on_a_terminal() {
     assert!(!on_tty("1").contains('\x1b'));
     let piped = culedger(&["report", "tests/fixtures/nccl/culedger-4100.json"]);
     assert!(!stdout(&piped).contains('\x1b'));
+    let forced = culedger(&["report", "tests/fixtures/nccl/culedger-4100.json", "--color", "always"]);
+    assert!(stdout(&forced).contains("\x1b[1;36m== Processes ==\x1b[0m"));
+    let forced = culedger_env(&["report", "tests/fixtures/nccl/culedger-4100.json"], &[("FORCE_COLOR", "1")]);
+    assert!(stdout(&forced).contains('\x1b'));
+    let never = culedger_env(&["--color", "never", "report", "tests/fixtures/nccl"], &[("FORCE_COLOR", "1")]);
+    assert!(!stdout(&never).contains('\x1b'));
+}
+
+/// The JSON outputs carry their schema id.
+#[test]
+fn json_outputs_have_schema_ids() {
+    let v: Value =
+        serde_json::from_slice(&culedger(&["report", "tests/fixtures/nccl", "--format", "json"]).stdout).unwrap();
+    assert_eq!(v["schema"], "culedger-report/1");
+    assert_eq!(v["run_ids"], serde_json::json!(["nccl-run"]));
 }

@@ -136,7 +136,8 @@ fn check_budgets_file() {
     assert_eq!(
         stdout(&o),
         "BREACH sim-host GPU 0: other is 15.43 GiB (budget other >= 20GiB)\n\
-         BREACH sim-host GPU 1: other is 15.68 GiB (budget other >= 20GiB)\n"
+         BREACH sim-host GPU 1: other is 15.68 GiB (budget other >= 20GiB)\n\
+         FAILED: 2 breaches; 3 checks on 2 devices\n"
     );
     std::fs::write(&f, "ipc <= 64MiB\nkv_pool => 1GiB\n").unwrap();
     let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);

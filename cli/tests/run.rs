@@ -23,8 +23,8 @@ fn environment_exit_status_and_summary() {
     let out = d.path().join("out");
     let fixture = fixtures().join("nccl/culedger-4101.json");
     let script = format!(
-        r#"printf '%s\n%s\n' "$LD_PRELOAD" "$CULEDGER_OUT" > "$CULEDGER_OUT/env.txt"
-sed "s/\"pid\": 4101,/\"pid\": $$,/" '{}' > "$CULEDGER_OUT/culedger-$$.json"
+        r#"printf '%s\n%s\n%s\n' "$LD_PRELOAD" "$CULEDGER_OUT" "$CULEDGER_RUN_ID" > "$CULEDGER_OUT/env.txt"
+sed -e "s/\"pid\": 4101,/\"pid\": $$,/" -e "s/\"nccl-run\"/\"$CULEDGER_RUN_ID\"/" '{}' > "$CULEDGER_OUT/culedger-$$.json"
 echo 'not json' > "$CULEDGER_OUT/culedger-1.json"
 exit 3"#,
         fixture.display()
@@ -38,10 +38,15 @@ exit 3"#,
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap().display().to_string();
     assert_eq!(lines[0], format!("{}:{}", canon(&lib), other.display()), "LD_PRELOAD prepended");
     assert_eq!(lines[1], canon(&out), "CULEDGER_OUT is the absolute output directory");
+    let run_id = lines[2];
+    assert_eq!(run_id.len(), "20260101-120000-3fa9c1".len(), "CULEDGER_RUN_ID for the whole tree: {run_id}");
 
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["schema"], "culedger-summary/1");
+    assert_eq!(summary["run_id"], run_id);
     assert_eq!(summary["exit_code"], 3);
+    assert_eq!(summary["signal"], Value::Null);
+    assert!(summary["pid"].as_i64().unwrap() > 0);
     assert_eq!(summary["command"][0], "sh");
     assert_eq!(summary["command"][2], script.as_str());
     let procs = summary["processes"].as_array().unwrap();
@@ -50,6 +55,7 @@ exit 3"#,
     assert_ne!(procs[0]["process"]["pid"], 4101);
     assert!(err.contains("skipping") && err.contains("culedger-1.json"), "{err}");
     assert!(err.contains("culedger report:") && err.contains("== sim-host GPU 0"), "{err}");
+    assert!(err.contains(&format!("; run {run_id})")), "{err}");
     assert!(err.contains("1 report(s) merged into"), "{err}");
 
     // The merged summary reads back like the run directory.
@@ -97,7 +103,138 @@ fn death_by_signal_is_128_plus_the_signal() {
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(d.path().join("out/summary.json")).unwrap()).unwrap();
     assert_eq!(summary["exit_code"], 137);
+    assert_eq!((summary["signal"].as_i64(), summary["signal_name"].as_str()), (Some(9), Some("SIGKILL")));
     assert_eq!(summary["processes"], serde_json::json!([]));
+}
+
+/// A command killed by SIGTERM (default action: no final report) is shown as killed.
+#[test]
+fn a_command_killed_by_sigterm_is_reported_as_killed() {
+    let d = tempdir();
+    let lib = stub_lib(d.path(), "libstub");
+    let out = d.path().join("out");
+    let fixture = fixtures().join("nccl/culedger-4101.json");
+    // The stand-in interposer's last periodic report says "running", then SIGTERM.
+    let script = format!(
+        r#"sed -e "s/\"pid\": 4101,/\"pid\": $$,/" -e 's/"exit": "exit"/"exit": "running"/' \
+    -e "s/\"nccl-run\"/\"$CULEDGER_RUN_ID\"/" '{}' > "$CULEDGER_OUT/culedger-$$.json"
+kill -TERM $$"#,
+        fixture.display()
+    );
+    let o = run_cmd(&out, &lib).args(["sh", "-c", &script]).output().unwrap();
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
+    assert!(stderr(&o).contains("killed by SIGTERM"), "{}", stderr(&o));
+    let r = culedger(&["report", out.to_str().unwrap()]);
+    assert!(stdout(&r).contains("killed by SIGTERM"), "{}", stdout(&r));
+}
+
+/// `culedger run` never adds its reports to another run's directory by accident.
+#[test]
+fn a_directory_of_another_run_is_refused_unless_appending() {
+    let d = tempdir();
+    let lib = stub_lib(d.path(), "libstub");
+    let out = d.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(fixtures().join("nccl/culedger-4101.json"), out.join("culedger-4101.json")).unwrap();
+    let o = run_cmd(&out, &lib).args(["sh", "-c", "touch \"$CULEDGER_OUT/ran\""]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("holds the reports of another run (1 file, run nccl-run); choose another -o"), "{err}");
+    assert!(!out.join("ran").exists(), "the command did not run");
+    // --append: this run writes there too, and its summary holds only its own reports,
+    // though the other run's file was rewritten (fresh) meanwhile.
+    let fixture = fixtures().join("nccl/culedger-4102.json");
+    let script = format!(
+        r#"touch "$CULEDGER_OUT/culedger-4101.json"
+sed -e "s/\"pid\": 4102,/\"pid\": $$,/" -e "s/\"nccl-run\"/\"$CULEDGER_RUN_ID\"/" '{}' > "$CULEDGER_OUT/culedger-$$.json""#,
+        fixture.display()
+    );
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_culedger"));
+    cmd.current_dir(crate_dir()).env("NO_COLOR", "1");
+    cmd.args([
+        "run",
+        "--append",
+        "-o",
+        out.to_str().unwrap(),
+        "--lib",
+        lib.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let procs = summary["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "only this run's report");
+    assert_eq!(procs[0]["process"]["run_id"], summary["run_id"]);
+    // Reading the directory now needs a choice.
+    let o = culedger(&["report", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("reports of 2 different runs"), "{}", stderr(&o));
+}
+
+#[test]
+fn default_directories_are_unique() {
+    let d = tempdir();
+    let lib = stub_lib(d.path(), "libstub");
+    let dirs: Vec<String> = (0..3)
+        .map(|_| {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_culedger"))
+                .current_dir(d.path())
+                .args(["run", "--lib", lib.to_str().unwrap(), "--", "sh", "-c", "echo \"$CULEDGER_OUT\""])
+                .output()
+                .unwrap();
+            assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+            stdout(&o).trim().to_string()
+        })
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = dirs.iter().collect();
+    assert_eq!(unique.len(), 3, "{dirs:?}");
+}
+
+/// The command in summary.json is redacted like the per-process reports' argv.
+#[test]
+fn the_summary_command_is_redacted() {
+    let d = tempdir();
+    let lib = stub_lib(d.path(), "libstub");
+    let out = d.path().join("out");
+    let o = run_cmd(&out, &lib)
+        .args([
+            "sh",
+            "-c",
+            "exit 0",
+            "serve",
+            "--api-key",
+            "sk-secret",
+            "--hf-token=hf_abc",
+            "HF_TOKEN=x",
+            "--port",
+            "80",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    assert!(!text.contains("sk-secret") && !text.contains("hf_abc") && !text.contains("HF_TOKEN=x"), "{text}");
+    let summary: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        summary["command"],
+        serde_json::json!([
+            "sh",
+            "-c",
+            "exit 0",
+            "serve",
+            "--api-key",
+            "<redacted>",
+            "--hf-token=<redacted>",
+            "HF_TOKEN=<redacted>",
+            "--port",
+            "80"
+        ])
+    );
 }
 
 #[test]
@@ -111,7 +248,7 @@ fn interposer_lookup() {
     // CULEDGER_LIB is used when --lib is absent.
     let lib = stub_lib(d.path(), "libstub");
     let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
-        .args(["run", "-o", out.to_str().unwrap(), "--", "sh", "-c", "echo \"$LD_PRELOAD\""])
+        .args(["run", "-o", d.path().join("out2").to_str().unwrap(), "--", "sh", "-c", "echo \"$LD_PRELOAD\""])
         .env("CULEDGER_LIB", &lib)
         .env_remove("LD_PRELOAD")
         .output()
@@ -120,7 +257,7 @@ fn interposer_lookup() {
     assert_eq!(stdout(&o).trim(), std::fs::canonicalize(&lib).unwrap().display().to_string());
     // Otherwise the library next to the binary (target/release/libculedger.so).
     let next_to = Path::new(env!("CARGO_BIN_EXE_culedger")).with_file_name("libculedger.so");
-    let o = culedger(&["run", "-o", out.to_str().unwrap(), "--", "true"]);
+    let o = culedger(&["run", "-o", d.path().join("out3").to_str().unwrap(), "--", "true"]);
     if next_to.exists() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     } else {
@@ -202,8 +339,15 @@ fn real_interposer_on_the_simulated_stack() {
             .sum();
         assert_eq!(failures > 0, expected == 1, "{cfg}: failures recorded {failures}");
         assert!(err.contains("== ") && err.contains("GPU 1"), "{cfg}: {err}");
+        // One run id for the process tree; the ranks named by their titles.
+        let ids: std::collections::BTreeSet<&str> =
+            procs.iter().map(|p| p["process"]["run_id"].as_str().unwrap()).collect();
+        assert_eq!(ids.into_iter().collect::<Vec<_>>(), [summary["run_id"].as_str().unwrap()], "{cfg}");
+        assert!(err.contains("sglang::scheduler_TP1 (rank 1/2)"), "{cfg}: {err}");
     }
     let o = culedger(&["diff", d.path().join("nccl").to_str().unwrap(), d.path().join("custom").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).lines().next().unwrap_or_default().contains("failed only in custom/"), "{}", stdout(&o));
+    let out = stdout(&o);
+    let headline: Vec<&str> = out.lines().take_while(|l| !l.starts_with("culedger diff:")).collect();
+    assert!(headline.join(" ").ends_with("failed only in custom/"), "{out}");
 }

@@ -7,7 +7,8 @@ use std::process::Command;
 
 #[test]
 fn report_shows_live_bytes_by_caller_per_device() {
-    let o = culedger(&["report", "tests/fixtures/nccl"]);
+    // Wide enough that no caller is wrapped (the table's fitting is tested in golden.rs).
+    let o = culedger_env(&["report", "tests/fixtures/nccl"], &[("COLUMNS", "200")]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     assert_eq!(out.matches("-- Where the memory was allocated").count(), 2, "one table per device");

@@ -2,7 +2,9 @@
 """An SGLang-like server start-up on the simulated CUDA stack: the demo culedger exists for.
 
 The launcher process opens a context on GPU 0 (as SGLang's main process does when it checks
-the GPU), then starts one worker process per tensor-parallel rank. Each rank, like SGLang's
+the GPU), then starts one worker process per tensor-parallel rank, with the rank environment
+of a torch.distributed launcher (RANK, LOCAL_RANK, WORLD_SIZE). Each rank names itself
+``sglang::scheduler_TP<rank>`` the way SGLang does with setproctitle, then, like SGLang's
 ModelRunner:
 
   1. selects its GPU (cudaSetDevice(rank)) and reads the free memory (cudaMemGetInfo);
@@ -51,6 +53,18 @@ cudaStreamCaptureModeGlobal = 0
 HOST_CHUNK = 4 * MIB
 GRAPH_BATCH_SIZES = (1, 8, 32)
 _VP = ctypes.c_void_p
+
+
+def set_title(title):
+    """What setproctitle (which SGLang and vLLM use to name their workers) does on Linux:
+    overwrite the argument area of the process with the title and NUL padding, so that
+    /proc/self/cmdline (and ps) show the title. The area's bounds come from /proc/self/stat
+    (arg_start, arg_end: fields 48 and 49); Python keeps its own copy of argv."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    arg_start, arg_end = int(fields[45]), int(fields[46])
+    data = title.encode()[: arg_end - arg_start - 1]
+    ctypes.memmove(arg_start, data + b"\0" * (arg_end - arg_start - len(data)), arg_end - arg_start)
 
 
 def say(rank, text):
@@ -186,6 +200,7 @@ class CudaGraphRunner:
 
 def worker(args):
     rank, custom = args.worker, args.allreduce == "custom"
+    set_title(f"sglang::scheduler_TP{rank}")  # as SGLang's run_scheduler_process does
     rt = CudaRT()
     rt.call("cudaSetDevice", rank)
     runner = ModelRunner(rt)
@@ -257,9 +272,13 @@ def launcher(args):
     say(None, f"GPU 0 has {gib(free)} free of {gib(total)}; starting {args.tp} ranks ({args.allreduce} all-reduce)")
     common = ["--tp", str(args.tp), "--allreduce", args.allreduce, "--model-mib", str(args.model_mib),
               "--mem-fraction-static", str(args.mem_fraction_static)]
+    def env(r):
+        """The rank environment a torch.distributed launcher (torchrun) gives its workers."""
+        return dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(args.tp))
+
     python = os.environ.get("CULEDGER_SIM_PYTHON") or sys.executable
     procs = [subprocess.Popen([python, os.path.abspath(__file__), "--worker", str(r)] + common,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env(r))
              for r in range(args.tp)]
     alive = set(range(args.tp))
     for name in CUSTOM_BARRIERS if args.allreduce == "custom" else ():

@@ -87,6 +87,7 @@ impl<T, const N: usize> FirstLast<T, N> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Sample {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub live: u64,
     pub cats: [u64; 6],
@@ -195,7 +196,7 @@ mod tests {
     }
 
     fn sample(i: u64) -> Sample {
-        Sample { t_ms: i, seq: i, live: i, cats: [0, 0, 0, 0, 0, i] }
+        Sample { t_ms: i, t_us: i * 1000, seq: i, live: i, cats: [0, 0, 0, 0, 0, i] }
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub(crate) struct Alloc {
     pub kind: MemKind,
     pub api: &'static str,
     pub t_ms: u64,
+    pub t_us: u64,
     /// Per-process record order (see `Stamp`).
     pub seq: u64,
     pub facts: Facts,
@@ -78,6 +79,7 @@ impl CatStats {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Probe {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub api: &'static str,
     pub free: Option<u64>,
@@ -93,6 +95,7 @@ pub(crate) struct Probe {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Failure {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub api: &'static str,
     pub bytes: u64,
@@ -116,6 +119,7 @@ pub(crate) enum EventKind {
     IpcExport,
     IpcImport,
     DriverCost,
+    PeerAccess,
 }
 
 impl EventKind {
@@ -129,6 +133,7 @@ impl EventKind {
             EventKind::IpcExport => "ipc_export",
             EventKind::IpcImport => "ipc_import",
             EventKind::DriverCost => "driver_cost",
+            EventKind::PeerAccess => "peer_access",
         }
     }
 }
@@ -136,9 +141,14 @@ impl EventKind {
 #[derive(Clone, Debug)]
 pub(crate) struct Event {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
     pub kind: EventKind,
     pub api: &'static str,
+    /// Bytes the event is about (requested, exported, opened, measured), when it has a size.
+    pub bytes: Option<i64>,
+    /// Start of the call's measurement window (`driver_cost`, `peer_access`), same clock as `t_us`.
+    pub t0_us: Option<u64>,
     pub detail: String,
 }
 
@@ -278,7 +288,7 @@ impl DeviceStats {
 
     /// The current totals, as a timeline sample taken by the record `now`.
     fn current(&self, now: Stamp) -> Sample {
-        Sample { t_ms: now.t_ms, seq: now.seq, live: self.live_bytes, cats: self.cat_live() }
+        Sample { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, live: self.live_bytes, cats: self.cat_live() }
     }
 
     /// Record the current totals on the timeline (after any change of them).
@@ -305,7 +315,29 @@ impl DeviceStats {
     }
 
     fn event(&mut self, now: Stamp, kind: EventKind, api: &'static str, detail: impl FnOnce() -> String) {
-        self.events.push_with(|| Event { t_ms: now.t_ms, seq: now.seq, kind, api, detail: detail() });
+        self.sized_event(now, kind, api, None, None, detail);
+    }
+
+    /// An event with a size and, for measured calls, the start of the measurement window.
+    fn sized_event(
+        &mut self,
+        now: Stamp,
+        kind: EventKind,
+        api: &'static str,
+        bytes: Option<i64>,
+        t0_us: Option<u64>,
+        detail: impl FnOnce() -> String,
+    ) {
+        self.events.push_with(|| Event {
+            t_ms: now.t_ms,
+            t_us: now.t_us,
+            seq: now.seq,
+            kind,
+            api,
+            bytes,
+            t0_us,
+            detail: detail(),
+        });
     }
 }
 
@@ -413,7 +445,7 @@ impl DeviceLedger {
         self.stats.site_add(facts.site, category, bytes, true);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, seq: now.seq, facts, category };
+        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, facts, category };
         match key {
             Key::Addr(b) => self.allocs.insert(b, a),
             Key::Handle(h) => self.phys.insert(h, a),
@@ -482,7 +514,8 @@ impl DeviceLedger {
             let ipc = &mut self.stats.ipc;
             ipc.exported_count += 1;
             ipc.exported_bytes = ipc.exported_bytes.saturating_add(bytes);
-            self.stats.event(now, EventKind::IpcExport, api, || format!("0x{base:x} {bytes} bytes"));
+            let size = i64::try_from(bytes).ok();
+            self.stats.sized_event(now, EventKind::IpcExport, api, size, None, || format!("0x{base:x} {bytes} bytes"));
         }
         true
     }
@@ -498,7 +531,7 @@ impl DeviceLedger {
     ) {
         let s = &mut self.stats;
         let (live, cats) = (s.live_bytes, s.cat_live());
-        let p = Probe { t_ms: now.t_ms, seq: now.seq, api, free, total, error, live, cats, site };
+        let p = Probe { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, api, free, total, error, live, cats, site };
         s.probes.push(p);
         s.last_probe = Some(p);
         if error == 0 {
@@ -531,6 +564,7 @@ impl DeviceLedger {
         let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
         s.failures.push_with(|| Failure {
             t_ms: now.t_ms,
+            t_us: now.t_us,
             seq: now.seq,
             api,
             bytes,
@@ -541,7 +575,8 @@ impl DeviceLedger {
             last_probe,
             site,
         });
-        s.event(now, EventKind::Failure, api, || format!("{bytes} bytes: {error_name} ({error})"));
+        let size = i64::try_from(bytes).ok();
+        s.sized_event(now, EventKind::Failure, api, size, None, || format!("{bytes} bytes: {error_name} ({error})"));
     }
 
     pub(crate) fn set_total(&mut self, total: u64) {
@@ -562,7 +597,8 @@ impl DeviceLedger {
             ipc.imported_live_count += 1;
         }
         ipc.imported_live_bytes = ipc.imported_live_bytes.saturating_add(b);
-        self.stats.event(now, EventKind::IpcImport, api, || match bytes {
+        let size = bytes.and_then(|b| i64::try_from(b).ok());
+        self.stats.sized_event(now, EventKind::IpcImport, api, size, None, || match bytes {
             Some(b) => format!("0x{ptr:x} {b} bytes"),
             None => format!("0x{ptr:x} size unknown"),
         });
@@ -620,13 +656,14 @@ impl DeviceLedger {
             g.instantiate_measured += 1;
             g.instantiate_bytes = g.instantiate_bytes.saturating_add(m);
         }
-        self.stats.event(now, EventKind::Instantiate, api, || match measured {
+        self.stats.sized_event(now, EventKind::Instantiate, api, measured, None, || match measured {
             Some(m) => format!("{m} bytes"),
             None => "not measured".to_string(),
         });
     }
 
-    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, site: u32, now: Stamp) {
+    /// A measured hidden cost; `start_us` is the start of the measurement window, if known.
+    pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, site: u32, start_us: Option<u64>, now: Stamp) {
         let costs = &mut self.stats.driver_costs;
         let i = match costs.iter().position(|c| c.api == api) {
             Some(i) => {
@@ -646,7 +683,15 @@ impl DeviceLedger {
                 *free = site;
             }
         }
-        self.stats.event(now, EventKind::DriverCost, api, || format!("{bytes} bytes"));
+        self.stats.sized_event(now, EventKind::DriverCost, api, Some(bytes), start_us, || format!("{bytes} bytes"));
+    }
+
+    /// This process's context on this device serves peer access from device `from`
+    /// (created by the call when the process had none here); its size is not measured.
+    pub(crate) fn peer_access(&mut self, api: &'static str, from: i32, start_us: u64, now: Stamp) {
+        self.stats.sized_event(now, EventKind::PeerAccess, api, None, Some(start_us), || {
+            format!("peer access from device {from}")
+        });
     }
 
     /// Up to `TOP_ALLOCATIONS` largest live records, largest first (ties: lower base first).

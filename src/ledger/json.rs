@@ -36,6 +36,7 @@ fn site(id: u32) -> Value {
 fn probe(p: &Probe) -> Value {
     json!({
         "t_ms": p.t_ms,
+        "t_us": p.t_us,
         "seq": p.seq,
         "api": p.api,
         "free_bytes": p.free,
@@ -50,6 +51,7 @@ fn probe(p: &Probe) -> Value {
 fn failure(f: &Failure) -> Value {
     json!({
         "t_ms": f.t_ms,
+        "t_us": f.t_us,
         "seq": f.seq,
         "api": f.api,
         "bytes": f.bytes,
@@ -69,6 +71,7 @@ fn allocation(a: &Alloc) -> Value {
         "kind": kind_name(a.kind),
         "api": a.api,
         "t_ms": a.t_ms,
+        "t_us": a.t_us,
         "seq": a.seq,
         "category": a.category.name(),
         "exported": a.facts.exported,
@@ -87,6 +90,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         .map(|t| {
             let mut m = Map::new();
             m.insert("t_ms".into(), json!(t.t_ms));
+            m.insert("t_us".into(), json!(t.t_us));
             m.insert("seq".into(), json!(t.seq));
             m.insert("live_bytes".into(), json!(t.live));
             for c in ALL {
@@ -99,7 +103,10 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         .events
         .items()
         .iter()
-        .map(|e| json!({"t_ms": e.t_ms, "seq": e.seq, "kind": e.kind.name(), "api": e.api, "detail": e.detail}))
+        .map(|e| {
+            json!({"t_ms": e.t_ms, "t_us": e.t_us, "seq": e.seq, "kind": e.kind.name(), "api": e.api,
+                   "bytes": e.bytes, "t0_us": e.t0_us, "detail": e.detail})
+        })
         .collect();
     let driver_costs: Vec<Value> = s
         .driver_costs

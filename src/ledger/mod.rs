@@ -121,14 +121,15 @@ const WARNINGS_KEPT: usize = 64;
 /// Distinct unwrapped symbols kept in the report.
 const UNWRAPPED_KEPT: usize = 256;
 
-/// When a record was made: milliseconds since the ledger was created, and the record's
-/// place in the process-wide order. `seq` comes from one counter shared by all devices
+/// When a record was made: microseconds (and milliseconds, `t_us / 1000`) since the ledger
+/// was created, and the record's place in the process-wide order. `seq` comes from one counter shared by all devices
 /// and threads, so it is strictly increasing over the records of the process (with gaps:
 /// a call that ends up recording nothing may still have taken a number); within one
 /// device both are taken under the shard lock, so they agree with the shard's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
     pub t_ms: u64,
+    pub t_us: u64,
     pub seq: u64,
 }
 
@@ -156,6 +157,7 @@ struct Hit {
 pub struct Ledger {
     start: Instant,
     start_unix_ms: u64,
+    start_unix_us: u64,
     generation: AtomicU64,
     /// The next record's sequence number (see `Stamp`).
     seq: AtomicU64,
@@ -175,12 +177,12 @@ impl Default for Ledger {
 
 impl Ledger {
     pub fn new() -> Self {
-        let start_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let start_unix_us = u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX);
         Ledger {
             start: Instant::now(),
-            start_unix_ms,
+            start_unix_ms: start_unix_us / 1000,
+            start_unix_us,
             generation: AtomicU64::new(0),
             seq: AtomicU64::new(1),
             devices: std::array::from_fn(|_| OnceCell::new()),
@@ -193,17 +195,29 @@ impl Ledger {
 
     /// Milliseconds since this ledger was created.
     pub fn t_ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.t_us() / 1000
+    }
+
+    /// Microseconds since this ledger was created (monotonic clock).
+    pub fn t_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     /// The time and a fresh sequence number for a record being made now. Callers take it
     /// under the lock of the shard the record goes to.
     fn stamp(&self) -> Stamp {
-        Stamp { t_ms: self.t_ms(), seq: self.seq.fetch_add(1, Ordering::Relaxed) }
+        let t_us = self.t_us();
+        Stamp { t_ms: t_us / 1000, t_us, seq: self.seq.fetch_add(1, Ordering::Relaxed) }
     }
 
     pub fn start_unix_ms(&self) -> u64 {
         self.start_unix_ms
+    }
+
+    /// When this ledger was created, in microseconds since the Unix epoch (the wall-clock
+    /// reading `t_us` counts from).
+    pub fn start_unix_us(&self) -> u64 {
+        self.start_unix_us
     }
 
     /// Bumped on every change; the flush thread writes when it moved.
@@ -583,12 +597,23 @@ impl Ledger {
 
     /// A call with hidden driver cost: `bytes` = free before - free after (approximate).
     pub fn driver_cost(&self, dev: i32, api: &'static str, bytes: i64) {
-        self.driver_cost_at(dev, api, bytes, 0)
+        self.driver_cost_at(dev, api, bytes, 0, None)
     }
 
-    /// `driver_cost` with the call site of the call (0: none).
-    pub fn driver_cost_at(&self, dev: i32, api: &'static str, bytes: i64, site: u32) {
-        self.on_device(dev, api, |d, now| d.driver_cost(api, bytes, site, now));
+    /// `driver_cost` with the call site of the call (0: none) and the start of the measurement
+    /// window: `start_us` (on the [`Self::t_us`] clock) is when the free-memory figure before the
+    /// call was read, so a reader can tell which other processes' activity on the device fell
+    /// inside it.
+    pub fn driver_cost_at(&self, dev: i32, api: &'static str, bytes: i64, site: u32, start_us: Option<u64>) {
+        self.on_device(dev, api, |d, now| d.driver_cost(api, bytes, site, start_us, now));
+    }
+
+    /// This process enabled access to device `peer` from another device: the driver keeps
+    /// a context of this process on `peer` (created by the call when there was none), whose
+    /// memory no free-memory figure of the calling device shows. Recorded as an event on
+    /// `peer` with the call's window, so the device lists this process among its holders.
+    pub fn peer_access(&self, peer: i32, api: &'static str, from: i32, start_us: u64) {
+        self.on_device(peer, api, |d, now| d.peer_access(api, from, start_us, now));
     }
 
     // ---- host ---------------------------------------------------------------------------

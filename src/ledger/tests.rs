@@ -593,6 +593,7 @@ fn json_has_every_documented_field() {
     l.graph_instantiate(0, "cudaGraphInstantiate", Some(1));
     l.ipc_import(0, 0xa0000, Some(5), "cudaIpcOpenMemHandle");
     l.driver_cost(0, "cuDevicePrimaryCtxRetain", 300 << 20);
+    l.peer_access(0, "cudaDeviceEnablePeerAccess", 3, l.t_us());
     l.vmm_create(3, 0x42, 1 << 21, "cuMemCreate");
     l.host_alloc(0x1, 1, "cudaMallocHost");
     l.note_unwrapped("cuMemAlloc");
@@ -685,6 +686,7 @@ fn json_has_every_documented_field() {
                 p,
                 &[
                     ("t_ms", UINT),
+                    ("t_us", UINT),
                     ("seq", UINT),
                     ("api", STR),
                     ("free_bytes", OPT_UINT),
@@ -703,6 +705,7 @@ fn json_has_every_documented_field() {
                 f,
                 &[
                     ("t_ms", UINT),
+                    ("t_us", UINT),
                     ("seq", UINT),
                     ("api", STR),
                     ("bytes", UINT),
@@ -733,6 +736,7 @@ fn json_has_every_documented_field() {
                     ("bytes", UINT),
                     ("api", STR),
                     ("t_ms", UINT),
+                    ("t_us", UINT),
                     ("seq", UINT),
                     ("category", STR),
                     ("exported", BOOL),
@@ -745,20 +749,55 @@ fn json_has_every_documented_field() {
             assert!(a["ptr"].as_str().unwrap().starts_with("0x"));
         }
         for t in d["timeline"].as_array().unwrap() {
-            let mut fields: Vec<(&str, Check)> = vec![("t_ms", UINT), ("seq", UINT), ("live_bytes", UINT)];
+            let mut fields: Vec<(&str, Check)> =
+                vec![("t_ms", UINT), ("t_us", UINT), ("seq", UINT), ("live_bytes", UINT)];
             fields.extend(ALL.iter().map(|c| (c.name(), UINT)));
             check_fields("timeline", t, &fields);
         }
         for e in d["events"].as_array().unwrap() {
-            check_fields("event", e, &[("t_ms", UINT), ("seq", UINT), ("kind", STR), ("api", STR), ("detail", STR)]);
+            check_fields(
+                "event",
+                e,
+                &[
+                    ("t_ms", UINT),
+                    ("t_us", UINT),
+                    ("seq", UINT),
+                    ("kind", STR),
+                    ("api", STR),
+                    ("bytes", OPT_INT),
+                    ("t0_us", OPT_UINT),
+                    ("detail", STR),
+                ],
+            );
+        }
+        // Every record's t_ms is its t_us in whole milliseconds.
+        let mut stamped: Vec<&Value> = Vec::new();
+        for list in ["probes", "failures", "top_allocations", "timeline", "events"] {
+            stamped.extend(d[list].as_array().unwrap());
+        }
+        for r in stamped {
+            assert_eq!(r["t_ms"].as_u64().unwrap(), r["t_us"].as_u64().unwrap() / 1000, "{r}");
         }
     }
     let d0 = &devices[0];
     let kinds: Vec<&str> = d0["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
-        ["probe", "capture_begin", "capture_end", "ipc_export", "failure", "instantiate", "ipc_import", "driver_cost"]
+        [
+            "probe",
+            "capture_begin",
+            "capture_end",
+            "ipc_export",
+            "failure",
+            "instantiate",
+            "ipc_import",
+            "driver_cost",
+            "peer_access"
+        ]
     );
+    let peer = d0["events"].as_array().unwrap().last().unwrap();
+    assert_eq!((peer["bytes"].clone(), peer["detail"].as_str()), (Value::Null, Some("peer access from device 3")));
+    assert!(peer["t0_us"].as_u64().unwrap() <= peer["t_us"].as_u64().unwrap());
     let top: Vec<(&str, &str)> = d0["top_allocations"]
         .as_array()
         .unwrap()
@@ -927,9 +966,9 @@ fn per_site_stats_follow_allocations_frees_and_reclassification() {
     l.probe_at(0, "cudaMemGetInfo", Some(1), Some(2), 0, 3);
     l.failure_at(0, "cudaMalloc", 1 << 40, 2, "cudaErrorMemoryAllocation", 4);
     for site in [5, 5, 6] {
-        l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, site);
+        l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, site, None);
     }
-    l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, 0);
+    l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, 0, None);
     let j = l.to_json();
     let d = &j["devices"][0];
     let sites: Vec<(u64, &str, u64, u64, u64, u64)> = d["sites"]
@@ -967,4 +1006,44 @@ fn per_site_list_is_bounded() {
     assert_eq!(s.len(), 64);
     assert_eq!(s[0]["site"], 100);
     assert_eq!(s[63]["site"], 37);
+}
+
+#[test]
+fn measured_costs_keep_their_window_and_size() {
+    let l = Ledger::new();
+    let start = l.t_us();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    l.driver_cost_at(1, "cudaIpcOpenMemHandle", 2 << 20, 0, Some(start));
+    l.driver_cost(1, "cuModuleLoadData", 8 << 20);
+    let j = l.to_json();
+    let events = j["devices"][0]["events"].as_array().unwrap();
+    let (ipc, module) = (&events[0], &events[1]);
+    assert_eq!((ipc["kind"].as_str(), ipc["bytes"].as_i64()), (Some("driver_cost"), Some(2 << 20)));
+    assert_eq!(ipc["t0_us"].as_u64(), Some(start));
+    assert!(ipc["t_us"].as_u64().unwrap() >= start + 2000, "the window spans the call: {ipc}");
+    assert_eq!((module["bytes"].as_i64(), module["t0_us"].clone()), (Some(8 << 20), Value::Null));
+    // The per-API sums are unchanged by the window.
+    assert_eq!(j["devices"][0]["driver_costs"][0]["bytes"], 2 << 20);
+}
+
+#[test]
+fn peer_access_lists_the_peer_device() {
+    let l = Ledger::new();
+    l.alloc(0, 0x1000, 4096, MemKind::Device, "cudaMalloc", Facts::default());
+    l.peer_access(1, "cudaDeviceEnablePeerAccess", 0, l.t_us());
+    let j = l.to_json();
+    let devices = j["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "the peer device is listed: this process holds a context there");
+    assert_eq!((devices[1]["index"].as_i64(), devices[1]["live_bytes"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(devices[1]["events"][0]["kind"], "peer_access");
+}
+
+#[test]
+fn start_has_microseconds() {
+    let l = Ledger::new();
+    assert_eq!(l.start_unix_ms(), l.start_unix_us() / 1000);
+    assert!(l.start_unix_us() > 1_600_000_000_000_000);
+    let a = l.t_us();
+    std::thread::sleep(std::time::Duration::from_micros(300));
+    assert!(l.t_us() >= a + 300);
 }

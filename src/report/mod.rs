@@ -31,6 +31,7 @@
 //! new flush thread.
 
 mod futex;
+pub mod identity;
 mod process;
 mod redact;
 mod writer;
@@ -57,6 +58,10 @@ use crate::config::Config;
 pub trait LedgerAccess: Sync {
     fn generation(&self) -> u64;
     fn start_unix_ms(&self) -> u64;
+    /// The start with microseconds (the origin of the ledger's `t_us`).
+    fn start_unix_us(&self) -> u64 {
+        self.start_unix_ms().saturating_mul(1000)
+    }
     /// `devices`, `host` and `health`.
     fn to_json(&self) -> Value;
     fn note_warning(&self, line: &str);
@@ -73,6 +78,9 @@ impl LedgerAccess for GlobalLedger {
     }
     fn start_unix_ms(&self) -> u64 {
         crate::ledger::global().start_unix_ms()
+    }
+    fn start_unix_us(&self) -> u64 {
+        crate::ledger::global().start_unix_us()
     }
     fn to_json(&self) -> Value {
         let mut v = crate::ledger::global().to_json();
@@ -250,6 +258,11 @@ impl Reporter {
         for w in &config.warnings {
             self.ledger.note_warning(w);
         }
+        // The run id and rank hints: read now, in the hook's thread, never by the flush thread.
+        for w in &identity::get().warnings {
+            crate::warn!("{w}");
+            self.ledger.note_warning(w);
+        }
         if let Err(e) = std::fs::create_dir_all(&session.out_dir) {
             self.warn_write_failure(session, &e);
         }
@@ -385,7 +398,7 @@ impl Reporter {
     /// Render and write the report. Failures warn once per session, then stay quiet.
     fn write(&self, s: &Session, exit: ExitState) -> bool {
         let ledger_json = self.ledger.to_json();
-        let process = ProcessInfo::gather(self.ledger.start_unix_ms(), exit, s.forked_from);
+        let process = ProcessInfo::gather_at(self.ledger.start_unix_us(), exit, s.forked_from);
         let doc = build_document(&process, self.config.get(), ledger_json);
         let mut bytes = match serde_json::to_vec(&doc) {
             Ok(b) => b,

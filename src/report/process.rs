@@ -3,6 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::identity;
 use super::redact::redact_argv;
 use crate::config::Config;
 
@@ -33,23 +34,50 @@ pub struct ProcessInfo {
     pub end_unix_ms: u64,
     pub exit: ExitState,
     pub forked_from: Option<i32>,
+    /// `start_unix_ms` with microseconds (the wall-clock origin of `t_us`).
+    pub start_unix_us: u64,
+    /// The run this process belongs to, and where the id came from (`env`, `process`).
+    pub run_id: String,
+    pub run_id_source: &'static str,
+    /// The process title, when the program rewrote its command line (setproctitle).
+    pub title: Option<String>,
+    /// `/proc/self/comm`.
+    pub comm: Option<String>,
+    /// Allow-listed rank hints from the environment.
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl ProcessInfo {
     /// Gather this process's facts now (pid, ppid, hostname, redacted argv, exe, time).
     pub fn gather(start_unix_ms: u64, exit: ExitState, forked_from: Option<i32>) -> ProcessInfo {
+        Self::gather_at(start_unix_ms.saturating_mul(1000), exit, forked_from)
+    }
+
+    /// [`Self::gather`] with the start time in microseconds.
+    pub fn gather_at(start_unix_us: u64, exit: ExitState, forked_from: Option<i32>) -> ProcessInfo {
         // SAFETY: getpid/getppid have no preconditions.
         let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+        let host = hostname();
+        let start_unix_ms = start_unix_us / 1000;
+        let id = identity::get();
+        let (run_id, run_id_source) = id.run_id_for(host.as_deref(), pid, start_unix_ms);
+        let (argv, title) = title_of(read_cmdline());
         ProcessInfo {
             pid,
             ppid,
-            host: hostname(),
-            argv: redact_argv(&read_cmdline()),
+            host,
+            argv: redact_argv(&argv),
             exe: std::fs::read_link("/proc/self/exe").ok().map(|p| p.to_string_lossy().into_owned()),
             start_unix_ms,
             end_unix_ms: unix_ms_now(),
             exit,
             forked_from,
+            start_unix_us,
+            run_id,
+            run_id_source,
+            title: title.map(|t| redact_title(&t)),
+            comm: std::fs::read_to_string("/proc/self/comm").ok().map(|c| c.trim_end_matches('\n').to_string()),
+            env: id.hints.clone(),
         }
     }
 
@@ -69,8 +97,36 @@ impl ProcessInfo {
             "exit": exit,
             "exit_code": code,
             "forked_from": self.forked_from,
+            "start_unix_us": self.start_unix_us,
+            "run_id": self.run_id,
+            "run_id_source": self.run_id_source,
+            "title": self.title,
+            "comm": self.comm,
+            "env": Value::Object(self.env.iter().map(|(k, v)| (k.to_string(), json!(v))).collect()),
         })
     }
+}
+
+/// A title redacted like argv, word by word (titles may carry a whole command line).
+fn redact_title(title: &str) -> String {
+    let words: Vec<String> = std::iter::once(String::new()).chain(title.split(' ').map(String::from)).collect();
+    redact_argv(&words)[1..].join(" ")
+}
+
+/// The command line without trailing empty arguments, and the process title when the
+/// program rewrote it (setproctitle): the text is followed by NUL padding (the kernel then
+/// returns the whole argument area: the title and empty strings), or it is one string that
+/// holds spaces or `::` (a title written past the original arguments).
+fn title_of(mut args: Vec<String>) -> (Vec<String>, Option<String>) {
+    let padded = args.len() > 1 && args.last().is_some_and(String::is_empty);
+    while args.last().is_some_and(String::is_empty) {
+        args.pop();
+    }
+    let title = match args.as_slice() {
+        [one] if padded || one.contains(' ') || one.contains("::") => Some(one.trim().to_string()),
+        _ => None,
+    };
+    (args, title)
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).
@@ -139,6 +195,12 @@ mod tests {
             end_unix_ms: 2500,
             exit,
             forked_from: Some(7),
+            start_unix_us: 1_000_123,
+            run_id: "r1".into(),
+            run_id_source: "env",
+            title: None,
+            comm: Some("python3".into()),
+            env: vec![("RANK", "0".into())],
         }
     }
 
@@ -151,6 +213,8 @@ mod tests {
                 "argv": ["python", "--token", "<redacted>"],
                 "exe": null, "start_unix_ms": 1000, "end_unix_ms": 2500,
                 "exit": "running", "exit_code": null, "forked_from": 7,
+                "start_unix_us": 1_000_123, "run_id": "r1", "run_id_source": "env",
+                "title": null, "comm": "python3", "env": {"RANK": "0"},
             })
         );
     }
@@ -175,6 +239,39 @@ mod tests {
         assert_eq!(p.start_unix_ms, 5);
         assert!(p.end_unix_ms > 1_600_000_000_000);
         assert_eq!(p.forked_from, None);
+    }
+
+    #[test]
+    fn titles_set_with_setproctitle() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // NUL padding after the title: the kernel returns the whole argument area.
+        let (argv, title) = title_of(v(&["sglang::scheduler_TP0", "", "", ""]));
+        assert_eq!((argv, title.as_deref()), (v(&["sglang::scheduler_TP0"]), Some("sglang::scheduler_TP0")));
+        // Written past the original arguments: one string.
+        assert_eq!(title_of(v(&["VLLM::Worker_TP1"])).1.as_deref(), Some("VLLM::Worker_TP1"));
+        assert_eq!(title_of(v(&["ray::IDLE worker"])).1.as_deref(), Some("ray::IDLE worker"));
+        // An ordinary command line has no title.
+        assert_eq!(title_of(v(&["python3", "-m", "x"])), (v(&["python3", "-m", "x"]), None));
+        assert_eq!(title_of(v(&["/usr/bin/engine"])).1, None);
+        assert_eq!(title_of(v(&[])), (v(&[]), None));
+    }
+
+    #[test]
+    fn titles_are_redacted() {
+        assert_eq!(redact_title("server --api-key sk-1 --port 80"), "server --api-key <redacted> --port 80");
+        assert_eq!(redact_title("sglang::scheduler_TP0"), "sglang::scheduler_TP0");
+    }
+
+    #[test]
+    fn gather_records_the_identity() {
+        let p = ProcessInfo::gather_at(5_000_123, ExitState::Running, None);
+        assert_eq!((p.start_unix_ms, p.start_unix_us), (5_000, 5_000_123));
+        assert!(!p.run_id.is_empty());
+        if std::env::var_os(identity::ENV_RUN_ID).is_none() {
+            assert_eq!(p.run_id_source, "process");
+            assert!(p.run_id.ends_with(&format!("-{}-5000", p.pid)), "{}", p.run_id);
+        }
+        assert!(p.comm.as_deref().is_some_and(|c| !c.is_empty()));
     }
 
     #[test]

@@ -13,15 +13,43 @@ pub fn fixtures() -> PathBuf {
     crate_dir().join("tests/fixtures")
 }
 
-/// `culedger ARGS...` run in the crate directory, without colour.
+/// `culedger ARGS...` run in the crate directory, without colour, in UTC, at the default
+/// width (no COLUMNS, not a terminal: 100 columns).
 pub fn culedger(args: &[&str]) -> Output {
+    culedger_env(args, &[])
+}
+
+/// [`culedger`] with extra environment variables.
+pub fn culedger_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_culedger"))
         .args(args)
         .current_dir(crate_dir())
         .env("NO_COLOR", "1")
+        .env("TZ", "UTC")
+        .env_remove("COLUMNS")
+        .env_remove("FORCE_COLOR")
         .env_remove("CULEDGER_LIB")
+        .env_remove("CULEDGER_RUN_ID")
+        .envs(env.iter().copied())
         .output()
         .expect("run culedger")
+}
+
+/// The widest line of a text.
+pub fn widest(text: &str) -> usize {
+    text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+/// Copies the reports of fixture runs into one new directory (as a reused `-o DIR` would
+/// leave them).
+pub fn mixed_dir(runs: &[&str]) -> tempfile::TempDir {
+    let d = tempdir();
+    for run in runs {
+        for e in std::fs::read_dir(fixtures().join(run)).unwrap().flatten() {
+            std::fs::copy(e.path(), d.path().join(e.file_name())).unwrap();
+        }
+    }
+    d
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -12,7 +12,7 @@ use libc::{c_char, c_int, c_uint, c_void};
 fn cost(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
     measured(sym, call, |l, m| {
         if let (0, Some(bytes)) = (m.rc, m.delta) {
-            l.driver_cost_at(m.dev, api(sym), bytes, m.site);
+            l.driver_cost_at(m.dev, api(sym), bytes, m.site, Some(m.start_us));
         }
     })
 }
@@ -23,7 +23,20 @@ pub unsafe fn cuda_device_enable_peer_access(
     peer: c_int,
     flags: c_uint,
 ) -> c_int {
-    cost(sym, || real(peer, flags))
+    // The runtime retains the peer device's primary context (creating it when this process
+    // had none there): memory on the peer that the current device's figure cannot show.
+    measured(
+        sym,
+        || real(peer, flags),
+        |l, m| {
+            if m.rc == 0 {
+                if let Some(bytes) = m.delta {
+                    l.driver_cost_at(m.dev, api(sym), bytes, m.site, Some(m.start_us));
+                }
+                l.peer_access(peer, api(sym), m.dev, m.start_us);
+            }
+        },
+    )
 }
 
 pub unsafe fn cu_ctx_enable_peer_access(
@@ -49,7 +62,7 @@ pub unsafe fn cu_device_primary_ctx_retain(
         || real(pctx, dev),
         |l, m| {
             if let (0, Some(bytes), true) = (m.rc, m.delta, m.dev == dev) {
-                l.driver_cost_at(dev, api(sym), bytes, m.site);
+                l.driver_cost_at(dev, api(sym), bytes, m.site, Some(m.start_us));
             }
         },
     )

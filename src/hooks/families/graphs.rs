@@ -82,7 +82,7 @@ fn instantiate(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
         if m.rc == 0 {
             l.graph_instantiate(m.dev, api(sym), m.delta);
             if let Some(bytes) = m.delta {
-                l.driver_cost_at(m.dev, api(sym), bytes, m.site);
+                l.driver_cost_at(m.dev, api(sym), bytes, m.site, Some(m.start_us));
             }
         }
     })

@@ -45,7 +45,7 @@ fn open(sym: Sym, opened: impl FnOnce() -> Option<u64>, call: impl FnOnce() -> c
             l.ipc_import(m.dev, ptr, address_range_size(ptr), name);
         }
         if let Some(bytes) = m.delta {
-            l.driver_cost_at(m.dev, name, bytes, m.site);
+            l.driver_cost_at(m.dev, name, bytes, m.site, Some(m.start_us));
         }
     })
 }

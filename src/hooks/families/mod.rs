@@ -124,10 +124,13 @@ pub(crate) struct Measured {
     pub dev: i32,
     pub delta: Option<i64>,
     pub site: u32,
+    /// When the free-memory figure before the call was read (`Ledger::t_us`).
+    pub start_us: u64,
 }
 
 /// Forward a call with hidden driver cost, bracketed by the driver's free-memory figure;
-/// `after` records what was measured, with the call site.
+/// `after` records what was measured, with the call site and the start of the measurement
+/// window on the ledger's `t_us` clock.
 #[inline]
 pub(crate) fn measured(
     sym: Sym,
@@ -138,6 +141,7 @@ pub(crate) fn measured(
     if !depth.outer {
         return call();
     }
+    let start_us = crate::ledger::global().t_us();
     let before = measure_free();
     let rc = call();
     let later = measure_free();
@@ -146,7 +150,7 @@ pub(crate) fn measured(
         _ => None,
     };
     let site = crate::sites::capture();
-    record(api(sym), |l| after(l, Measured { rc, dev: current_device(), delta, site }));
+    record(api(sym), |l| after(l, Measured { rc, dev: current_device(), delta, site, start_us }));
     rc
 }
 

@@ -1,0 +1,349 @@
+//! Hidden driver costs, de-noised at analysis time.
+//!
+//! The interposer measures a call's hidden cost as the device's free memory before minus
+//! after the call (`events[]` of kind `driver_cost`: `bytes`, the window `t0_us`..`t_us`).
+//! That is a device-wide difference: whatever another process of the run did on the device
+//! inside the window lands in it too (a peer rank creating its context while this rank
+//! opens an IPC handle made one of six identical runs charge `cudaIpcOpenMemHandle` 516 MiB
+//! instead of 4 MiB). For each measured call this module subtracts what the run's other
+//! processes demonstrably did on the same device inside the window, by absolute time:
+//!
+//! 1. their tracked allocations and frees (the change of their timelines over the window);
+//! 2. their own measured costs whose windows lie inside this one;
+//! 3. a context they created on this device inside the window: the first record of a
+//!    process on a device being a `peer_access` event (enabling peer access creates the
+//!    process's context on the peer device, which no figure of its own device shows). Its
+//!    size is not measured anywhere, so it is estimated as the device's context size: the
+//!    smallest untracked memory at a process's first query on the device (a process alone
+//!    on the device then holds its context and nothing else untracked). It is subtracted
+//!    only when the measurement evidently contains it (at least 95% of the estimate remains
+//!    after 1 and 2).
+//!
+//! What cannot be decided is marked `uncertain`: another process's measured window that
+//! only partly overlaps, or a context created in the window when no estimate exists or the
+//! measurement is smaller than the estimate. Calls beyond the report's bounded event list
+//! (or from writers without windows) are taken as measured.
+
+use crate::analysis::{DeviceGroup, Member};
+use crate::model::Event;
+use crate::units::fmt_bytes;
+use serde::Serialize;
+
+/// Hidden driver costs of one process and API on one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostRow {
+    pub pid: i64,
+    pub label: String,
+    pub api: String,
+    pub calls: i64,
+    /// After subtracting what other processes did inside the measurement windows.
+    pub bytes: i64,
+    /// As measured (free before minus free after, summed).
+    pub measured_bytes: i64,
+    /// Part of the measurement could not be attributed either way.
+    pub uncertain: bool,
+    /// What was subtracted or left uncertain, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// One measured call.
+#[derive(Clone)]
+pub struct Call<'a> {
+    pub member: Member<'a>,
+    pub api: &'a str,
+    /// The window in absolute µs: start (when recorded) and end.
+    pub start_us: Option<i64>,
+    pub end_us: i64,
+    pub measured: i64,
+}
+
+/// The size of a measured event: `bytes`, or the `N bytes` of its detail (older writers).
+fn event_bytes(e: &Event) -> Option<i64> {
+    e.bytes.or_else(|| e.detail.strip_suffix(" bytes").and_then(|n| n.trim().parse().ok()))
+}
+
+/// The measured calls of one process on the device, in record order.
+pub fn calls_of<'a>(m: Member<'a>) -> Vec<Call<'a>> {
+    m.dev
+        .events
+        .iter()
+        .filter(|e| e.kind == "driver_cost")
+        .filter_map(|e| {
+            Some(Call {
+                member: m,
+                api: e.api.as_str(),
+                start_us: e.t0_us.map(|t| m.abs_of(t)),
+                end_us: m.abs_us(e),
+                measured: event_bytes(e)?,
+            })
+        })
+        .collect()
+}
+
+/// Windows in which a process created its context on the device through peer access:
+/// `peer_access` events that are the process's first record on the device.
+fn context_windows<'a>(m: Member<'a>) -> Vec<(i64, i64)> {
+    let first = m.first_us();
+    m.dev
+        .events
+        .iter()
+        .filter(|e| e.kind == "peer_access")
+        .filter_map(|e| {
+            let (start, end) = (m.abs_of(e.t0_us?), m.abs_us(e));
+            (first == Some(start)).then_some((start, end))
+        })
+        .collect()
+}
+
+/// The estimated size of a context on this device and where it comes from: the smallest
+/// positive untracked memory at a process's first query on the device.
+pub fn context_estimate(g: &DeviceGroup) -> Option<(i64, String)> {
+    g.members
+        .iter()
+        .filter_map(|m| {
+            let p = crate::model::first_recorded(&m.dev.probes)?;
+            let r = g.reading(*m, p)?;
+            (r.untracked_bytes > 0).then(|| (r.untracked_bytes, m.pid()))
+        })
+        .min()
+        .map(|(bytes, pid)| (bytes, format!("{pid}'s first query")))
+}
+
+fn overlaps(a: (i64, i64), b: (i64, i64)) -> bool {
+    a.0 <= b.1 && b.0 <= a.1
+}
+
+/// One call, de-noised: (bytes, uncertain, notes).
+pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -> (i64, bool, Vec<String>) {
+    let Some(start) = call.start_us else {
+        return (call.measured, false, Vec::new());
+    };
+    let window = (start, call.end_us);
+    let (mut rest, mut uncertain, mut notes) = (call.measured, false, Vec::new());
+    let c = &g.clock;
+    for o in g.members.iter().filter(|o| !std::ptr::eq(o.report, call.member.report)) {
+        let who = o.pid();
+        let total = |at: i64| o.live_at(at).iter().sum::<i64>();
+        let moved = total(window.1) - total(window.0);
+        if moved != 0 {
+            rest -= moved;
+            let verb = if moved > 0 { "allocated" } else { "freed" };
+            notes.push(format!("{who} {verb} {} during the call at {}", fmt_bytes(moved.abs()), c.at(call.end_us)));
+        }
+        for oc in calls_of(*o) {
+            let Some(os) = oc.start_us else { continue };
+            if !overlaps(window, (os, oc.end_us)) {
+                continue;
+            }
+            if os >= window.0 && oc.end_us <= window.1 {
+                rest -= oc.measured;
+                notes.push(format!(
+                    "minus {} measured by {who}'s {} inside this window",
+                    fmt_bytes(oc.measured),
+                    oc.api
+                ));
+            } else {
+                uncertain = true;
+                notes.push(format!("uncertain: overlaps {who}'s {} at {}", oc.api, c.at(oc.end_us)));
+            }
+        }
+        for ctx in context_windows(*o) {
+            if !overlaps(window, ctx) {
+                continue;
+            }
+            let inside = ctx.0 >= window.0 && ctx.1 <= window.1;
+            match estimate {
+                Some((size, from)) if rest * 100 >= size * 95 => {
+                    rest -= size;
+                    notes.push(format!(
+                        "minus {}: {who}'s context here (its peer access at {} fell in the window; size estimated \
+                         from {from})",
+                        fmt_bytes(*size),
+                        c.at(ctx.1)
+                    ));
+                }
+                Some(_) if !inside => {}
+                _ => {
+                    uncertain = true;
+                    notes.push(format!(
+                        "uncertain: {who} created its context on this GPU (peer access at {}) during this call",
+                        c.at(ctx.1)
+                    ));
+                }
+            }
+        }
+    }
+    (rest, uncertain, notes)
+}
+
+/// The de-noised costs per process and API, in member order and each member's API order.
+pub fn rows(g: &DeviceGroup) -> Vec<CostRow> {
+    let estimate = context_estimate(g);
+    let mut out = Vec::new();
+    for m in &g.members {
+        let calls = calls_of(*m);
+        for cost in &m.dev.driver_costs {
+            let mine: Vec<&Call> = calls.iter().filter(|c| c.api == cost.api).collect();
+            let mut row = CostRow {
+                pid: m.pid(),
+                label: m.label(),
+                api: cost.api.clone(),
+                calls: cost.calls,
+                bytes: 0,
+                measured_bytes: cost.bytes,
+                uncertain: false,
+                notes: Vec::new(),
+            };
+            let seen: i64 = mine.iter().map(|c| c.measured).sum();
+            for call in &mine {
+                let (bytes, uncertain, notes) = denoise(g, call, estimate.as_ref());
+                row.bytes += bytes;
+                row.uncertain |= uncertain;
+                for n in notes {
+                    if !row.notes.contains(&n) {
+                        row.notes.push(n);
+                    }
+                }
+            }
+            // Calls the bounded event list did not keep count as measured.
+            row.bytes += cost.bytes - seen;
+            let missing = cost.calls - mine.len() as i64;
+            if missing > 0 && !row.notes.is_empty() {
+                row.notes.push(format!("{missing} more calls not in the report's event list: taken as measured"));
+            }
+            out.push(row);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis::groups;
+    use crate::load::Run;
+    use crate::model::Report;
+    use serde_json::{json, Value};
+
+    const MIB: i64 = 1 << 20;
+
+    /// A rank on `dev` with a first probe (its context, 512 MiB, alone on the device) and
+    /// the measured calls `(t0_us, t_us, api, bytes)`; `peer` adds a peer_access event.
+    fn rank(pid: i64, dev: i64, calls: &[(i64, i64, &str, i64)], extra: Vec<Value>) -> Report {
+        let mut events: Vec<Value> = calls
+            .iter()
+            .map(|&(t0, t, api, b)| {
+                json!({"t_ms": t / 1000, "t_us": t, "kind": "driver_cost", "api": api, "bytes": b, "t0_us": t0,
+                       "detail": format!("{b} bytes")})
+            })
+            .collect();
+        events.extend(extra);
+        let mut costs: Vec<Value> = Vec::new();
+        for &(_, _, api, b) in calls {
+            match costs.iter_mut().find(|c| c["api"] == api) {
+                Some(c) => {
+                    c["calls"] = json!(c["calls"].as_i64().unwrap() + 1);
+                    c["bytes"] = json!(c["bytes"].as_i64().unwrap() + b);
+                }
+                None => costs.push(json!({"api": api, "calls": 1, "bytes": b})),
+            }
+        }
+        serde_json::from_value(json!({
+            "schema": "culedger/1",
+            "process": {"pid": pid, "host": "h", "start_unix_ms": 0, "start_unix_us": 0, "end_unix_ms": 100,
+                        "exit": "exit", "exit_code": 0},
+            "devices": [{"index": dev, "total_bytes": 1024 * MIB,
+                         "probes": [{"t_ms": 0, "t_us": 10, "seq": 1, "api": "cudaMemGetInfo",
+                                     "free_bytes": 512 * MIB, "total_bytes": 1024 * MIB}],
+                         "driver_costs": costs, "events": events}],
+        }))
+        .unwrap()
+    }
+
+    fn peer(pid: i64, dev: i64, t0: i64, t: i64) -> Report {
+        serde_json::from_value(json!({
+            "schema": "culedger/1",
+            "process": {"pid": pid, "host": "h", "start_unix_ms": 0, "start_unix_us": 0, "end_unix_ms": 100,
+                        "exit": "exit", "exit_code": 0},
+            "devices": [{"index": dev, "events": [{"t_ms": t / 1000, "t_us": t, "kind": "peer_access",
+                        "api": "cudaDeviceEnablePeerAccess", "t0_us": t0, "detail": "peer access from device 0"}]}],
+        }))
+        .unwrap()
+    }
+
+    fn costs(procs: Vec<Report>) -> Vec<(i64, String, i64, i64, bool)> {
+        let run = Run { label: "t".into(), procs, ..Run::default() };
+        let g = &groups(&run)[0];
+        super::rows(g).into_iter().map(|r| (r.pid, r.api, r.bytes, r.measured_bytes, r.uncertain)).collect()
+    }
+
+    #[test]
+    fn a_peer_context_created_inside_the_window_is_subtracted() {
+        // Rank 1's second IPC open (window 2000..2100 µs) contains rank 0's peer access to
+        // GPU 1 (2020..2050): 514 MiB measured, 2 MiB its own.
+        let r1 = rank(
+            11,
+            1,
+            &[(1000, 1100, "cudaIpcOpenMemHandle", 2 * MIB), (2000, 2100, "cudaIpcOpenMemHandle", 514 * MIB)],
+            vec![],
+        );
+        let rows = costs(vec![r1.clone(), peer(10, 1, 2020, 2050)]);
+        assert_eq!(rows, [(11, "cudaIpcOpenMemHandle".to_string(), 4 * MIB, 516 * MIB, false)]);
+        // The same run where the context came between the calls: nothing to subtract.
+        let clean = rank(
+            11,
+            1,
+            &[(1000, 1100, "cudaIpcOpenMemHandle", 2 * MIB), (2000, 2100, "cudaIpcOpenMemHandle", 2 * MIB)],
+            vec![],
+        );
+        let rows = costs(vec![clean, peer(10, 1, 1500, 1600)]);
+        assert_eq!(rows, [(11, "cudaIpcOpenMemHandle".to_string(), 4 * MIB, 4 * MIB, false)]);
+    }
+
+    #[test]
+    fn a_peer_window_that_only_overlaps_is_left_alone_when_the_measurement_does_not_hold_it() {
+        let r1 = rank(11, 1, &[(2000, 2100, "cudaIpcOpenMemHandle", 2 * MIB)], vec![]);
+        let rows = costs(vec![r1, peer(10, 1, 1950, 2010)]);
+        assert_eq!(rows[0].2, 2 * MIB);
+        assert!(!rows[0].4);
+    }
+
+    #[test]
+    fn without_an_estimate_the_call_is_uncertain() {
+        let mut r1 = rank(11, 1, &[(2000, 2100, "cudaIpcOpenMemHandle", 514 * MIB)], vec![]);
+        r1.devices[0].probes.clear();
+        let rows = costs(vec![r1, peer(10, 1, 2020, 2050)]);
+        assert_eq!((rows[0].2, rows[0].4), (514 * MIB, true));
+    }
+
+    #[test]
+    fn other_processes_allocations_in_the_window_are_subtracted() {
+        let r1 = rank(11, 0, &[(2000, 2100, "cuModuleLoadData", 72 * MIB)], vec![]);
+        let mut r0: Report = serde_json::from_value(json!({
+            "schema": "culedger/1",
+            "process": {"pid": 10, "host": "h", "start_unix_ms": 0, "start_unix_us": 0, "end_unix_ms": 100, "exit": "exit"},
+            "devices": [{"index": 0, "timeline": [
+                {"t_ms": 1, "t_us": 1000, "live_bytes": 0, "other": 0},
+                {"t_ms": 2, "t_us": 2050, "live_bytes": 64 * MIB, "other": 64 * MIB}]}],
+        }))
+        .unwrap();
+        r0.devices[0].alloc_count = 1;
+        let rows = costs(vec![r1, r0]);
+        assert_eq!(rows[0].2, 8 * MIB);
+    }
+
+    #[test]
+    fn overlapping_measurements_of_two_processes_are_uncertain() {
+        let a = rank(11, 0, &[(2000, 2100, "cuModuleLoadData", 16 * MIB)], vec![]);
+        let b = rank(12, 0, &[(2050, 2200, "cuModuleLoadData", 16 * MIB)], vec![]);
+        let rows = costs(vec![a, b]);
+        assert!(rows.iter().all(|r| r.4 && r.2 == 16 * MIB), "{rows:?}");
+    }
+
+    #[test]
+    fn writers_without_windows_are_taken_as_measured() {
+        let mut r1 = rank(11, 1, &[(2000, 2100, "cudaIpcOpenMemHandle", 514 * MIB)], vec![]);
+        r1.devices[0].events[0].t0_us = None;
+        let rows = costs(vec![r1, peer(10, 1, 2020, 2050)]);
+        assert_eq!((rows[0].2, rows[0].4), (514 * MIB, false));
+    }
+}

@@ -1,0 +1,430 @@
+//! The output layer shared by every command that prints text: how wide the output may be,
+//! whether to colour it, word wrapping, and tables that fit the width.
+//!
+//! - Width: `COLUMNS` when it is set to a number (at least [`MIN_WIDTH`]), else the width of
+//!   the terminal the output goes to, else [`DEFAULT_WIDTH`] (a pipe, a file, CI logs).
+//! - Colour: `--color always|never`, else `FORCE_COLOR` (set and not `0`), else `NO_COLOR`
+//!   (set and not empty: no colour), else colour only on a terminal.
+//! - Tables ([`render_table`]): numbers (right-aligned columns) always keep their full
+//!   width; when the table is wider than the output, the free-text columns (process names,
+//!   "why it matters", call sites) are narrowed, widest first, and their cells wrap onto
+//!   more lines. No column and no number is ever dropped; a table whose numbers alone do
+//!   not fit is printed wider than the output rather than losing one.
+//! - Paragraphs ([`wrap`]) wrap at word boundaries; a word longer than the width is split.
+
+use std::io::IsTerminal;
+
+/// Width when the output is not a terminal and `COLUMNS` is not set.
+pub const DEFAULT_WIDTH: usize = 100;
+/// Narrowest width honoured (smaller `COLUMNS` values are raised to it).
+pub const MIN_WIDTH: usize = 40;
+/// Words up to this long (identifiers such as API names) are never split when a column
+/// is narrowed; longer ones may be.
+const MAX_WORD: usize = 16;
+/// Narrowest an abbreviated column is made.
+const ABBREV_COLUMN: usize = 12;
+/// Text columns are first narrowed only down to this width (then further if need be).
+const COMFORTABLE: usize = 24;
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// Colour on a terminal, unless NO_COLOR is set (FORCE_COLOR forces it)
+    #[default]
+    Auto,
+    /// Always colour (ANSI escapes)
+    Always,
+    /// Never colour
+    Never,
+}
+
+/// Where text output goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn is_terminal(self) -> bool {
+        match self {
+            Stream::Stdout => std::io::stdout().is_terminal(),
+            Stream::Stderr => std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn fd(self) -> i32 {
+        match self {
+            Stream::Stdout => 1,
+            Stream::Stderr => 2,
+        }
+    }
+}
+
+/// How text is rendered: colour and width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    pub color: bool,
+    pub width: usize,
+}
+
+impl Default for Style {
+    fn default() -> Self {
+        Style { color: false, width: DEFAULT_WIDTH }
+    }
+}
+
+impl Style {
+    /// The style for output written to `stream`, from the choice, the environment and the
+    /// terminal.
+    pub fn for_stream(choice: ColorChoice, stream: Stream) -> Style {
+        let env = |k: &str| std::env::var(k).ok();
+        let tty = stream.is_terminal();
+        Style {
+            color: use_color(choice, env("FORCE_COLOR").as_deref(), env("NO_COLOR").as_deref(), tty),
+            width: width(env("COLUMNS").as_deref(), if tty { terminal_width(stream.fd()) } else { None }),
+        }
+    }
+
+    /// `s` in the ANSI style `code` when colouring.
+    pub fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// Whether to colour (see the module documentation for the order).
+pub fn use_color(choice: ColorChoice, force: Option<&str>, no_color: Option<&str>, tty: bool) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            if force.is_some_and(|v| !v.is_empty() && v != "0" && v != "false") {
+                true
+            } else if no_color.is_some_and(|v| !v.is_empty()) {
+                false
+            } else {
+                tty
+            }
+        }
+    }
+}
+
+/// The output width: `COLUMNS` (a number), else the terminal's, else [`DEFAULT_WIDTH`].
+pub fn width(columns: Option<&str>, terminal: Option<usize>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+        .or(terminal.filter(|&t| t > 0))
+        .unwrap_or(DEFAULT_WIDTH)
+        .max(MIN_WIDTH)
+}
+
+/// The width of the terminal on `fd`, if it is one.
+fn terminal_width(fd: i32) -> Option<usize> {
+    // SAFETY: TIOCGWINSZ fills a winsize owned by this frame; a non-terminal returns -1.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col as usize)
+}
+
+/// Display width of a string (characters; the outputs are ASCII but for names).
+pub fn display_width(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// Word-wraps `text` at `width` columns; continuation lines start with `indent`. A word
+/// longer than the line is split. Existing line breaks are kept.
+pub fn wrap_indent(text: &str, width: usize, indent: &str) -> Vec<String> {
+    let iw = display_width(indent);
+    let width = width.max(iw + 1);
+    let mut lines: Vec<String> = Vec::new();
+    let (mut line, mut len, mut start) = (String::new(), 0usize, 0usize);
+    for (k, para) in text.split('\n').enumerate() {
+        if k > 0 {
+            lines.push(std::mem::replace(&mut line, indent.to_string()));
+            (len, start) = (iw, iw);
+        }
+        for word in para.split(' ').filter(|w| !w.is_empty()) {
+            let mut word = word.to_string();
+            loop {
+                let wl = display_width(&word);
+                let need = if len > start { wl + 1 } else { wl };
+                if len + need <= width {
+                    if len > start {
+                        line.push(' ');
+                    }
+                    line.push_str(&word);
+                    len += need;
+                    break;
+                }
+                if len == start {
+                    // A word longer than a whole line: split it.
+                    let room = width - len;
+                    line.extend(word.chars().take(room));
+                    word = word.chars().skip(room).collect();
+                }
+                lines.push(std::mem::replace(&mut line, indent.to_string()));
+                (len, start) = (iw, iw);
+                if word.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    lines.push(line);
+    lines
+}
+
+/// Word-wraps `text` at `width` columns.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    wrap_indent(text, width, "")
+}
+
+/// A table to render: headers, rows, and which columns are numbers (right-aligned, never
+/// narrowed).
+pub struct TableSpec<'a> {
+    pub headers: &'a [String],
+    pub rows: &'a [Vec<String>],
+    pub right: &'a [usize],
+    /// Text columns shortened with `...` instead of wrapped.
+    pub abbrev: &'a [usize],
+}
+
+/// Shortens `text` to `width` columns, ending with `...` when something was cut.
+pub fn abbreviate(text: &str, width: usize) -> String {
+    if display_width(text) <= width {
+        return text.to_string();
+    }
+    if width <= 3 {
+        return text.chars().take(width).collect();
+    }
+    let head: String = text.chars().take(width - 3).collect();
+    format!("{}...", head.trim_end())
+}
+
+/// The width a table with these column widths takes: `| a   b |`.
+fn table_width(widths: &[usize]) -> usize {
+    widths.iter().sum::<usize>() + 3 * widths.len() + 1
+}
+
+/// How a column may be narrowed (see [`fit_columns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Give {
+    /// Numbers: only the header wraps.
+    Header,
+    /// Sentences: wrapped at spaces.
+    Sentences,
+    /// Names repeated on every row: shortened with `...`.
+    Abbreviate,
+    /// Single words (API names, identifiers): split only as a last resort.
+    Words,
+}
+
+/// Column widths that fit `max` when possible. Columns are narrowed widest first, never
+/// below their floors (numbers: their widest value; text: its longest word, at most
+/// [`MAX_WORD`]; abbreviated text: [`ABBREV_COLUMN`]), in this order: headers of numbers;
+/// sentences down to [`COMFORTABLE`] columns; abbreviated names down to [`COMFORTABLE`];
+/// then all text, widest first, down to the floors.
+pub fn fit_columns(natural: &[usize], floors: &[usize], gives: &[Give], max: usize) -> Vec<usize> {
+    use Give::*;
+    let mut widths = natural.to_vec();
+    // (what narrows together, the width it keeps at least)
+    let stages: [(&[Give], usize); 4] = [
+        (&[Header], 0),
+        (&[Sentences], COMFORTABLE),
+        (&[Abbreviate], COMFORTABLE),
+        (&[Sentences, Abbreviate, Words], 0),
+    ];
+    for (class, least) in stages {
+        while table_width(&widths) > max {
+            let widest = (0..widths.len())
+                .filter(|&i| class.contains(&gives[i]) && widths[i] > floors[i].max(least))
+                .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)));
+            match widest {
+                Some(i) => widths[i] -= 1,
+                None => break,
+            }
+        }
+    }
+    widths
+}
+
+/// Renders a table in the ASCII style of the outputs (borders, a `=` rule under the
+/// header, no inner lines), fitted to `max` columns.
+pub fn render_table(t: &TableSpec, max: usize) -> String {
+    let n = t.headers.len();
+    let cell = |r: &Vec<String>, i: usize| r.get(i).cloned().unwrap_or_default();
+    let mut natural = vec![0usize; n];
+    let mut floors = vec![0usize; n];
+    for i in 0..n {
+        let longest_word = |text: &str| text.split(' ').map(display_width).max().unwrap_or(0);
+        natural[i] = display_width(&t.headers[i]);
+        // A header may wrap at its spaces, numbers never.
+        floors[i] = longest_word(&t.headers[i]).min(MAX_WORD);
+        for text in t.rows.iter().map(|r| cell(r, i)) {
+            natural[i] = natural[i].max(display_width(&text));
+            let floor = if t.right.contains(&i) {
+                display_width(&text)
+            } else if t.abbrev.contains(&i) {
+                display_width(&text).min(ABBREV_COLUMN)
+            } else {
+                longest_word(&text).min(MAX_WORD)
+            };
+            floors[i] = floors[i].max(floor);
+        }
+    }
+    let gives: Vec<Give> = (0..n)
+        .map(|i| {
+            if t.right.contains(&i) {
+                Give::Header
+            } else if t.abbrev.contains(&i) {
+                Give::Abbreviate
+            } else if t.rows.iter().all(|r| !cell(r, i).contains(' ')) {
+                Give::Words
+            } else {
+                Give::Sentences
+            }
+        })
+        .collect();
+    let widths = fit_columns(&natural, &floors, &gives, max);
+    let inner = table_width(&widths) - 2;
+    let border = format!("+{}+\n", "-".repeat(inner));
+    let mut out = border.clone();
+    let line = |cells: Vec<String>, out: &mut String| {
+        let wrapped: Vec<Vec<String>> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if t.abbrev.contains(&i) { vec![abbreviate(c, widths[i])] } else { wrap(c, widths[i]) })
+            .collect();
+        let height = wrapped.iter().map(Vec::len).max().unwrap_or(1);
+        for k in 0..height {
+            out.push('|');
+            for (i, lines) in wrapped.iter().enumerate() {
+                let text = lines.get(k).map(String::as_str).unwrap_or("");
+                let pad = widths[i].saturating_sub(display_width(text));
+                if t.right.contains(&i) {
+                    out.push_str(&format!(" {}{} ", " ".repeat(pad), text));
+                } else {
+                    out.push_str(&format!(" {}{} ", text, " ".repeat(pad)));
+                }
+                if i + 1 < n {
+                    out.push(' ');
+                }
+            }
+            out.push_str("|\n");
+        }
+    };
+    line(t.headers.to_vec(), &mut out);
+    out.push_str(&format!("+{}+\n", "=".repeat(inner)));
+    for r in t.rows {
+        line((0..n).map(|i| cell(r, i)).collect(), &mut out);
+    }
+    out.push_str(&border);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn width_order() {
+        assert_eq!(width(Some("80"), Some(200)), 80, "COLUMNS wins");
+        assert_eq!(width(None, Some(132)), 132);
+        assert_eq!(width(None, None), DEFAULT_WIDTH);
+        assert_eq!(width(Some("abc"), None), DEFAULT_WIDTH);
+        assert_eq!(width(Some("10"), None), MIN_WIDTH);
+        assert_eq!(width(Some("0"), Some(90)), 90);
+    }
+
+    #[test]
+    fn colour_order() {
+        use ColorChoice::*;
+        assert!(use_color(Always, None, Some("1"), false));
+        assert!(!use_color(Never, Some("1"), None, true));
+        assert!(use_color(Auto, Some("1"), Some("1"), false), "FORCE_COLOR forces");
+        assert!(!use_color(Auto, Some("0"), None, false));
+        assert!(!use_color(Auto, None, Some("1"), true), "NO_COLOR on a terminal");
+        assert!(use_color(Auto, None, Some(""), true));
+        assert!(!use_color(Auto, None, None, false), "a pipe");
+    }
+
+    #[test]
+    fn wraps_words_and_splits_long_ones() {
+        assert_eq!(wrap("one two three four", 9), ["one two", "three", "four"]);
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 10), [""]);
+        assert_eq!(wrap_indent("aaa bbb ccc", 7, "  "), ["aaa bbb", "  ccc"]);
+        for line in wrap("the quick brown fox jumps over the lazy dog again and again", 12) {
+            assert!(line.len() <= 12, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_table_that_fits_is_unchanged() {
+        let headers = strings(&["pid", "name"]);
+        let rows = vec![strings(&["1", "a"]), strings(&["100", "bbb"])];
+        let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0], abbrev: &[] }, 100);
+        assert_eq!(
+            out,
+            "+------------+\n| pid   name |\n+============+\n|   1   a    |\n| 100   bbb  |\n+------------+\n"
+        );
+    }
+
+    #[test]
+    fn narrowing_wraps_text_and_keeps_numbers() {
+        let headers = strings(&["bytes", "why it matters", "api"]);
+        let rows = vec![strings(&[
+            "7.31 GiB",
+            "before the largest allocation (other cudaMalloc of 7.31 GiB at 0.080s); before the failed cudaMalloc",
+            "cudaMalloc",
+        ])];
+        let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0], abbrev: &[] }, 50);
+        for line in out.lines() {
+            assert!(line.len() <= 50, "{line:?}\n{out}");
+        }
+        assert!(out.contains("7.31 GiB"), "{out}");
+        let text: String = out.split_whitespace().collect::<Vec<_>>().join(" ");
+        for word in ["before", "largest", "0.080s);", "failed", "cudaMalloc"] {
+            assert!(text.contains(word), "{word} kept: {out}");
+        }
+    }
+
+    #[test]
+    fn names_are_abbreviated() {
+        assert_eq!(abbreviate("sglang_sim.py --worker 0 --tp 2", 16), "sglang_sim.py...");
+        assert_eq!(abbreviate("sglang_sim.py --worker 0 --tp 2", 12), "sglang_si...");
+        assert_eq!(abbreviate("short", 16), "short");
+        let headers = strings(&["process", "why it matters"]);
+        let rows = vec![strings(&["5102 sglang_sim.py --worker 0 --tp 2 --allreduce custom", &"word ".repeat(30)])];
+        let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[], abbrev: &[0] }, 60);
+        assert!(out.lines().all(|l| l.len() <= 60), "{out}");
+        assert_eq!(out.matches("5102 sglang").count(), 1, "one line for the name: {out}");
+        assert!(out.contains("..."), "{out}");
+    }
+
+    #[test]
+    fn headers_of_numbers_wrap_but_numbers_do_not() {
+        let headers = strings(&["driver costs", "note"]);
+        let rows = vec![strings(&["1.78 GiB", &"word ".repeat(20)])];
+        let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0], abbrev: &[] }, 30);
+        assert!(out.lines().all(|l| l.len() <= 30), "{out}");
+        assert!(out.contains("  driver ") && out.contains("   costs ") && out.contains("1.78 GiB"), "{out}");
+    }
+
+    #[test]
+    fn numbers_are_never_narrowed() {
+        let headers = strings(&["a", "b", "c"]);
+        let rows = vec![strings(&["123456789012345", "123456789012345", "x"])];
+        let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0, 1], abbrev: &[] }, 20);
+        assert!(out.contains("123456789012345   123456789012345"), "{out}");
+    }
+}

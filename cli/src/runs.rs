@@ -1,0 +1,433 @@
+//! Runs kept apart, selections, and how each process ended.
+//!
+//! A run is the set of processes of one launch. `culedger run` gives its whole process
+//! tree one id (`CULEDGER_RUN_ID`, `process.run_id_source: "env"`). A process preloaded
+//! without one names itself (`"process"`), and so do its children; such processes are put
+//! back together by their parentage: a child joins the run of its parent (`ppid` or
+//! `forked_from`, same host, parent started before and still reporting when the child
+//! started), and siblings (same host, same parent pid other than 0 and 1, lifetimes that
+//! overlap) join each other. Reports from writers before run ids are grouped the same way.
+//!
+//! `report`, `diff` and `check` read one run: reports of several runs in one directory (a
+//! reused `-o DIR`, files copied together) are refused in one line unless `--merge-runs`
+//! adds them up or `--run ID` picks one.
+
+use crate::error::{Fail, Result};
+use crate::load::{Run, SummaryMeta};
+use crate::model::Report;
+use std::collections::BTreeMap;
+
+/// One run in a set of reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunGroup {
+    /// The run id (of the run's first process when they named themselves).
+    pub id: String,
+    /// Indices into the run's processes, in their order.
+    pub procs: Vec<usize>,
+}
+
+/// How far (µs) a parent's last report may lag its child's start: reports are rewritten
+/// every second while a process runs.
+const REPORT_LAG_US: i64 = 2_000_000;
+
+struct Sets(Vec<usize>);
+
+impl Sets {
+    fn find(&mut self, i: usize) -> usize {
+        let mut r = i;
+        while self.0[r] != r {
+            r = self.0[r];
+        }
+        self.0[i] = r;
+        r
+    }
+    fn union(&mut self, a: usize, b: usize) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra != rb {
+            // The earlier index (earlier start: processes are sorted) becomes the root.
+            let (lo, hi) = (ra.min(rb), ra.max(rb));
+            self.0[hi] = lo;
+        }
+    }
+}
+
+fn from_env(r: &Report) -> Option<&str> {
+    (r.process.run_id_source.as_deref() == Some("env")).then_some(r.process.run_id.as_deref()).flatten()
+}
+
+/// Groups the processes of `procs` (sorted by host, start, pid) into runs, in the order of
+/// their first process.
+pub fn group(procs: &[Report]) -> Vec<RunGroup> {
+    let mut sets = Sets((0..procs.len()).collect());
+    let mut by_id: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, r) in procs.iter().enumerate() {
+        if let Some(id) = from_env(r) {
+            match by_id.get(id) {
+                Some(&j) => sets.union(i, j),
+                None => {
+                    by_id.insert(id, i);
+                }
+            }
+        }
+    }
+    for (i, child) in procs.iter().enumerate() {
+        if from_env(child).is_some() {
+            continue;
+        }
+        let c = &child.process;
+        for (j, other) in procs.iter().enumerate() {
+            let o = &other.process;
+            if i == j || o.host != c.host {
+                continue;
+            }
+            let parent = (o.pid == c.ppid || Some(o.pid) == c.forked_from)
+                && o.start_us() <= c.start_us()
+                && o.end_us() + REPORT_LAG_US >= c.start_us();
+            let sibling = from_env(other).is_none()
+                && c.ppid > 1
+                && o.ppid == c.ppid
+                && o.start_us() <= c.end_us()
+                && c.start_us() <= o.end_us();
+            if parent || sibling {
+                sets.union(i, j);
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..procs.len() {
+        let root = sets.find(i);
+        groups.entry(root).or_default().push(i);
+    }
+    let mut out: Vec<RunGroup> = groups
+        .into_values()
+        .map(|members| {
+            let first = members.iter().copied().min_by_key(|&i| (procs[i].process.start_us(), i)).unwrap_or(0);
+            let p = &procs[first].process;
+            let id = members
+                .iter()
+                .find_map(|&i| from_env(&procs[i]).map(String::from))
+                .or_else(|| p.run_id.clone())
+                .unwrap_or_else(|| format!("{}-{}-{}", p.host, p.pid, p.start_unix_ms));
+            RunGroup { id, procs: members }
+        })
+        .collect();
+    out.sort_by_key(|g| g.procs.iter().map(|&i| procs[i].process.start_us()).min().unwrap_or(0));
+    out
+}
+
+/// `culedger report|diff|check` options that choose what to read.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Add up the processes of several runs.
+    pub merge_runs: bool,
+    /// Keep only the run with this id (or id prefix).
+    pub run: Option<String>,
+    /// Keep only these device indices / pids / hosts (empty: all).
+    pub devices: Vec<i64>,
+    pub pids: Vec<i64>,
+    pub hosts: Vec<String>,
+}
+
+impl Run {
+    fn retain_procs(&mut self, mut keep: impl FnMut(&Report) -> bool) {
+        let (procs, sources): (Vec<_>, Vec<_>) = std::mem::take(&mut self.procs)
+            .into_iter()
+            .zip(std::mem::take(&mut self.sources))
+            .filter(|(r, _)| keep(r))
+            .unzip();
+        self.procs = procs;
+        self.sources = sources;
+    }
+}
+
+/// One run out of `run`, as `sel` asks; the run ids it holds are in `run.run_ids`.
+pub fn select(mut run: Run, sel: &Selection) -> Result<Run> {
+    let groups = group(&run.procs);
+    let chosen: Vec<&RunGroup> = match &sel.run {
+        Some(want) => {
+            let exact: Vec<&RunGroup> = groups.iter().filter(|g| &g.id == want).collect();
+            let found =
+                if exact.is_empty() { groups.iter().filter(|g| g.id.starts_with(want)).collect() } else { exact };
+            match found.len() {
+                1 => found,
+                0 => {
+                    return Err(Fail::input(format!(
+                        "{}: no run {want} here (runs: {})",
+                        run.label.trim_end(),
+                        list(&groups, &run.procs)
+                    )))
+                }
+                _ => {
+                    return Err(Fail::input(format!("--run {want} matches {} runs: give more of the id", found.len())))
+                }
+            }
+        }
+        None if groups.len() > 1 && !sel.merge_runs => {
+            return Err(Fail::input(format!(
+                "{}: reports of {} different runs ({}); add --merge-runs to add them up, or --run ID to read one",
+                run.label.trim_end(),
+                groups.len(),
+                list(&groups, &run.procs)
+            )))
+        }
+        None => groups.iter().collect(),
+    };
+    let keep: Vec<usize> = chosen.iter().flat_map(|g| g.procs.iter().copied()).collect();
+    run.run_ids = chosen.iter().map(|g| g.id.clone()).collect();
+    let mut i = 0;
+    run.retain_procs(|_| {
+        i += 1;
+        keep.contains(&(i - 1))
+    });
+    filter(run, sel)
+}
+
+/// `id: N processes from HH:MM:SS` for each group.
+fn list(groups: &[RunGroup], procs: &[Report]) -> String {
+    groups
+        .iter()
+        .map(|g| {
+            let start = g.procs.iter().map(|&i| procs[i].process.start_us()).min().unwrap_or(0);
+            format!(
+                "{}: {} from {}",
+                g.id,
+                crate::report::count(g.procs.len(), "process", "processes"),
+                crate::clock::fmt_wall(start)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Keeps the devices, pids and hosts asked for.
+fn filter(mut run: Run, sel: &Selection) -> Result<Run> {
+    let wanted = |list: &[i64], v: i64| list.is_empty() || list.contains(&v);
+    run.retain_procs(|r| {
+        wanted(&sel.pids, r.process.pid) && (sel.hosts.is_empty() || sel.hosts.contains(&r.process.host))
+    });
+    if !sel.devices.is_empty() {
+        for r in &mut run.procs {
+            r.devices.retain(|d| sel.devices.contains(&d.index));
+        }
+        run.retain_procs(|r| !r.devices.is_empty());
+    }
+    if run.procs.is_empty() {
+        let mut asked = Vec::new();
+        for (flag, values) in [
+            ("--device", sel.devices.iter().map(i64::to_string).collect::<Vec<_>>()),
+            ("--pid", sel.pids.iter().map(i64::to_string).collect()),
+            ("--host", sel.hosts.clone()),
+        ] {
+            if !values.is_empty() {
+                asked.push(format!("{flag} {}", values.join(",")));
+            }
+        }
+        return Err(Fail::input(format!("{}: no process matches {}", run.label.trim_end(), asked.join(" "))));
+    }
+    Ok(run)
+}
+
+/// Signal names for exit statuses.
+pub fn signal_name(sig: i64) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// This machine's host name.
+fn local_host() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; the last byte stays NUL.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    (rc == 0).then(|| String::from_utf8_lossy(&buf[..len]).into_owned())
+}
+
+/// Whether the process that wrote `r` still runs: it is on this host, its pid exists, and
+/// that pid's process started no later than the report's process (not a reused pid).
+/// None when it cannot be told (another host).
+fn alive(r: &Report) -> Option<bool> {
+    let p = &r.process;
+    if local_host().as_deref() != Some(p.host.as_str()) {
+        return None;
+    }
+    let pid = libc::pid_t::try_from(p.pid).ok()?;
+    // SAFETY: kill with signal 0 only checks existence and permission.
+    let exists =
+        unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
+        return Some(false);
+    }
+    Some(started_unix_us(p.pid).is_none_or(|s| s <= p.start_us() + 1_000_000))
+}
+
+/// When a local process started (µs since the epoch), from /proc.
+fn started_unix_us(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let ticks: i64 = after.split(' ').nth(19)?.parse().ok()?;
+    let btime: i64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse().ok()))?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Some(btime * 1_000_000 + ticks * 1_000_000 / hz)
+}
+
+/// How the process ended, in words: `exit 1`, `killed by SIGTERM`, `running`,
+/// `no final report (killed?)`. `summary` is what `culedger run` recorded, if anything.
+pub fn status(r: &Report, summary: Option<&SummaryMeta>) -> String {
+    let p = &r.process;
+    match p.exit.as_str() {
+        "exit" => match p.exit_code {
+            Some(c) => format!("exit {c}"),
+            None => "exited".into(),
+        },
+        "running" => {
+            if let Some(s) = summary {
+                if s.pid == Some(p.pid) {
+                    if let Some(sig) = s.signal {
+                        return format!("killed by {}", signal_name(sig));
+                    }
+                }
+                // The run is over: a process still "running" wrote no final report.
+                return "no final report (killed?)".into();
+            }
+            match alive(r) {
+                Some(true) => "running".into(),
+                Some(false) => "no final report (killed?)".into(),
+                None => "running or killed (last report)".into(),
+            }
+        }
+        other => match p.exit_code {
+            Some(c) => format!("{other} {c}"),
+            None => other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn proc(pid: i64, ppid: i64, start_ms: i64, end_ms: i64, run: Option<(&str, &str)>) -> Report {
+        let mut p = json!({"pid": pid, "ppid": ppid, "host": "h", "start_unix_ms": start_ms, "end_unix_ms": end_ms,
+                           "exit": "exit", "exit_code": 0});
+        if let Some((id, source)) = run {
+            p["run_id"] = json!(id);
+            p["run_id_source"] = json!(source);
+        }
+        serde_json::from_value(json!({"schema": "culedger/1", "process": p, "devices": []})).unwrap()
+    }
+
+    fn ids(procs: &[Report]) -> Vec<(String, Vec<i64>)> {
+        group(procs).into_iter().map(|g| (g.id, g.procs.iter().map(|&i| procs[i].process.pid).collect())).collect()
+    }
+
+    #[test]
+    fn runs_by_environment_id() {
+        let procs = vec![
+            proc(10, 1, 1000, 5000, Some(("runA", "env"))),
+            proc(11, 10, 1100, 5000, Some(("runA", "env"))),
+            proc(20, 1, 9000, 9500, Some(("runB", "env"))),
+        ];
+        assert_eq!(ids(&procs), [("runA".to_string(), vec![10, 11]), ("runB".to_string(), vec![20])]);
+    }
+
+    #[test]
+    fn own_ids_join_their_parents_and_overlapping_siblings() {
+        let procs = vec![
+            proc(10, 5, 1000, 5000, Some(("h-10-1000", "process"))),
+            proc(11, 10, 1100, 4000, Some(("h-11-1100", "process"))),
+            proc(12, 10, 1200, 4000, Some(("h-12-1200", "process"))),
+            // Launched by the same shell (ppid 5) later, not overlapping: another run.
+            proc(30, 5, 8000, 9000, Some(("h-30-8000", "process"))),
+            // Two workers of a launcher that has no report, running together: one run.
+            proc(41, 40, 10000, 12000, None),
+            proc(42, 40, 10001, 12000, None),
+        ];
+        assert_eq!(
+            ids(&procs),
+            [
+                ("h-10-1000".to_string(), vec![10, 11, 12]),
+                ("h-30-8000".to_string(), vec![30]),
+                ("h-41-10000".to_string(), vec![41, 42]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_a_parent() {
+        // pid 10 of an old run ended long before pid 11 (ppid 10) of a new one started.
+        let procs = vec![proc(10, 1, 1000, 2000, None), proc(11, 10, 60_000, 61_000, None)];
+        assert_eq!(group(&procs).len(), 2);
+    }
+
+    fn run(procs: Vec<Report>) -> Run {
+        let n = procs.len();
+        Run { label: "d/".into(), procs, sources: vec![Default::default(); n], ..Run::default() }
+    }
+
+    #[test]
+    fn several_runs_are_refused_merged_or_picked() {
+        let two = || {
+            run(vec![proc(10, 1, 1000, 5000, Some(("runA", "env"))), proc(20, 1, 9000, 9500, Some(("runB", "env")))])
+        };
+        let e = select(two(), &Selection::default()).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.message.starts_with("d/: reports of 2 different runs (runA: 1 process from "), "{}", e.message);
+        assert!(e.message.ends_with("add --merge-runs to add them up, or --run ID to read one"), "{}", e.message);
+        let merged = select(two(), &Selection { merge_runs: true, ..Default::default() }).unwrap();
+        assert_eq!((merged.procs.len(), merged.run_ids.clone()), (2, vec!["runA".to_string(), "runB".to_string()]));
+        let b = select(two(), &Selection { run: Some("runB".into()), ..Default::default() }).unwrap();
+        assert_eq!(b.procs.iter().map(|r| r.process.pid).collect::<Vec<_>>(), [20]);
+        assert!(select(two(), &Selection { run: Some("nope".into()), ..Default::default() }).is_err());
+    }
+
+    #[test]
+    fn filters() {
+        let r = run(vec![proc(10, 1, 1000, 5000, None), proc(11, 10, 1100, 5000, None)]);
+        let only = select(r.clone(), &Selection { pids: vec![11], ..Default::default() }).unwrap();
+        assert_eq!(only.procs.len(), 1);
+        let e = select(r, &Selection { devices: vec![3], ..Default::default() }).unwrap_err();
+        assert_eq!(e.message, "d/: no process matches --device 3");
+    }
+
+    #[test]
+    fn statuses() {
+        let mut r = proc(10, 1, 1000, 5000, None);
+        assert_eq!(status(&r, None), "exit 0");
+        r.process.exit = "running".into();
+        let killed = SummaryMeta { pid: Some(10), signal: Some(15), ..SummaryMeta::default() };
+        assert_eq!(status(&r, Some(&killed)), "killed by SIGTERM");
+        let other = SummaryMeta { pid: Some(99), exit_code: Some(0), ..SummaryMeta::default() };
+        assert_eq!(status(&r, Some(&other)), "no final report (killed?)");
+        assert_eq!(status(&r, None), "running or killed (last report)", "host h is not this one");
+        r.process.host = local_host().unwrap();
+        r.process.pid = std::process::id() as i64;
+        r.process.start_unix_ms = chrono::Utc::now().timestamp_millis();
+        assert_eq!(status(&r, None), "running", "this very process");
+        r.process.pid = i32::MAX as i64 - 7;
+        assert_eq!(status(&r, None), "no final report (killed?)");
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(40), "signal 40");
+    }
+}
