@@ -15,7 +15,7 @@ C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 
-.PHONY: all build lib cli sim headers cprogs test demo bench clean
+.PHONY: all build lib cli sim headers test-deps cprogs test demo bench clean
 all: build sim
 
 build:
@@ -32,6 +32,11 @@ cli:
 headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
 $(HDR)/cuda.h: headers
+
+# Third-party libraries the tests load (LLVM OpenMP from PyPI) into target/test-deps/;
+# no root, no system package.
+test-deps:
+	PYTHON=$(PYTHON) scripts/fetch-test-deps.sh
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
 # plus the C scenario programs compiled against the official CUDA 12.9 headers.
@@ -57,7 +62,7 @@ $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
-test: all
+test: all test-deps
 	$(CARGO) test --release --workspace
 
 demo: all
