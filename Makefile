@@ -3,6 +3,8 @@
 #   make test   everything CI runs
 #   make demo   the main job on the simulated stack
 #   make bench  the benchmarks
+#   make wheel  the culedger wheels (x86_64, aarch64; manylinux_2_17) into target/wheels/
+#   make dist   the wheels and the tarballs into target/dist/
 CARGO   ?= cargo
 PYTHON  ?= python3
 CC      ?= cc
@@ -15,7 +17,7 @@ C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 
-.PHONY: all build lib cli sim headers test-deps cprogs test demo bench clean
+.PHONY: all build lib cli sim headers test-deps cprogs test test-aarch64 demo bench wheel dist clean
 all: build sim
 
 build:
@@ -62,14 +64,29 @@ $(SIM)/bin/drv_%: shim-tests/c/drv_%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
-test: all test-deps
+# The packaging tests read the wheels and tarballs of `make dist`; then the interposer's
+# integration tests run again on aarch64 under qemu (scripts/aarch64.sh).
+test: all test-deps dist
 	$(CARGO) test --release --workspace
+	PYTHON=$(PYTHON) scripts/aarch64.sh test
+
+test-aarch64: all
+	PYTHON=$(PYTHON) scripts/aarch64.sh test
 
 demo: all
 	scripts/demo.sh
 
 bench: all
 	scripts/bench.sh
+
+# Portable packages, linked by zig from PyPI against glibc 2.17 (scripts/package.sh);
+# ARCHES=x86_64 builds one architecture only.
+ARCHES ?= x86_64 aarch64
+wheel:
+	PYTHON=$(PYTHON) scripts/package.sh wheel $(ARCHES)
+
+dist:
+	PYTHON=$(PYTHON) scripts/package.sh dist $(ARCHES)
 
 clean:
 	$(CARGO) clean

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 
 fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
+    let p = culedger_scenarios::build_dir().join("libculedger.so");
     assert!(p.is_file(), "{} is missing: run `make` first", p.display());
     p
 }
@@ -534,7 +534,7 @@ fn another_interposer_keeps_its_rtld_next() {
 #[test]
 fn static_runtime_is_seen_through_dlsym_and_the_resolver() {
     let l = Ledgered::new("static");
-    let bin = culedger_scenarios::repo_root().join("target/release/static_ledger");
+    let bin = culedger_scenarios::build_dir().join("static_ledger");
     let run = l.sim.run_ok(&mut l.sim.cmd(&bin));
     let r = l.report();
     let d = device(&r, 1);
