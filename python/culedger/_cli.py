@@ -8,18 +8,23 @@ _EXE = "culedger"
 
 
 def _script_dirs():
-    """Where pip may have put the wheel's executable, most likely first."""
+    """Where pip may have put the wheel's executable: first the scripts directory of the
+    installation scheme this package lives in (a venv, the system, ``--user``), then the
+    others."""
     here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [sysconfig.get_path("scripts")]
-    user_scheme = getattr(sysconfig, "get_preferred_scheme", lambda _: f"{os.name}_user")("user")
-    try:
-        dirs.append(sysconfig.get_path("scripts", scheme=user_scheme))
-    except KeyError:
-        pass
+    site = os.path.dirname(here)
+    schemes = [None]
+    user = getattr(sysconfig, "get_preferred_scheme", lambda _: f"{os.name}_user")("user")
+    if user in sysconfig.get_scheme_names():
+        schemes.append(user)
+    ours, others = [], []
+    for scheme in schemes:
+        kw = {"scheme": scheme} if scheme else {}
+        scripts = sysconfig.get_path("scripts", **kw)
+        libs = {os.path.abspath(sysconfig.get_path(k, **kw)) for k in ("purelib", "platlib")}
+        (ours if os.path.abspath(site) in libs else others).append(scripts)
     # `pip install --target DIR` puts packages in DIR and executables in DIR/bin.
-    dirs.append(os.path.join(os.path.dirname(here), "bin"))
-    dirs.append(os.path.dirname(sys.executable))
-    return dirs
+    return ours + [os.path.join(site, "bin")] + others + [os.path.dirname(sys.executable)]
 
 
 def executable():

@@ -149,7 +149,7 @@ fn everything_the_dockerfiles_reference_exists() {
                 }
                 "RUN" => {
                     // `make TARGET` where make is the command (not a package name in a list).
-                    for (i, w) in words.iter().enumerate().filter(|(_, w)| **w == "make") {
+                    for (i, _) in words.iter().enumerate().filter(|(_, w)| **w == "make") {
                         if i > 0 && !["&&", "||", ";"].contains(&words[i - 1]) {
                             continue;
                         }
