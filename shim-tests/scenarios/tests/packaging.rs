@@ -9,8 +9,9 @@
 //! - the x86_64 tarball's command line finds the library next to itself.
 
 use culedger_scenarios::elf::{dyn_info, max_glibc, parse_glibc};
-use culedger_scenarios::{repo_root, Sim};
+use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -154,6 +155,17 @@ fn only_report(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap()
 }
 
+/// `LAUNCHER... run -o OUT -- PROGRAM...` on `sim`, without `CULEDGER_LIB` (the command line
+/// must find its library itself): the program's results and its one report.
+fn under_culedger_run(sim: &Sim, launcher: &[&OsStr], out: &Path, program: &[&OsStr]) -> (Run, Value) {
+    let mut cmd = sim.cmd(launcher[0]);
+    cmd.env_remove("CULEDGER_LIB").args(&launcher[1..]).arg("run").arg("-o").arg(out).arg("--").args(program);
+    let run = sim.run(&mut cmd);
+    run.assert_success();
+    let report = only_report(out);
+    (run, report)
+}
+
 fn live(report: &Value) -> u64 {
     report["devices"][0]["live_bytes"].as_u64().unwrap()
 }
@@ -190,42 +202,26 @@ fn the_wheel_installs_into_a_fresh_venv_and_runs() {
 
     // No CULEDGER_LIB anywhere below: the command line finds the wheel's library itself.
     sim.env("CULEDGER_FLUSH_MS", "100");
-    let c_prog = culedger_scenarios::bin("rt_ledger");
-
-    // `culedger run` on a C program of the simulated stack.
-    let out1 = sim.scratch().join("run-c");
-    let mut cmd = sim.cmd(&exe);
-    cmd.env_remove("CULEDGER_LIB").arg("run").arg("-o").arg(&out1).arg("--").arg(&c_prog).arg("basic");
-    let run = sim.run(&mut cmd);
-    run.assert_success();
-    assert_eq!(live(&only_report(&out1)), run.u64("live"), "{}", run.describe());
-    assert!(out1.join("summary.json").is_file());
-
-    // `culedger run -- python ...`: a Python program (the runtime through ctypes).
-    let out2 = sim.scratch().join("run-py");
-    let mut cmd = sim.cmd(&exe);
-    cmd.env_remove("CULEDGER_LIB")
-        .arg("run")
-        .arg("-o")
-        .arg(&out2)
-        .arg("--")
-        .arg(&vpy)
-        .arg(repo_root().join("shim-tests/py/ledger_ctypes.py"));
-    let run = sim.run(&mut cmd);
-    run.assert_success();
-    assert_eq!(live(&only_report(&out2)), run.u64("live"), "{}", run.describe());
-
-    // `python -m culedger run ...` forwards to the same command line.
-    let out3 = sim.scratch().join("run-m");
-    let mut cmd = sim.cmd(&vpy);
-    cmd.env_remove("CULEDGER_LIB").args(["-m", "culedger", "run", "-o"]).arg(&out3).arg("--").arg(&c_prog).arg("basic");
-    let run = sim.run(&mut cmd);
-    run.assert_success();
-    assert_eq!(live(&only_report(&out3)), run.u64("live"), "{}", run.describe());
+    let c_bin = culedger_scenarios::bin("rt_ledger");
+    let c_prog = c_bin.as_os_str();
+    let ctypes_prog = repo_root().join("shim-tests/py/ledger_ctypes.py");
+    // `culedger run` on a C program of the simulated stack; on a Python program (the runtime
+    // through ctypes); and `python -m culedger run`, which forwards to the same command line.
+    let cases: [(&str, Vec<&OsStr>, Vec<&OsStr>); 3] = [
+        ("run-c", vec![exe.as_os_str()], vec![c_prog, "basic".as_ref()]),
+        ("run-py", vec![exe.as_os_str()], vec![vpy.as_os_str(), ctypes_prog.as_os_str()]),
+        ("run-m", vec![vpy.as_os_str(), "-m".as_ref(), "culedger".as_ref()], vec![c_prog, "basic".as_ref()]),
+    ];
+    for (name, launcher, program) in cases {
+        let out = sim.scratch().join(name);
+        let (run, report) = under_culedger_run(&sim, &launcher, &out, &program);
+        assert_eq!(live(&report), run.u64("live"), "{name}: {}", run.describe());
+        assert!(out.join("summary.json").is_file(), "{name}");
+    }
 
     // A container entrypoint: LD_PRELOAD=$(python -m culedger --library-path).
     let out4 = sim.scratch().join("preload");
-    let mut cmd = sim.cmd(&c_prog);
+    let mut cmd = sim.cmd(c_prog);
     cmd.arg("basic").env("LD_PRELOAD", &lib).env("CULEDGER_OUT", &out4);
     let run = sim.run(&mut cmd);
     run.assert_success();
@@ -238,16 +234,8 @@ fn the_tarball_runs_from_where_it_is_unpacked() {
     let sim = Sim::new("tarball");
     run_checked(Command::new("tar").arg("-xzf").arg(tarball(arch)).arg("-C").arg(sim.scratch()));
     let exe = sim.scratch().join(format!("culedger-{VERSION}-{arch}-linux/culedger"));
+    let prog = culedger_scenarios::bin("rt_ledger");
     let out = sim.scratch().join("out");
-    let mut cmd = sim.cmd(&exe);
-    cmd.env_remove("CULEDGER_LIB")
-        .arg("run")
-        .arg("-o")
-        .arg(&out)
-        .arg("--")
-        .arg(culedger_scenarios::bin("rt_ledger"))
-        .arg("basic");
-    let run = sim.run(&mut cmd);
-    run.assert_success();
-    assert_eq!(live(&only_report(&out)), run.u64("live"), "{}", run.describe());
+    let (run, report) = under_culedger_run(&sim, &[exe.as_os_str()], &out, &[prog.as_os_str(), "basic".as_ref()]);
+    assert_eq!(live(&report), run.u64("live"), "{}", run.describe());
 }
