@@ -49,6 +49,7 @@ build() {
     # The C scenarios and helper libraries, as the Makefile builds them natively. The fake
     # driver uses memfd_create (glibc 2.27), which the 2.17 link stubs lack: the programs
     # leave it to the loader, and the arm64 glibc they run on (2.36) has it.
+    # shellcheck disable=SC2054  # the commas belong to -Wl options
     local cc=(zig cc -target "$arch-linux-gnu.$glibc" -O1 -g -Wall -Wextra -Werror -I"$hdr" -Ishim-tests/c
         -Wl,--allow-shlib-undefined)
     local src out
@@ -59,6 +60,7 @@ build() {
     for src in shim-tests/c/*.c; do
         out="$sim/bin/$(basename "$src" .c)"
         [ "$out" -nt "$src" ] && [ "$out" -nt shim-tests/c/sim.h ] && [ "$out" -nt "$sim/lib/libcuda.so.1" ] && continue
+        # shellcheck disable=SC2016  # $ORIGIN is for the loader
         case "$(basename "$src")" in
         drv_*) "${cc[@]}" -o "$out" "$src" "$sim/lib/libcuda.so.1" -lpthread -Wl,-rpath,'$ORIGIN/../lib' ;;
         *) "${cc[@]}" -o "$out" "$src" "$sim/lib/libcudart.so.12" -lpthread -Wl,-rpath,'$ORIGIN/../lib' ;;

@@ -1,6 +1,8 @@
+# shellcheck shell=bash
 # Sourced by scripts/package.sh and scripts/aarch64.sh: the zig toolchain from PyPI and the
 # settings every zig build shares (so their outputs in target/zig/ are reused, not rebuilt).
 # Needs $root (the repository) and $PYTHON (default python3).
+: "${root:?scripts/zig-env.sh needs \$root}"
 py=${PYTHON:-python3}
 tools="$root/target/pkgtools"
 pins="maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.0"   # cargo-zigbuild: the one maturin 1.16 embeds
