@@ -3,6 +3,8 @@
 #   make test   everything CI runs
 #   make demo   the main job on the simulated stack
 #   make bench  the benchmarks
+#   make wheel  the culedger wheels (x86_64, aarch64; manylinux_2_17) into target/wheels/
+#   make dist   the wheels and the tarballs into target/dist/
 CARGO   ?= cargo
 PYTHON  ?= python3
 CC      ?= cc
@@ -21,7 +23,7 @@ SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 NATIVE  := $(SIM)/lib/libc10_cuda.so $(SIM)/lib/libnccl.so.2 $(SIM)/lib/cumem_allocator.abi3.so
 NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 
-.PHONY: all build lib cli sim headers pythons cprogs test demo bench clean
+.PHONY: all build lib cli sim headers pythons test-deps cprogs test test-aarch64 demo bench wheel dist clean
 all: build sim
 
 build:
@@ -40,6 +42,11 @@ headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
 	PYTHON=$(PYTHON) scripts/fetch-cuda13.sh
 $(HDR)/cuda.h $(HDR13)/cuda.h: headers
+
+# Third-party libraries the tests load (LLVM OpenMP from PyPI) into target/test-deps/;
+# no root, no system package.
+test-deps:
+	PYTHON=$(PYTHON) scripts/fetch-test-deps.sh
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
 # plus the C scenario programs compiled against the official CUDA 12.9 headers.
@@ -86,14 +93,29 @@ $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)
 pythons:
 	scripts/fetch-pythons.sh
 
-test: all pythons
+# The packaging tests read the wheels and tarballs of `make dist`; then the interposer's
+# integration tests run again on aarch64 under qemu (scripts/aarch64.sh).
+test: all pythons test-deps dist
 	$(CARGO) test --release --workspace
+	PYTHON=$(PYTHON) scripts/aarch64.sh test
+
+test-aarch64: all
+	PYTHON=$(PYTHON) scripts/aarch64.sh test
 
 demo: all
 	scripts/demo.sh
 
 bench: all
 	scripts/bench.sh
+
+# Portable packages, linked by zig from PyPI against glibc 2.17 (scripts/package.sh);
+# ARCHES=x86_64 builds one architecture only.
+ARCHES ?= x86_64 aarch64
+wheel:
+	PYTHON=$(PYTHON) scripts/package.sh wheel $(ARCHES)
+
+dist:
+	PYTHON=$(PYTHON) scripts/package.sh dist $(ARCHES)
 
 clean:
 	$(CARGO) clean

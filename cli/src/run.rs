@@ -33,7 +33,8 @@ pub struct Request {
     pub color: ColorChoice,
 }
 
-/// `--lib`, else `$CULEDGER_LIB`, else `libculedger.so` next to this executable.
+/// `--lib`, else `$CULEDGER_LIB`, else `libculedger.so` next to this executable, else the
+/// one a `pip install culedger` put beside it (see [`installed_next_to`]).
 fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf> {
     let (candidate, origin) = match (explicit, std::env::var_os("CULEDGER_LIB").filter(|v| !v.is_empty())) {
         (Some(p), _) => (p, "--lib"),
@@ -41,16 +42,50 @@ fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf> {
         (None, None) => {
             let exe =
                 std::env::current_exe().map_err(|e| Fail::input(format!("cannot locate this executable: {e}")))?;
-            (exe.with_file_name(LIB_NAME), "next to the culedger binary")
+            let next_to = exe.with_file_name(LIB_NAME);
+            let found = exe.parent().filter(|_| !next_to.is_file()).and_then(installed_next_to);
+            (found.unwrap_or(next_to), "next to the culedger binary or in its Python package")
         }
     };
     if !candidate.is_file() {
         return Err(Fail::input(format!(
-            "{}: interposer not found ({origin}); build it with `make lib` or pass --lib PATH",
+            "{}: interposer not found ({origin}); build it with `make lib`, `pip install culedger`, or pass --lib PATH",
             candidate.display()
         )));
     }
     std::fs::canonicalize(&candidate).map_err(|e| Fail::input(format!("{}: {e}", candidate.display())))
+}
+
+/// The interposer of the wheel whose `culedger` executable lives in `bin_dir`: pip puts the
+/// executable in `PREFIX/bin` and the package in `PREFIX/lib/pythonX.Y/site-packages/culedger/`
+/// (a venv, `--user`, `/usr/local`; `dist-packages` on Debian; `lib64` on some distributions)
+/// or, with `pip install --target DIR`, in `DIR/bin` and `DIR/culedger/`. The newest Python
+/// version wins when several hold one.
+pub fn installed_next_to(bin_dir: &Path) -> Option<PathBuf> {
+    let prefix = bin_dir.parent()?;
+    let target_layout = prefix.join("culedger").join(LIB_NAME);
+    if target_layout.is_file() {
+        return Some(target_layout);
+    }
+    let mut found: Vec<((u32, u32), PathBuf)> = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let Ok(entries) = std::fs::read_dir(prefix.join(lib)) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((major, minor)) = name.strip_prefix("python").and_then(|v| v.split_once('.')) else { continue };
+            let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.trim_end_matches('t').parse::<u32>()) else {
+                continue;
+            };
+            for packages in ["site-packages", "dist-packages"] {
+                let p = e.path().join(packages).join("culedger").join(LIB_NAME);
+                if p.is_file() {
+                    found.push(((major, minor), p));
+                }
+            }
+        }
+    }
+    found.sort();
+    found.pop().map(|(_, p)| p)
 }
 
 /// `LD_PRELOAD` with the interposer first, keeping what was there.
@@ -296,5 +331,30 @@ mod tests {
         assert_eq!(preload_value(lib, None), "/x/libculedger.so");
         assert_eq!(preload_value(lib, Some("")), "/x/libculedger.so");
         assert_eq!(preload_value(lib, Some("/y/a.so")), "/x/libculedger.so:/y/a.so");
+    }
+
+    #[test]
+    fn the_wheel_layouts_are_found() {
+        let root = tempfile::tempdir().unwrap();
+        let put = |rel: &str| {
+            let p = root.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, b"").unwrap();
+            p
+        };
+        let venv = root.path().join("venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        assert_eq!(installed_next_to(&venv.join("bin")), None);
+        put("venv/lib/python3.9/site-packages/other/libculedger.so");
+        put("venv/lib/python3.not/site-packages/culedger/libculedger.so");
+        assert_eq!(installed_next_to(&venv.join("bin")), None);
+        let old = put("venv/lib/python3.9/site-packages/culedger/libculedger.so");
+        assert_eq!(installed_next_to(&venv.join("bin")), Some(old));
+        // The newest Python wins (3.12 > 3.9 numerically), Debian's dist-packages and lib64 count.
+        let new = put("venv/lib64/python3.12/dist-packages/culedger/libculedger.so");
+        assert_eq!(installed_next_to(&venv.join("bin")), Some(new));
+        // pip install --target DIR: DIR/bin/culedger and DIR/culedger/libculedger.so.
+        let target = put("t/culedger/libculedger.so");
+        assert_eq!(installed_next_to(&root.path().join("t/bin")), Some(target));
     }
 }

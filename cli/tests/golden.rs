@@ -264,22 +264,19 @@ fn unmeasured_budgets_fail_unless_allowed() {
     assert!(stderr(&o).starts_with("culedger: not checked: sim-host GPU 1: untracked cannot be measured"));
 }
 
-/// Colour only on a terminal (a pseudo-terminal from util-linux `script`), never with
+/// Colour only on a terminal (a pseudo-terminal the test opens itself), never with
 /// NO_COLOR, never into a pipe; `--color` and FORCE_COLOR override.
 #[test]
 fn colour_only_on_a_terminal() {
-    let bin = env!("CARGO_BIN_EXE_culedger");
     let on_tty = |no_color: &str| {
-        let cmd = format!("{bin} report tests/fixtures/nccl/culedger-4100.json");
-        let o = std::process::Command::new("script")
-            .args(["-qec", &cmd, "/dev/null"])
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_culedger"));
+        cmd.args(["report", "tests/fixtures/nccl/culedger-4100.json"])
             .current_dir(crate_dir())
             .env("NO_COLOR", no_color)
-            .env_remove("FORCE_COLOR")
-            .output()
-            .expect("util-linux `script` is needed for this test");
-        assert!(o.status.success(), "{}", stderr(&o));
-        stdout(&o)
+            .env_remove("FORCE_COLOR");
+        let (ok, out) = run_on_a_pty(cmd);
+        assert!(ok, "{out}");
+        out
     };
     assert!(on_tty("").contains("\x1b[1;36m== Processes ==\x1b[0m"));
     assert!(!on_tty("1").contains('\x1b'));
@@ -300,4 +297,40 @@ fn json_outputs_have_schema_ids() {
         serde_json::from_slice(&culedger(&["report", "tests/fixtures/nccl", "--format", "json"]).stdout).unwrap();
     assert_eq!(v["schema"], "culedger-report/1");
     assert_eq!(v["run_ids"], serde_json::json!(["nccl-run"]));
+}
+
+/// Runs `cmd` with its stdout on a fresh pseudo-terminal (stderr piped); returns whether it
+/// succeeded and what it wrote to the terminal (the line discipline turns "\n" into "\r\n").
+fn run_on_a_pty(mut cmd: std::process::Command) -> (bool, String) {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on descriptors this function owns.
+    let (master, slave) = unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert!(libc::grantpt(m) == 0 && libc::unlockpt(m) == 0, "{}", std::io::Error::last_os_error());
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(s >= 0, "open the pty: {}", std::io::Error::last_os_error());
+        (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s))
+    };
+    let child = cmd.stdout(slave).stderr(std::process::Stdio::piped()).spawn().expect("run culedger");
+    // The parent's copy of the slave went into `cmd`: drop it so the master sees EIO at the end.
+    drop(cmd);
+    let reader = std::thread::spawn(move || {
+        let mut master = master;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match master.read(&mut chunk) {
+                Ok(0) | Err(_) => break, // EIO once the last slave descriptor is closed
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf
+    });
+    let out = child.wait_with_output().expect("wait for culedger");
+    let text = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    (out.status.success(), if out.status.success() { text } else { format!("{text}\n{}", stderr(&out)) })
 }

@@ -242,6 +242,13 @@ static int sigexit(void) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, churn, NULL);
     usleep(200 * 1000);
+    /* The signal often lands inside culedger's bookkeeping, where the last periodic report
+     * must stand: wait (at most 30 s) until there is one. Under emulation (qemu) or on a
+     * loaded machine the first write can take longer than the 200 ms above. */
+    const char *out = getenv("CULEDGER_OUT");
+    char report[4096];
+    if (out && snprintf(report, sizeof report, "%s/culedger-%d.json", out, (int)getpid()) < (int)sizeof report)
+        for (int i = 0; i < 3000 && access(report, F_OK) != 0; i++) usleep(10 * 1000);
     for (int round = 0; round < 1000; round++) {
         pthread_kill(th[round % 4], SIGUSR1); /* lands inside a hook most of the time */
         usleep(1000);

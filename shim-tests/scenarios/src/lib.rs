@@ -50,6 +50,20 @@ pub fn sim_dir() -> PathBuf {
     dir
 }
 
+/// The Rust build outputs under test (`libculedger.so`, the Rust scenario programs):
+/// `$CULEDGER_BUILD_DIR` or `<repo>/target/release`. The aarch64 run points it at the
+/// cross-built ones (`scripts/aarch64.sh`).
+pub fn build_dir() -> PathBuf {
+    std::env::var_os("CULEDGER_BUILD_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/release"))
+}
+
+/// The command prefix that runs the simulated stack's programs: `$CULEDGER_SIM_RUNNER`
+/// split at spaces (e.g. `qemu-aarch64-static -L SYSROOT` for the aarch64 stack); empty
+/// when they run natively.
+pub fn runner() -> Vec<OsString> {
+    std::env::var("CULEDGER_SIM_RUNNER").unwrap_or_default().split_whitespace().map(OsString::from).collect()
+}
+
 /// Directory holding the fake `libcuda.so.1` and `libcudart.so.12`.
 pub fn lib_dir() -> PathBuf {
     sim_dir().join("lib")
@@ -133,7 +147,8 @@ impl Sim {
     }
 
     /// A command for `program` with the machine's environment: a bare name is looked up in
-    /// `target/sim/bin`, anything else is used as a path. Stdout and stderr are piped.
+    /// `target/sim/bin`, anything else is used as a path; behind [`runner`] when one is set.
+    /// Stdout and stderr are piped.
     pub fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
         let program = program.as_ref();
         let in_bin = bin_dir().join(program);
@@ -142,7 +157,14 @@ impl Sim {
         } else {
             program.to_owned()
         };
-        let mut cmd = Command::new(path);
+        let mut cmd = match runner().split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(path);
+                c
+            }
+            None => Command::new(path),
+        };
         self.apply_env(&mut cmd);
         cmd
     }

