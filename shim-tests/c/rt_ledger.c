@@ -241,7 +241,9 @@ static int sigexit(void) {
     signal(SIGUSR1, on_usr1);
     pthread_t th[4];
     for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, churn, NULL);
-    usleep(200 * 1000);
+    /* Long enough for the first periodic write (every 100 ms in the test) to finish while
+     * the workers hammer the ledger on a loaded two-core machine. */
+    usleep(500 * 1000);
     for (int round = 0; round < 1000; round++) {
         pthread_kill(th[round % 4], SIGUSR1); /* lands inside a hook most of the time */
         usleep(1000);
