@@ -31,7 +31,7 @@ impl Member<'_> {
     /// the process ended (the driver frees a dead process's memory).
     pub fn live_at(&self, at: i64) -> [i64; 6] {
         let p = &self.report.process;
-        if p.exit == "exit" && at > p.end_unix_ms {
+        if p.ended() && at > p.end_unix_ms {
             return [0; 6];
         }
         // Timelines are in time order: binary search for the last sample at or before `at`.
@@ -114,7 +114,7 @@ impl<'a> DeviceGroup<'a> {
         for m in &self.members {
             times.extend(m.dev.timeline.iter().map(|s| m.abs(s.t_ms)));
             // The driver frees an exited process's memory: show the drop.
-            if m.report.process.exit == "exit" {
+            if m.report.process.ended() {
                 times.push(m.report.process.end_unix_ms + 1);
             }
         }
@@ -417,6 +417,8 @@ pub struct ProcSummary {
     pub argv: Vec<String>,
     pub exit: String,
     pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i64>,
     pub duration_ms: i64,
     pub pinned_live_bytes: i64,
     pub pinned_peak_bytes: i64,
@@ -524,6 +526,7 @@ pub fn summarize(run: &Run) -> RunSummary {
                 argv: p.argv.clone(),
                 exit: p.exit.clone(),
                 exit_code: p.exit_code,
+                signal: p.signal,
                 duration_ms: p.end_unix_ms - p.start_unix_ms,
                 pinned_live_bytes: r.host.pinned_live_bytes,
                 pinned_peak_bytes: r.host.pinned_peak_bytes,

@@ -278,7 +278,7 @@ fn synthesize(g: &DeviceGroup, zero: i64) -> Synth {
             }
         }
         let p = &m.report.process;
-        if p.exit == "exit" {
+        if p.ended() {
             for c in CATEGORIES {
                 steps.push((us(p.end_unix_ms), order, (i64::MAX, 0), owner.clone(), c, 0));
             }

@@ -21,6 +21,7 @@ pub fn document(s: &RunSummary) -> Doc {
         let exit = match (p.exit.as_str(), p.exit_code) {
             ("exit", Some(c)) => format!("exit {c}"),
             ("exit", None) => "exited".into(),
+            ("signal", _) => p.signal.map_or_else(|| "signal".into(), |s| format!("signal {s}")),
             (other, _) => other.to_string(),
         };
         procs.row(vec![p.pid.to_string(), p.host.clone(), p.role.clone(), exit, fmt_ms(p.duration_ms), host_memory(p)]);

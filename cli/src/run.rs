@@ -5,7 +5,7 @@
 use crate::analysis::summarize;
 use crate::doc::{use_color, Format};
 use crate::error::{Fail, Result};
-use crate::load::{report_from_value, Run};
+use crate::load::{is_report_file_name, report_from_value, Run};
 use crate::model::SUMMARY_SCHEMA;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -143,7 +143,7 @@ fn collect(dir: &Path, started: SystemTime) -> Vec<(PathBuf, Value)> {
     files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let fresh = p.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
-        name.starts_with("culedger-") && name.ends_with(".json") && fresh
+        is_report_file_name(name) && fresh
     });
     files.sort();
     files
