@@ -312,6 +312,25 @@ static int spawners(void) {
     return 0;
 }
 
+/* Hold memory while three threads allocate and free without pause, the main thread blocking
+ * the terminating signals: a process-directed signal goes to a worker, often inside a hook. */
+static int churn_hold(void) {
+    RT(cudaSetDevice(0));
+    dev_alloc(32 * MIB);
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) EXPECT(pthread_create(&th[i], NULL, churn, NULL) == 0);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    EXPECT(pthread_sigmask(SIG_BLOCK, &set, NULL) == 0);
+    RESULT("live=%zu", 32 * MIB);
+    usleep(50 * 1000);
+    ready();
+    sleep_forever();
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     const char *arg = argc > 2 ? argv[2] : "";
@@ -329,6 +348,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "exec_fail")) return exec_fail();
     if (!strcmp(mode, "fork_busy")) return fork_busy(argc > 2 ? atoi(argv[2]) : 100);
     if (!strcmp(mode, "spawners")) return spawners();
+    if (!strcmp(mode, "churn_hold")) return churn_hold();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

@@ -243,6 +243,7 @@ extern "C" fn on_signal(sig: c_int) {
 pub fn after_bookkeeping() {
     let sig = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
     if sig != 0 {
+        crate::debug!("signal {sig} arrived during culedger's bookkeeping; handling it now");
         end_by(sig);
     }
 }

@@ -198,6 +198,22 @@ fn default_action_signals_write_the_final_report_and_keep_the_status() {
     }
 }
 
+/// SIGTERM while threads are inside hooks (a signal that lands inside culedger's bookkeeping
+/// is handled when the bookkeeping ends): always a final report, never a hang.
+#[test]
+fn a_signal_landing_inside_a_hook_still_writes_the_final_report() {
+    // The main thread blocks the signal: it goes to a worker, inside a hook about a third of
+    // the time.
+    for round in 0..12 {
+        let lab = Lab::new("churn");
+        let (status, out) = lab.signal_when_ready(&["churn_hold"], libc::SIGTERM);
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "round {round}\n{out}");
+        let r = lab.report();
+        assert_eq!(ending(&r), ("signal".into(), None, Some(15)), "round {round}");
+        assert!(live(&r) >= 32 * MIB, "round {round}");
+    }
+}
+
 /// The caught signals as /proc shows them (`SigCgt`), for a process at its READY line.
 fn caught_signals(lab: &Lab) -> u64 {
     let mut child = lab.cmd(&["hold"]).spawn().unwrap();
