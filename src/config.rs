@@ -61,7 +61,7 @@ pub fn signal_name(sig: c_int) -> String {
 /// The effective settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Absolute directory for `culedger-<pid>.json` (made absolute against the working
+    /// Absolute directory for the reports (made absolute against the working
     /// directory at first use; left relative only if the working directory is unknown).
     pub out_dir: PathBuf,
     /// Period of the flush thread in milliseconds; 0 means write only at exit.
