@@ -71,12 +71,21 @@ pub enum Liveness {
     Unknown,
 }
 
-/// Is there a process `pid` in this `/proc`, and when did it start?
+/// Is there a process `pid` (in our pid namespace, which `proc_root` must show), and when
+/// did it start? "Gone" is decided by `kill(pid, 0)`, not by a missing `/proc` entry: a
+/// `/proc` mounted with `hidepid=invisible` hides other users' live processes.
 pub fn liveness(proc_root: &Path, pid: i32) -> Liveness {
-    match std::fs::read(proc_root.join(pid.to_string()).join("stat")) {
-        Ok(raw) => parse_stat(&raw).map_or(Liveness::Unknown, |(_, start)| Liveness::Started(start)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Liveness::Gone,
-        Err(_) => Liveness::Unknown,
+    if let Ok(raw) = std::fs::read(proc_root.join(pid.to_string()).join("stat")) {
+        return parse_stat(&raw).map_or(Liveness::Unknown, |(_, start)| Liveness::Started(start));
+    }
+    // SAFETY: signal 0 only checks existence and permission.
+    if pid > 0
+        && unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        Liveness::Gone
+    } else {
+        Liveness::Unknown
     }
 }
 
