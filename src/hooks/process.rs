@@ -172,38 +172,50 @@ unsafe extern "C" fn exec_list(
     }
 }
 
-/// `execl`-style entry for `$kind`: spill the argument registers, point at the stack
-/// arguments, call `exec_list`.
+/// The body of an `execl`-style entry: spill the argument registers after `path`, point at
+/// the stack arguments, call `exec_list` with the kind in the fourth argument register.
 #[cfg(target_arch = "x86_64")]
-macro_rules! exec_list_entry {
-    ($name:ident, $kind:expr) => {
-        /// # Safety
-        /// Called by C code as the variadic libc function of the same name.
-        #[unsafe(naked)]
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name() {
-            std::arch::naked_asm!(
-                // Entry rsp = 8 mod 16; 56 bytes keep the call aligned.
-                "sub rsp, 56",
-                "mov [rsp], rsi",
-                "mov [rsp + 8], rdx",
-                "mov [rsp + 16], rcx",
-                "mov [rsp + 24], r8",
-                "mov [rsp + 32], r9",
-                "mov rsi, rsp",
-                "lea rdx, [rsp + 64]",
-                "mov ecx, {kind}",
-                "call {imp}",
-                "add rsp, 56",
-                "ret",
-                kind = const $kind,
-                imp = sym exec_list,
-            )
-        }
+macro_rules! exec_list_asm {
+    () => {
+        concat!(
+            // Entry rsp = 8 mod 16; 56 bytes keep the call aligned.
+            "sub rsp, 56\n",
+            "mov [rsp], rsi\n",
+            "mov [rsp + 8], rdx\n",
+            "mov [rsp + 16], rcx\n",
+            "mov [rsp + 24], r8\n",
+            "mov [rsp + 32], r9\n",
+            "mov rsi, rsp\n",
+            "lea rdx, [rsp + 64]\n",
+            "mov ecx, {kind}\n",
+            "call {imp}\n",
+            "add rsp, 56\n",
+            "ret",
+        )
     };
 }
 
 #[cfg(target_arch = "aarch64")]
+macro_rules! exec_list_asm {
+    () => {
+        concat!(
+            "stp x29, x30, [sp, #-80]!\n",
+            "mov x29, sp\n",
+            "stp x1, x2, [sp, #16]\n",
+            "stp x3, x4, [sp, #32]\n",
+            "stp x5, x6, [sp, #48]\n",
+            "str x7, [sp, #64]\n",
+            "add x1, sp, #16\n",
+            "add x2, sp, #80\n",
+            "mov x3, #{kind}\n",
+            "bl {imp}\n",
+            "ldp x29, x30, [sp], #80\n",
+            "ret",
+        )
+    };
+}
+
+/// An `execl`-style entry named `$name` for `exec_list` kind `$kind`.
 macro_rules! exec_list_entry {
     ($name:ident, $kind:expr) => {
         /// # Safety
@@ -211,22 +223,7 @@ macro_rules! exec_list_entry {
         #[unsafe(naked)]
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name() {
-            std::arch::naked_asm!(
-                "stp x29, x30, [sp, #-80]!",
-                "mov x29, sp",
-                "stp x1, x2, [sp, #16]",
-                "stp x3, x4, [sp, #32]",
-                "stp x5, x6, [sp, #48]",
-                "str x7, [sp, #64]",
-                "add x1, sp, #16",
-                "add x2, sp, #80",
-                "mov x3, #{kind}",
-                "bl {imp}",
-                "ldp x29, x30, [sp], #80",
-                "ret",
-                kind = const $kind,
-                imp = sym exec_list,
-            )
+            std::arch::naked_asm!(exec_list_asm!(), kind = const $kind, imp = sym exec_list)
         }
     };
 }
