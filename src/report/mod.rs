@@ -366,8 +366,17 @@ impl Reporter {
         self.current().filter(|s| s.pid == getpid())
     }
 
+    /// Start the flush thread with every signal blocked from its first instruction: a
+    /// thread starts with its creator's mask, and a signal delivered before it blocked them
+    /// itself would run a handler (ours or the program's) on it.
     fn spawn_flush_thread(&'static self, s: &'static Session) -> io::Result<()> {
-        std::thread::Builder::new().name(FLUSH_THREAD_NAME.into()).spawn(move || self.flush_loop(s)).map(drop)
+        let program_mask = block_all_signals();
+        let spawned = std::thread::Builder::new()
+            .name(FLUSH_THREAD_NAME.into())
+            .spawn(move || self.flush_loop(s, program_mask))
+            .map(drop);
+        restore_signal_mask(&program_mask);
+        spawned
         // detached: process exit simply ends it
     }
 
@@ -380,9 +389,9 @@ impl Reporter {
     /// The flush thread: periodic writes every `flush_ms` (none when 0), the exec and final
     /// writes when asked, and the end of the process when it is the last thread left.
     /// Signal handlers never run on it.
-    fn flush_loop(&self, s: &'static Session) {
+    fn flush_loop(&self, s: &'static Session, program_mask: libc::sigset_t) {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
-        let program_mask = block_all_signals();
+        block_all_signals(); // already blocked by the creator; stays so even if that changes
         let _ = ON_FLUSH_THREAD.try_with(|f| f.set(true));
         let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
         let mut next_tick = period.map(|p| Instant::now() + p);
@@ -654,10 +663,10 @@ impl Reporter {
     }
 }
 
-/// Block every blockable signal in the calling thread; returns the mask it had. Used by
-/// the flush thread: the host's signal handlers must never run on it, where they could
+/// Block every blockable signal in the calling thread; returns the mask it had. For the
+/// flush thread: the host's signal handlers must never run on it, where they could
 /// interrupt a report write (holding the write lock or a ledger lock) and, say, call
-/// `_exit`, which writes again.
+/// `_exit`, which writes again; nor ours, which would wait for the flush thread itself.
 fn block_all_signals() -> libc::sigset_t {
     // SAFETY: both sets are properly initialised sigset_t values owned by this frame.
     unsafe {

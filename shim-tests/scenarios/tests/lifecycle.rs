@@ -214,6 +214,37 @@ fn a_signal_landing_inside_a_hook_still_writes_the_final_report() {
     }
 }
 
+/// A signal that comes just after culedger started reporting, on a loaded machine: the
+/// flush thread starts with every signal blocked, so no handler ever runs on it (ours, run
+/// there, waited for the flush thread itself and gave up after 5 s without a report).
+#[test]
+fn a_signal_right_after_the_first_hooked_call_never_runs_on_the_flush_thread() {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for round in 0..20 {
+        let lab = Lab::new("early_signal");
+        let start = Instant::now();
+        let (status, _) = lab.signal_when_ready(&["hold"], libc::SIGTERM);
+        let reports = lab.reports();
+        if status.signal() != Some(libc::SIGTERM) || reports.len() != 1 || start.elapsed() > Duration::from_secs(4) {
+            failures.push(format!("round {round}: {status:?}, {} report(s), {:?}", reports.len(), start.elapsed()));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hogs.into_iter().for_each(|h| h.join().unwrap());
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 /// The caught signals as /proc shows them (`SigCgt`), for a process at its READY line.
 fn caught_signals(lab: &Lab) -> u64 {
     let mut child = lab.cmd(&["hold"]).spawn().unwrap();
