@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
+use libc::c_int;
 use once_cell::sync::OnceCell;
 
 use crate::log::Level;
@@ -39,11 +40,39 @@ pub const ENV_LOG: &str = "CULEDGER_LOG";
 pub const ENV_RULES: &str = "CULEDGER_RULES";
 pub const ENV_SITE_MIN: &str = "CULEDGER_SITE_MIN";
 pub const ENV_PY_FRAMES: &str = "CULEDGER_PY_FRAMES";
+pub const ENV_SIGNALS: &str = "CULEDGER_SIGNALS";
+
+/// Signals whose default action culedger may take over to write the final report first,
+/// when `CULEDGER_SIGNALS` is not set.
+pub const DEFAULT_SIGNALS: &[c_int] = &[libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// Signals `CULEDGER_SIGNALS` may name: asynchronous ones whose default action ends the
+/// process. Faults (`SEGV`, `BUS`, `ILL`, `FPE`, `ABRT`, ...) are not among them: a process
+/// that crashed must not wait for a report.
+pub const CATCHABLE_SIGNALS: &[(&str, c_int)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+];
+
+/// The name of a signal of [`CATCHABLE_SIGNALS`] (`"TERM"`), or its number as text.
+pub fn signal_name(sig: c_int) -> String {
+    CATCHABLE_SIGNALS.iter().find(|(_, s)| *s == sig).map_or_else(|| sig.to_string(), |(n, _)| (*n).to_string())
+}
 
 /// The effective settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Absolute directory for `culedger-<pid>.json` (made absolute against the working
+    /// Absolute directory for the reports (made absolute against the working
     /// directory at first use; left relative only if the working directory is unknown).
     pub out_dir: PathBuf,
     /// Period of the flush thread in milliseconds; 0 means write only at exit.
@@ -54,6 +83,9 @@ pub struct Config {
     pub site_min: u64,
     /// Python frames kept per call site (0: none).
     pub py_frames: usize,
+    /// Terminating signals culedger catches while the program leaves them at their default
+    /// action, to write the final report before the process ends (empty: none).
+    pub signals: Vec<c_int>,
     /// One line per ignored setting, in variable order.
     pub warnings: Vec<String>,
 }
@@ -66,6 +98,7 @@ impl Default for Config {
             log: DEFAULT_LOG,
             site_min: DEFAULT_SITE_MIN,
             py_frames: DEFAULT_PY_FRAMES,
+            signals: DEFAULT_SIGNALS.to_vec(),
             warnings: Vec::new(),
         }
     }
@@ -137,10 +170,19 @@ impl Config {
             },
         };
 
-        Config { out_dir, flush_ms, log, site_min, py_frames, warnings }
+        let signals = match var(ENV_SIGNALS) {
+            None => DEFAULT_SIGNALS.to_vec(),
+            Some(raw) => parse_signals(&raw.to_string_lossy()).unwrap_or_else(|why| {
+                let default: Vec<String> = DEFAULT_SIGNALS.iter().map(|&s| signal_name(s)).collect();
+                warnings.push(format!("{ENV_SIGNALS}={:?} {why}; using {}", raw.to_string_lossy(), default.join(",")));
+                DEFAULT_SIGNALS.to_vec()
+            }),
+        };
+
+        Config { out_dir, flush_ms, log, site_min, py_frames, signals, warnings }
     }
 
-    /// The report's `settings` object: `out_dir`, `flush_ms`, `log`.
+    /// The report's `settings` object: `out_dir`, `flush_ms`, `log`, `signals`.
     pub fn settings_json(&self) -> serde_json::Value {
         serde_json::json!({
             "out_dir": self.out_dir.to_string_lossy(),
@@ -148,6 +190,7 @@ impl Config {
             "log": self.log.name(),
             "site_min_bytes": self.site_min,
             "py_frames": self.py_frames,
+            "signals": self.signals.iter().map(|&s| signal_name(s)).collect::<Vec<_>>(),
         })
     }
 }
@@ -170,6 +213,33 @@ pub fn parse_size(raw: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(mult)
+}
+
+/// `CULEDGER_SIGNALS`: `off` (or `none`), or signal names of [`CATCHABLE_SIGNALS`] separated
+/// by commas or blanks, with or without `SIG`, any case (`TERM,INT`, `sigterm sigusr1`).
+fn parse_signals(raw: &str) -> Result<Vec<c_int>, String> {
+    let words: Vec<&str> = raw.split(|c: char| c == ',' || c.is_whitespace()).filter(|w| !w.is_empty()).collect();
+    if let [one] = words[..] {
+        if one.eq_ignore_ascii_case("off") || one.eq_ignore_ascii_case("none") {
+            return Ok(Vec::new());
+        }
+    }
+    if words.is_empty() {
+        return Err("names no signal".into());
+    }
+    let mut out = Vec::new();
+    for w in words {
+        let upper = w.to_ascii_uppercase();
+        let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+        let Some(&(_, sig)) = CATCHABLE_SIGNALS.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = CATCHABLE_SIGNALS.iter().map(|(n, _)| *n).collect();
+            return Err(format!("names {w:?}, which is not one of off, {}", names.join(", ")));
+        };
+        if !out.contains(&sig) {
+            out.push(sig);
+        }
+    }
+    Ok(out)
 }
 
 /// `Ok(ms)` for `0` or a whole number in `MIN_FLUSH_MS..=MAX_FLUSH_MS`, else why not.
@@ -326,7 +396,7 @@ mod tests {
         let c = parse(&[(ENV_OUT, "/o"), (ENV_FLUSH_MS, "0"), (ENV_LOG, "info")]);
         assert_eq!(
             c.settings_json(),
-            serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info", "site_min_bytes": 1048576, "py_frames": 64})
+            serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"]})
         );
     }
 
@@ -354,6 +424,27 @@ mod tests {
                 c.warnings,
                 vec![format!("CULEDGER_PY_FRAMES={bad:?} is not a whole number from 0 to 1024; using 64")]
             );
+        }
+    }
+
+    #[test]
+    fn signals_setting() {
+        assert_eq!(parse(&[]).signals, [libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+        assert_eq!(parse(&[(ENV_SIGNALS, "")]).signals, parse(&[]).signals, "empty means unset");
+        for off in ["off", "OFF", " none "] {
+            let c = parse(&[(ENV_SIGNALS, off)]);
+            assert!(c.signals.is_empty() && c.warnings.is_empty(), "{off}");
+        }
+        let c = parse(&[(ENV_SIGNALS, "term, SIGusr1 TERM,,quit")]);
+        assert_eq!(c.signals, [libc::SIGTERM, libc::SIGUSR1, libc::SIGQUIT]);
+        assert!(c.warnings.is_empty());
+        assert_eq!(c.settings_json()["signals"], serde_json::json!(["TERM", "USR1", "QUIT"]));
+        for bad in ["SEGV", "TERM,KILL", "15", "off,TERM", ",", "sigabrt"] {
+            let c = parse(&[(ENV_SIGNALS, bad)]);
+            assert_eq!(c.signals, DEFAULT_SIGNALS, "{bad}");
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+            assert!(c.warnings[0].starts_with("CULEDGER_SIGNALS="), "{:?}", c.warnings);
+            assert!(c.warnings[0].ends_with("; using TERM,INT,HUP"), "{:?}", c.warnings);
         }
     }
 

@@ -1,5 +1,6 @@
 //! culedger: an LD_PRELOAD library that accounts every byte of GPU memory a process
-//! allocates, per device and per category, and writes `culedger-<pid>.json`.
+//! allocates, per device and per category, and writes one JSON report per process
+//! (`culedger-<host>-<pid>-<start_ms>.json`).
 //!
 //! Layout: `hooks` (C ABI face, symbol table, resolution paths), `ledger` (pure
 //! bookkeeping), `classify` (facts to categories), `report` (JSON, files, lifecycle),

@@ -48,7 +48,7 @@ impl Member<'_> {
     /// When the process ended (its final report), or None while it runs or was killed.
     pub fn ended_us(&self) -> Option<i64> {
         let p = &self.report.process;
-        (p.exit != "running").then(|| p.end_us())
+        p.ended().then(|| p.end_us())
     }
 
     /// Live bytes per category of this process on this device at absolute time `at_us`:
@@ -582,6 +582,8 @@ pub struct ProcSummary {
     pub status: String,
     pub exit: String,
     pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i64>,
     pub start_unix_us: i64,
     /// On the run's clock.
     pub started_at_us: i64,
@@ -757,6 +759,7 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
                 status: crate::runs::status(r, run.summary.as_ref()),
                 exit: p.exit.clone(),
                 exit_code: p.exit_code,
+                signal: p.signal,
                 start_unix_us: p.start_us(),
                 started_at_us: clock.since(p.start_us()),
                 duration_us: p.end_us() - p.start_us(),

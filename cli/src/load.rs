@@ -1,4 +1,4 @@
-//! Reading reports: single `culedger-<pid>.json` files, run directories, and the
+//! Reading reports: single `culedger-*.json` files, run directories, and the
 //! `summary.json` that `culedger run` writes.
 
 use crate::error::{Fail, Result};
@@ -81,15 +81,21 @@ fn read_file(path: &Path) -> std::result::Result<Vec<Report>, String> {
     Ok(vec![report_from_value(value, path)?])
 }
 
+/// Is this file name a per-process report? Every `culedger-*.json`: the names of today's
+/// writers (`culedger-<host>-<pid>-<start_ms>[-<k>].json`) and of older ones
+/// (`culedger-<pid>.json`). A writer's temporaries (`.culedger-....json.tmp....`, partial
+/// JSON while it writes, or left behind by a killed writer) never are.
+pub fn is_report_file_name(name: &str) -> bool {
+    name.starts_with("culedger-") && name.ends_with(".json")
+}
+
 /// The `culedger-*.json` files of a directory, sorted by name.
 fn report_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| Fail::input(format!("{}: cannot read directory: {e}", dir.display())))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("culedger-") && n.ends_with(".json"))
-        })
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(is_report_file_name))
         .collect();
     files.sort();
     Ok(files)

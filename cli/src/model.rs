@@ -50,6 +50,8 @@ pub struct Process {
     pub end_unix_ms: i64,
     pub exit: String,
     pub exit_code: Option<i64>,
+    /// The signal that ended the process (`exit: "signal"`); absent in older reports.
+    pub signal: Option<i64>,
     pub forked_from: Option<i64>,
     /// `start_unix_ms` with microseconds; None from writers before it.
     pub start_unix_us: Option<i64>,
@@ -316,6 +318,12 @@ pub struct HostMem {
 }
 
 impl Process {
+    /// Did this image of the process end (`exit`, `signal`, `exec`, or any later value),
+    /// its device memory freed by the driver? Only `running` means it may still hold it.
+    pub fn ended(&self) -> bool {
+        self.exit != "running"
+    }
+
     /// A short human name for the process: its argv without the interpreter and
     /// without long values, e.g. `sglang.launch_server --tp-rank 0`.
     pub fn role(&self) -> String {

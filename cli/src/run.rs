@@ -7,7 +7,7 @@ use crate::analysis::summarize;
 use crate::doc::Format;
 use crate::error::{Fail, Result};
 use crate::layout::{ColorChoice, Stream, Style};
-use crate::load::{report_from_value, Run, SummaryMeta};
+use crate::load::{is_report_file_name, report_from_value, Run, SummaryMeta};
 use crate::model::SUMMARY_SCHEMA;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -276,7 +276,7 @@ fn collect(dir: &Path, run_id: &str, started: SystemTime) -> Vec<(PathBuf, Value
         std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        name.starts_with("culedger-") && name.ends_with(".json")
+        is_report_file_name(name)
     });
     files.sort();
     files

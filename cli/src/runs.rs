@@ -300,6 +300,12 @@ pub fn status(r: &Report, summary: Option<&SummaryMeta>) -> String {
             Some(c) => format!("exit {c}"),
             None => "exited".into(),
         },
+        // A terminating signal left at its default action: the final report was written first.
+        "signal" => match p.signal {
+            Some(sig) => format!("killed by {}", signal_name(sig)),
+            None => "killed by a signal".into(),
+        },
+        "exec" => "exec'd another program".into(),
         "running" => {
             if let Some(s) = summary {
                 if s.pid == Some(p.pid) {

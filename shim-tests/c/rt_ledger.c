@@ -3,6 +3,7 @@
  * report), then exits 0. Linked against the runtime (libcudart.so.12). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -22,6 +23,20 @@
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
+
+/* Whether DIR holds a report (culedger-*.json) whose name contains MARK. */
+static int has_report(const char *dir, const char *mark) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        found = strncmp(e->d_name, "culedger-", 9) == 0 && n > 5 && strcmp(e->d_name + n - 5, ".json") == 0 &&
+                strstr(e->d_name, mark) != NULL;
+    }
+    closedir(d);
+    return found;
+}
 
 static void *dev_alloc(size_t n) {
     void *p = NULL;
@@ -244,11 +259,12 @@ static int sigexit(void) {
     usleep(200 * 1000);
     /* The signal often lands inside culedger's bookkeeping, where the last periodic report
      * must stand: wait (at most 30 s) until there is one. Under emulation (qemu) or on a
-     * loaded machine the first write can take longer than the 200 ms above. */
+     * loaded machine the first write can take longer than the 200 ms above. Reports are
+     * named culedger-<host>-<pid>-<start>.json. */
     const char *out = getenv("CULEDGER_OUT");
-    char report[4096];
-    if (out && snprintf(report, sizeof report, "%s/culedger-%d.json", out, (int)getpid()) < (int)sizeof report)
-        for (int i = 0; i < 3000 && access(report, F_OK) != 0; i++) usleep(10 * 1000);
+    char mark[64];
+    snprintf(mark, sizeof mark, "-%d-", (int)getpid());
+    for (int i = 0; out && i < 3000 && !has_report(out, mark); i++) usleep(10 * 1000);
     for (int round = 0; round < 1000; round++) {
         pthread_kill(th[round % 4], SIGUSR1); /* lands inside a hook most of the time */
         usleep(1000);

@@ -18,12 +18,14 @@ mod coverage;
 mod dlopen;
 mod dlsym;
 mod families;
+mod process;
 pub mod real;
 pub mod resolve;
 mod table;
 pub mod tags;
 pub mod types;
 
+pub use process::{prefetch_libc, real_sigaction};
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
 
 pub(crate) use dlopen::in_dlopen;
@@ -107,6 +109,8 @@ pub(crate) fn record<F: FnOnce(&crate::ledger::Ledger)>(what: &'static str, f: F
     let _ = IN_RECORD.try_with(|r| r.set(true));
     let ok = catch_unwind(AssertUnwindSafe(|| f(crate::ledger::global()))).is_ok();
     let _ = IN_RECORD.try_with(|r| r.set(false));
+    // A terminating signal that arrived during the bookkeeping is handled now.
+    crate::report::signals::after_bookkeeping();
     if !ok {
         let _ = catch_unwind(|| crate::ledger::global().note_loss(what));
     }

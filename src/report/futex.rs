@@ -29,15 +29,18 @@ pub fn wake_all(word: &AtomicU32) {
     }
 }
 
-/// Wait until `*word != pending` or `deadline` passes; returns the last value seen.
-pub fn wait_while(word: &AtomicU32, pending: u32, deadline: Instant) -> u32 {
+/// Wait until `done(*word)` or `deadline` passes; returns whether `done` held.
+pub fn wait_until(word: &AtomicU32, deadline: Instant, done: impl Fn(u32) -> bool) -> bool {
     loop {
         let v = word.load(Ordering::Acquire);
-        let now = Instant::now();
-        if v != pending || now >= deadline {
-            return v;
+        if done(v) {
+            return true;
         }
-        wait(word, pending, Some(deadline - now));
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        wait(word, v, Some(deadline - now));
     }
 }
 
@@ -49,13 +52,13 @@ mod tests {
     fn wait_times_out_and_wake_releases() {
         static W: AtomicU32 = AtomicU32::new(0);
         let start = Instant::now();
-        assert_eq!(wait_while(&W, 0, start + Duration::from_millis(50)), 0);
+        assert!(!wait_until(&W, start + Duration::from_millis(50), |v| v != 0));
         assert!(start.elapsed() >= Duration::from_millis(50));
-        let t = std::thread::spawn(|| wait_while(&W, 0, Instant::now() + Duration::from_secs(30)));
+        let t = std::thread::spawn(|| wait_until(&W, Instant::now() + Duration::from_secs(30), |v| v == 7));
         std::thread::sleep(Duration::from_millis(20));
         W.store(7, Ordering::Release);
         wake_all(&W);
-        assert_eq!(t.join().unwrap(), 7);
+        assert!(t.join().unwrap());
         // Not equal to `expected`: returns at once.
         wait(&W, 0, None);
     }

@@ -1,28 +1,42 @@
-//! The JSON report: atomic writes, the flush thread, exit and fork.
+//! The JSON report: file names, atomic writes, the flush thread, and every way a process
+//! ends or replaces itself (exit, signals, exec, fork, `pthread_exit`). The guarantees are
+//! stated in docs/reliability.md.
 //!
 //! API CONTRACT (used by src/hooks):
 //! - [`activate()`]: called by every hook that recorded something. The first call in a
-//!   process (and again in a fork child) registers the exit and fork handlers (once per
-//!   process image), creates the output directory and starts the `culedger-flush` thread.
-//!   Afterwards it is one relaxed atomic load.
-//! - [`final_write(exit_code)`](final_write): the final write (`process.exit = "exit"`).
-//!   Idempotent, never unwinds, safe from the exit handler, from our `_exit`, even from a
-//!   signal handler. A no-op before activation, and in a process other than the one that
-//!   activated (a `vfork` child that shares our memory).
+//!   process (and again in a fork child) registers the exit, quick-exit and fork handlers
+//!   (once per process image), takes over the terminating signals the program leaves at
+//!   their default action (`signals`), creates the output directory and starts the
+//!   `culedger-flush` thread. Afterwards it is one relaxed atomic load.
+//! - [`final_write(state)`](final_write): the final write (`process.exit` = `"exit"` or
+//!   `"signal"`). Idempotent, never unwinds, safe from the exit handler, from our `_exit`,
+//!   from a signal handler. A no-op before activation, and in a process other than the one
+//!   that activated (a `vfork` child that shares our memory).
+//! - [`exec_begin()`]/[`exec_failed()`]: around a hooked `exec*`: the report is written
+//!   with `process.exit = "exec"`, periodic writes pause; if the exec fails they resume
+//!   (the next write says `"running"` again).
+//! - [`gate::enter()`]: before `exit`/`quick_exit` and when the main thread starts `exit`:
+//!   one thread ends the process, the others wait (see `gate`).
 //!
-//! The flush thread does all writing: every `flush_ms` when the ledger changed, and the
-//! final write when an exit path asks for it (it runs even with `flush_ms = 0`, then only
-//! for that). The exiting thread may have been interrupted by a signal while it held a
-//! ledger lock or the malloc lock, so it only sets atomics, wakes the flush thread with a
-//! futex and waits, at most [`FINAL_WAIT`]; if the write cannot finish (it needs the lock
-//! the exiting thread holds), the process exits without the final report (the last
-//! periodic one stays). The flush thread blocks all signals. Should it fail to start, the
-//! exiting thread writes itself.
+//! The flush thread does all writing: every `flush_ms` when the ledger changed, the exec
+//! write and the final write when asked (it runs even with `flush_ms = 0`). The asking
+//! thread may have been interrupted by a signal while it held a ledger lock or the malloc
+//! lock, so it only sets atomics, wakes the flush thread with a futex and waits, at most
+//! [`FINAL_WAIT`]; if the write cannot finish (it needs the lock the asking thread holds),
+//! the process goes on without it (the last periodic report stays). The flush thread blocks
+//! all signals: it is invisible to signal delivery, so a process-directed signal goes where
+//! it would go without culedger (a program that blocks it everywhere and takes it with
+//! `sigwait` or a signalfd keeps getting it). Every [`LIVENESS_POLL`] it checks whether it
+//! is the last thread left (the program's threads all ended, the main one with
+//! `pthread_exit`); then it ends, and glibc ends the process with `exit(0)` as it would
+//! have for the program's last thread (the exit handler writes the final report). Should
+//! the thread fail to start, the asking thread writes itself.
 //!
 //! Exit: on glibc the exit handler is registered with `on_exit`, which receives the exit
 //! status, so `process.exit_code` is known for `exit()` and for a return from `main`
 //! without interposing `exit` (elsewhere: `atexit`, code unknown). `_exit` and `_Exit`
-//! are exported: they do the final write and then `exit_group` as glibc does.
+//! are exported: they do the final write and then `exit_group` as glibc does. The code is
+//! what the parent sees: the low 8 bits.
 //!
 //! Fork: the `pthread_atfork` child handler forgets the session (write lock included: the
 //! parent's flush thread may have held it), records the parent pid and replaces the
@@ -31,11 +45,16 @@
 //! new flush thread.
 
 mod futex;
+pub mod gate;
 pub mod identity;
+pub mod naming;
 mod process;
+mod procfs;
 mod redact;
+pub mod signals;
 mod writer;
 
+use std::cell::Cell;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -44,6 +63,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, 
 use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void};
+use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use serde_json::Value;
 
@@ -52,6 +72,7 @@ pub use redact::{is_secret_name, redact_argv, REDACTED};
 pub use writer::AtomicWriter;
 
 use crate::config::Config;
+use naming::Writer;
 
 /// What the report needs from the ledger. The process uses [`GlobalLedger`]; unit tests
 /// substitute their own.
@@ -116,6 +137,10 @@ impl FlushGate {
         self.last.store(generation, Ordering::Relaxed);
         self.written.store(true, Ordering::Relaxed);
     }
+    /// Write again at the next chance, changed or not (the file says something else now).
+    pub fn force(&self) {
+        self.written.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Per-activation state: one per process (and per fork child that activates). Leaked on
@@ -124,21 +149,38 @@ struct Session {
     pid: i32,
     forked_from: Option<i32>,
     out_dir: PathBuf,
-    file_name: String,
+    /// `culedger-<host>-<pid>-<start_ms>`: the report is `<stem>.json`, or `<stem>-<k>.json`
+    /// when that name was taken (see `naming`).
+    stem: String,
+    /// The report's file name, once the first write created it.
+    file_name: OnceCell<String>,
+    /// This process as temp-file names identify it (None: `/proc` could not tell).
+    writer_id: Option<Writer>,
     flush_ms: u64,
     /// Serialises the flush thread and the final write.
     write_lock: Mutex<()>,
     gate: FlushGate,
     /// Set by the final write; the flush thread stops writing.
     finished: AtomicBool,
-    /// The flush thread runs, and serves final-write requests.
+    /// The flush thread runs, and serves write requests.
     helper: AtomicBool,
-    /// Exit code of the first final-write request (`NO_REQUEST` until then).
+    /// Bumped (and futex-woken) by whoever wants the flush thread to look at its requests.
+    wake: AtomicU32,
+    /// The first final-write request, encoded (`NO_REQUEST` until then).
     final_code: AtomicI64,
-    /// 1 once a final write was requested from the flush thread (futex word).
+    /// 1 once a final write was requested from the flush thread.
     final_request: AtomicU32,
     /// `PENDING`, `WRITTEN` or `NOT_WRITTEN`: how the requested final write went (futex word).
     final_outcome: AtomicU32,
+    /// Threads inside a hooked exec: periodic writes pause (the file says "exec").
+    exec_pending: AtomicU32,
+    /// Exec writes requested / served (the latter is a futex word for the requesters).
+    exec_requested: AtomicU32,
+    exec_served: AtomicU32,
+    /// Write at the next chance even if the ledger did not change (after a failed exec).
+    force: AtomicBool,
+    /// The stale temporaries of the directory were looked at (once per session).
+    cleaned: AtomicBool,
     /// The one "cannot write" warning has been given.
     warned_write: AtomicBool,
     writer: AtomicWriter,
@@ -148,8 +190,7 @@ const INACTIVE: u8 = 0;
 const STARTING: u8 = 1;
 const ACTIVE: u8 = 2;
 
-const NO_REQUEST: i64 = i64::MAX;
-const NO_CODE: i64 = i64::MIN;
+const NO_REQUEST: i64 = 0;
 const PENDING: u32 = 0;
 const WRITTEN: u32 = 1;
 const NOT_WRITTEN: u32 = 2;
@@ -158,15 +199,27 @@ const NOT_WRITTEN: u32 = 2;
 pub const FLUSH_THREAD_NAME: &str = "culedger-flush";
 /// How long the final write waits for a flush in progress before writing anyway.
 pub const FINAL_LOCK_WAIT: Duration = Duration::from_millis(2000);
-/// How long an exiting thread waits for the flush thread's final write.
+/// How long an exiting (or exec'ing, or signalled) thread waits for the flush thread's write.
 pub const FINAL_WAIT: Duration = Duration::from_millis(5000);
+/// How often the flush thread checks whether it is the last thread of the process.
+pub const LIVENESS_POLL: Duration = Duration::from_millis(25);
+
+thread_local! {
+    /// Set on the flush thread: a write it asks for, it does itself.
+    static ON_FLUSH_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+fn on_flush_thread() -> bool {
+    ON_FLUSH_THREAD.try_with(Cell::get).unwrap_or(false)
+}
 
 /// The report lifecycle, parameterised by its ledger and configuration so that tests can
 /// run private instances; the process uses the static [`GLOBAL`].
 struct Reporter {
     ledger: &'static dyn LedgerAccess,
     config: ConfigSource,
-    /// Register on_exit/atexit and pthread_atfork handlers (only the process instance).
+    /// Register exit, quick-exit and fork handlers, take over signals (only the process
+    /// instance).
     install_handlers: bool,
     final_lock_wait: Duration,
     final_wait: Duration,
@@ -210,6 +263,27 @@ fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// A final request as stored in `final_code` (`NO_REQUEST` is never a valid encoding).
+fn encode_final(state: ExitState) -> i64 {
+    let (kind, value) = match state {
+        ExitState::Exited(None) => (1, 0),
+        ExitState::Exited(Some(code)) => (2, code),
+        ExitState::Signaled(sig) => (3, sig),
+        // Not final states; kept distinct so that a misuse shows.
+        ExitState::Running | ExitState::Exec => (4, 0),
+    };
+    (kind << 32) | i64::from(value as u32)
+}
+
+fn decode_final(v: i64) -> ExitState {
+    let value = v as u32 as i32;
+    match v >> 32 {
+        2 => ExitState::Exited(Some(value)),
+        3 => ExitState::Signaled(value),
+        _ => ExitState::Exited(None),
+    }
+}
+
 impl Reporter {
     #[inline]
     fn activate(&'static self) {
@@ -234,26 +308,36 @@ impl Reporter {
 
     /// Open a session for process `pid`: handlers, out dir, config warnings, flush thread.
     fn start(&'static self, pid: i32) {
+        let config = self.config.get();
         if self.install_handlers {
             install_process_handlers();
+            crate::hooks::prefetch_libc();
         }
-        let config = self.config.get();
         let parent = self.forked_from.load(Ordering::Relaxed);
+        let writer_id = Writer::current();
         let session: &'static Session = Box::leak(Box::new(Session {
             pid,
             forked_from: (parent != 0).then_some(parent),
             out_dir: config.out_dir.clone(),
-            file_name: format!("culedger-{pid}.json"),
+            stem: naming::report_stem(process::hostname().as_deref(), pid, self.ledger.start_unix_ms()),
+            file_name: OnceCell::new(),
+            writer: AtomicWriter::new(naming::writer_tag(writer_id.as_ref())),
+            writer_id,
             flush_ms: config.flush_ms,
             write_lock: Mutex::new(()),
             gate: FlushGate::new(),
             finished: AtomicBool::new(false),
             helper: AtomicBool::new(false),
+            wake: AtomicU32::new(0),
             final_code: AtomicI64::new(NO_REQUEST),
             final_request: AtomicU32::new(0),
             final_outcome: AtomicU32::new(PENDING),
+            exec_pending: AtomicU32::new(0),
+            exec_requested: AtomicU32::new(0),
+            exec_served: AtomicU32::new(0),
+            force: AtomicBool::new(false),
+            cleaned: AtomicBool::new(false),
             warned_write: AtomicBool::new(false),
-            writer: AtomicWriter::new(),
         }));
         for w in &config.warnings {
             self.ledger.note_warning(w);
@@ -277,7 +361,11 @@ impl Reporter {
             }
         }
         self.session.store(session as *const Session as *mut Session, Ordering::Release);
-        crate::info!("reporting to {}", session.out_dir.join(&session.file_name).display());
+        if self.install_handlers {
+            // After the session exists: our handler may run as soon as it is installed.
+            signals::install(&config.signals);
+        }
+        crate::info!("reporting to {}", session.out_dir.join(naming::report_name(&session.stem, 0)).display());
     }
 
     fn current(&self) -> Option<&'static Session> {
@@ -285,50 +373,105 @@ impl Reporter {
         unsafe { self.session.load(Ordering::Acquire).as_ref() }
     }
 
+    /// The session, when reporting is active in this very process (not in a `vfork` child
+    /// or raw clone that runs in our memory with another pid).
+    fn ours(&self) -> Option<&'static Session> {
+        if self.state.load(Ordering::Acquire) != ACTIVE {
+            return None;
+        }
+        self.current().filter(|s| s.pid == getpid())
+    }
+
+    /// Start the flush thread with every signal blocked from its first instruction: a
+    /// thread starts with its creator's mask, and a signal delivered before it blocked them
+    /// itself would run a handler (ours or the program's) on it.
     fn spawn_flush_thread(&'static self, s: &'static Session) -> io::Result<()> {
-        std::thread::Builder::new().name(FLUSH_THREAD_NAME.into()).spawn(move || self.flush_loop(s)).map(drop)
+        let program_mask = block_all_signals();
+        let spawned = std::thread::Builder::new()
+            .name(FLUSH_THREAD_NAME.into())
+            .spawn(move || self.flush_loop(s, program_mask))
+            .map(drop);
+        restore_signal_mask(&program_mask);
+        spawned
         // detached: process exit simply ends it
     }
 
-    /// The flush thread: periodic writes every `flush_ms` (none when 0), and the final
-    /// write when an exit path asks for it. Host signal handlers never run on it.
-    fn flush_loop(&self, s: &'static Session) {
+    /// Wake the flush thread to look at its requests.
+    fn wake(&self, s: &Session) {
+        s.wake.fetch_add(1, Ordering::AcqRel);
+        futex::wake_all(&s.wake);
+    }
+
+    /// The flush thread: periodic writes every `flush_ms` (none when 0), the exec and final
+    /// writes when asked, and the end of the process when it is the last thread left.
+    /// Signal handlers never run on it.
+    fn flush_loop(&self, s: &'static Session, program_mask: libc::sigset_t) {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
-        block_all_signals();
+        block_all_signals(); // already blocked by the creator; stays so even if that changes
+        let _ = ON_FLUSH_THREAD.try_with(|f| f.set(true));
         let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
         let mut next_tick = period.map(|p| Instant::now() + p);
+        let mut next_probe = Instant::now() + LIVENESS_POLL;
         loop {
-            if s.final_request.load(Ordering::Acquire) != 0 {
-                let code = decode_code(s.final_code.load(Ordering::Acquire));
-                let wrote = catch_unwind(AssertUnwindSafe(|| self.final_write_now(s, code))).unwrap_or(false);
-                s.final_outcome.store(if wrote { WRITTEN } else { NOT_WRITTEN }, Ordering::Release);
-                futex::wake_all(&s.final_outcome);
-                return;
-            }
-            let (Some(period), Some(due)) = (period, next_tick) else {
-                futex::wait(&s.final_request, 0, None);
-                continue;
-            };
+            let seen = s.wake.load(Ordering::Acquire);
+            self.serve_requests(s);
             let now = Instant::now();
-            if now < due {
-                futex::wait(&s.final_request, 0, Some(due - now));
-                continue;
+            if let (Some(period), Some(due)) = (period, next_tick) {
+                if now >= due {
+                    if catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).is_err()
+                        && crate::warn_once!(TICK_FAILED; "internal error during a periodic report write; continuing")
+                    {
+                        let _ = catch_unwind(AssertUnwindSafe(|| {
+                            self.ledger.note_warning("internal error during a periodic report write")
+                        }));
+                    }
+                    next_tick = Some(Instant::now() + period);
+                }
             }
-            if catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).is_err()
-                && crate::warn_once!(TICK_FAILED; "internal error during a periodic report write; continuing")
-            {
-                let _ = catch_unwind(AssertUnwindSafe(|| {
-                    self.ledger.note_warning("internal error during a periodic report write")
-                }));
+            if now >= next_probe {
+                if procfs::only_thread_left() == Some(true) {
+                    break;
+                }
+                next_probe = now + LIVENESS_POLL;
             }
-            next_tick = Some(Instant::now() + period);
+            let until = next_tick.map_or(next_probe, |t| t.min(next_probe));
+            let now = Instant::now();
+            if until > now {
+                futex::wait(&s.wake, seen, Some(until - now));
+            }
+        }
+        // Every program thread has ended (the main one with pthread_exit). Returning ends
+        // this thread, and glibc then ends the process with exit(0), as it does when the
+        // program's last thread returns; the exit handler writes the final report here.
+        s.helper.store(false, Ordering::Release);
+        restore_signal_mask(&program_mask);
+        crate::debug!("the program's threads have all ended; ending the process");
+    }
+
+    /// Serve what other threads asked for: exec writes first (a final write asked at the
+    /// same time comes after and wins), then the final write, then a forced rewrite.
+    fn serve_requests(&self, s: &Session) {
+        let want = s.exec_requested.load(Ordering::Acquire);
+        if want != s.exec_served.load(Ordering::Acquire) {
+            let _ = catch_unwind(AssertUnwindSafe(|| self.exec_write_now(s)));
+            s.exec_served.store(want, Ordering::Release);
+            futex::wake_all(&s.exec_served);
+        }
+        if s.final_request.load(Ordering::Acquire) != 0 && s.final_outcome.load(Ordering::Acquire) == PENDING {
+            let state = decode_final(s.final_code.load(Ordering::Acquire));
+            let wrote = catch_unwind(AssertUnwindSafe(|| self.final_write_now(s, state))).unwrap_or(false);
+            s.final_outcome.store(if wrote { WRITTEN } else { NOT_WRITTEN }, Ordering::Release);
+            futex::wake_all(&s.final_outcome);
+        }
+        if s.force.swap(false, Ordering::AcqRel) {
+            let _ = catch_unwind(AssertUnwindSafe(|| self.flush_tick(s)));
         }
     }
 
     /// One flush: write if the ledger changed since the last write. Returns true if written.
     fn flush_tick(&self, s: &Session) -> bool {
         let _guard = s.write_lock.lock();
-        if s.finished.load(Ordering::Acquire) {
+        if s.finished.load(Ordering::Acquire) || s.exec_pending.load(Ordering::Acquire) != 0 {
             return false;
         }
         let generation = self.ledger.generation();
@@ -342,21 +485,21 @@ impl Reporter {
         written
     }
 
+    /// Wake the flush thread and wait until `done(*word)`, at most `final_wait`. Only
+    /// atomics, a futex wake and a bounded futex wait: safe in a signal handler.
+    fn ask_and_wait(&self, s: &Session, word: &AtomicU32, done: impl Fn(u32) -> bool) -> bool {
+        self.wake(s);
+        futex::wait_until(word, Instant::now() + self.final_wait, done)
+    }
+
     /// The final write, from any context; true if this call's request wrote the report.
     ///
     /// The exiting thread may be inside a signal handler that interrupted it while it held
     /// a ledger lock or the malloc lock, so when the flush thread runs, the write is done
     /// there and the exiting thread only does async-signal-safe things: atomics, a futex
     /// wake, and a wait bounded by `final_wait` (after which it gives up on the report).
-    fn final_write(&self, exit_code: Option<i32>) -> bool {
-        if self.state.load(Ordering::Acquire) != ACTIVE {
-            return false;
-        }
-        let Some(s) = self.current() else { return false };
-        // A vfork child (or a raw clone) runs in our memory with another pid: not ours.
-        if s.pid != getpid() {
-            return false;
-        }
+    fn final_write(&self, state: ExitState) -> bool {
+        let Some(s) = self.ours() else { return false };
         // A signal handler exiting from inside a hook's bookkeeping: this thread may hold
         // the ledger lock the write needs. The last periodic report stands.
         if crate::hooks::in_bookkeeping() {
@@ -365,26 +508,23 @@ impl Reporter {
             );
             return false;
         }
-        if !s.helper.load(Ordering::Acquire) {
-            return self.final_write_now(s, exit_code);
+        if !s.helper.load(Ordering::Acquire) || on_flush_thread() {
+            return self.final_write_now(s, state);
         }
-        let won = s
-            .final_code
-            .compare_exchange(NO_REQUEST, encode_code(exit_code), Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
+        let won =
+            s.final_code.compare_exchange(NO_REQUEST, encode_final(state), Ordering::AcqRel, Ordering::Acquire).is_ok();
         if won {
             s.final_request.store(1, Ordering::Release);
-            futex::wake_all(&s.final_request);
         }
-        let outcome = futex::wait_while(&s.final_outcome, PENDING, Instant::now() + self.final_wait);
-        if won && outcome == PENDING {
-            crate::warn!("the final report write did not finish in time; exiting without it");
+        let served = self.ask_and_wait(s, &s.final_outcome, |v| v != PENDING);
+        if won && !served {
+            crate::warn!("the final report write did not finish in time; ending without it");
         }
-        won && outcome == WRITTEN
+        won && s.final_outcome.load(Ordering::Acquire) == WRITTEN
     }
 
     /// Write the final report in this thread (once per session).
-    fn final_write_now(&self, s: &Session, exit_code: Option<i32>) -> bool {
+    fn final_write_now(&self, s: &Session, state: ExitState) -> bool {
         if s.finished.swap(true, Ordering::AcqRel) {
             return false;
         }
@@ -392,11 +532,76 @@ impl Reporter {
         if guard.is_none() {
             crate::warn!("a periodic report write is stuck; writing the final report anyway");
         }
-        self.write(s, ExitState::Exited(exit_code))
+        self.write(s, state)
+    }
+
+    /// If a final write is under way, wait for it (bounded): a thread about to end the
+    /// process without running our exit handler must not cut it short.
+    fn wait_for_final_write(&self) {
+        let Some(s) = self.ours() else { return };
+        if s.final_request.load(Ordering::Acquire) != 0 && !on_flush_thread() {
+            self.ask_and_wait(s, &s.final_outcome, |v| v != PENDING);
+        }
+    }
+
+    /// The final write was made but the process goes on (a re-raised signal was ignored):
+    /// write "running" again and accept a later final write.
+    fn resume_after_final(&self) {
+        let Some(s) = self.ours() else { return };
+        s.final_request.store(0, Ordering::Release);
+        s.final_code.store(NO_REQUEST, Ordering::Release);
+        s.final_outcome.store(PENDING, Ordering::Release);
+        s.finished.store(false, Ordering::Release);
+        s.gate.force();
+        s.force.store(true, Ordering::Release);
+        self.wake(s);
+    }
+
+    /// Before an exec: write the report with `exit = "exec"` and pause periodic writes.
+    /// Returns true when the session must hear about a failed exec ([`Reporter::exec_failed`]).
+    fn exec_begin(&self) -> bool {
+        let Some(s) = self.ours() else { return false };
+        if s.finished.load(Ordering::Acquire) {
+            return false;
+        }
+        s.exec_pending.fetch_add(1, Ordering::AcqRel);
+        if crate::hooks::in_bookkeeping() {
+            return true;
+        }
+        if !s.helper.load(Ordering::Acquire) || on_flush_thread() {
+            self.exec_write_now(s);
+            return true;
+        }
+        let ticket = s.exec_requested.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        // Served once the flush thread has caught up with this ticket (counters wrap).
+        if !self.ask_and_wait(s, &s.exec_served, |v| v.wrapping_sub(ticket) as i32 >= 0) {
+            crate::warn!("the report write before exec did not finish in time; executing without it");
+        }
+        true
+    }
+
+    /// The exec returned (failed): the process goes on, so does its report.
+    fn exec_failed(&self) {
+        let Some(s) = self.ours() else { return };
+        s.exec_pending.fetch_sub(1, Ordering::AcqRel);
+        s.gate.force();
+        s.force.store(true, Ordering::Release);
+        self.wake(s);
+    }
+
+    fn exec_write_now(&self, s: &Session) -> bool {
+        let _guard = s.write_lock.try_lock_for(self.final_lock_wait);
+        !s.finished.load(Ordering::Acquire) && self.write(s, ExitState::Exec)
     }
 
     /// Render and write the report. Failures warn once per session, then stay quiet.
     fn write(&self, s: &Session, exit: ExitState) -> bool {
+        if !s.cleaned.swap(true, Ordering::AcqRel) {
+            let removed = naming::clean_stale_temps(&s.out_dir, s.writer_id.as_ref());
+            if removed > 0 {
+                crate::debug!("removed {removed} stale temporary file(s) in {}", s.out_dir.display());
+            }
+        }
         let ledger_json = self.ledger.to_json();
         let process = ProcessInfo::gather_at(self.ledger.start_unix_us(), exit, s.forked_from);
         let doc = build_document(&process, self.config.get(), ledger_json);
@@ -408,13 +613,13 @@ impl Reporter {
             }
         };
         bytes.push(b'\n');
-        let result = s.writer.write(&s.out_dir, &s.file_name, &bytes).or_else(|e| {
+        let result = self.store(s, &bytes).or_else(|e| {
             // The directory may have been removed since: recreate it and retry once.
             if e.kind() != io::ErrorKind::NotFound {
                 return Err(e);
             }
             std::fs::create_dir_all(&s.out_dir)?;
-            s.writer.write(&s.out_dir, &s.file_name, &bytes)
+            self.store(s, &bytes)
         });
         match result {
             Ok(path) => {
@@ -426,6 +631,28 @@ impl Reporter {
                 false
             }
         }
+    }
+
+    /// Replace our report, or create it under the first free name of the session's stem.
+    fn store(&self, s: &Session, bytes: &[u8]) -> io::Result<PathBuf> {
+        if let Some(name) = s.file_name.get() {
+            return s.writer.write(&s.out_dir, name, bytes);
+        }
+        for attempt in 0..naming::NAME_ATTEMPTS {
+            let name = naming::report_name(&s.stem, attempt);
+            if let Some(path) = s.writer.create_new(&s.out_dir, &name, bytes)? {
+                let _ = s.file_name.set(name);
+                return Ok(path);
+            }
+            // Taken: by another process, or by a write of ours that raced this one.
+            if let Some(name) = s.file_name.get() {
+                return s.writer.write(&s.out_dir, name, bytes);
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} names starting with {} are taken", naming::NAME_ATTEMPTS, s.stem),
+        ))
     }
 
     fn warn_write_failure(&self, s: &Session, e: &io::Error) {
@@ -452,23 +679,26 @@ impl Reporter {
     }
 }
 
-fn encode_code(code: Option<i32>) -> i64 {
-    code.map_or(NO_CODE, i64::from)
-}
-
-fn decode_code(v: i64) -> Option<i32> {
-    i32::try_from(v).ok()
-}
-
-/// Block every blockable signal in the calling thread. Used by the flush thread: the
-/// host's signal handlers must never run on it, where they could interrupt a report write
-/// (holding the write lock or a ledger lock) and, say, call `_exit`, which writes again.
-fn block_all_signals() {
-    // SAFETY: `set` is a properly initialised sigset_t owned by this frame.
+/// Block every blockable signal in the calling thread; returns the mask it had. For the
+/// flush thread: the host's signal handlers must never run on it, where they could
+/// interrupt a report write (holding the write lock or a ledger lock) and, say, call
+/// `_exit`, which writes again; nor ours, which would wait for the flush thread itself.
+fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: both sets are properly initialised sigset_t values owned by this frame.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut set);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+/// Put back a mask saved by [`block_all_signals`].
+fn restore_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is a valid sigset_t.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, mask, ptr::null_mut());
     }
 }
 
@@ -496,9 +726,24 @@ pub fn is_active() -> bool {
     GLOBAL.state.load(Ordering::Relaxed) == ACTIVE
 }
 
+/// Is reporting active in this very process (not a vfork child running in our memory)?
+pub fn is_ours() -> bool {
+    GLOBAL.ours().is_some()
+}
+
 /// Write the final report now (idempotent; no-op when not active). Never unwinds.
-pub fn final_write(exit_code: Option<i32>) {
-    let _ = catch_unwind(|| GLOBAL.final_write(exit_code));
+pub fn final_write(state: ExitState) {
+    let _ = catch_unwind(|| GLOBAL.final_write(state));
+}
+
+/// See [`Reporter::exec_begin`]. Never unwinds.
+pub fn exec_begin() -> bool {
+    catch_unwind(|| GLOBAL.exec_begin()).unwrap_or(false)
+}
+
+/// See [`Reporter::exec_failed`]. Never unwinds.
+pub fn exec_failed() {
+    let _ = catch_unwind(|| GLOBAL.exec_failed());
 }
 
 // ---- process handlers -------------------------------------------------------------------
@@ -506,6 +751,14 @@ pub fn final_write(exit_code: Option<i32>) {
 static HANDLERS_INSTALLED: AtomicBool = AtomicBool::new(false);
 /// Our pid, stored by the prepare handler just before `fork` (the child's parent pid).
 static PRE_FORK_PID: AtomicI32 = AtomicI32::new(0);
+/// The status given to our `quick_exit` (`NO_STATUS` when unknown).
+static QUICK_EXIT_STATUS: AtomicI64 = AtomicI64::new(NO_STATUS);
+const NO_STATUS: i64 = i64::MIN;
+
+/// Remember the status of a `quick_exit` for the quick-exit handler (called by our export).
+pub fn note_quick_exit_status(status: c_int) {
+    QUICK_EXIT_STATUS.store(i64::from(status), Ordering::Release);
+}
 
 #[cfg(target_env = "gnu")]
 extern "C" {
@@ -513,14 +766,24 @@ extern "C" {
     fn on_exit(function: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
 }
 
+extern "C" {
+    /// C11: register a handler for `quick_exit`.
+    fn at_quick_exit(function: extern "C" fn()) -> c_int;
+}
+
 #[cfg(target_env = "gnu")]
 extern "C" fn exit_handler(status: c_int, _arg: *mut c_void) {
-    final_write(Some(status));
+    final_write(ExitState::exited(Some(status)));
 }
 
 #[cfg(not(target_env = "gnu"))]
 extern "C" fn exit_handler() {
-    final_write(None);
+    final_write(ExitState::Exited(None));
+}
+
+extern "C" fn quick_exit_handler() {
+    let status = QUICK_EXIT_STATUS.load(Ordering::Acquire);
+    final_write(ExitState::exited(i32::try_from(status).ok()));
 }
 
 unsafe extern "C" fn atfork_prepare() {
@@ -528,10 +791,13 @@ unsafe extern "C" fn atfork_prepare() {
 }
 
 unsafe extern "C" fn atfork_child() {
+    gate::reset_after_fork();
+    signals::reset_after_fork();
     let _ = catch_unwind(|| GLOBAL.after_fork_child(PRE_FORK_PID.load(Ordering::Relaxed)));
 }
 
-/// Register the exit and fork handlers, once per process image (fork children inherit them).
+/// Register the exit, quick-exit and fork handlers, once per process image (fork children
+/// inherit them).
 fn install_process_handlers() {
     if HANDLERS_INSTALLED.swap(true, Ordering::AcqRel) {
         return;
@@ -546,6 +812,10 @@ fn install_process_handlers() {
         crate::warn!("cannot register the exit handler; the final report may be missing");
     }
     // SAFETY: as above.
+    if unsafe { at_quick_exit(quick_exit_handler) } != 0 {
+        crate::warn!("cannot register the quick_exit handler; quick_exit will leave no final report");
+    }
+    // SAFETY: as above.
     let rc = unsafe { libc::pthread_atfork(Some(atfork_prepare), None, Some(atfork_child)) };
     if rc != 0 {
         crate::warn!("cannot register fork handlers; fork children may report their parent's ledger");
@@ -553,10 +823,9 @@ fn install_process_handlers() {
 }
 
 /// Final write (when active and ours), then end the process the way glibc's `_exit` does.
-#[cfg_attr(test, allow(dead_code))]
-fn exit_process(status: c_int) -> ! {
+pub fn exit_process(status: c_int) -> ! {
     if is_active() {
-        final_write(Some(status));
+        final_write(ExitState::exited(Some(status)));
     }
     loop {
         // SAFETY: terminating syscalls; they do not return on success.
@@ -565,21 +834,6 @@ fn exit_process(status: c_int) -> ! {
             libc::syscall(libc::SYS_exit, status);
         }
     }
-}
-
-/// Interposes libc's `_exit` (used by `os._exit` and multiprocessing workers).
-#[cfg(not(test))]
-#[no_mangle]
-pub extern "C" fn _exit(status: c_int) -> ! {
-    exit_process(status)
-}
-
-/// Interposes libc's `_Exit` (same as `_exit`).
-#[cfg(not(test))]
-#[no_mangle]
-#[allow(non_snake_case)]
-pub extern "C" fn _Exit(status: c_int) -> ! {
-    exit_process(status)
 }
 
 #[cfg(test)]

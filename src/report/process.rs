@@ -12,13 +12,28 @@ pub const SCHEMA: &str = "culedger/1";
 /// The tool name in `tool.name`.
 pub const TOOL_NAME: &str = "culedger";
 
-/// How the process stands at the time of a write (`process.exit`, `process.exit_code`).
+/// How the process stands at the time of a write (`process.exit`, `process.exit_code`,
+/// `process.signal`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitState {
     /// A periodic write while the process runs.
     Running,
-    /// The final write, with the exit status when culedger saw it.
+    /// The final write, with the exit status when culedger saw it: what the parent sees,
+    /// the low 8 bits of the value given to `exit` (`exit(300)` is 44).
     Exited(Option<i32>),
+    /// The final write before a terminating signal (at its default action) ends the process.
+    Signaled(i32),
+    /// Written just before this process image is replaced by `exec`; the new image writes
+    /// a report of its own. Followed by `Running` writes again if the exec fails.
+    Exec,
+}
+
+impl ExitState {
+    /// The exit state for a status given to `exit`/`_exit`: the low 8 bits, as the
+    /// parent's `waitpid` sees them.
+    pub fn exited(status: Option<i32>) -> ExitState {
+        ExitState::Exited(status.map(|s| s & 0xff))
+    }
 }
 
 /// The `process` object.
@@ -82,9 +97,11 @@ impl ProcessInfo {
     }
 
     pub fn to_json(&self) -> Value {
-        let (exit, code) = match self.exit {
-            ExitState::Running => ("running", None),
-            ExitState::Exited(code) => ("exit", code),
+        let (exit, code, signal) = match self.exit {
+            ExitState::Running => ("running", None, None),
+            ExitState::Exited(code) => ("exit", code, None),
+            ExitState::Signaled(sig) => ("signal", None, Some(sig)),
+            ExitState::Exec => ("exec", None, None),
         };
         json!({
             "pid": self.pid,
@@ -96,6 +113,7 @@ impl ProcessInfo {
             "end_unix_ms": self.end_unix_ms,
             "exit": exit,
             "exit_code": code,
+            "signal": signal,
             "forked_from": self.forked_from,
             "start_unix_us": self.start_unix_us,
             "run_id": self.run_id,
@@ -138,7 +156,7 @@ pub fn unix_ms_now() -> u64 {
 }
 
 /// The host name, or `None` if it cannot be read.
-fn hostname() -> Option<String> {
+pub(crate) fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is writable for its whole length; we keep the last byte as NUL.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
@@ -212,7 +230,7 @@ mod tests {
                 "pid": 42, "ppid": 7, "host": "box",
                 "argv": ["python", "--token", "<redacted>"],
                 "exe": null, "start_unix_ms": 1000, "end_unix_ms": 2500,
-                "exit": "running", "exit_code": null, "forked_from": 7,
+                "exit": "running", "exit_code": null, "signal": null, "forked_from": 7,
                 "start_unix_us": 1_000_123, "run_id": "r1", "run_id_source": "env",
                 "title": null, "comm": "python3", "env": {"RANK": "0"},
             })
@@ -225,6 +243,19 @@ mod tests {
         assert_eq!((&j["exit"], &j["exit_code"]), (&json!("exit"), &json!(3)));
         let j = info(ExitState::Exited(None)).to_json();
         assert_eq!((&j["exit"], &j["exit_code"]), (&json!("exit"), &Value::Null));
+        let j = info(ExitState::Signaled(15)).to_json();
+        assert_eq!((&j["exit"], &j["exit_code"], &j["signal"]), (&json!("signal"), &Value::Null, &json!(15)));
+        let j = info(ExitState::Exec).to_json();
+        assert_eq!((&j["exit"], &j["exit_code"], &j["signal"]), (&json!("exec"), &Value::Null, &Value::Null));
+    }
+
+    #[test]
+    fn exit_status_is_what_the_parent_sees() {
+        assert_eq!(ExitState::exited(Some(300)), ExitState::Exited(Some(44)));
+        assert_eq!(ExitState::exited(Some(-1)), ExitState::Exited(Some(255)));
+        assert_eq!(ExitState::exited(Some(256)), ExitState::Exited(Some(0)));
+        assert_eq!(ExitState::exited(Some(7)), ExitState::Exited(Some(7)));
+        assert_eq!(ExitState::exited(None), ExitState::Exited(None));
     }
 
     #[test]
@@ -295,7 +326,10 @@ mod tests {
         assert_eq!(keys, ["devices", "health", "host", "process", "schema", "settings", "tool"]);
         assert_eq!(doc["schema"], "culedger/1");
         assert_eq!(doc["tool"], json!({"name": "culedger", "version": "0.1.0"}));
-        assert_eq!(doc["settings"]["flush_ms"], 5);
+        assert_eq!(
+            doc["settings"],
+            json!({"out_dir": "/o", "flush_ms": 5, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"]})
+        );
         assert_eq!(doc["host"]["pinned_live_bytes"], 0);
         // A non-object ledger rendering contributes nothing.
         let doc = build_document(&info(ExitState::Running), &cfg, Value::Null);

@@ -52,24 +52,7 @@ impl Harness {
     /// A private reporter writing under a fresh temp dir (`sub` below it) every `flush_ms`.
     fn new(tag: &str, sub: &str, flush_ms: u64, warnings: &[&str]) -> Harness {
         let dir = TempDir::new(tag);
-        let config: &'static Config = Box::leak(Box::new(Config {
-            out_dir: dir.0.join(sub),
-            flush_ms,
-            log: Level::Off,
-            warnings: warnings.iter().map(|w| w.to_string()).collect(),
-            ..Config::default()
-        }));
-        let ledger: &'static FakeLedger = Box::leak(Box::default());
-        let reporter = Box::leak(Box::new(Reporter {
-            ledger,
-            config: ConfigSource::Fixed(config),
-            install_handlers: false,
-            final_lock_wait: Duration::from_millis(200),
-            final_wait: Duration::from_millis(3000),
-            state: AtomicU8::new(INACTIVE),
-            session: AtomicPtr::new(ptr::null_mut()),
-            forked_from: AtomicI32::new(0),
-        }));
+        let (ledger, reporter) = reporter_for(dir.0.join(sub), flush_ms, warnings);
         Harness { dir, ledger, reporter }
     }
 
@@ -78,14 +61,42 @@ impl Harness {
     }
 
     fn report(&self) -> Value {
-        let s = self.reporter.current().expect("session");
-        let bytes = std::fs::read(s.out_dir.join(&s.file_name)).expect("report file");
-        serde_json::from_slice(&bytes).expect("valid JSON")
+        report_of(self.reporter)
     }
 
     fn session(&self) -> &'static Session {
         self.reporter.current().expect("session")
     }
+}
+
+/// A private reporter (fake ledger, no process handlers) writing into `out_dir`.
+fn reporter_for(out_dir: PathBuf, flush_ms: u64, warnings: &[&str]) -> (&'static FakeLedger, &'static Reporter) {
+    let config: &'static Config = Box::leak(Box::new(Config {
+        out_dir,
+        flush_ms,
+        log: Level::Off,
+        warnings: warnings.iter().map(|w| w.to_string()).collect(),
+        ..Config::default()
+    }));
+    let ledger: &'static FakeLedger = Box::leak(Box::default());
+    let reporter = Box::leak(Box::new(Reporter {
+        ledger,
+        config: ConfigSource::Fixed(config),
+        install_handlers: false,
+        final_lock_wait: Duration::from_millis(200),
+        final_wait: Duration::from_millis(3000),
+        state: AtomicU8::new(INACTIVE),
+        session: AtomicPtr::new(ptr::null_mut()),
+        forked_from: AtomicI32::new(0),
+    }));
+    (ledger, reporter)
+}
+
+/// The report a reporter wrote last.
+fn report_of(reporter: &Reporter) -> Value {
+    let s = reporter.current().expect("session");
+    let bytes = std::fs::read(s.out_dir.join(s.file_name.get().expect("written"))).expect("report file");
+    serde_json::from_slice(&bytes).expect("valid JSON")
 }
 
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
@@ -126,14 +137,16 @@ fn flush_gate_writes_first_time_and_on_change_only() {
 fn activation_creates_dir_and_notes_config_warnings() {
     let h = Harness::new("activate", "out/nested", 0, &["CULEDGER_LOG=\"x\" is bad"]);
     assert_eq!(h.reporter.state.load(Ordering::SeqCst), INACTIVE);
-    assert!(!h.reporter.final_write(None), "final write before activation is a no-op");
+    assert!(!h.reporter.final_write(ExitState::Exited(None)), "final write before activation is a no-op");
     h.reporter.activate();
     assert_eq!(h.reporter.state.load(Ordering::SeqCst), ACTIVE);
     assert!(h.out_dir().is_dir());
     assert_eq!(*h.ledger.warnings.lock(), ["CULEDGER_LOG=\"x\" is bad"]);
     let s = h.session();
     assert_eq!(s.pid, getpid());
-    assert_eq!(s.file_name, format!("culedger-{}.json", getpid()));
+    let host = naming::host_part(process::hostname().as_deref());
+    assert_eq!(s.stem, format!("culedger-{host}-{}-1234", getpid()));
+    assert!(s.file_name.get().is_none(), "named at the first write");
     assert_eq!(s.forked_from, None);
     assert!(s.helper.load(Ordering::SeqCst), "flush thread started even with flush_ms = 0");
     // Activating again changes nothing.
@@ -171,7 +184,7 @@ fn flush_tick_writes_only_when_generation_changed() {
     assert_eq!(h.report()["health"]["generation"], 5);
     assert!(!h.reporter.flush_tick(s));
     assert_eq!(h.ledger.renders.load(Ordering::SeqCst), 2);
-    assert_eq!(entries(&h.out_dir()), std::slice::from_ref(&s.file_name), "no temp files left");
+    assert_eq!(entries(&h.out_dir()), [format!("{}.json", s.stem)], "no temp files left");
 }
 
 #[test]
@@ -199,11 +212,11 @@ fn report_document_fields() {
 fn final_write_is_idempotent_and_stops_flushes() {
     let h = Harness::new("final", "o", 0, &[]);
     h.reporter.activate();
-    assert!(h.reporter.final_write(Some(3)));
+    assert!(h.reporter.final_write(ExitState::Exited(Some(3))));
     let doc = h.report();
     assert_eq!(doc["process"]["exit"], "exit");
     assert_eq!(doc["process"]["exit_code"], 3);
-    assert!(!h.reporter.final_write(Some(9)), "second final write is a no-op");
+    assert!(!h.reporter.final_write(ExitState::Exited(Some(9))), "second final write is a no-op");
     h.ledger.generation.store(1, Ordering::SeqCst);
     assert!(!h.reporter.flush_tick(h.session()), "no periodic write after the final one");
     assert_eq!(h.report()["process"]["exit_code"], 3);
@@ -214,7 +227,7 @@ fn final_write_is_idempotent_and_stops_flushes() {
 fn final_write_with_unknown_code() {
     let h = Harness::new("finalnull", "o", 0, &[]);
     h.reporter.activate();
-    assert!(h.reporter.final_write(None));
+    assert!(h.reporter.final_write(ExitState::Exited(None)));
     assert_eq!(h.report()["process"]["exit"], "exit");
     assert_eq!(h.report()["process"]["exit_code"], Value::Null);
 }
@@ -226,7 +239,7 @@ fn final_write_does_not_wait_forever_for_a_stuck_flush() {
     let s = h.session();
     let held = s.write_lock.lock(); // a flush "stuck" mid-write
     let start = Instant::now();
-    assert!(h.reporter.final_write(Some(1)), "writes anyway after the bounded wait");
+    assert!(h.reporter.final_write(ExitState::Exited(Some(1))), "writes anyway after the bounded wait");
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5), "{waited:?}");
     drop(held);
@@ -241,7 +254,7 @@ fn final_write_from_a_thread_holding_a_ledger_lock_gives_up_instead_of_deadlocki
     h.reporter.activate();
     let held = h.ledger.render_gate.lock();
     let start = Instant::now();
-    assert!(!h.reporter.final_write(Some(42)), "no report while the lock is held");
+    assert!(!h.reporter.final_write(ExitState::Exited(Some(42))), "no report while the lock is held");
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(3000) && waited < Duration::from_secs(10), "{waited:?}");
     // Had the thread not exited, the flush thread finishes the write once the lock is free.
@@ -258,7 +271,7 @@ fn concurrent_final_writes_write_once() {
     h.reporter.activate();
     let r = h.reporter;
     let wrote: Vec<bool> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..4).map(|i| sc.spawn(move || r.final_write(Some(i)))).collect();
+        let hs: Vec<_> = (0..4).map(|i| sc.spawn(move || r.final_write(ExitState::Exited(Some(i))))).collect();
         hs.into_iter().map(|t| t.join().unwrap()).collect()
     });
     assert_eq!(wrote.iter().filter(|w| **w).count(), 1, "{wrote:?}");
@@ -272,10 +285,10 @@ fn final_write_without_flush_thread_writes_in_the_caller() {
     let h = Harness::new("nohelper", "o", 0, &[]);
     h.reporter.activate();
     h.session().helper.store(false, Ordering::SeqCst); // as if the thread could not start
-    assert!(h.reporter.final_write(Some(8)));
+    assert!(h.reporter.final_write(ExitState::Exited(Some(8))));
     assert_eq!(h.session().final_request.load(Ordering::SeqCst), 0, "the flush thread was not asked");
     assert_eq!(h.report()["process"]["exit_code"], 8);
-    assert!(!h.reporter.final_write(Some(9)));
+    assert!(!h.reporter.final_write(ExitState::Exited(Some(9))));
 }
 
 #[test]
@@ -285,7 +298,7 @@ fn final_write_in_another_process_is_refused() {
     h.reporter.state.store(STARTING, Ordering::SeqCst);
     h.reporter.start(getpid() + 1);
     h.reporter.state.store(ACTIVE, Ordering::SeqCst);
-    assert!(!h.reporter.final_write(Some(0)));
+    assert!(!h.reporter.final_write(ExitState::Exited(Some(0))));
     let s = h.session();
     assert!(!s.finished.load(Ordering::SeqCst), "the owner's state is untouched");
     assert_eq!(s.final_code.load(Ordering::SeqCst), NO_REQUEST);
@@ -318,7 +331,7 @@ fn removed_dir_is_recreated() {
     let h = Harness::new("recreate", "o", 0, &[]);
     h.reporter.activate();
     std::fs::remove_dir_all(h.out_dir()).unwrap();
-    assert!(h.reporter.final_write(None));
+    assert!(h.reporter.final_write(ExitState::Exited(None)));
     assert_eq!(h.report()["process"]["exit"], "exit");
     assert!(h.ledger.warnings.lock().is_empty());
 }
@@ -333,12 +346,12 @@ fn fork_child_reset_then_reactivation() {
     assert_eq!(h.ledger.resets.load(Ordering::SeqCst), 1);
     assert_eq!(h.reporter.state.load(Ordering::SeqCst), INACTIVE);
     assert!(h.reporter.current().is_none());
-    assert!(!h.reporter.final_write(Some(0)), "child writes nothing before its own hook");
+    assert!(!h.reporter.final_write(ExitState::Exited(Some(0))), "child writes nothing before its own hook");
     h.reporter.activate();
     let child = h.session();
     assert!(!std::ptr::eq(child, parent_session), "fresh session, fresh lock");
     assert_eq!(child.forked_from, Some(4321));
-    assert!(h.reporter.final_write(Some(0)), "does not touch the parent's held lock");
+    assert!(h.reporter.final_write(ExitState::Exited(Some(0))), "does not touch the parent's held lock");
     assert_eq!(h.report()["process"]["forked_from"], 4321);
     drop(held);
 }
@@ -360,7 +373,7 @@ fn flush_thread_writes_periodically_and_stops_after_final() {
     let h = Harness::new("thread", "o", 20, &[]);
     h.reporter.activate();
     let s = h.session();
-    let file = s.out_dir.join(&s.file_name);
+    let file = s.out_dir.join(format!("{}.json", s.stem));
     wait_for("first periodic write", Duration::from_secs(5), || file.exists());
     let flushers = flush_thread_sigblk();
     assert!(!flushers.is_empty(), "a thread named {FLUSH_THREAD_NAME}");
@@ -376,7 +389,7 @@ fn flush_thread_writes_periodically_and_stops_after_final() {
     let renders = h.ledger.renders.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(h.ledger.renders.load(Ordering::SeqCst), renders, "idle ledger: no rewrites");
-    assert!(h.reporter.final_write(Some(0)));
+    assert!(h.reporter.final_write(ExitState::Exited(Some(0))));
     h.ledger.generation.store(3, Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(h.report()["process"]["exit"], "exit", "no periodic write after the final one");
@@ -392,4 +405,122 @@ fn flush_thread_sigblk() -> Vec<u64> {
             (field("Name:")? == FLUSH_THREAD_NAME).then(|| u64::from_str_radix(field("SigBlk:")?, 16).ok())?
         })
         .collect()
+}
+
+// ---- names, exec, cleanup -------------------------------------------------------------------
+
+#[test]
+fn same_pid_host_and_start_never_overwrite_each_other() {
+    // Two processes that look alike (pid 1 in two containers of one host, started in the
+    // same millisecond), and a file an older run left at the first name.
+    let h = Harness::new("samepid", "o", 0, &[]);
+    let out = h.dir.0.join("o");
+    let (_, twin) = reporter_for(out.clone(), 0, &[]);
+    h.reporter.activate();
+    twin.activate();
+    let stem = h.session().stem.clone();
+    assert_eq!(twin.current().unwrap().stem, stem, "same host, pid and start");
+    std::fs::write(out.join(format!("{stem}.json")), b"an older run's report").unwrap();
+    assert!(h.reporter.final_write(ExitState::Exited(Some(1))));
+    assert!(twin.final_write(ExitState::Exited(Some(2))));
+    assert_eq!(entries(&out), [format!("{stem}-2.json"), format!("{stem}-3.json"), format!("{stem}.json")]);
+    assert_eq!(std::fs::read(out.join(format!("{stem}.json"))).unwrap(), b"an older run's report");
+    assert_eq!(h.report()["process"]["exit_code"], 1);
+    assert_eq!(report_of(twin)["process"]["exit_code"], 2);
+    // A symlink at a name counts as taken and is never followed.
+    let (_, third) = reporter_for(out.clone(), 0, &[]);
+    third.activate();
+    std::os::unix::fs::symlink(h.dir.0.join("victim"), out.join(format!("{stem}-4.json"))).unwrap();
+    assert!(third.final_write(ExitState::Exited(None)));
+    assert!(!h.dir.0.join("victim").exists());
+    assert!(out.join(format!("{stem}-5.json")).is_file());
+}
+
+#[test]
+fn exec_writes_exec_then_a_failed_exec_goes_back_to_running() {
+    let h = Harness::new("exec", "o", 0, &[]);
+    h.reporter.activate();
+    let s = h.session();
+    assert!(h.reporter.flush_tick(s));
+    assert!(h.reporter.exec_begin(), "the session must hear about a failure");
+    assert_eq!(h.report()["process"]["exit"], "exec");
+    assert_eq!(s.exec_served.load(Ordering::SeqCst), 1, "written by the flush thread");
+    // While the exec is under way, periodic writes keep their hands off the file.
+    h.ledger.generation.store(4, Ordering::SeqCst);
+    assert!(!h.reporter.flush_tick(s));
+    assert_eq!(h.report()["process"]["exit"], "exec");
+    h.reporter.exec_failed();
+    wait_for("running again", Duration::from_secs(5), || {
+        std::fs::read(s.out_dir.join(s.file_name.get().unwrap()))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|d| d["process"]["exit"] == "running")
+    });
+    assert!(h.reporter.final_write(ExitState::Exited(Some(0))));
+    assert_eq!(h.report()["process"]["exit"], "exit");
+    assert!(!h.reporter.exec_begin(), "after the final write an exec has nothing to write");
+    assert_eq!(h.report()["process"]["exit"], "exit");
+}
+
+#[test]
+fn exec_without_flush_thread_writes_in_the_caller() {
+    let h = Harness::new("execnohelper", "o", 0, &[]);
+    h.reporter.activate();
+    h.session().helper.store(false, Ordering::SeqCst);
+    assert!(h.reporter.exec_begin());
+    assert_eq!(h.report()["process"]["exit"], "exec");
+    h.reporter.exec_failed();
+    assert!(h.reporter.flush_tick(h.session()), "forced: the file must say running again");
+    assert_eq!(h.report()["process"]["exit"], "running");
+}
+
+#[test]
+fn a_final_write_can_be_taken_back_when_the_process_survives() {
+    let h = Harness::new("resume", "o", 0, &[]);
+    h.reporter.activate();
+    assert!(h.reporter.final_write(ExitState::Signaled(15)));
+    assert_eq!(h.report()["process"]["exit"], "signal");
+    assert_eq!(h.report()["process"]["signal"], 15);
+    h.reporter.resume_after_final();
+    wait_for("running again", Duration::from_secs(5), || {
+        std::fs::read(h.out_dir().join(h.session().file_name.get().unwrap()))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|d| d["process"]["exit"] == "running")
+    });
+    assert!(h.reporter.final_write(ExitState::Exited(Some(3))), "a later final write is served");
+    assert_eq!(h.report()["process"]["exit_code"], 3);
+}
+
+#[test]
+fn first_write_removes_only_provably_stale_temporaries() {
+    let h = Harness::new("stale", "o", 0, &[]);
+    let out = h.dir.0.join("o");
+    std::fs::create_dir_all(&out).unwrap();
+    let me = Writer::current().expect("/proc");
+    // A writer of this boot and namespace that is gone (a reaped child), one that runs (us,
+    // as another session would see us), one of another boot, and files that are not ours.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id() as i32;
+    child.wait().unwrap();
+    let dead = Writer { pid: dead_pid, start: 1, ..me.clone() };
+    let foreign = Writer { boot: "ffffffffffffffff".into(), ..dead.clone() };
+    let names = [
+        naming::temp_name("culedger-h-1-1.json", &dead.tag(), 0),
+        naming::temp_name("culedger-h-2-1.json", &me.tag(), 0),
+        naming::temp_name("culedger-h-3-1.json", &foreign.tag(), 0),
+        ".culedger-77.json.tmp.3".to_string(),
+        "notes.txt".to_string(),
+        "culedger-5.json".to_string(),
+    ];
+    for n in &names {
+        std::fs::write(out.join(n), b"{\"partial").unwrap();
+    }
+    h.reporter.activate();
+    assert!(h.reporter.flush_tick(h.session()));
+    let left = entries(&out);
+    assert!(!left.contains(&names[0]), "the dead writer's temporary must go: {left:?}");
+    for kept in &names[1..] {
+        assert!(left.contains(kept), "{kept} must stay: {left:?}");
+    }
 }

@@ -1,16 +1,19 @@
-//! Atomic file replacement: write a uniquely named temp file in the target's directory,
-//! then `rename` it over the target.
+//! Atomic file writes: write a uniquely named temp file in the target's directory, then
+//! `rename` it over the target (replace) or `link` it to the target (create exclusively).
 //!
 //! The temp file is opened with `O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC`, so an existing
 //! file or symlink at the temp name is never opened or followed (we move on to the next
-//! name). `rename` replaces a symlink at the target name itself, never its destination.
-//! On every error path the temp file is removed.
+//! name). `rename` replaces a symlink at the target name itself, never its destination;
+//! `link` fails on anything at the target name, a symlink included. On every error path
+//! the temp file is removed. Temp names carry the writer's identity (see `naming`).
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::naming::temp_name;
 
 /// How many temp names are tried before giving up (each taken name costs one attempt).
 pub const TEMP_ATTEMPTS: u32 = 16;
@@ -19,24 +22,25 @@ pub const TEMP_ATTEMPTS: u32 = 16;
 #[derive(Debug, Default)]
 pub struct AtomicWriter {
     seq: AtomicU64,
+    /// The writer tag in temp names (`naming::writer_tag`).
+    tag: String,
 }
 
 impl AtomicWriter {
-    pub const fn new() -> Self {
-        AtomicWriter { seq: AtomicU64::new(0) }
+    pub fn new(tag: impl Into<String>) -> Self {
+        AtomicWriter { seq: AtomicU64::new(0), tag: tag.into() }
     }
 
-    /// The temp path for sequence number `n`: `<dir>/.<file_name>.tmp.<n>`.
-    pub fn temp_path(dir: &Path, file_name: &str, n: u64) -> PathBuf {
-        dir.join(format!(".{file_name}.tmp.{n}"))
+    /// The temp path for sequence number `n`: `<dir>/.<file_name>.tmp.<tag>.<n>`.
+    pub fn temp_path(&self, dir: &Path, file_name: &str, n: u64) -> PathBuf {
+        dir.join(temp_name(file_name, &self.tag, n))
     }
 
-    /// Atomically replace `<dir>/<file_name>` with `bytes`. Returns the target path.
-    pub fn write(&self, dir: &Path, file_name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
-        let target = dir.join(file_name);
+    /// Create a fresh temp file next to `<dir>/<file_name>` holding `bytes`.
+    fn write_temp(&self, dir: &Path, file_name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
         let mut last_err = None;
         for _ in 0..TEMP_ATTEMPTS {
-            let temp = Self::temp_path(dir, file_name, self.seq.fetch_add(1, Ordering::Relaxed));
+            let temp = self.temp_path(dir, file_name, self.seq.fetch_add(1, Ordering::Relaxed));
             let file = OpenOptions::new()
                 .write(true)
                 .create_new(true) // O_CREAT | O_EXCL
@@ -54,9 +58,8 @@ impl AtomicWriter {
             };
             let written = file.write_all(bytes);
             drop(file);
-            let result = written.and_then(|()| std::fs::rename(&temp, &target));
-            return match result {
-                Ok(()) => Ok(target),
+            return match written {
+                Ok(()) => Ok(temp),
                 Err(e) => {
                     let _ = std::fs::remove_file(&temp);
                     Err(e)
@@ -65,6 +68,53 @@ impl AtomicWriter {
         }
         Err(last_err.unwrap_or_else(|| io::Error::new(io::ErrorKind::AlreadyExists, "no free temp name")))
     }
+
+    /// Atomically replace `<dir>/<file_name>` with `bytes`. Returns the target path.
+    pub fn write(&self, dir: &Path, file_name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+        let target = dir.join(file_name);
+        let temp = self.write_temp(dir, file_name, bytes)?;
+        match std::fs::rename(&temp, &target) {
+            Ok(()) => Ok(target),
+            Err(e) => {
+                let _ = std::fs::remove_file(&temp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Create `<dir>/<file_name>` with `bytes`, atomically and only if nothing is at that
+    /// name (no file, no symlink): `Ok(None)` when the name is taken. Without hard links on
+    /// the file system, the name is claimed with `O_EXCL` and the content renamed over it.
+    pub fn create_new(&self, dir: &Path, file_name: &str, bytes: &[u8]) -> io::Result<Option<PathBuf>> {
+        let target = dir.join(file_name);
+        let temp = self.write_temp(dir, file_name, bytes)?;
+        let result = match std::fs::hard_link(&temp, &target) {
+            Ok(()) => Ok(Some(target)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) if no_hard_links(&e) => {
+                let claim = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&target);
+                match claim {
+                    Ok(_) => std::fs::rename(&temp, &target).map(|()| Some(target)),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        // After a link the temp is a second name of the report; after a rename it is gone.
+        let _ = std::fs::remove_file(&temp);
+        result
+    }
+}
+
+/// Errors by which a file system says it has no hard links.
+fn no_hard_links(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS | libc::EMLINK | libc::EXDEV))
 }
 
 #[cfg(test)]
@@ -107,7 +157,7 @@ pub(crate) mod tests {
     #[test]
     fn creates_then_replaces_the_target_without_leftovers() {
         let d = TempDir::new("replace");
-        let w = AtomicWriter::new();
+        let w = AtomicWriter::new("t");
         let t = w.write(&d.0, "r.json", b"one").expect("first write");
         assert_eq!(t, d.0.join("r.json"));
         assert_eq!(std::fs::read(&t).unwrap(), b"one");
@@ -121,28 +171,29 @@ pub(crate) mod tests {
         let d = TempDir::new("symtemp");
         let victim = d.0.join("victim");
         std::fs::write(&victim, b"precious").unwrap();
-        let w = AtomicWriter::new();
+        let w = AtomicWriter::new("t");
         // The first two temp names are planted symlinks (one dangling).
-        symlink(&victim, AtomicWriter::temp_path(&d.0, "r.json", 0)).unwrap();
-        symlink(d.0.join("nowhere"), AtomicWriter::temp_path(&d.0, "r.json", 1)).unwrap();
+        symlink(&victim, w.temp_path(&d.0, "r.json", 0)).unwrap();
+        symlink(d.0.join("nowhere"), w.temp_path(&d.0, "r.json", 1)).unwrap();
         w.write(&d.0, "r.json", b"report").expect("write uses a free name");
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert!(!d.0.join("nowhere").exists(), "dangling symlink must not be followed");
         assert_eq!(std::fs::read(d.0.join("r.json")).unwrap(), b"report");
-        assert_eq!(entries(&d.0), [".r.json.tmp.0", ".r.json.tmp.1", "r.json", "victim"]);
+        assert_eq!(entries(&d.0), [".r.json.tmp.t.0", ".r.json.tmp.t.1", "r.json", "victim"]);
     }
 
     #[test]
     fn gives_up_when_every_temp_name_is_taken() {
         let d = TempDir::new("alltaken");
+        let planted = AtomicWriter::new("t");
         for n in 0..u64::from(TEMP_ATTEMPTS) {
-            std::fs::write(AtomicWriter::temp_path(&d.0, "r.json", n), b"x").unwrap();
+            std::fs::write(planted.temp_path(&d.0, "r.json", n), b"x").unwrap();
         }
-        let err = AtomicWriter::new().write(&d.0, "r.json", b"r").unwrap_err();
+        let err = AtomicWriter::new("t").write(&d.0, "r.json", b"r").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert!(!d.0.join("r.json").exists());
         // The next attempt moves past the taken names.
-        let w = AtomicWriter::new();
+        let w = AtomicWriter::new("t");
         let _ = w.write(&d.0, "r.json", b"r");
         w.write(&d.0, "r.json", b"r").expect("fresh names after the taken ones");
     }
@@ -153,7 +204,7 @@ pub(crate) mod tests {
         let victim = d.0.join("victim");
         std::fs::write(&victim, b"precious").unwrap();
         symlink(&victim, d.0.join("r.json")).unwrap();
-        AtomicWriter::new().write(&d.0, "r.json", b"report").unwrap();
+        AtomicWriter::new("t").write(&d.0, "r.json", b"report").unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         let meta = std::fs::symlink_metadata(d.0.join("r.json")).unwrap();
         assert!(meta.file_type().is_file());
@@ -166,14 +217,46 @@ pub(crate) mod tests {
         // A non-empty directory at the target name makes rename fail.
         std::fs::create_dir(d.0.join("r.json")).unwrap();
         std::fs::write(d.0.join("r.json").join("keep"), b"k").unwrap();
-        assert!(AtomicWriter::new().write(&d.0, "r.json", b"report").is_err());
+        assert!(AtomicWriter::new("t").write(&d.0, "r.json", b"report").is_err());
         assert_eq!(entries(&d.0), ["r.json"]);
     }
 
     #[test]
     fn missing_dir_is_an_error() {
         let d = TempDir::new("missing");
-        let err = AtomicWriter::new().write(&d.0.join("absent"), "r.json", b"x").unwrap_err();
+        let err = AtomicWriter::new("t").write(&d.0.join("absent"), "r.json", b"x").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn create_new_never_replaces_anything() {
+        let d = TempDir::new("createnew");
+        let w = AtomicWriter::new("t");
+        let p = w.create_new(&d.0, "r.json", b"mine").unwrap().expect("free name");
+        assert_eq!(p, d.0.join("r.json"));
+        assert_eq!(std::fs::read(&p).unwrap(), b"mine");
+        assert_eq!(entries(&d.0), ["r.json"], "the temp file is gone");
+        // Taken by a file, a symlink (dangling or not): refused, nothing followed or left.
+        assert_eq!(w.create_new(&d.0, "r.json", b"other").unwrap(), None);
+        assert_eq!(std::fs::read(&p).unwrap(), b"mine");
+        symlink(d.0.join("nowhere"), d.0.join("s.json")).unwrap();
+        assert_eq!(w.create_new(&d.0, "s.json", b"x").unwrap(), None);
+        assert!(!d.0.join("nowhere").exists());
+        assert_eq!(entries(&d.0), ["r.json", "s.json"]);
+        // Once created, the owner replaces its own file as usual.
+        w.write(&d.0, "r.json", b"mine, again").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"mine, again");
+    }
+
+    #[test]
+    fn created_files_follow_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = TempDir::new("umask");
+        // The umask is per process: only a test that creates files cares; 022 is the norm.
+        let old = unsafe { libc::umask(0o027) };
+        let created = AtomicWriter::new("t").create_new(&d.0, "r.json", b"x");
+        unsafe { libc::umask(old) };
+        let mode = std::fs::metadata(created.unwrap().unwrap()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
     }
 }

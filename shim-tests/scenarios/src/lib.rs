@@ -253,7 +253,7 @@ impl Drop for Sim {
 pub struct Run {
     /// What was run (for messages).
     pub what: String,
-    /// Process id of the program (e.g. to find the `culedger-<pid>.json` it wrote).
+    /// Process id of the program (e.g. to find the report it wrote: `process.pid`).
     pub pid: u32,
     /// Exit status (`None` if it was killed after the time limit).
     pub status: Option<ExitStatus>,
