@@ -134,10 +134,16 @@ fn shipped_binaries_need_at_most_glibc_2_17() {
     }
 }
 
+/// The report of process `pid` in `dir` (named `culedger-<host>-<pid>-<start>.json`).
 fn report_in(dir: &Path, pid: u32) -> Value {
-    let path = dir.join(format!("culedger-{pid}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let reports = entries.filter_map(|e| {
+        let name = e.ok()?.file_name().into_string().ok()?;
+        let is_report = name.starts_with("culedger-") && name.ends_with(".json");
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(&name)).ok()?).ok()?;
+        (is_report && v["process"]["pid"] == pid).then_some(v)
+    });
+    reports.into_iter().next().unwrap_or_else(|| panic!("{}: no report of pid {pid}", dir.display()))
 }
 
 /// The one process report in a run's directory.
