@@ -14,6 +14,8 @@ C_SRCS  := $(wildcard shim-tests/c/*.c)
 C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
+# The minimal-cost driver (benchmarks) and its variant that exports only the resolver.
+MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1
 
 .PHONY: all build lib cli sim headers cprogs test demo bench clean
 all: build sim
@@ -44,7 +46,15 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(SO_LIBS)
+cprogs: $(C_BINS) $(SO_LIBS) $(MIN_LIBS)
+
+$(SIM)/min/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
+	mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+
+$(SIM)/min-sparse/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
+	mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -DMINCUDA_SPARSE -I$(HDR) -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
 
 # Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
@@ -63,8 +73,9 @@ test: all
 demo: all
 	scripts/demo.sh
 
+# BENCH_ARGS: e.g. --quick, --only pair, --json FILE (see scripts/bench.sh)
 bench: all
-	scripts/bench.sh
+	scripts/bench.sh $(BENCH_ARGS)
 
 clean:
 	$(CARGO) clean

@@ -1,36 +1,14 @@
 #!/usr/bin/env bash
-# `make bench`: the cost culedger adds to each hooked call, on the simulated stack.
-# Runs `rt_ledger threads T N` (T threads, N cudaMalloc each, all but 64 per thread freed)
-# without and with LD_PRELOAD=libculedger.so, 5 times each, and prints the medians and
-# the overhead per hooked call (cudaMalloc + cudaFree). Also prints the report's size.
-# Figures from a shared 2-core machine are rough; compare runs on the same machine only.
+# `make bench`: what culedger adds to each hooked call, measured by target/release/culedger_bench
+# (shim-tests/scenarios/src/bin/culedger_bench.rs) on the minimal-cost driver (target/sim/min),
+# each figure against the same program without the preload, printed beside its target.
+# Figures and how to read them: BENCHMARKS.md. Arguments are passed to the harness:
+#   scripts/bench.sh --quick             fewer rounds and batches (a smoke run)
+#   scripts/bench.sh --only pair         only the figures whose mode or name contains "pair"
+#   scripts/bench.sh --json out.json     also write the figures as JSON
+#   scripts/bench.sh longrun 100000000   memory and report size over a long run
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIB=$PWD/target/release/libculedger.so
-BIN=target/sim/bin/rt_ledger
-[ -e "$LIB" ] && [ -e "$BIN" ] || { echo "bench: run 'make bench' (it builds first)" >&2; exit 2; }
-export LD_LIBRARY_PATH="$PWD/target/sim/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-THREADS=${BENCH_THREADS:-4}
-ITERS=${BENCH_ITERS:-20000}
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"; rm -f /dev/shm/fakecuda-culedger-bench-$$' EXIT
-export FAKECUDA_MACHINE=culedger-bench-$$
-
-run_ms() { # env... -> milliseconds of one run
-    local t0 t1
-    t0=$(date +%s%N)
-    env "$@" "$BIN" threads "$THREADS" "$ITERS" >/dev/null
-    t1=$(date +%s%N)
-    echo $(((t1 - t0) / 1000000))
-}
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
-plain=$(for _ in 1 2 3 4 5; do run_ms CULEDGER_UNUSED=1; done | median)
-with=$(for _ in 1 2 3 4 5; do rm -rf "$OUT"/*; run_ms LD_PRELOAD="$LIB" CULEDGER_OUT="$OUT"; done | median)
-calls=$((2 * THREADS * ITERS - 64 * THREADS))
-report=$(ls "$OUT"/culedger-*.json)
-echo "bench: $THREADS threads x $ITERS cudaMalloc, all but 64 per thread freed: $calls hooked calls"
-echo "bench: without culedger ${plain} ms, with culedger ${with} ms (median of 5)"
-awk -v p="$plain" -v w="$with" -v c="$calls" \
-    'BEGIN {printf "bench: overhead %.2f us per hooked call\n", (w - p) * 1000 / c}'
-echo "bench: report $(stat -c %s "$report") bytes for $(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices'][0]; print(d['alloc_count'] - d['free_count'])" "$report") live allocations"
+BIN=target/release/culedger_bench
+[ -x "$BIN" ] || { echo "bench: $BIN is missing: run 'make bench' (it builds first)" >&2; exit 2; }
+exec "$BIN" "$@"
