@@ -23,11 +23,14 @@ pub const MIN_FLUSH_MS: u64 = 10;
 pub const MAX_FLUSH_MS: u64 = 3_600_000;
 /// Log level used when `CULEDGER_LOG` is not set or invalid.
 pub const DEFAULT_LOG: Level = Level::Warn;
+/// Permission bits of report files when `CULEDGER_MODE` is not set or invalid: the user only.
+pub const DEFAULT_MODE: u32 = 0o600;
 
 /// Environment variable names.
 pub const ENV_OUT: &str = "CULEDGER_OUT";
 pub const ENV_FLUSH_MS: &str = "CULEDGER_FLUSH_MS";
 pub const ENV_LOG: &str = "CULEDGER_LOG";
+pub const ENV_MODE: &str = "CULEDGER_MODE";
 
 /// The effective settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +42,8 @@ pub struct Config {
     pub flush_ms: u64,
     /// Verbosity of stderr logging.
     pub log: Level,
+    /// Permission bits of the report files (`0o600` unless `CULEDGER_MODE` says otherwise).
+    pub mode: u32,
     /// One line per ignored setting, in variable order.
     pub warnings: Vec<String>,
 }
@@ -49,6 +54,7 @@ impl Default for Config {
             out_dir: PathBuf::from(DEFAULT_OUT_DIR),
             flush_ms: DEFAULT_FLUSH_MS,
             log: DEFAULT_LOG,
+            mode: DEFAULT_MODE,
             warnings: Vec::new(),
         }
     }
@@ -95,17 +101,43 @@ impl Config {
             }),
         };
 
-        Config { out_dir, flush_ms, log, warnings }
+        let mode = match var(ENV_MODE) {
+            None => DEFAULT_MODE,
+            Some(raw) => parse_mode(&raw.to_string_lossy()).unwrap_or_else(|why| {
+                warnings.push(format!("{ENV_MODE}={:?} {why}; using {DEFAULT_MODE:04o}", raw.to_string_lossy()));
+                DEFAULT_MODE
+            }),
+        };
+
+        Config { out_dir, flush_ms, log, mode, warnings }
     }
 
-    /// The report's `settings` object: `out_dir`, `flush_ms`, `log`.
+    /// The report's `settings` object: `out_dir`, `flush_ms`, `log`, `mode` (octal string).
     pub fn settings_json(&self) -> serde_json::Value {
         serde_json::json!({
             "out_dir": self.out_dir.to_string_lossy(),
             "flush_ms": self.flush_ms,
             "log": self.log.name(),
+            "mode": format!("{:04o}", self.mode),
         })
     }
+}
+
+/// `Ok(bits)` for octal permission bits (`600`, `0640`, blanks around ignored) that give the
+/// owner read and write and set nothing beyond `0777`; else why not.
+fn parse_mode(raw: &str) -> Result<u32, String> {
+    let s = raw.trim();
+    if s.is_empty() || s.len() > 4 || !s.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err("is not an octal file mode such as 0600 or 0640".into());
+    }
+    let mode = u32::from_str_radix(s, 8).map_err(|e| e.to_string())?;
+    if mode > 0o777 {
+        return Err("sets setuid, setgid or sticky bits".into());
+    }
+    if mode & 0o600 != 0o600 {
+        return Err("does not let the owner read and write the report".into());
+    }
+    Ok(mode)
 }
 
 /// `Ok(ms)` for `0` or a whole number in `MIN_FLUSH_MS..=MAX_FLUSH_MS`, else why not.
@@ -229,6 +261,37 @@ mod tests {
     }
 
     #[test]
+    fn mode_defaults_to_the_user_only_and_accepts_octal() {
+        assert_eq!(parse(&[]).mode, 0o600);
+        for (raw, mode) in [("0600", 0o600), ("600", 0o600), (" 0640 ", 0o640), ("644", 0o644), ("0777", 0o777)] {
+            let c = parse(&[(ENV_MODE, raw)]);
+            assert_eq!((c.mode, c.warnings.len()), (mode, 0), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_mode_warns_and_defaults() {
+        for (bad, why) in [
+            ("rw-r--r--", "is not an octal file mode"),
+            ("0o644", "is not an octal file mode"),
+            ("0800", "is not an octal file mode"),
+            ("00644", "is not an octal file mode"),
+            ("-600", "is not an octal file mode"),
+            ("4600", "sets setuid, setgid or sticky bits"),
+            ("1777", "sets setuid, setgid or sticky bits"),
+            ("0400", "does not let the owner read and write"),
+            ("0044", "does not let the owner read and write"),
+            ("0", "does not let the owner read and write"),
+        ] {
+            let c = parse(&[(ENV_MODE, bad)]);
+            assert_eq!(c.mode, DEFAULT_MODE, "{bad}");
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+            assert!(c.warnings[0].starts_with("CULEDGER_MODE="), "{:?}", c.warnings);
+            assert!(c.warnings[0].contains(why) && c.warnings[0].ends_with("; using 0600"), "{:?}", c.warnings);
+        }
+    }
+
+    #[test]
     fn warnings_are_collected_in_variable_order() {
         let c = parse(&[(ENV_LOG, "loud"), (ENV_FLUSH_MS, "x")]);
         assert_eq!(c.warnings.len(), 2);
@@ -239,7 +302,12 @@ mod tests {
     #[test]
     fn settings_json_fields() {
         let c = parse(&[(ENV_OUT, "/o"), (ENV_FLUSH_MS, "0"), (ENV_LOG, "info")]);
-        assert_eq!(c.settings_json(), serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info"}));
+        assert_eq!(
+            c.settings_json(),
+            serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info", "mode": "0600"})
+        );
+        let c = parse(&[(ENV_MODE, "644")]);
+        assert_eq!(c.settings_json()["mode"], "0644");
     }
 
     #[test]

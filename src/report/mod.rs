@@ -242,7 +242,7 @@ impl Reporter {
             final_request: AtomicU32::new(0),
             final_outcome: AtomicU32::new(PENDING),
             warned_write: AtomicBool::new(false),
-            writer: AtomicWriter::new(),
+            writer: AtomicWriter::with_mode(config.mode),
         }));
         for w in &config.warnings {
             self.ledger.note_warning(w);

@@ -188,7 +188,8 @@ mod tests {
 
     #[test]
     fn document_merges_ledger_keys() {
-        let cfg = Config { out_dir: "/o".into(), flush_ms: 5, log: crate::log::Level::Info, warnings: vec![] };
+        let cfg =
+            Config { out_dir: "/o".into(), flush_ms: 5, log: crate::log::Level::Info, mode: 0o600, warnings: vec![] };
         let ledger =
             json!({"devices": [], "host": {"pinned_live_bytes": 0}, "health": {"warnings": []}, "schema": "bogus"});
         let doc = build_document(&info(ExitState::Running), &cfg, ledger);
@@ -198,7 +199,7 @@ mod tests {
         assert_eq!(keys, ["devices", "health", "host", "process", "schema", "settings", "tool"]);
         assert_eq!(doc["schema"], "culedger/1");
         assert_eq!(doc["tool"], json!({"name": "culedger", "version": "0.1.0"}));
-        assert_eq!(doc["settings"], json!({"out_dir": "/o", "flush_ms": 5, "log": "info"}));
+        assert_eq!(doc["settings"], json!({"out_dir": "/o", "flush_ms": 5, "log": "info", "mode": "0600"}));
         assert_eq!(doc["host"]["pinned_live_bytes"], 0);
         // A non-object ledger rendering contributes nothing.
         let doc = build_document(&info(ExitState::Running), &cfg, Value::Null);

@@ -56,6 +56,7 @@ impl Harness {
             out_dir: dir.0.join(sub),
             flush_ms,
             log: Level::Off,
+            mode: crate::config::DEFAULT_MODE,
             warnings: warnings.iter().map(|w| w.to_string()).collect(),
         }));
         let ledger: &'static FakeLedger = Box::leak(Box::default());

@@ -4,7 +4,9 @@
 //! The temp file is opened with `O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC`, so an existing
 //! file or symlink at the temp name is never opened or followed (we move on to the next
 //! name). `rename` replaces a symlink at the target name itself, never its destination.
-//! On every error path the temp file is removed.
+//! On every error path the temp file is removed. The file gets exactly the writer's mode
+//! (`CULEDGER_MODE`, 0600 by default), set on the open descriptor so the umask cannot widen
+//! or narrow it, before any byte is written.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
@@ -16,14 +18,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TEMP_ATTEMPTS: u32 = 16;
 
 /// Hands out temp-file sequence numbers; one per report session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AtomicWriter {
     seq: AtomicU64,
+    mode: u32,
+}
+
+impl Default for AtomicWriter {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl AtomicWriter {
+    /// A writer creating files readable and writable by the user only (0600).
     pub const fn new() -> Self {
-        AtomicWriter { seq: AtomicU64::new(0) }
+        Self::with_mode(crate::config::DEFAULT_MODE)
+    }
+
+    /// A writer creating files with permission bits `mode` (at most 0777).
+    pub const fn with_mode(mode: u32) -> Self {
+        AtomicWriter { seq: AtomicU64::new(0), mode: mode & 0o777 }
     }
 
     /// The temp path for sequence number `n`: `<dir>/.<file_name>.tmp.<n>`.
@@ -40,7 +55,7 @@ impl AtomicWriter {
             let file = OpenOptions::new()
                 .write(true)
                 .create_new(true) // O_CREAT | O_EXCL
-                .mode(0o644)
+                .mode(self.mode)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&temp);
             let mut file = match file {
@@ -52,7 +67,10 @@ impl AtomicWriter {
                 }
                 Err(e) => return Err(e),
             };
-            let written = file.write_all(bytes);
+            // The umask applied to `mode` above; set the exact bits before writing anything.
+            let written = file
+                .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(self.mode))
+                .and_then(|()| file.write_all(bytes));
             drop(file);
             let result = written.and_then(|()| std::fs::rename(&temp, &target));
             return match result {
@@ -168,6 +186,27 @@ pub(crate) mod tests {
         std::fs::write(d.0.join("r.json").join("keep"), b"k").unwrap();
         assert!(AtomicWriter::new().write(&d.0, "r.json", b"report").is_err());
         assert_eq!(entries(&d.0), ["r.json"]);
+    }
+
+    fn mode_of(p: &Path) -> u32 {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o7777
+    }
+
+    #[test]
+    fn files_are_private_by_default_and_take_the_mode_asked_for() {
+        let d = TempDir::new("mode");
+        let t = AtomicWriter::new().write(&d.0, "r.json", b"x").unwrap();
+        assert_eq!(mode_of(&t), 0o600);
+        // Exactly the mode asked for, whatever the umask (a wide one is narrowed, a narrow
+        // one does not hide the file from the group that was asked for).
+        // SAFETY: umask only changes this process's file creation mask.
+        let old = unsafe { libc::umask(0o077) };
+        let t = AtomicWriter::with_mode(0o640).write(&d.0, "g.json", b"x").unwrap();
+        unsafe { libc::umask(0o000) };
+        let u = AtomicWriter::with_mode(0o600).write(&d.0, "u.json", b"x").unwrap();
+        unsafe { libc::umask(old) };
+        assert_eq!((mode_of(&t), mode_of(&u)), (0o640, 0o600));
+        assert_eq!(AtomicWriter::with_mode(0o4755).mode, 0o755, "never setuid");
     }
 
     #[test]
