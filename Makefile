@@ -14,8 +14,10 @@ C_SRCS  := $(wildcard shim-tests/c/*.c)
 C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
-# The minimal-cost driver (benchmarks) and its variant that exports only the resolver.
-MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1
+# The minimal-cost driver (benchmarks), and its variants for the bad-input tests: one that
+# exports only the resolver, one without the resolver (a driver older than CUDA 11.3).
+MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1 $(SIM)/min-noresolver/libcuda.so.1
+MIN_CC = mkdir -p $(@D) && $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1
 
 .PHONY: all build lib cli sim headers cprogs test demo bench clean
 all: build sim
@@ -49,12 +51,13 @@ sim: headers
 cprogs: $(C_BINS) $(SO_LIBS) $(MIN_LIBS)
 
 $(SIM)/min/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
-	mkdir -p $(@D)
-	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+	$(MIN_CC) -o $@ $< -lpthread
 
 $(SIM)/min-sparse/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
-	mkdir -p $(@D)
-	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -DMINCUDA_SPARSE -I$(HDR) -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+	$(MIN_CC) -DMINCUDA_SPARSE -o $@ $< -lpthread
+
+$(SIM)/min-noresolver/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
+	$(MIN_CC) -DMINCUDA_NO_RESOLVER -o $@ $< -lpthread
 
 # Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h

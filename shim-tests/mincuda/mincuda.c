@@ -15,6 +15,8 @@
  * Bad-driver switches (for the bad-input tests):
  * - built with -DMINCUDA_SPARSE, only `cuGetProcAddress_v2` and `cuInit` are exported (every
  *   other entry is reachable only through the resolver);
+ * - built with -DMINCUDA_NO_RESOLVER, everything but `cuGetProcAddress_v2` is exported (a driver
+ *   older than CUDA 11.3, which has no resolver);
  * - MINCUDA_HIDE=name,name,... : the resolver answers CUDA_ERROR_NOT_FOUND for these base names
  *   (read once, at the first resolution), as a driver that lacks them would. */
 #include <cuda.h>
@@ -30,6 +32,11 @@
 #define EXPORT __attribute__((visibility("default")))
 #endif
 #define ALWAYS __attribute__((visibility("default")))
+#ifdef MINCUDA_NO_RESOLVER
+#define RESOLVER __attribute__((visibility("hidden")))
+#else
+#define RESOLVER ALWAYS
+#endif
 
 #define MAX_DEVICES 16
 #define NUM_DEVICES 8
@@ -205,8 +212,8 @@ struct row {
     void *fn;
 };
 
-ALWAYS CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
-                                 CUdriverProcAddressQueryResult *status);
+RESOLVER CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                   CUdriverProcAddressQueryResult *status);
 
 static const struct row TABLE[] = {
     {"cuInit", 2000, 0, (void *)cuInit},
@@ -269,8 +276,8 @@ static int is_hidden(const char *base) {
 }
 
 /* The newest variant introduced at or before `version`; the per-thread one with flags 2. */
-ALWAYS CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
-                                 CUdriverProcAddressQueryResult *status) {
+RESOLVER CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                   CUdriverProcAddressQueryResult *status) {
     if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;

@@ -16,6 +16,7 @@
 
 pub mod cuda;
 pub mod elf;
+pub mod reports;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
