@@ -197,6 +197,13 @@ EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, C
     return cuMemcpyAsync(dst, src, n, s);
 }
 
+/* Any non-NULL pointer gets a handle of zeros (nothing is tracked to check it against). */
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+    if (!h || !p) return CUDA_ERROR_INVALID_VALUE;
+    memset(h, 0, sizeof *h);
+    return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
 EXPORT CUresult cuStreamSynchronize(CUstream s) {
     (void)s;
     return CUDA_SUCCESS;
@@ -244,6 +251,7 @@ static const struct row TABLE[] = {
     {"cuMemcpy", 7000, 1, (void *)cuMemcpy_ptds},
     {"cuMemcpyAsync", 4000, 0, (void *)cuMemcpyAsync},
     {"cuMemcpyAsync", 7000, 1, (void *)cuMemcpyAsync_ptsz},
+    {"cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
     {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
     {"cuStreamSynchronize", 7000, 1, (void *)cuStreamSynchronize_ptsz},
     {"cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress},
