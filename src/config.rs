@@ -319,3 +319,7 @@ mod tests {
         assert_eq!(crate::log::enabled(Level::Warn), get().log >= Level::Warn);
     }
 }
+
+#[cfg(test)]
+#[path = "config_fuzz.rs"]
+mod fuzz;
