@@ -3,6 +3,7 @@
 #   make test   everything CI runs
 #   make demo   the main job on the simulated stack
 #   make bench  the benchmarks
+#   make valgrind  the scenarios under memcheck and helgrind
 CARGO   ?= cargo
 PYTHON  ?= python3
 CC      ?= cc
@@ -19,7 +20,7 @@ SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1 $(SIM)/min-noresolver/libcuda.so.1
 MIN_CC = mkdir -p $(@D) && $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1
 
-.PHONY: all build lib cli sim headers cprogs test demo bench clean
+.PHONY: all build lib cli sim headers cprogs test demo bench valgrind clean
 all: build sim
 
 build:
@@ -79,6 +80,9 @@ demo: all
 # BENCH_ARGS: e.g. --quick, --only pair, --json FILE (see scripts/bench.sh)
 bench: all
 	scripts/bench.sh $(BENCH_ARGS)
+
+valgrind: all
+	scripts/valgrind.sh
 
 clean:
 	$(CARGO) clean

@@ -11,3 +11,4 @@ pub mod hooks;
 pub mod ledger;
 pub mod log;
 pub mod report;
+pub mod sync;

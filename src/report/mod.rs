@@ -42,8 +42,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::sync::Mutex;
 use libc::{c_int, c_void};
-use parking_lot::Mutex;
 use serde_json::Value;
 
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
