@@ -297,7 +297,9 @@ fn driver_missing_entry_points_changes_nothing_for_the_program() {
             (_, _, true) => {
                 one_warning(&b, "cannot tell the current device");
                 let r = &reports[0].1;
-                assert_eq!(int(&device(r, 0)["live_bytes"]), 32 * MIB, "{what}: counted on device 0");
+                // 24 + 8 MiB cudaMalloc and 6 MiB cudaMallocAsync on device 1, before the program
+                // stops at cuMemCreate, which the minimal driver lacks.
+                assert_eq!(int(&device(r, 0)["live_bytes"]), 38 * MIB, "{what}: counted on device 0");
                 assert_eq!(r["health"]["warnings"].as_array().map(Vec::len), Some(1), "{what}");
             }
         }
