@@ -82,7 +82,11 @@ impl Bench {
         cmd.args(args)
             .env("LD_LIBRARY_PATH", &self.paths.min_driver)
             .env_remove("LD_PRELOAD")
+            // culedger's defaults, whatever the caller's environment holds.
             .env_remove("CULEDGER_OUT")
+            .env_remove("CULEDGER_FLUSH_MS")
+            .env_remove("CULEDGER_LOG")
+            .env_remove("CULEDGER_MODE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -137,10 +141,6 @@ impl Bench {
             }
         }
         p
-    }
-
-    fn s(&self, v: usize) -> String {
-        v.to_string()
     }
 }
 
@@ -330,8 +330,8 @@ fn bench(args: &[String]) -> Result<(), String> {
     let mut rows = Vec::new();
     let started = Instant::now();
     let bench_rt = b.paths.bench_rt.clone();
-    let per_op = [b.s(b.batches), b.s(b.batch)];
-    let live_1k = b.s(1000);
+    let per_op = [b.batches.to_string(), b.batch.to_string()];
+    let live_1k = 1000.to_string();
 
     // ---- a process that never touches CUDA (first: nothing heavy has run yet) ----
     if want("nocuda") || want("startup") {
@@ -412,7 +412,11 @@ fn bench(args: &[String]) -> Result<(), String> {
         for round in 0..b.rounds {
             let order = if round % 2 == 0 { [Side::Plain, Side::With] } else { [Side::With, Side::Plain] };
             for side in order {
-                let out = b.run(side, &bench_rt, &["threads".into(), b.s(threads), b.s(inner_rounds), b.s(pairs)]);
+                let out = b.run(
+                    side,
+                    &bench_rt,
+                    &["threads".into(), threads.to_string(), inner_rounds.to_string(), pairs.to_string()],
+                );
                 let per = |key: &str, scale: f64| -> Vec<f64> {
                     out.results
                         .all(key)
@@ -475,7 +479,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     // ---- live allocations: resident memory, the report's write ----
     if want("live") || want("report") {
         let sites = if b.quick { 1000 } else { 10_000 };
-        let args = ["live".to_string(), b.s(b.live), b.s(sites)];
+        let args = ["live".to_string(), b.live.to_string(), sites.to_string()];
         let mut p = Paired::default();
         let (mut write_ms, mut sizes, mut site_counts) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..b.rounds.min(3) {
