@@ -5,6 +5,7 @@
 #   make bench  the benchmarks
 #   make wheel  the culedger wheels (x86_64, aarch64; manylinux_2_17) into target/wheels/
 #   make dist   the wheels and the tarballs into target/dist/
+#   make valgrind  the scenarios under memcheck and helgrind
 CARGO   ?= cargo
 PYTHON  ?= python3
 CC      ?= cc
@@ -23,7 +24,12 @@ SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 NATIVE  := $(SIM)/lib/libc10_cuda.so $(SIM)/lib/libnccl.so.2 $(SIM)/lib/cumem_allocator.abi3.so
 NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 
-.PHONY: all build lib cli sim headers pythons test-deps cprogs test test-aarch64 demo bench wheel dist clean
+# The minimal-cost driver (benchmarks), and its variants for the bad-input tests: one that
+# exports only the resolver, one without the resolver (a driver older than CUDA 11.3).
+MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1 $(SIM)/min-noresolver/libcuda.so.1
+MIN_CC = mkdir -p $(@D) && $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1
+
+.PHONY: all build lib cli sim headers pythons test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
 all: build sim
 
 build:
@@ -59,7 +65,7 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE)
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS)
 
 # A caching allocator linked against the runtime, as PyTorch's libc10_cuda.so is.
 $(SIM)/lib/libc10_cuda.so: shim-tests/native/c10_cuda_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcudart.so.12
@@ -72,6 +78,15 @@ $(SIM)/lib/libnccl.so.2: shim-tests/native/nccl_sim.c $(NATIVE_DEPS)
 # vLLM's sleep-mode allocator, linked against the driver like the real extension.
 $(SIM)/lib/cumem_allocator.abi3.so: shim-tests/native/cumem_allocator_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcuda.so.1
 	$(CC) $(CFLAGS) -fPIC -shared -I$(HDR) -o $@ $< -L$(SIM)/lib -l:libcuda.so.1 -lpthread -Wl,-rpath,'$$ORIGIN'
+
+$(SIM)/min/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
+	$(MIN_CC) -o $@ $< -lpthread
+
+$(SIM)/min-sparse/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
+	$(MIN_CC) -DMINCUDA_SPARSE -o $@ $< -lpthread
+
+$(SIM)/min-noresolver/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
+	$(MIN_CC) -DMINCUDA_NO_RESOLVER -o $@ $< -lpthread
 
 # Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
@@ -105,8 +120,12 @@ test-aarch64: all
 demo: all
 	scripts/demo.sh
 
+# BENCH_ARGS: e.g. --quick, --only pair, --json FILE (see scripts/bench.sh)
 bench: all
-	scripts/bench.sh
+	scripts/bench.sh $(BENCH_ARGS)
+
+valgrind: all
+	scripts/valgrind.sh
 
 # Portable packages, linked by zig from PyPI against glibc 2.17 (scripts/package.sh);
 # ARCHES=x86_64 builds one architecture only.

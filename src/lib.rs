@@ -14,3 +14,4 @@ pub mod ledger;
 pub mod log;
 pub mod report;
 pub mod sites;
+pub mod sync;

@@ -304,13 +304,55 @@ fn collect(dir: &Path, run_id: &str, started: SystemTime) -> Vec<(PathBuf, Value
         .collect()
 }
 
-/// Writes JSON to a temporary file in the same directory, then renames it into place.
+/// Permission bits of the summary: those of the reports it merges (`CULEDGER_MODE` when it
+/// is octal, at most 0777 and lets the owner read and write, as the library accepts; else
+/// 0600). The library warns about a bad value; the summary just stays private.
+fn summary_mode() -> u32 {
+    let raw = std::env::var("CULEDGER_MODE").unwrap_or_default();
+    let raw = raw.trim();
+    let octal = !raw.is_empty() && raw.len() <= 4 && raw.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    match u32::from_str_radix(raw, 8) {
+        Ok(m) if octal && m <= 0o777 && m & 0o600 == 0o600 => m,
+        _ => 0o600,
+    }
+}
+
+/// Writes JSON to a temporary file in the same directory, then renames it into place. The
+/// temporary file is created exclusively without following symlinks (a planted name is
+/// skipped) and gets the mode of the reports before anything is written into it.
 fn write_atomic(path: &Path, value: &Value) -> Result<()> {
-    let tmp = path.with_extension(format!("json.tmp.{}", std::process::id()));
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let text = serde_json::to_string_pretty(value).map_err(|e| Fail::input(e.to_string()))? + "\n";
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
+    let fail = |e: std::io::Error| Fail::input(format!("{}: cannot write: {e}", path.display()));
+    let mode = summary_mode();
+    let mut last = None;
+    for n in 0..16 {
+        let tmp = path.with_extension(format!("json.tmp.{}.{n}", std::process::id()));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp);
+        let mut file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        let written = file
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .and_then(|()| file.write_all(text.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        return written.map_err(fail);
+    }
+    Err(fail(last.unwrap_or_else(|| std::io::ErrorKind::AlreadyExists.into())))
 }
 
 #[cfg(test)]

@@ -390,9 +390,16 @@ unsafe fn runtime_owner() -> Option<*mut c_void> {
 }
 
 /// The device of the calling thread's current context (driver), else the runtime's
-/// current device, else 0.
+/// current device, else 0 (with one warning when neither function exists at all).
 pub fn current_device() -> i32 {
+    static NO_DEVICE_FUNCTION: AtomicBool = AtomicBool::new(false);
     let f = CU_CTX_GET_DEVICE.get();
+    if f == 0 && CUDA_GET_DEVICE.get() == 0 && !NO_DEVICE_FUNCTION.swap(true, Ordering::Relaxed) {
+        let line = "cannot tell the current device: the driver has no cuCtxGetDevice and no runtime \
+                    cudaGetDevice was found; memory is counted on device 0";
+        crate::warn!("{line}");
+        crate::ledger::global().note_warning(line);
+    }
     if f != 0 {
         let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
         let mut dev: c_int = -1;

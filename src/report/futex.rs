@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 /// Sleep while `*word == expected`, at most `timeout` (`None`: until woken). May return
 /// early (spurious wake-up, signal); callers re-check their condition.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    crate::sync::atomic(word);
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         // Below 10^9: fits any c_long.
@@ -23,6 +24,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
 
 /// Wake every thread waiting on `word`.
 pub fn wake_all(word: &AtomicU32) {
+    crate::sync::atomic(word);
     // SAFETY: as in `wait`; FUTEX_WAKE does not access memory beyond the address.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX);
@@ -31,6 +33,7 @@ pub fn wake_all(word: &AtomicU32) {
 
 /// Wait until `done(*word)` or `deadline` passes; returns whether `done` held.
 pub fn wait_until(word: &AtomicU32, deadline: Instant, done: impl Fn(u32) -> bool) -> bool {
+    crate::sync::atomic(word);
     loop {
         let v = word.load(Ordering::Acquire);
         if done(v) {

@@ -62,9 +62,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::sync::Mutex;
 use libc::{c_int, c_void};
 use once_cell::sync::OnceCell;
-use parking_lot::Mutex;
 use serde_json::Value;
 
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
@@ -321,7 +321,7 @@ impl Reporter {
             out_dir: config.out_dir.clone(),
             stem: naming::report_stem(process::hostname().as_deref(), pid, self.ledger.start_unix_ms()),
             file_name: OnceCell::new(),
-            writer: AtomicWriter::new(naming::writer_tag(writer_id.as_ref())),
+            writer: AtomicWriter::with_mode(naming::writer_tag(writer_id.as_ref()), config.mode),
             writer_id,
             flush_ms: config.flush_ms,
             write_lock: Mutex::new(()),

@@ -328,7 +328,7 @@ mod tests {
         assert_eq!(doc["tool"], json!({"name": "culedger", "version": "0.1.0"}));
         assert_eq!(
             doc["settings"],
-            json!({"out_dir": "/o", "flush_ms": 5, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"]})
+            json!({"out_dir": "/o", "flush_ms": 5, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"], "mode": "0600"})
         );
         assert_eq!(doc["host"]["pinned_live_bytes"], 0);
         // A non-object ledger rendering contributes nothing.

@@ -6,6 +6,8 @@
 //! name). `rename` replaces a symlink at the target name itself, never its destination;
 //! `link` fails on anything at the target name, a symlink included. On every error path
 //! the temp file is removed. Temp names carry the writer's identity (see `naming`).
+//! The file gets exactly the writer's mode (`CULEDGER_MODE`, 0600 by default), set on the
+//! open descriptor so the umask cannot widen or narrow it, before any byte is written.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
@@ -19,16 +21,25 @@ use super::naming::temp_name;
 pub const TEMP_ATTEMPTS: u32 = 16;
 
 /// Hands out temp-file sequence numbers; one per report session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AtomicWriter {
     seq: AtomicU64,
     /// The writer tag in temp names (`naming::writer_tag`).
     tag: String,
+    /// Permission bits of the files (at most 0777).
+    mode: u32,
 }
 
 impl AtomicWriter {
+    /// A writer with temp names tagged `tag`, creating files readable and writable by the
+    /// user only (0600).
     pub fn new(tag: impl Into<String>) -> Self {
-        AtomicWriter { seq: AtomicU64::new(0), tag: tag.into() }
+        Self::with_mode(tag, crate::config::DEFAULT_MODE)
+    }
+
+    /// A writer creating files with permission bits `mode` (at most 0777).
+    pub fn with_mode(tag: impl Into<String>, mode: u32) -> Self {
+        AtomicWriter { seq: AtomicU64::new(0), tag: tag.into(), mode: mode & 0o777 }
     }
 
     /// The temp path for sequence number `n`: `<dir>/.<file_name>.tmp.<tag>.<n>`.
@@ -44,7 +55,7 @@ impl AtomicWriter {
             let file = OpenOptions::new()
                 .write(true)
                 .create_new(true) // O_CREAT | O_EXCL
-                .mode(0o644)
+                .mode(self.mode)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&temp);
             let mut file = match file {
@@ -56,7 +67,10 @@ impl AtomicWriter {
                 }
                 Err(e) => return Err(e),
             };
-            let written = file.write_all(bytes);
+            // The umask applied to `mode` above; set the exact bits before writing anything.
+            let written = file
+                .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(self.mode))
+                .and_then(|()| file.write_all(bytes));
             drop(file);
             return match written {
                 Ok(()) => Ok(temp),
@@ -95,7 +109,7 @@ impl AtomicWriter {
                 let claim = OpenOptions::new()
                     .write(true)
                     .create_new(true)
-                    .mode(0o644)
+                    .mode(self.mode)
                     .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                     .open(&target);
                 match claim {
@@ -221,6 +235,27 @@ pub(crate) mod tests {
         assert_eq!(entries(&d.0), ["r.json"]);
     }
 
+    fn mode_of(p: &Path) -> u32 {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o7777
+    }
+
+    #[test]
+    fn files_are_private_by_default_and_take_the_mode_asked_for() {
+        let d = TempDir::new("mode");
+        let t = AtomicWriter::new("t").write(&d.0, "r.json", b"x").unwrap();
+        assert_eq!(mode_of(&t), 0o600);
+        // Exactly the mode asked for, whatever the umask (a wide one is narrowed, a narrow
+        // one does not hide the file from the group that was asked for).
+        // SAFETY: umask only changes this process's file creation mask.
+        let old = unsafe { libc::umask(0o077) };
+        let t = AtomicWriter::with_mode("t", 0o640).write(&d.0, "g.json", b"x").unwrap();
+        unsafe { libc::umask(0o000) };
+        let u = AtomicWriter::with_mode("t", 0o600).write(&d.0, "u.json", b"x").unwrap();
+        unsafe { libc::umask(old) };
+        assert_eq!((mode_of(&t), mode_of(&u)), (0o640, 0o600));
+        assert_eq!(AtomicWriter::with_mode("t", 0o4755).mode, 0o755, "never setuid");
+    }
+
     #[test]
     fn missing_dir_is_an_error() {
         let d = TempDir::new("missing");
@@ -249,14 +284,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn created_files_follow_the_umask() {
+    fn created_files_take_the_writer_mode_whatever_the_umask() {
         use std::os::unix::fs::PermissionsExt;
         let d = TempDir::new("umask");
         // The umask is per process: only a test that creates files cares; 022 is the norm.
         let old = unsafe { libc::umask(0o027) };
         let created = AtomicWriter::new("t").create_new(&d.0, "r.json", b"x");
+        let group = AtomicWriter::with_mode("t", 0o660).create_new(&d.0, "g.json", b"x");
         unsafe { libc::umask(old) };
-        let mode = std::fs::metadata(created.unwrap().unwrap()).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o640);
+        let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(created.unwrap().unwrap()), mode(group.unwrap().unwrap())), (0o600, 0o660));
     }
 }

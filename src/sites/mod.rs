@@ -28,7 +28,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use serde_json::{json, Value};
 
 pub use linetable::{line_v310, line_v311};

@@ -13,7 +13,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 use once_cell::sync::OnceCell;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::NativeFrame;
 

@@ -21,7 +21,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use once_cell::sync::OnceCell;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::layouts::{Layout, Shape};
 use super::linetable;

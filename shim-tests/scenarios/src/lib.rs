@@ -17,6 +17,7 @@
 pub mod cuda;
 pub mod elf;
 pub mod pythons;
+pub mod reports;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

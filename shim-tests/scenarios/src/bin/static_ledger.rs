@@ -48,6 +48,9 @@ fn run() -> Result<(), String> {
             "cudaGetDriverEntryPoint",
             rt::cudaGetDriverEntryPoint(name.as_ptr(), &mut f, rt::cudaEnableDefault, &mut status),
         )?;
+        if f.is_null() {
+            return Err(format!("the driver has no cuMemCreate (status {status})"));
+        }
         let create = std::mem::transmute::<*mut c_void, CuMemCreate>(f);
         let prop = CUmemAllocationProp {
             kind: CU_MEM_ALLOCATION_TYPE_PINNED,
