@@ -26,6 +26,9 @@ pub struct Report {
     pub devices: Vec<Device>,
     #[serde(default)]
     pub host: HostMem,
+    /// Call sites referenced by the records' `site` ids; empty from writers before them.
+    #[serde(default)]
+    pub sites: Vec<SiteRec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -125,6 +128,8 @@ pub struct Probe {
     pub error: i64,
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
+    /// The call site of the query (`sites[].id`), when recorded.
+    pub site: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -142,6 +147,8 @@ pub struct Failure {
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
     pub last_probe: Option<Probe>,
+    /// The call site of the failed allocation (`sites[].id`), when recorded.
+    pub site: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -173,6 +180,8 @@ pub struct DriverCost {
     pub calls: i64,
     pub bytes: i64,
     pub approximate: bool,
+    /// The call sites of the calls (`sites[].id`), when recorded.
+    pub sites: Vec<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -190,7 +199,36 @@ pub struct Allocation {
     pub exported: bool,
     pub captured: bool,
     pub h2d_bytes: i64,
+    /// The call site (`sites[].id`), when recorded; `caller` is its short form.
+    pub site: Option<i64>,
     pub caller: Option<String>,
+}
+
+/// A call site (`sites[]`): the Python frames (innermost first) and the native frames of
+/// the call that made a record.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct SiteRec {
+    pub id: i64,
+    pub python: Vec<PyFrameRec>,
+    pub native: Vec<NativeRec>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PyFrameRec {
+    pub file: String,
+    pub function: String,
+    pub line: i64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct NativeRec {
+    pub object: String,
+    pub symbol: Option<String>,
+    pub offset: String,
+    pub internal: bool,
 }
 
 /// One timeline sample: total live bytes and live bytes per category.
