@@ -460,7 +460,11 @@ impl<'a> DeviceGroup<'a> {
 
     /// The category holding the most live bytes: (name, bytes), when any holds some.
     pub fn biggest_category(&self) -> Option<(String, i64)> {
-        CATEGORIES.iter().map(|c| (c.to_string(), self.cat_live(c))).filter(|(_, b)| *b > 0).max_by_key(|(_, b)| *b)
+        CATEGORIES
+            .iter()
+            .map(|c| (c.to_string(), self.cat_live(c)))
+            .filter(|(_, b)| *b > 0)
+            .max_by_key(|(_, b)| *b)
     }
 }
 
@@ -825,9 +829,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             })
         })
         .collect();
-    top.sort_by(|a, b| {
-        b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq))
-    });
+    top.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq)));
     top.truncate(TOP_N);
     let cost_rows = g.cost_rows();
     DeviceSummary {

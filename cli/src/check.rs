@@ -164,9 +164,7 @@ pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -
                 Some(v) if !b.op.holds(v, b.limit) => {
                     ("breach", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text))
                 }
-                Some(v) => {
-                    ("hold", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text))
-                }
+                Some(v) => ("hold", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text)),
                 None => (
                     "unmeasured",
                     format!(

@@ -137,11 +137,7 @@ pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -
             }
             if os >= window.0 && oc.end_us <= window.1 {
                 rest -= oc.measured;
-                notes.push(format!(
-                    "minus {} measured by {who}'s {} inside this window",
-                    fmt_bytes(oc.measured),
-                    oc.api
-                ));
+                notes.push(format!("minus {} measured by {who}'s {} inside this window", fmt_bytes(oc.measured), oc.api));
             } else {
                 uncertain = true;
                 notes.push(format!("uncertain: overlaps {who}'s {} at {}", oc.api, c.at(oc.end_us)));

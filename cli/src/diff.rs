@@ -337,9 +337,13 @@ fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
 
 fn side(p: &Option<ProbeSide>) -> String {
     match p {
-        Some(p) => {
-            format!("{} of {} ({} at {})", fmt_opt(p.free_bytes), fmt_opt(p.total_bytes), p.pid, fmt_secs(p.at_us))
-        }
+        Some(p) => format!(
+            "{} of {} ({} at {})",
+            fmt_opt(p.free_bytes),
+            fmt_opt(p.total_bytes),
+            p.pid,
+            fmt_secs(p.at_us)
+        ),
         None => "-".into(),
     }
 }
@@ -360,7 +364,8 @@ pub fn document(d: &Diff) -> Doc {
             Some(_) => format!("{} (only in {sb})", dev.device),
             None => dev.device.clone(),
         }));
-        let shown: Vec<Row> = dev.categories.iter().filter(|r| d.categories_shown.contains(&r.name)).cloned().collect();
+        let shown: Vec<Row> =
+            dev.categories.iter().filter(|r| d.categories_shown.contains(&r.name)).cloned().collect();
         doc.table(rows_table("category", &shown, &sa, &sb));
         doc.table(rows_table("", &dev.totals, &sa, &sb));
         doc.push(Block::Sub("What each side was told".into()));

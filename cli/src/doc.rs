@@ -53,10 +53,7 @@ pub enum Block {
     /// Something that needs attention (failures, breaches): red in a terminal.
     Alert(String),
     /// The one-line answer at the top of a document: red when something failed.
-    Verdict {
-        text: String,
-        bad: bool,
-    },
+    Verdict { text: String, bad: bool },
     /// A footnote to the table above it (`[1] ...`): continuation lines are indented.
     Note(String),
     Table(Table),
@@ -103,10 +100,9 @@ impl Doc {
                     let code = if *bad { "1;31" } else { "1;32" };
                     out.push_str(&format!("{}\n", style.paint(code, &para(text, "  "))))
                 }
-                Block::Table(t) => out.push_str(&render_table(
-                    &TableSpec { headers: &t.headers, rows: &t.rows, right: &t.right, abbrev: &t.abbrev },
-                    w,
-                )),
+                Block::Table(t) => {
+                    out.push_str(&render_table(&TableSpec { headers: &t.headers, rows: &t.rows, right: &t.right, abbrev: &t.abbrev }, w))
+                }
             }
         }
         out

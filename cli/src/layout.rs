@@ -260,15 +260,7 @@ pub fn render_table(t: &TableSpec, max: usize) -> String {
         }
     }
     let classes: Vec<u8> = (0..n)
-        .map(|i| {
-            if t.right.contains(&i) {
-                0
-            } else if t.abbrev.contains(&i) {
-                2
-            } else {
-                1
-            }
-        })
+        .map(|i| if t.right.contains(&i) { 0 } else if t.abbrev.contains(&i) { 2 } else { 1 })
         .collect();
     let widths = fit_columns(&natural, &floors, &classes, max);
     let inner = table_width(&widths) - 2;
@@ -353,10 +345,7 @@ mod tests {
         let headers = strings(&["pid", "name"]);
         let rows = vec![strings(&["1", "a"]), strings(&["100", "bbb"])];
         let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0], abbrev: &[] }, 100);
-        assert_eq!(
-            out,
-            "+------------+\n| pid   name |\n+============+\n|   1   a    |\n| 100   bbb  |\n+------------+\n"
-        );
+        assert_eq!(out, "+------------+\n| pid   name |\n+============+\n|   1   a    |\n| 100   bbb  |\n+------------+\n");
     }
 
     #[test]

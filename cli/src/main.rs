@@ -285,12 +285,7 @@ pub fn print_stdout(text: &str) {
 }
 
 /// Prints a document or JSON value to stdout.
-fn emit<T: serde::Serialize>(
-    format: Format,
-    color: ColorChoice,
-    doc: impl FnOnce() -> doc::Doc,
-    data: &T,
-) -> Result<()> {
+fn emit<T: serde::Serialize>(format: Format, color: ColorChoice, doc: impl FnOnce() -> doc::Doc, data: &T) -> Result<()> {
     let text = match format {
         // Serialised from the struct itself so fields keep their documented order.
         Format::Json => serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n",
@@ -394,7 +389,10 @@ mod tests {
                 if id == "help" || id == "version" {
                     continue;
                 }
-                assert!(arg.get_help().is_some() || arg.get_long_help().is_some(), "{path} {id}: no help text");
+                assert!(
+                    arg.get_help().is_some() || arg.get_long_help().is_some(),
+                    "{path} {id}: no help text"
+                );
             }
             for sub in cmd.get_subcommands() {
                 assert!(sub.get_about().is_some(), "{path} {}: no about", sub.get_name());

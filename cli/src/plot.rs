@@ -183,9 +183,7 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize]) -> Group 
     let mut x = WIDTH - RIGHT - legend.iter().map(|(_, n)| 22.0 + 6.5 * n.len() as f64).sum::<f64>();
     for (color, name) in legend {
         grp = grp
-            .add(
-                Rectangle::new().set("x", x).set("y", top + 32.0).set("width", 10).set("height", 10).set("fill", color),
-            )
+            .add(Rectangle::new().set("x", x).set("y", top + 32.0).set("width", 10).set("height", 10).set("fill", color))
             .add(text(x + 14.0, top + 41.0, name.clone(), "start", 11));
         x += 22.0 + 6.5 * name.len() as f64;
     }

@@ -275,10 +275,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
         } else {
             String::new()
         };
-        d.push(Block::Sub(format!(
-            "Hidden driver costs ({}, approximate{measured})",
-            fmt_bytes(dev.driver_cost_bytes)
-        )));
+        d.push(Block::Sub(format!("Hidden driver costs ({}, approximate{measured})", fmt_bytes(dev.driver_cost_bytes))));
         let mut t = Table::new(&["process", "api", "calls", "bytes", "measured"], &[2, 3, 4]);
         let mut notes = Vec::new();
         for c in &dev.driver_costs {
@@ -390,19 +387,27 @@ fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
 /// from `first`.
 fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts: usize) {
     let names: Vec<String> = others.iter().map(|o| format!("GPU {}", o.index)).collect();
-    d.push(Block::Heading(
-        format!(
-            "{} {} (folded: alike {}; differences from GPU {})",
-            if hosts > 1 { first.host.as_str() } else { "" },
-            names.join(", "),
-            if others.len() == 1 { "GPU" } else { "GPUs" },
-            first.index
-        )
-        .trim_start()
-        .to_string(),
-    ));
+    d.push(Block::Heading(format!(
+        "{} {} (folded: alike {}; differences from GPU {})",
+        if hosts > 1 { first.host.as_str() } else { "" },
+        names.join(", "),
+        if others.len() == 1 { "GPU" } else { "GPUs" },
+        first.index
+    )
+    .trim_start()
+    .to_string()));
     let mut t = Table::new(
-        &["GPU", "processes", "tracked", "delta", "untracked", "delta", "driver costs", "delta", "failed allocation"],
+        &[
+            "GPU",
+            "processes",
+            "tracked",
+            "delta",
+            "untracked",
+            "delta",
+            "driver costs",
+            "delta",
+            "failed allocation",
+        ],
         &[0, 2, 3, 4, 5, 6, 7],
     );
     let untracked = |x: &DeviceSummary| x.last_query.as_ref().map(|r| r.untracked_bytes);

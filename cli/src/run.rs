@@ -78,19 +78,17 @@ pub fn new_run_id() -> String {
 fn existing_reports(dir: &Path) -> (usize, Vec<String>) {
     let mut ids: Vec<String> = Vec::new();
     let mut n = 0;
-    for p in std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_else(|_| Vec::new())
-    {
+    for p in std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_else(|_| Vec::new()) {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
         let report = name.starts_with("culedger-") && name.ends_with(".json");
         if !report && name != "summary.json" {
             continue;
         }
         n += 1;
-        let id = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
-            v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
-        });
+        let id = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from));
         if let Some(id) = id.filter(|id| !ids.contains(id)) {
             ids.push(id);
         }

@@ -146,8 +146,7 @@ pub fn select(mut run: Run, sel: &Selection) -> Result<Run> {
     let chosen: Vec<&RunGroup> = match &sel.run {
         Some(want) => {
             let exact: Vec<&RunGroup> = groups.iter().filter(|g| &g.id == want).collect();
-            let found =
-                if exact.is_empty() { groups.iter().filter(|g| g.id.starts_with(want)).collect() } else { exact };
+            let found = if exact.is_empty() { groups.iter().filter(|g| g.id.starts_with(want)).collect() } else { exact };
             match found.len() {
                 1 => found,
                 0 => {
@@ -157,9 +156,7 @@ pub fn select(mut run: Run, sel: &Selection) -> Result<Run> {
                         list(&groups, &run.procs)
                     )))
                 }
-                _ => {
-                    return Err(Fail::input(format!("--run {want} matches {} runs: give more of the id", found.len())))
-                }
+                _ => return Err(Fail::input(format!("--run {want} matches {} runs: give more of the id", found.len()))),
             }
         }
         None if groups.len() > 1 && !sel.merge_runs => {
@@ -269,8 +266,7 @@ fn alive(r: &Report) -> Option<bool> {
     }
     let pid = libc::pid_t::try_from(p.pid).ok()?;
     // SAFETY: kill with signal 0 only checks existence and permission.
-    let exists =
-        unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    let exists = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
     if !exists {
         return Some(false);
     }
