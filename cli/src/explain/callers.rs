@@ -60,15 +60,6 @@ pub fn recorded(report: &Report) -> bool {
         || report.devices.iter().flat_map(|d| &d.top_allocations).any(|a| a.site.is_some() || a.caller.is_some())
 }
 
-/// The function of a short form, for sentences: `MHATokenToKVPool._create_buffers` of
-/// `sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers`.
-pub fn function(caller: &str) -> &str {
-    match caller.rsplit_once(':') {
-        Some((_, f)) if !f.is_empty() => f,
-        _ => caller,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,9 +83,7 @@ mod tests {
             ],
             native: vec![],
         };
-        let c = short(&s).unwrap();
-        assert_eq!(c, "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
-        assert_eq!(function(&c), "MHATokenToKVPool._create_buffers");
+        assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
         let n = SiteRec {
             id: 4,
             python: vec![py("<frozen runpy>", "_run_code")],

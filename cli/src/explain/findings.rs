@@ -20,7 +20,8 @@ use serde::Serialize;
 pub struct Finding {
     /// `failed_allocation`, `sizing`, `untracked_growth`, `growth` or `imbalance`.
     pub kind: &'static str,
-    /// `failure`, `warning` or `info` (context for a failure; does not change the exit status).
+    /// `failure`, `warning` or `info` (context, or a rise the free memory left absorbs; does
+    /// not change the exit status).
     pub severity: &'static str,
     /// One line.
     pub title: String,
@@ -127,6 +128,11 @@ pub struct UntrackedDetail {
     pub unexplained_bytes: i64,
     /// Processes that sized a pool from a query taken before the rise.
     pub sized_before: Vec<i64>,
+    /// Free memory at the later query.
+    pub free_after_bytes: i64,
+    /// Findings with the same mechanism share it (the text folds them).
+    #[serde(skip)]
+    pub signature: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -202,7 +208,7 @@ fn pct(part: i64, whole: i64) -> f64 {
 
 /// Every finding of a run, most important first.
 pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
-    let failures = failed_allocations(gs);
+    let failures = failed_allocations(gs, !run.skipped.is_empty());
     let mut out = failures.clone();
     out.extend(sizing(gs, !failures.is_empty()));
     let windows: Vec<(String, i64, i64, i64)> = failures
@@ -218,12 +224,18 @@ pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
         .collect();
     let mut untracked: Vec<Finding> = gs.iter().filter_map(|g| untracked_growth(g, &windows)).collect();
     untracked.sort_by_key(|f| match &f.detail {
-        Detail::Untracked(d) => std::cmp::Reverse(d.rise_bytes),
-        _ => std::cmp::Reverse(0),
+        Detail::Untracked(d) => (f.severity != "warning", std::cmp::Reverse(d.rise_bytes), f.device),
+        _ => (true, std::cmp::Reverse(0), None),
     });
     out.extend(untracked);
     out.extend(gs.iter().filter_map(growth));
     out.extend(imbalance(run));
+    // Failures, then warnings, then the rest; in the order above within each.
+    out.sort_by_key(|f| match f.severity {
+        "failure" => 0,
+        "warning" => 1,
+        _ => 2,
+    });
     out
 }
 
@@ -263,7 +275,7 @@ fn before_words(part: &str, done: usize) -> String {
 }
 
 /// The failure findings, in time order; failed attempts of one burst are one finding.
-fn failed_allocations(gs: &[DeviceGroup]) -> Vec<Finding> {
+fn failed_allocations(gs: &[DeviceGroup], skipped: bool) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
     for g in gs {
         for m in &g.members {
@@ -279,7 +291,7 @@ fn failed_allocations(gs: &[DeviceGroup]) -> Vec<Finding> {
                     continue;
                 }
                 bursts.push((burst[0], out.len()));
-                let finding = failure_finding(g, *m, &st, i, &burst, f);
+                let finding = failure_finding(g, *m, &st, i, &burst, f, skipped);
                 out.push((s.abs_us, finding));
             }
         }
@@ -295,6 +307,7 @@ fn failure_finding(
     i: usize,
     burst: &[usize],
     f: &crate::model::Failure,
+    skipped: bool,
 ) -> Finding {
     let clock = g.clock;
     let q = query_before(st, burst[0]);
@@ -324,7 +337,7 @@ fn failure_finding(
         category.map(|c| format!(", {c}")).unwrap_or_default()
     );
     let text = match &recon {
-        Some(r) => conclusion(&name, &part, f.bytes, r, short_by.unwrap_or(0), &clock),
+        Some(r) => conclusion(&name, &part, f.bytes, r, short_by.unwrap_or(0), &clock, skipped),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
              sized the request from. The process held {} on the GPU at that moment.",
@@ -401,7 +414,15 @@ fn failure_finding(
 }
 
 /// The engineer's sentence for a reconciled failure.
-fn conclusion(name: &str, part: &str, requested: i64, r: &Recon, short_by: i64, clock: &Clock) -> String {
+fn conclusion(
+    name: &str,
+    part: &str,
+    requested: i64,
+    r: &Recon,
+    short_by: i64,
+    clock: &Clock,
+    skipped: bool,
+) -> String {
     let pool = if part.contains("KV pool") { "its KV pool" } else { "its pool" };
     let sized = if part.starts_with("an allocation") || part.starts_with("allocation ") {
         "sized its request"
@@ -414,7 +435,8 @@ fn conclusion(name: &str, part: &str, requested: i64, r: &Recon, short_by: i64, 
         fmt_bytes(r.query.free_bytes),
         clock.at(clock.t0_us + r.query.at_us)
     );
-    let mut clauses: Vec<String> = Vec::new();
+    // (bytes, where they went), the first said with "went to".
+    let mut clauses: Vec<(i64, String)> = Vec::new();
     let hidden: Vec<&Item> = r.items.iter().filter(|i| i.kind == "driver_cost").collect();
     let hidden_bytes: i64 = hidden.iter().map(|i| i.bytes).sum();
     if hidden_bytes > 0 {
@@ -427,15 +449,10 @@ fn conclusion(name: &str, part: &str, requested: i64, r: &Recon, short_by: i64, 
                 words.push(w);
             }
         }
-        clauses.push(format!("{} went to {} (not visible to that query)", fmt_bytes(hidden_bytes), join_and(&words)));
+        clauses.push((hidden_bytes, format!("{} (not visible to that query)", join_and(&words))));
     }
-    for i in r.items.iter().filter(|i| i.kind == "other_processes" && i.bytes != 0) {
-        let what = i.what.clone();
-        clauses.push(if i.bytes > 0 {
-            format!("{} to {what}", fmt_bytes(i.bytes))
-        } else {
-            format!("{} came back from {what}", fmt_bytes(-i.bytes))
-        });
+    for i in r.items.iter().filter(|i| i.kind == "other_processes" && i.bytes > 0) {
+        clauses.push((i.bytes, i.what.clone()));
     }
     let own: i64 = r.sum("allocated");
     if own > 0 {
@@ -445,11 +462,23 @@ fn conclusion(name: &str, part: &str, requested: i64, r: &Recon, short_by: i64, 
             .filter(|i| i.kind == "allocated" && i.bytes > 0)
             .filter_map(|i| i.category.clone())
             .collect();
-        clauses.push(format!("{} to its own other allocations ({})", fmt_bytes(own), cats.join(", ")));
+        clauses.push((own, format!("its own other allocations ({})", cats.join(", "))));
     }
     if let Some(u) = r.unexplained_bytes.filter(|u| *u > NOISE && *u * 100 > r.query.free_bytes) {
-        clauses.push(format!("{} to something no report of the run shows", fmt_bytes(u)));
+        clauses.push((
+            u,
+            if skipped {
+                "something no readable report shows (a report was skipped: see the note)".into()
+            } else {
+                "something no report of the run shows".into()
+            },
+        ));
     }
+    let clauses: Vec<String> = clauses
+        .iter()
+        .enumerate()
+        .map(|(k, (b, w))| format!("{} {}{w}", fmt_bytes(*b), if k == 0 { "went to " } else { "to " }))
+        .collect();
     if !clauses.is_empty() {
         s.push_str(&format!("; after that query {}", join_and(&clauses)));
     }
@@ -474,17 +503,10 @@ fn conclusion(name: &str, part: &str, requested: i64, r: &Recon, short_by: i64, 
             fmt_bytes(-short_by)
         )
     };
-    let link = if clauses.is_empty() && pool_done.is_none() {
-        "; "
-    } else if pool_done.is_some() {
-        ", "
-    } else {
-        " and "
-    };
     match (clauses.is_empty(), pool_done) {
-        (_, Some(d)) => s.push_str(&format!("{link}{d}, and {tail}.")),
+        (_, Some(d)) => s.push_str(&format!("; {d}, and {tail}.")),
         (true, None) => s.push_str(&format!("; {tail}.")),
-        (false, None) => s.push_str(&format!("{link}{tail}.")),
+        (false, None) => s.push_str(&format!(", and {tail}.")),
     }
     s
 }
@@ -552,18 +574,27 @@ fn median(mut v: Vec<i64>) -> i64 {
 /// Why a rank was told less (or more) than the others: who else held memory on its GPU at
 /// its query.
 fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
-    let mut held: Vec<String> = Vec::new();
+    let (mut contexts, mut allocs): (Vec<(i64, String)>, Vec<(i64, String)>) = (Vec::new(), Vec::new());
     for o in g.members.iter().filter(|o| !std::ptr::eq(o.report, m.report)) {
         let present = o.first_us().is_some_and(|f| f <= at) && o.ended_us().is_none_or(|e| e >= at);
         if !present {
             continue;
         }
         let live: i64 = o.live_at(at).iter().sum();
-        held.push(if live > 0 {
-            format!("{} allocated by {}", fmt_bytes(live), who(o.report))
+        if live > 0 {
+            allocs.push((o.pid(), format!("{} allocated by {}", fmt_bytes(live), who(o.report))));
         } else {
-            format!("the context of {}", who(o.report))
-        });
+            contexts.push((o.pid(), who(o.report)));
+        }
+    }
+    contexts.sort();
+    allocs.sort();
+    let mut held: Vec<String> = allocs.into_iter().map(|(_, s)| s).collect();
+    match contexts.len() {
+        0 => {}
+        1 => held.push(format!("the context of {}", contexts[0].1)),
+        _ => held
+            .push(format!("the contexts of {}", join_and(&contexts.into_iter().map(|(_, s)| s).collect::<Vec<_>>()))),
     }
     let more_less = if delta < 0 { "less" } else { "more" };
     let mut s = format!("it was told {} {more_less} free memory than the other ranks", fmt_bytes(delta.abs()));
@@ -826,15 +857,38 @@ fn untracked_growth(g: &DeviceGroup, failure_windows: &[(String, i64, i64, i64)]
     if !sized_before.is_empty() {
         let names: Vec<String> = sized_before.iter().filter_map(|p| g.member(*p)).map(|m| who(m.report)).collect();
         text.push_str(&format!(
-            " {} sized {} from the query at {}, before this memory was taken: no free-memory figure it sized from \
-             could see it, and {} remained free at {}.",
+            " {} sized {} from the query at {}, before this memory was taken: the figure {} sized from could \
+             not see it.",
             join_and(&names),
             if names.len() == 1 { "its pool" } else { "their pools" },
             clock.at(t0),
+            if names.len() == 1 { "it" } else { "they" },
+        ));
+    }
+    // A risk when what remained free would not absorb another rise like this one.
+    let net = rise - expected;
+    let severity = if to.2.free_bytes < net { "warning" } else { "info" };
+    if severity == "warning" {
+        text.push_str(&format!(
+            " Only {} remained free at {}, less than this rise: another like it would not fit.",
             fmt_bytes(to.2.free_bytes),
             clock.at(t1)
         ));
+    } else {
+        text.push_str(&format!(
+            " {} remained free at {}, {} times this rise.",
+            fmt_bytes(to.2.free_bytes),
+            clock.at(t1),
+            to.2.free_bytes / net.max(1)
+        ));
     }
+    let mut apis: Vec<String> = listed
+        .iter()
+        .map(|i| i.api.clone().unwrap_or_else(|| if i.expected { "ctx".into() } else { "peer ctx".into() }))
+        .collect();
+    apis.sort();
+    apis.dedup();
+    let signature = format!("{severity}|{}|{}", apis.join(","), sized_before.len());
     let mut callers: Vec<String> = Vec::new();
     for c in items.iter().flat_map(|i| &i.callers) {
         if !callers.contains(c) {
@@ -846,8 +900,8 @@ fn untracked_growth(g: &DeviceGroup, failure_windows: &[(String, i64, i64, i64)]
     pids.dedup();
     Some(Finding {
         kind: "untracked_growth",
-        severity: "warning",
-        title: format!("Untracked memory on {} rose by {} between two queries", gpu(g), fmt_bytes(rise - expected)),
+        severity,
+        title: format!("Untracked memory on {} rose by {} between two queries", gpu(g), fmt_bytes(net)),
         text,
         host: Some(g.host.clone()),
         device: Some(g.index),
@@ -862,6 +916,8 @@ fn untracked_growth(g: &DeviceGroup, failure_windows: &[(String, i64, i64, i64)]
             items,
             unexplained_bytes: unexplained,
             sized_before,
+            free_after_bytes: to.2.free_bytes,
+            signature,
         }),
     })
 }
@@ -1022,6 +1078,8 @@ fn imbalance(run: &Run) -> Option<Finding> {
     if ranks.len() < 2 {
         return None;
     }
+    let mut ranks = ranks;
+    ranks.sort_by_key(|r| r.pid);
     let mut spreads: Vec<Spread> = Vec::new();
     for (c, name) in CATEGORIES.iter().enumerate() {
         let lo = ranks.iter().min_by_key(|r| (r.peaks[c], r.pid))?;

@@ -80,7 +80,10 @@ pub fn explain(run: &Run) -> Explanation {
     let found = findings::all(run, &gs);
     let count = |sev: &str| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count("failure"), count("warning"));
-    let verdict = if failures + warnings == 0 {
+    let infos = count("info");
+    let verdict = if failures + warnings == 0 && infos > 0 {
+        format!("nothing alarming; {} below", crate::report::count(infos, "observation", "observations"))
+    } else if failures + warnings == 0 {
         "no findings: no allocation failed, the ranks sized their pools alike, untracked memory never rose by more \
          than 256 MiB between two queries, no category kept growing at the end of the run, and the ranks are \
          balanced"

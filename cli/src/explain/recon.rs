@@ -317,8 +317,7 @@ fn other_item(
         return None;
     }
     it.what = if context_only {
-        // "the context of rank 1 (pid 5102), created by its peer access"
-        format!("the context of {}{}", who(o.report), parts[0].trim_start_matches("its context"))
+        context_what(o, parts[0].contains("peer access"))
     } else if parts.len() == 1 && tracked > 0 {
         format!("allocations of {}", who(o.report))
     } else {
@@ -364,13 +363,25 @@ fn merge_contexts(contexts: Vec<Item>) -> Vec<Item> {
     it.estimated = true;
     it.expected = contexts[0].expected;
     let peer = contexts.iter().all(|c| c.what.contains("peer access"));
-    it.what = format!(
-        "the contexts of {} processes{} (pids {})",
-        contexts.len(),
-        if peer { ", created by their peer access" } else { "" },
-        pid_list(&it.pids)
-    );
+    it.what = if peer {
+        format!(
+            "the contexts {} processes (pids {}) created here by their peer access",
+            contexts.len(),
+            pid_list(&it.pids)
+        )
+    } else {
+        format!("the contexts of {} processes (pids {})", contexts.len(), pid_list(&it.pids))
+    };
     vec![it]
+}
+
+/// `the context rank 1 (pid 5102) created here by its peer access`, `the context of rank 1 (pid 5102)`.
+fn context_what(o: Member, peer: bool) -> String {
+    if peer {
+        format!("the context {} created here by its peer access", who(o.report))
+    } else {
+        format!("the context of {}", who(o.report))
+    }
 }
 
 /// The changes per category of the steps `[from, to)` (rises and falls of the timeline).
@@ -487,7 +498,7 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
     let mut contexts = Vec::new();
     for o in &g.members {
         let Some(c) = context_part(g, *o, t0, t1, &measured) else { continue };
-        let what = format!("the context of {}{}", who(o.report), c.text.trim_start_matches("its context"));
+        let what = if c.bytes.is_some() { context_what(*o, c.peer) } else { format!("{}: {}", who(o.report), c.text) };
         let mut it = Item::new("context", what, c.bytes.unwrap_or(0));
         it.pids = vec![o.pid()];
         it.expected = !c.peer;

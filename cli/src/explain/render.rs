@@ -69,6 +69,31 @@ fn recon_table(r: &Recon, d: Option<&FailDetail>) -> Table {
     t
 }
 
+/// What findings with the same mechanism share (failures and untracked growth fold).
+fn signature(f: &Finding) -> Option<&str> {
+    match &f.detail {
+        Detail::Failure(d) => Some(d.signature.as_str()),
+        Detail::Untracked(d) => Some(d.signature.as_str()),
+        _ => None,
+    }
+}
+
+/// The folded rows of untracked growth with the same mechanism.
+fn folded_untracked(fs: &[&Finding]) -> Table {
+    let mut t = Table::new(&["GPU", "from", "to", "rise", "free after"], &[1, 2, 3, 4]);
+    for f in fs {
+        let Detail::Untracked(u) = &f.detail else { continue };
+        t.row(vec![
+            gpu(f),
+            fmt_secs(u.from.at_us),
+            fmt_secs(u.to.at_us),
+            fmt_bytes(u.rise_bytes),
+            fmt_bytes(u.free_after_bytes),
+        ]);
+    }
+    t
+}
+
 /// The folded rows of failures with the same mechanism.
 fn folded_table(fs: &[&Finding]) -> Table {
     let mut t = Table::new(
@@ -100,8 +125,11 @@ fn sizing_table(f: &Finding) -> Option<Table> {
     if firsts {
         headers.push("first query told");
     }
-    headers.extend(["sizing query told", "at", "pool asked for", "share", "vs others"]);
-    let o = usize::from(firsts);
+    headers.extend(["sizing query told", "at", "pool asked for", "share"]);
+    let others = s.ranks.len() > 1;
+    if others {
+        headers.push("vs others");
+    }
     let mut t = Table::new(&headers, &(2..headers.len()).filter(|&i| i != 0).collect::<Vec<_>>());
     for r in &s.ranks {
         let mut row = vec![r.process.clone(), r.device.to_string()];
@@ -113,11 +141,12 @@ fn sizing_table(f: &Finding) -> Option<Table> {
             fmt_secs(r.at_us),
             format!("{}{}", fmt_bytes(r.pool_bytes), if r.failed { " (failed)" } else { "" }),
             format!("{:.1}%", r.fraction * 100.0),
-            format!("{:+.1}%{}", r.differs_pct, if r.flagged { " !" } else { "" }),
         ]);
+        if others {
+            row.push(format!("{:+.1}%{}", r.differs_pct, if r.flagged { " !" } else { "" }));
+        }
         t.row(row);
     }
-    let _ = o;
     Some(t.abbreviate(&[0]))
 }
 
@@ -259,23 +288,22 @@ pub fn document(e: &Explanation) -> Doc {
         if let Some(line) = callers_line(f, e.sites_recorded) {
             d.para(line);
         }
-        // Later failures with the same mechanism: one row each, under the first.
-        if let Detail::Failure(fd) = &f.detail {
-            let same: Vec<usize> = (i + 1..fs.len())
-                .filter(|&k| !shown[k] && matches!(&fs[k].detail, Detail::Failure(x) if x.signature == fd.signature))
-                .collect();
-            if !same.is_empty() {
-                d.push(Block::Sub(format!(
-                    "The same on {} more {}",
-                    same.len(),
-                    if same.len() == 1 { "GPU" } else { "GPUs" }
-                )));
-                let mut all = vec![f];
-                all.extend(same.iter().map(|&k| &fs[k]));
-                d.table(folded_table(&all));
-                for k in same {
-                    shown[k] = true;
-                }
+        // Later findings with the same mechanism: one row each, under the first.
+        let same: Vec<usize> = (i + 1..fs.len())
+            .filter(|&k| !shown[k] && signature(&fs[k]).is_some() && signature(&fs[k]) == signature(f))
+            .collect();
+        if !same.is_empty() {
+            d.push(Block::Sub(format!(
+                "The same on {} more {}",
+                same.len(),
+                if same.len() == 1 { "GPU" } else { "GPUs" }
+            )));
+            let mut all = vec![f];
+            all.extend(same.iter().map(|&k| &fs[k]));
+            all.sort_by_key(|f| (f.host.clone(), f.device));
+            d.table(if matches!(f.detail, Detail::Failure(_)) { folded_table(&all) } else { folded_untracked(&all) });
+            for k in same {
+                shown[k] = true;
             }
         }
         shown[i] = true;

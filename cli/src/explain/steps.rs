@@ -56,10 +56,6 @@ pub struct Step<'a> {
 }
 
 impl<'a> Step<'a> {
-    pub fn is_attempt(&self) -> bool {
-        matches!(self.kind, Kind::Alloc { .. } | Kind::Failed(_))
-    }
-
     pub fn failure(&self) -> Option<&'a Failure> {
         match self.kind {
             Kind::Failed(f) => Some(f),
