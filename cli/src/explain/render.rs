@@ -294,9 +294,10 @@ pub fn document(e: &Explanation) -> Doc {
             .collect();
         if !same.is_empty() {
             d.push(Block::Sub(format!(
-                "The same on {} more {}",
+                "The same on {} more {} ({} below)",
                 same.len(),
-                if same.len() == 1 { "GPU" } else { "GPUs" }
+                if same.len() == 1 { "GPU" } else { "GPUs" },
+                if same.len() == 1 { "both".to_string() } else { format!("all {}", same.len() + 1) }
             )));
             let mut all = vec![f];
             all.extend(same.iter().map(|&k| &fs[k]));
