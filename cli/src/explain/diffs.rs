@@ -29,6 +29,11 @@ pub struct SinceSizing {
     pub b_process: Option<String>,
     pub a_failed: Option<String>,
     pub b_failed: Option<String>,
+    /// What failed, in parts: (part, bytes, category, api).
+    #[serde(skip)]
+    pub a_failure: Option<(String, i64, Option<String>, String)>,
+    #[serde(skip)]
+    pub b_failure: Option<(String, i64, Option<String>, String)>,
     pub rows: Vec<SinceRow>,
 }
 
@@ -97,6 +102,11 @@ pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<
             SinceRow { name: k, kind: kind.to_string(), a: x, b: y, delta: x.zip(y).map(|(x, y)| y - x) }
         })
         .collect();
+    let parts = |w: &Option<PoolWindow>| {
+        w.as_ref().and_then(|w| {
+            w.failed.as_ref().map(|(api, bytes, part)| (part.clone(), *bytes, w.category.clone(), api.clone()))
+        })
+    };
     let failed = |w: &Option<PoolWindow>| {
         w.as_ref().and_then(|w| {
             let cat = w.category.as_ref().map(|c| format!(", {c}")).unwrap_or_default();
@@ -108,6 +118,8 @@ pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<
         b_process: wb.as_ref().map(|w| w.process.clone()),
         a_failed: failed(&wa),
         b_failed: failed(&wb),
+        a_failure: parts(&wa),
+        b_failure: parts(&wb),
         rows,
     })
 }
@@ -149,7 +161,20 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
         }
     }
     let (dev, s, _) = best?;
-    let what = if side_b { s.b_failed.clone() } else { s.a_failed.clone() }.unwrap_or_default();
+    // What failed: the representative's part, the sizes over every failing device.
+    let failure = |s: &SinceSizing| if side_b { s.b_failure.clone() } else { s.a_failure.clone() };
+    let sizes: Vec<i64> = fails.iter().filter_map(|(_, s)| failure(s).map(|f| f.1)).collect();
+    let what = match failure(s) {
+        Some((part, _, category, api)) => {
+            let size = crate::units::fmt_range(
+                sizes.iter().copied().min().unwrap_or(0),
+                sizes.iter().copied().max().unwrap_or(0),
+            );
+            let cat = category.map(|c| format!(", {c}")).unwrap_or_default();
+            format!("{part} ({size}{cat}, {api})")
+        }
+        None => String::new(),
+    };
     let n_dev = devices.len();
     let on = if fails.len() == 1 { format!("on {dev}") } else { format!("on {} of {n_dev} GPUs", fails.len()) };
     let mut g = grew(s);
@@ -159,7 +184,16 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
         head.push_str(&format!("; nothing that came after the sizing query grew compared with {other}"));
     } else {
         let parts: Vec<String> = g.iter().map(|(k, d)| format!("{k} ({})", fmt_delta(*d))).collect();
-        let where_ = if fails.len() > 1 { format!(" on {dev}") } else { String::new() };
+        let alike = fails.iter().all(|(_, x)| {
+            let mut h = grew(x);
+            h.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
+            h == g
+        });
+        let where_ = match (fails.len(), alike) {
+            (1, _) => String::new(),
+            (_, true) => ", on each of them".to_string(),
+            (_, false) => format!(" (most on {dev})"),
+        };
         head.push_str(&format!("; after the sizing query {} grew compared with {other}{where_}", join_and(&parts)));
     }
     Some(head)

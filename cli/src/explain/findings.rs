@@ -274,7 +274,7 @@ fn before_words(part: &str, done: usize) -> String {
     }
 }
 
-/// The failure findings, in time order; failed attempts of one burst are one finding.
+/// The failure findings, in device order; failed attempts of one burst are one finding.
 fn failed_allocations(gs: &[DeviceGroup], skipped: bool) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
     for g in gs {
@@ -296,7 +296,8 @@ fn failed_allocations(gs: &[DeviceGroup], skipped: bool) -> Vec<Finding> {
             }
         }
     }
-    out.sort_by_key(|(t, f)| (*t, f.pids.first().copied()));
+    // In device order: failures with the same mechanism fold under the first GPU's.
+    out.sort_by_key(|(t, f)| (f.host.clone(), f.device, *t));
     out.into_iter().map(|(_, f)| f).collect()
 }
 

@@ -69,8 +69,23 @@ pub fn who(r: &Report) -> String {
     match (get("RANK"), get("LOCAL_RANK")) {
         (Some(rank), _) => format!("rank {rank} (pid {})", p.pid),
         (None, Some(local)) => format!("local rank {local} (pid {})", p.pid),
-        _ => format!("pid {} ({})", p.pid, crate::layout::abbreviate(&p.label(), 40)),
+        _ => format!("pid {} ({})", p.pid, words_upto(&p.label(), 40)),
     }
+}
+
+/// The words of `text` that fit in `width` columns, then `...` when some were left out.
+fn words_upto(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    for w in text.split(' ') {
+        if !out.is_empty() && out.len() + 1 + w.len() > width {
+            return format!("{out} ...");
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(w);
+    }
+    out
 }
 
 /// Explains a run.
