@@ -222,50 +222,23 @@ fn context_window(o: Member) -> Option<(i64, i64)> {
     })
 }
 
-/// The context `o` created on the device in `(t0, t1]`, if it did. Counted with the
-/// estimated context size unless it lies inside another process's measured call that
-/// kept it (then that figure holds it, and it is marked uncertain).
-fn context_part(
-    g: &DeviceGroup,
-    o: Member,
-    t0: i64,
-    t1: i64,
-    measured: &[(Member, Vec<Measured>)],
-) -> Option<ContextPart> {
+/// The context `o` created on the device in `(t0, t1]`, if it did, counted with the
+/// estimated context size (`costs::context_estimate`); of unknown size without an estimate.
+fn context_part(g: &DeviceGroup, o: Member, t0: i64, t1: i64) -> Option<ContextPart> {
     let ctx = context_window(o).filter(|(first, _)| *first > t0 && *first <= t1)?;
     let how = if ctx.1 > ctx.0 { "its context, created by its peer access" } else { "its context" };
-    // What `costs::denoise` decided for the measured calls around it: subtracted from one
-    // (counted here), or left in one as uncertain (that figure may hold it).
-    let notes = || measured.iter().flat_map(|(_, v)| v.iter().flat_map(|c| &c.notes));
-    let subtracted = notes().any(|n| n.contains(&format!("{}'s context here", o.pid())));
-    let left_in = notes().any(|n| n.contains(&format!("{} created its context on this GPU", o.pid())));
-    let holder = || {
-        measured.iter().filter(|(x, _)| !std::ptr::eq(x.report, o.report)).find_map(|(x, v)| {
-            v.iter()
-                .find(|c| c.notes.iter().any(|n| n.contains(&format!("{} created its context", o.pid()))))
-                .map(|c| format!("{}'s {}", x.pid(), c.call.api))
-        })
-    };
-    Some(match (costs::context_estimate(g), subtracted, left_in) {
-        (Some((size, _)), true, _) | (Some((size, _)), false, false) => {
-            ContextPart { bytes: Some(size), text: how.to_string(), uncertain: false, note: None, peer: ctx.1 > ctx.0 }
-        }
-        (_, _, true) => ContextPart {
-            bytes: None,
-            text: format!(
-                "{how} (perhaps inside the figure measured by {})",
-                holder().unwrap_or_else(|| "another call".into())
-            ),
-            uncertain: true,
-            note: None,
-            peer: ctx.1 > ctx.0,
-        },
-        (None, _, false) => ContextPart {
+    // With an estimate, `costs::denoise` subtracts a context from the one measured call
+    // that holds it, if any: it belongs to `o` either way. Without one, a call whose window
+    // holds it is marked uncertain: that figure may include it.
+    let peer = ctx.1 > ctx.0;
+    Some(match costs::context_estimate(g) {
+        Some((size, _)) => ContextPart { bytes: Some(size), text: how.to_string(), uncertain: false, note: None, peer },
+        None => ContextPart {
             bytes: None,
             text: format!("{how} (size unknown)"),
             uncertain: true,
             note: Some("a context's size is unknown here: no process queried free memory alone on this GPU".into()),
-            peer: ctx.1 > ctx.0,
+            peer,
         },
     })
 }
@@ -299,7 +272,7 @@ fn other_item(
         it.uncertain |= calls.iter().any(|c| c.uncertain);
     }
     let mut context_only = tracked == 0 && calls.is_empty();
-    match context_part(g, o, t0, t1, measured) {
+    match context_part(g, o, t0, t1) {
         Some(c) => {
             if let Some(b) = c.bytes {
                 it.bytes += b;
@@ -497,7 +470,7 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
     let mut items: Vec<Item> = measured.iter().flat_map(|(m, calls)| cost_items(*m, calls)).collect();
     let mut contexts = Vec::new();
     for o in &g.members {
-        let Some(c) = context_part(g, *o, t0, t1, &measured) else { continue };
+        let Some(c) = context_part(g, *o, t0, t1) else { continue };
         let what = if c.bytes.is_some() { context_what(*o, c.peer) } else { format!("{}: {}", who(o.report), c.text) };
         let mut it = Item::new("context", what, c.bytes.unwrap_or(0));
         it.pids = vec![o.pid()];
