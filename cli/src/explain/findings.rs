@@ -1251,7 +1251,7 @@ mod tests {
         assert!(
             f.text.starts_with(
                 "rank 0 (pid 100) sized its KV pool from 11.50 GiB free at 0.003s; after that query 1.00 GiB went to \
-                 peer access (not visible to that query), 512.00 MiB to the context rank 1 (pid 101) created here by \
+                 peer access (not visible to that query), 512.00 MiB to the context that rank 1 (pid 101) created here by \
                  its peer access and 3.95 GiB to something no report of the run shows; the first half of the KV pool \
                  took 4.79 GiB, and the second half of the KV pool (4.79 GiB) no longer fit: 1.26 GiB were free, \
                  short by 3.53 GiB."

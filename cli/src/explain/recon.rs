@@ -338,7 +338,7 @@ fn merge_contexts(contexts: Vec<Item>) -> Vec<Item> {
     let peer = contexts.iter().all(|c| c.what.contains("peer access"));
     it.what = if peer {
         format!(
-            "the contexts {} processes (pids {}) created here by their peer access",
+            "the contexts that {} processes (pids {}) created here by their peer access",
             contexts.len(),
             pid_list(&it.pids)
         )
@@ -351,7 +351,7 @@ fn merge_contexts(contexts: Vec<Item>) -> Vec<Item> {
 /// `the context rank 1 (pid 5102) created here by its peer access`, `the context of rank 1 (pid 5102)`.
 fn context_what(o: Member, peer: bool) -> String {
     if peer {
-        format!("the context {} created here by its peer access", who(o.report))
+        format!("the context that {} created here by its peer access", who(o.report))
     } else {
         format!("the context of {}", who(o.report))
     }
