@@ -150,17 +150,16 @@ pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -
             let inside = ctx.0 >= window.0 && ctx.1 <= window.1;
             match estimate {
                 // A context is charged once: only the measured call that holds it subtracts it.
-                Some((size, from)) => {
-                    if rest * 100 >= size * 95 && holds_context(g, call, o.report, ctx, *size) {
-                        rest -= size;
-                        notes.push(format!(
-                            "minus {}: {who}'s context here (its peer access at {} fell in the window; size \
-                             estimated from {from})",
-                            fmt_bytes(*size),
-                            c.at(ctx.1)
-                        ));
-                    }
+                Some((size, from)) if rest * 100 >= size * 95 && holds_context(g, call, o.report, ctx, *size) => {
+                    rest -= size;
+                    notes.push(format!(
+                        "minus {}: {who}'s context here (its peer access at {} fell in the window; size estimated \
+                         from {from})",
+                        fmt_bytes(*size),
+                        c.at(ctx.1)
+                    ));
                 }
+                Some(_) => {}
                 None if inside => {
                     uncertain = true;
                     notes.push(format!(

@@ -43,7 +43,7 @@ pub struct Finding {
 pub enum Detail {
     Failure(Box<FailDetail>),
     Sizing(SizingDetail),
-    Untracked(UntrackedDetail),
+    Untracked(Box<UntrackedDetail>),
     Growth(GrowthDetail),
     Imbalance(ImbalanceDetail),
 }
@@ -575,7 +575,9 @@ fn median(mut v: Vec<i64>) -> i64 {
 /// Why a rank was told less (or more) than the others: who else held memory on its GPU at
 /// its query.
 fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
-    let (mut contexts, mut allocs): (Vec<(i64, String)>, Vec<(i64, String)>) = (Vec::new(), Vec::new());
+    // (pid, words) of the processes that held a context, and of those that held allocations.
+    type Held = Vec<(i64, String)>;
+    let (mut contexts, mut allocs): (Held, Held) = (Vec::new(), Vec::new());
     for o in g.members.iter().filter(|o| !std::ptr::eq(o.report, m.report)) {
         let present = o.first_us().is_some_and(|f| f <= at) && o.ended_us().is_none_or(|e| e >= at);
         if !present {
@@ -908,7 +910,7 @@ fn untracked_growth(g: &DeviceGroup, failure_windows: &[(String, i64, i64, i64)]
         device: Some(g.index),
         pids,
         callers,
-        detail: Detail::Untracked(UntrackedDetail {
+        detail: Detail::Untracked(Box::new(UntrackedDetail {
             from: QueryRef::new(g, from.0, from.1),
             to: QueryRef::new(g, to.0, to.1),
             untracked_from_bytes: from.2.untracked_bytes,
@@ -919,7 +921,7 @@ fn untracked_growth(g: &DeviceGroup, failure_windows: &[(String, i64, i64, i64)]
             sized_before,
             free_after_bytes: to.2.free_bytes,
             signature,
-        }),
+        })),
     })
 }
 
