@@ -60,6 +60,16 @@ pub fn recorded(report: &Report) -> bool {
         || report.devices.iter().flat_map(|d| &d.top_allocations).any(|a| a.site.is_some() || a.caller.is_some())
 }
 
+/// The function of a short form, for titles: `MHATokenToKVPool._create_buffers` of
+/// `sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers` (native forms stay
+/// whole).
+pub fn function(caller: &str) -> &str {
+    match caller.rsplit_once(':') {
+        Some((file, f)) if file.ends_with(".py") && !f.is_empty() => f,
+        _ => caller,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,7 +93,10 @@ mod tests {
             ],
             native: vec![],
         };
-        assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
+        let c = short(&s).unwrap();
+        assert_eq!(c, "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
+        assert_eq!(function(&c), "MHATokenToKVPool._create_buffers");
+        assert_eq!(function("libnccl.so.2!ncclCommInitRank"), "libnccl.so.2!ncclCommInitRank");
         let n = SiteRec {
             id: 4,
             python: vec![py("<frozen runpy>", "_run_code")],

@@ -331,11 +331,12 @@ fn failure_finding(
     let short_by = free.map(|fr| f.bytes - fr);
     let at = clock.at(st[i].abs_us);
     let title = format!(
-        "{name} could not allocate {part} on {} ({}, {}{})",
+        "{name} could not allocate {part} on {} ({}, {}{}{})",
         gpu(g),
         fmt_bytes(f.bytes),
         f.api,
-        category.map(|c| format!(", {c}")).unwrap_or_default()
+        category.map(|c| format!(", {c}")).unwrap_or_default(),
+        caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
     );
     let text = match &recon {
         Some(r) => conclusion(&name, &part, f.bytes, r, short_by.unwrap_or(0), &clock, skipped),
@@ -1016,10 +1017,8 @@ fn growth(g: &DeviceGroup) -> Option<Finding> {
                 }
             }
         }
-        if pids.is_empty() && m.dev.alloc_count > 0 {
-            // Without top allocations in the window, the processes that allocate here.
-        }
     }
+    // Without top allocations in the window, the processes that allocate here.
     if pids.is_empty() {
         pids = g.members.iter().filter(|m| m.dev.alloc_count > 0).map(|m| m.pid()).collect();
     }
@@ -1245,6 +1244,11 @@ mod tests {
         assert_eq!(r.unexplained_bytes, Some(4048 * MIB));
         assert_eq!((d.free_bytes, d.short_by_bytes), (Some(1288 * MIB), Some((4904 - 1288) * MIB)));
         assert_eq!(d.part, "the second half of its KV pool");
+        assert_eq!(
+            f.title,
+            "rank 0 (pid 100) could not allocate the second half of its KV pool on GPU 0 (4.79 GiB, cudaMalloc, \
+             kv_pool, from MHATokenToKVPool._create_buffers)"
+        );
         assert_eq!(d.caller.as_deref(), Some("sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers"));
         assert_eq!(r.items[0].callers, ["sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers"]);
         assert_eq!(r.items[1].callers, ["custom_all_reduce.py:CustomAllreduce.open"], "runtime frames skipped");
@@ -1261,6 +1265,18 @@ mod tests {
             "{}",
             f.text
         );
+    }
+
+    #[test]
+    fn a_failure_without_a_query_before_it_says_so() {
+        let r = crate::explain::steps::tests::process(&[("a", 100), ("x", 5000)]);
+        let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
+        let gs = crate::analysis::groups(&run);
+        let found = all(&run, &gs);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let Detail::Failure(d) = &found[0].detail else { unreachable!() };
+        assert!(d.reconciliation.is_none() && d.short_by_bytes.is_none());
+        assert!(found[0].text.contains("with no free-memory query before it on GPU 0"), "{}", found[0].text);
     }
 
     #[test]

@@ -259,7 +259,7 @@ pub fn sizing(steps: &[Step]) -> Option<Sizing> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::groups;
     use crate::load::Run;
