@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the CLI's fixtures (cli/tests/fixtures/{nccl,custom-ar,custom-ar-tp8}/) from the
-# simulated CUDA stack:
+# Regenerates the CLI's fixtures (cli/tests/fixtures/{nccl,custom-ar,custom-ar-tp8,explain-*}/)
+# from the simulated CUDA stack:
 #
 #   scripts/gen-fixtures.sh [NAME...]    make, then run the configurations (all, or those
 #                                        named) under `culedger run`, then normalise and copy
@@ -67,7 +67,7 @@ if [ -z "${SRC:-}" ]; then
             target/release/culedger run -o "$SRC/$cfg" -- python3 "shim-tests/py/${sim%% *}" ${sim#* } >/dev/null 2>&1 || true
         rm -f "/dev/shm/fakecuda-culedger-fixtures-$cfg-$$"
     done
-    # The same simulated GPUs as scripts/demo.sh.
+    # Two (or eight) simulated 24 GiB GPUs, 256 MiB of driver memory per peer mapping.
     export FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256
     for c in "${CONFIGS[@]}"; do
         read -r cfg tp allreduce <<<"$c"
