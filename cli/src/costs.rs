@@ -199,7 +199,9 @@ fn holds_context(g: &DeviceGroup, call: &Call, o: &crate::model::Report, ctx: (i
         .filter(|(e, _, _)| e * 100 >= size * 95)
         .max_by_key(|(e, end, _)| (*e, *end))
         .map(|(_, _, c)| c);
-    holder.is_some_and(|h| std::ptr::eq(h.member.report, call.member.report) && h.end_us == call.end_us && h.api == call.api)
+    holder.is_some_and(|h| {
+        std::ptr::eq(h.member.report, call.member.report) && h.end_us == call.end_us && h.api == call.api
+    })
 }
 
 /// The de-noised costs per process and API, in member order and each member's API order.
