@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The demo (`make demo` builds everything first): an SGLang-like server start-up on the
-# simulated CUDA stack, with 2 tensor-parallel ranks on 2 simulated GPUs, in two
-# configurations run under `culedger run`:
+# The demo (`make demo` builds everything first): the seed reproduction. An SGLang-like server
+# start-up (shim-tests/py/sglang_sim.py) with 8 tensor-parallel ranks on 8 simulated 96 GiB
+# PCIe GPUs, in two configurations run under `culedger run`:
 #
-#   nccl       all-reduce through NCCL only: the server starts.
-#   custom-ar  SGLang's custom all-reduce (IPC buffers, peer mappings): the KV pool was sized
-#              from a free-memory probe taken before the peer mappings cost their hidden
-#              driver memory, and its allocation fails (OOM, exit 1).
+#   nccl       all-reduce through NCCL only: the server starts; each rank's KV pool gets
+#              about 10.4 GiB and about 9.2 GiB stay free.
+#   custom-ar  the custom all-reduce forced on: the KV pool was sized from a free-memory
+#              query taken before the lazy IPC opens and peer access cost their driver memory
+#              (and before the other ranks' peer access put their contexts on every GPU); the
+#              second half of the pool no longer fits and the launch fails (exit 1).
 #
-# Then `culedger report` on the failing run, `culedger diff` of the two, a plot and the
-# exports. Outputs under target/demo/. Exit status 0 when the story played out as above.
+# The numbers come from the simulated stack's parameters below, chosen so that the mechanism
+# is the one the project started from. Then `culedger explain` on the failing run and
+# `culedger diff` of the two, a plot and the exports. Outputs under target/demo/. Exit status
+# 0 when the story played out as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +24,12 @@ for f in "$BIN" "$LIB" "$SIM/libcudart.so.12" "$SIM/libcuda.so.1"; do
     [ -e "$f" ] || { echo "demo: $f is missing: run 'make demo' (it builds everything first)" >&2; exit 2; }
 done
 
-# The simulated machine: 2 GPUs of 24 GiB, 256 MiB of driver memory per peer mapping.
+# The simulated machine: 8 GPUs of 96 GiB; a context costs 512 MiB (the fake's default), a
+# peer mapping 1 GiB of driver memory, an IPC open 2 MiB, a graph instantiation 116 MiB.
 export LD_LIBRARY_PATH="$PWD/$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FAKECUDA_DEVICES=2 FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256
-# 8 GiB of weights per rank; a 1% reserve, as servers tuned for the largest KV cache use.
-SIM_ARGS=(--tp 2 --model-mib 8192 --mem-fraction-static 0.99)
+export FAKECUDA_DEVICES=8 FAKECUDA_TOTAL_MIB=98304 FAKECUDA_PEER_MIB=1024 FAKECUDA_GRAPH_MIB=116
+# 75.4 GiB of weights per rank (a ~600 GB model over 8 GPUs), mem_fraction_static 0.9.
+SIM_ARGS=(--tp 8 --model-mib 77184 --mem-fraction-static 0.9)
 OUT=target/demo
 
 rm -rf "$OUT"
@@ -37,16 +42,23 @@ for cfg in nccl custom-ar; do
     export FAKECUDA_MACHINE="culedger-demo-$cfg-$$"
     echo
     echo "### $cfg: culedger run -o $OUT/$cfg -- python3 shim-tests/py/sglang_sim.py ${SIM_ARGS[*]} --allreduce $allreduce"
+    # `culedger run` prints the whole report to stderr when the server exits; the demo keeps
+    # the server's own lines (`culedger report $OUT/<cfg>` shows the report).
     set +e
-    "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 shim-tests/py/sglang_sim.py "${SIM_ARGS[@]}" --allreduce "$allreduce"
+    "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 shim-tests/py/sglang_sim.py "${SIM_ARGS[@]}" --allreduce "$allreduce" \
+        2> >(grep -E '^\[|^culedger: [0-9]+ report' >&2)
     status[$cfg]=$?
     set -e
+    wait
     rm -f "/dev/shm/fakecuda-$FAKECUDA_MACHINE"
 done
 
 echo
-echo "### culedger report $OUT/custom-ar"
-"$BIN" report "$OUT/custom-ar"
+echo "### culedger explain $OUT/custom-ar"
+set +e
+"$BIN" explain "$OUT/custom-ar"
+explained=$?
+set -e
 echo
 echo "### culedger diff $OUT/nccl $OUT/custom-ar"
 "$BIN" diff "$OUT/nccl" "$OUT/custom-ar"
@@ -55,8 +67,9 @@ echo "### culedger diff $OUT/nccl $OUT/custom-ar"
 echo
 echo "demo: plot $OUT/custom-ar.svg, Perfetto trace $OUT/custom-ar.trace.json, memory_viz snapshot $OUT/custom-ar.pickle"
 
-if [ "${status[nccl]}" -ne 0 ] || [ "${status[custom-ar]}" -ne 1 ]; then
-    echo "demo: expected nccl to pass and custom-ar to fail with exit 1; got ${status[nccl]} and ${status[custom-ar]}" >&2
+if [ "${status[nccl]}" -ne 0 ] || [ "${status[custom-ar]}" -ne 1 ] || [ "$explained" -ne 1 ]; then
+    echo "demo: expected nccl to pass and custom-ar to fail with exit 1 (explained with exit 1); got" \
+        "${status[nccl]}, ${status[custom-ar]} and $explained" >&2
     exit 1
 fi
-echo "demo: nccl started, custom-ar ran out of memory: see the diff above for why"
+echo "demo: nccl started, custom-ar ran out of memory: the explanation above says why"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates the CLI's fixtures (cli/tests/fixtures/{nccl,custom-ar,custom-ar-tp8}/) from the
-# simulated CUDA stack:
+# Regenerates the CLI's fixtures (cli/tests/fixtures/{nccl,custom-ar,custom-ar-tp8,explain-*}/)
+# from the simulated CUDA stack:
 #
-#   scripts/gen-fixtures.sh              make, then run the demo configurations under
-#                                        `culedger run`, then normalise and copy the reports
-#   scripts/gen-fixtures.sh --from DIR   only normalise DIR/nccl, DIR/custom-ar and
-#                                        DIR/custom-ar-tp8 (those present)
+#   scripts/gen-fixtures.sh [NAME...]    make, then run the configurations (all, or those
+#                                        named) under `culedger run`, then normalise and copy
+#                                        the reports
+#   scripts/gen-fixtures.sh --from DIR [NAME...]
+#                                        only normalise the runs in DIR/<name> (those present)
 #
 # The configurations: the demo's SGLang-like start-up (shim-tests/py/sglang_sim.py: a launcher
 # and tensor-parallel ranks, 8 GiB of weights per rank, mem_fraction_static 0.99) on two
@@ -25,18 +26,53 @@ FIXTURES=cli/tests/fixtures
 
 # name, tensor-parallel ranks (= simulated GPUs), all-reduce
 CONFIGS=("nccl 2 nccl" "custom-ar 2 custom" "custom-ar-tp8 8 custom")
+# The fixtures of `culedger explain` (cli/tests/explain.rs): name|simulated GPUs|fake driver
+# settings|simulation and its arguments.
+#   explain-ok              NCCL start-up on 96 GiB GPUs: nothing to report ("no findings").
+#   explain-untracked       custom all-reduce with a 5% reserve: the start-up fits, but the peer
+#                           mappings' driver memory came after the sizing query and left less
+#                           free than it took.
+#   explain-shared-gpu      another job of the run takes 4 GiB on GPU 1 after the ranks' sizing
+#                           query: rank 1's pool fails, the finding names the job's pid.
+#   explain-stray-contexts  every rank reads GPU 0's free memory before selecting its GPU:
+#                           rank 0's pool is smaller, the ranks are imbalanced.
+#   explain-leak            a server whose request state grows at every step.
+#   explain-truncated       the custom-ar start-up with rank 1's report cut in half.
+EXPLAIN_CONFIGS=(
+    "explain-ok|2|FAKECUDA_TOTAL_MIB=98304|sglang_sim.py --tp 2 --model-mib 8192 --mem-fraction-static 0.88 --allreduce nccl"
+    "explain-untracked|2|FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256|sglang_sim.py --tp 2 --model-mib 8192 --mem-fraction-static 0.95 --allreduce custom"
+    "explain-shared-gpu|2|FAKECUDA_TOTAL_MIB=24576|engine_sim.py --scenario shared-gpu --tp 2 --mem-fraction-static 0.9"
+    "explain-stray-contexts|4|FAKECUDA_TOTAL_MIB=24576|engine_sim.py --scenario stray-contexts --tp 4"
+    "explain-leak|1|FAKECUDA_TOTAL_MIB=24576|engine_sim.py --scenario leak --tp 1 --steps 30"
+    "explain-truncated|2|FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256|sglang_sim.py --tp 2 --model-mib 8192 --mem-fraction-static 0.99 --allreduce custom"
+)
 
 if [ "${1:-}" = "--from" ]; then
-    SRC=${2:?usage: $0 --from DIR}
-else
+    SRC=${2:?usage: $0 [--from DIR] [NAME...]}
+    shift 2
+fi
+# Names given: only those fixtures.
+ONLY=("$@")
+wanted() { [ ${#ONLY[@]} -eq 0 ] || printf '%s\n' "${ONLY[@]}" | grep -qx "$1"; }
+
+if [ -z "${SRC:-}" ]; then
     make all
     SRC=$(mktemp -d)
     trap 'rm -rf "$SRC"' EXIT
     export LD_LIBRARY_PATH="$PWD/target/sim/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    # The same simulated GPUs as scripts/demo.sh.
+    for c in "${EXPLAIN_CONFIGS[@]}"; do
+        IFS='|' read -r cfg gpus knobs sim <<<"$c"
+        wanted "$cfg" || continue
+        # shellcheck disable=SC2086 # the knobs and arguments are words
+        env FAKECUDA_MACHINE="culedger-fixtures-$cfg-$$" FAKECUDA_DEVICES="$gpus" $knobs \
+            target/release/culedger run -o "$SRC/$cfg" -- python3 "shim-tests/py/${sim%% *}" ${sim#* } >/dev/null 2>&1 || true
+        rm -f "/dev/shm/fakecuda-culedger-fixtures-$cfg-$$"
+    done
+    # Two (or eight) simulated 24 GiB GPUs, 256 MiB of driver memory per peer mapping.
     export FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256
     for c in "${CONFIGS[@]}"; do
         read -r cfg tp allreduce <<<"$c"
+        wanted "$cfg" || continue
         # The 8-rank fixture should show the de-noising of driver costs: keep a run where a
         # peer's context creation fell into some measurement window (up to 20 tries; how
         # often it happens depends on scheduling).
@@ -64,7 +100,10 @@ import glob, json, os, re, sys
 
 src, dst, repo = sys.argv[1:4]
 BASE_MS = 1767225600000  # 2026-01-01T00:00:00Z
-PID_BASE = {"nccl": 4100, "custom-ar": 5100, "custom-ar-tp8": 6100}
+PID_BASE = {"nccl": 4100, "custom-ar": 5100, "custom-ar-tp8": 6100, "explain-ok": 7100, "explain-untracked": 7200,
+            "explain-shared-gpu": 7300, "explain-stray-contexts": 7400, "explain-leak": 7500, "explain-truncated": 7600}
+# A report cut in half (what a full disk or a copy interrupted leaves): the last process's.
+TRUNCATED = {"explain-truncated"}
 
 
 def walk(node, fn):
@@ -86,7 +125,6 @@ def rel_us(o):
 for cfg, pid_base in PID_BASE.items():
     files = sorted(glob.glob(os.path.join(src, cfg, "culedger-*.json")))
     if not files:
-        print(f"gen-fixtures: no reports in {os.path.join(src, cfg)}: skipped")
         continue
     reports = [json.load(open(f)) for f in files]
     start_us = lambda r: r["process"].get("start_unix_us", r["process"]["start_unix_ms"] * 1000)
@@ -168,9 +206,11 @@ for cfg, pid_base in PID_BASE.items():
             for f in site["native"]:
                 f["offset"] = "0x0"
         path = os.path.join(out_dir, f"culedger-{p['pid']}.json")
+        text = json.dumps(r, indent=1) + "\n"
+        if cfg in TRUNCATED and r is reports[-1]:
+            text = text[: len(text) // 2]
         with open(path, "w") as f:
-            json.dump(r, f, indent=1)
-            f.write("\n")
+            f.write(text)
         print(f"gen-fixtures: {path}")
 PY
 echo "gen-fixtures: now refresh the goldens: UPDATE_GOLDEN=1 cargo test --release -p culedger-cli"

@@ -153,7 +153,8 @@ pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -
             }
             let inside = ctx.0 >= window.0 && ctx.1 <= window.1;
             match estimate {
-                Some((size, from)) if rest * 100 >= size * 95 => {
+                // A context is charged once: only the measured call that holds it subtracts it.
+                Some((size, from)) if rest * 100 >= size * 95 && holds_context(g, call, o.report, ctx, *size) => {
                     rest -= size;
                     notes.push(format!(
                         "minus {}: {who}'s context here (its peer access at {} fell in the window; size estimated \
@@ -162,18 +163,49 @@ pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -
                         c.at(ctx.1)
                     ));
                 }
-                Some(_) if !inside => {}
-                _ => {
+                Some(_) => {}
+                None if inside => {
                     uncertain = true;
                     notes.push(format!(
                         "uncertain: {who} created its context on this GPU (peer access at {}) during this call",
                         c.at(ctx.1)
                     ));
                 }
+                None => {}
             }
         }
     }
     (rest, uncertain, notes)
+}
+
+/// Whether `call` is the measured call that holds the context `o` created in `ctx`: among
+/// the other processes' calls on the device whose windows overlap it, the one whose excess
+/// is largest and at least 95% of `size`. A call's excess is its measurement minus the
+/// smallest measurement of its API on the device (what a call of that API costs by itself),
+/// or its whole measurement when it is the only call of its API. Ties go to the earliest.
+/// A context is charged once, so at most one call subtracts it; when no measurement has
+/// room for it, none held it.
+fn holds_context(g: &DeviceGroup, call: &Call, o: &crate::model::Report, ctx: (i64, i64), size: i64) -> bool {
+    let calls: Vec<Call> = g.members.iter().flat_map(|m| calls_of(*m)).collect();
+    let excess = |c: &Call| {
+        let same: Vec<i64> = calls.iter().filter(|x| x.api == c.api).map(|x| x.measured).collect();
+        if same.len() > 1 {
+            c.measured - same.iter().copied().min().unwrap_or(0)
+        } else {
+            c.measured
+        }
+    };
+    let holder = calls
+        .iter()
+        .filter(|c| !std::ptr::eq(c.member.report, o))
+        .filter(|c| c.start_us.is_some_and(|s| overlaps((s, c.end_us), ctx)))
+        .map(|c| (excess(c), std::cmp::Reverse(c.end_us), c))
+        .filter(|(e, _, _)| e * 100 >= size * 95)
+        .max_by_key(|(e, end, _)| (*e, *end))
+        .map(|(_, _, c)| c);
+    holder.is_some_and(|h| {
+        std::ptr::eq(h.member.report, call.member.report) && h.end_us == call.end_us && h.api == call.api
+    })
 }
 
 /// The de-noised costs per process and API, in member order and each member's API order.
@@ -337,6 +369,31 @@ mod tests {
         let b = rank(12, 0, &[(2050, 2200, "cuModuleLoadData", 16 * MIB)], vec![]);
         let rows = costs(vec![a, b]);
         assert!(rows.iter().all(|r| r.4 && r.2 == 16 * MIB), "{rows:?}");
+    }
+
+    #[test]
+    fn a_context_is_subtracted_from_one_call_only() {
+        // The peer's context creation overlaps an IPC open (which measured it: 2 + 512 MiB)
+        // and the next peer access (1 GiB of its own, like every peer access here): only the
+        // IPC open holds it.
+        let r1 = rank(
+            11,
+            1,
+            &[
+                (1000, 1100, "cudaIpcOpenMemHandle", 514 * MIB),
+                (1150, 1300, "cudaDeviceEnablePeerAccess", 1024 * MIB),
+                (2000, 2100, "cudaDeviceEnablePeerAccess", 1024 * MIB),
+            ],
+            vec![],
+        );
+        let rows = costs(vec![r1, peer(10, 1, 1050, 1200)]);
+        assert_eq!(
+            rows,
+            [
+                (11, "cudaIpcOpenMemHandle".to_string(), 2 * MIB, 514 * MIB, false),
+                (11, "cudaDeviceEnablePeerAccess".to_string(), 2048 * MIB, 2048 * MIB, false),
+            ]
+        );
     }
 
     #[test]

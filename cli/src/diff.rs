@@ -46,6 +46,9 @@ pub struct DevDiff {
     pub driver_costs: Vec<Row>,
     /// Callers whose live bytes grew (`crate::sites`).
     pub sites: Vec<Row>,
+    /// Each side's pool reconciled from its sizing query (`culedger explain`), side by side;
+    /// null when neither side sized a pool on this device.
+    pub since_sizing: Option<crate::explain::diffs::SinceSizing>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -197,6 +200,7 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
         failures_b: fb,
         driver_costs,
         sites: crate::sites::grew(a, b),
+        since_sizing: crate::explain::diffs::since_sizing(a, b),
     }
 }
 
@@ -233,7 +237,10 @@ pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
         })
         .collect();
     let (sa, sb) = (short(&ra.label), short(&rb.label));
-    let headline = headline(&sa, &sb, &devices);
+    let sizing: Vec<(String, Option<&crate::explain::diffs::SinceSizing>)> =
+        devices.iter().map(|d| (d.device.clone(), d.since_sizing.as_ref())).collect();
+    let headline =
+        crate::explain::diffs::cause_headline(&sa, &sb, &sizing).unwrap_or_else(|| headline(&sa, &sb, &devices));
     let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
     Diff {
         schema: DIFF_SCHEMA,
@@ -376,6 +383,9 @@ pub fn document(d: &Diff) -> Doc {
                 doc.push(Block::Alert(format!("failed in {name}: {f}")));
             }
         }
+        if let Some(s) = &dev.since_sizing {
+            since_sizing_table(&mut doc, s, &sa, &sb);
+        }
         if !dev.driver_costs.is_empty() {
             doc.push(Block::Sub("Hidden driver costs that changed".into()));
             doc.table(rows_table("api", &dev.driver_costs, &sa, &sb));
@@ -383,4 +393,20 @@ pub fn document(d: &Diff) -> Doc {
         crate::sites::diff_section(&mut doc, &dev.sites, &sa, &sb);
     }
     doc
+}
+
+/// The pools reconciled from their sizing queries, side by side (`culedger explain`).
+fn since_sizing_table(doc: &mut Doc, s: &crate::explain::diffs::SinceSizing, sa: &str, sb: &str) {
+    doc.push(Block::Sub("From the sizing query to the pool (or its failure)".into()));
+    let side = |p: &Option<String>, f: &Option<String>| match (p, f) {
+        (Some(p), Some(f)) => format!("{p}: {f} failed"),
+        (Some(p), None) => format!("{p}: its pool fit"),
+        (None, _) => "no pool sized from a query".into(),
+    };
+    doc.para(format!("{sa} {}; {sb} {}.", side(&s.a_process, &s.a_failed), side(&s.b_process, &s.b_failed)));
+    let mut t = Table::new(&["", sa, sb, "delta"], &[1, 2, 3]);
+    for r in &s.rows {
+        t.row(vec![r.name.clone(), fmt_opt(r.a), fmt_opt(r.b), r.delta.map_or("-".into(), fmt_delta)]);
+    }
+    doc.table(t);
 }

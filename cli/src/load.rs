@@ -19,6 +19,9 @@ pub struct Run {
     pub summary: Option<SummaryMeta>,
     /// The ids of the runs these processes belong to (set by `runs::select`).
     pub run_ids: Vec<String>,
+    /// Files inside a directory that could not be read, one message each (they were
+    /// reported on stderr and left out).
+    pub skipped: Vec<String>,
 }
 
 /// The fields of a `culedger-summary/1` besides its processes.
@@ -138,7 +141,10 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
             for file in files {
                 match read_file(&file) {
                     Ok(reports) => push(&mut run, reports, &file),
-                    Err(message) => eprintln!("culedger: skipping {message}"),
+                    Err(message) => {
+                        eprintln!("culedger: skipping {message}");
+                        run.skipped.push(message);
+                    }
                 }
             }
             if run.procs.len() == before {

@@ -1,6 +1,6 @@
 //! `culedger`: run a program under the culedger interposer and read its reports.
 //!
-//! Subcommands: `run`, `report`, `diff`, `check`, `export`, `plot`, `completions`. See
+//! Subcommands: `run`, `report`, `explain`, `diff`, `check`, `export`, `plot`, `completions`. See
 //! README.md. The output layer shared by the commands: `doc` (documents), `layout` (width,
 //! colour, wrapping, tables), `clock` (one time base per run), `runs` (run grouping,
 //! selections, how processes ended), `costs` (de-noised driver costs).
@@ -12,6 +12,7 @@ mod costs;
 mod diff;
 mod doc;
 mod error;
+mod explain;
 mod export;
 mod layout;
 mod load;
@@ -156,6 +157,27 @@ enum Command {
         #[command(flatten)]
         select: SelectArgs,
     },
+    /// Why the run ran out of memory (or what puts it at risk): findings, most important
+    /// first, each with the numbers that prove it and the call sites involved.
+    #[command(long_about = "Why the run ran out of memory (or what puts it at risk): findings, most important \
+        first, each with the numbers that prove it and the call sites involved.\n\n\
+        1. failed allocations, reconciled from the free-memory query the process sized from (what it was told, \
+        what its own allocations, hidden driver costs and other processes took since) to the shortfall; \
+        2. the sizing formula: what each rank was told and what share it asked for, ranks whose pool differs by \
+        more than 1%; 3. untracked memory rising by more than 256 MiB between two queries, with the hidden \
+        costs in between; 4. categories that kept growing during the last third of the run, with their peaks; \
+        5. categories that differ by more than 5% between the ranks of the launch. Definitions: docs/explain.md.\n\n\
+        Exit status: 0 nothing alarming (\"no findings\"), 1 a failed allocation or a warning, 2 bad input.")]
+    Explain {
+        /// Report files (culedger-*.json), run directories, or a run's summary.json
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Output format
+        #[arg(long, value_enum, default_value = "text")]
+        format: FormatArg,
+        #[command(flatten)]
+        select: SelectArgs,
+    },
     /// Compare two runs device by device.
     Diff {
         /// The first run (directory, report files' directory, or summary.json)
@@ -297,6 +319,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let s = analysis::summarize(&run, all_categories);
             emit(format.into(), color, || report::document(&s, report::Options { fold }), &s)?;
             Ok(0)
+        }
+        Command::Explain { paths, format, select } => {
+            let run = load(&paths, &select.selection())?;
+            let e = explain::explain(&run);
+            emit(format.into(), color, || explain::document(&e), &e)?;
+            Ok(e.exit_code)
         }
         Command::Diff { a, b, format, all_categories, merge_runs } => {
             let sel = merge_only(merge_runs);

@@ -26,9 +26,10 @@ pub struct Report {
     pub devices: Vec<Device>,
     #[serde(default)]
     pub host: HostMem,
-    /// Call sites referenced by the records (see `crate::sites`).
+    /// Call sites referenced by the records' `site` ids (see `crate::sites`); empty from
+    /// writers before them.
     #[serde(default)]
-    pub sites: Vec<crate::sites::SiteRec>,
+    pub sites: Vec<SiteRec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -132,6 +133,7 @@ pub struct Probe {
     pub error: i64,
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
+    /// The call site of the query (`sites[].id`), when recorded.
     pub site: Option<i64>,
 }
 
@@ -150,6 +152,7 @@ pub struct Failure {
     pub live_bytes: i64,
     pub categories: BTreeMap<String, i64>,
     pub last_probe: Option<Probe>,
+    /// The call site of the failed allocation (`sites[].id`), when recorded.
     pub site: Option<i64>,
 }
 
@@ -182,6 +185,7 @@ pub struct DriverCost {
     pub calls: i64,
     pub bytes: i64,
     pub approximate: bool,
+    /// The call sites of the calls (`sites[].id`), when recorded.
     pub sites: Vec<i64>,
 }
 
@@ -200,9 +204,14 @@ pub struct Allocation {
     pub exported: bool,
     pub captured: bool,
     pub h2d_bytes: i64,
+    /// The call site (`sites[].id`), when recorded; `caller` is its short form.
     pub site: Option<i64>,
     pub caller: Option<String>,
 }
+
+/// A call site (`sites[]`): the Python frames (innermost first) and the native frames of
+/// the call that made a record.
+pub use crate::sites::SiteRec;
 
 /// One timeline sample: total live bytes and live bytes per category.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

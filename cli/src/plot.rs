@@ -52,12 +52,13 @@ impl Scale {
 }
 
 /// A round axis maximum: 1, 2 or 5 times a power of two of a binary unit.
+/// Saturates at `i64::MAX` (byte counts at the limit of the schema must not wrap into a loop).
 fn nice_max(v: i64) -> i64 {
     let mut step: i64 = 1 << 20;
-    while step * 5 < v {
+    while step.saturating_mul(5) < v && step <= i64::MAX / 2 {
         step *= 2;
     }
-    ((v + step - 1) / step).max(1) * step
+    (v.saturating_add(step - 1) / step).max(1).saturating_mul(step).max(v)
 }
 
 fn text(x: f64, y: f64, s: impl Into<String>, anchor: &str, size: u32) -> Text {
@@ -334,4 +335,16 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool) -> Resu
         svg::save(out, &doc).map_err(|e| Fail::input(format!("{}: cannot write: {e}", out.display())))?;
     }
     Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::report::count(n, "panel", "panels")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_max_ends_at_the_limit_of_i64() {
+        assert_eq!(nice_max(0), 1 << 20);
+        assert_eq!(nice_max(3 << 20), 3 << 20);
+        assert_eq!(nice_max(i64::MAX), i64::MAX);
+    }
 }

@@ -166,34 +166,13 @@ fn diff_goldens() {
 }
 
 #[test]
-fn diff_headline_names_what_changed_and_wraps() {
-    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar", "--format", "json"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["schema"], "culedger-diff/1");
-    let headline = v["headline"].as_str().unwrap();
-    assert_eq!(
-        headline,
-        "custom-ar/ uses 7.57 GiB less other on GPU 1, \
-         saw 16.00 MiB less free memory before its largest allocation (other) on GPU 1 \
-         and paid 212.00 MiB more in hidden driver costs on GPU 1; \
-         2 allocations failed only in custom-ar/"
-    );
-    // In text the headline wraps at the width.
-    for columns in ["100", "60"] {
-        let out = stdout(&culedger_env(
-            &["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"],
-            &[("COLUMNS", columns)],
-        ));
-        let head: Vec<&str> = out.lines().take_while(|l| !l.starts_with("culedger diff: A = ")).collect();
-        assert!(head.len() > 1 && head.iter().all(|l| l.len() <= columns.parse().unwrap()), "{head:?}");
-        assert_eq!(head.join(" "), headline);
-    }
-    // The same runs the other way round.
-    let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl", "--format", "json"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let first = v["headline"].as_str().unwrap();
-    assert!(first.starts_with("nccl/ uses +7.57 GiB other on GPU 1"), "{first}");
-    assert!(first.ends_with("2 allocations failed only in custom-ar/"), "{first}");
+fn diff_headline_names_what_changed() {
+    // One side failed: the headline names the cause (tests/explain.rs checks it in full).
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
+    assert!(stdout(&o).starts_with("custom-ar/ ran out of memory: the second half of its pool"), "{}", stdout(&o));
+    // Neither failed: what changed most.
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/explain-untracked"]);
+    assert!(stdout(&o).starts_with("explain-untracked/ uses "), "{}", stdout(&o));
     // A run compared with itself.
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/nccl"]);
     assert!(stdout(&o).starts_with("nccl/ and nccl/: no difference"), "{}", stdout(&o));

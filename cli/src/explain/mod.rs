@@ -1,0 +1,150 @@
+//! `culedger explain PATH...`: why a run used (or ran out of) the memory it did, as
+//! findings, most important first, each with the numbers that prove it and the call sites
+//! involved. The definitions (bursts, sizing queries, the reconciliation, the thresholds)
+//! are in docs/explain.md; the JSON (`culedger-explain/1`) too.
+//!
+//! - `steps`: one process's records on one device in order; bursts and sizing queries;
+//! - `recon`: the reconciliation from a query to a failure (or a pool);
+//! - `findings`: the five findings;
+//! - `render`: text and markdown;
+//! - `callers`: call sites in words;
+//! - `diffs`: what `culedger diff` shows of it (the cause in its headline, the
+//!   reconciliations side by side).
+
+pub mod callers;
+pub mod diffs;
+mod findings;
+pub mod recon;
+mod render;
+pub mod steps;
+
+use crate::clock::Clock;
+use crate::load::Run;
+use crate::model::Report;
+use serde::Serialize;
+
+pub use render::document;
+
+/// The schema id of `culedger explain --format json` (docs/explain.md).
+pub const EXPLAIN_SCHEMA: &str = "culedger-explain/1";
+
+/// Untracked memory rising by more than this between two queries is a finding.
+pub const UNTRACKED_GROWTH: i64 = 256 << 20;
+/// A rank whose pool differs from the median of the ranks' pools by more than this
+/// fraction (in percent) is flagged.
+pub const POOL_DIFF_PCT: f64 = 1.0;
+/// Ranks whose category peaks differ by more than this (percent of the largest) are
+/// imbalanced...
+pub const IMBALANCE_PCT: f64 = 5.0;
+/// ... and by at least this much (smaller differences are noise).
+pub const NOISE: i64 = 64 << 20;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    /// Always [`EXPLAIN_SCHEMA`].
+    pub schema: &'static str,
+    pub label: String,
+    pub run_ids: Vec<String>,
+    /// The origin of every `at_us`: when the run's first process started (µs since the epoch).
+    pub t0_unix_us: i64,
+    pub processes: usize,
+    pub devices: usize,
+    /// One line: how many findings of each severity, or that there is none.
+    pub verdict: String,
+    /// The exit status: 1 when a finding is a failure or a warning, else 0.
+    pub exit_code: i32,
+    pub findings: Vec<findings::Finding>,
+    /// Whether the reports record call sites (writers since issue [4]).
+    pub sites_recorded: bool,
+    /// What limits the explanation: reports that could not be read, processes without a
+    /// final report, lost events.
+    pub notes: Vec<String>,
+}
+
+/// The process in words for sentences: `rank 1 (pid 5102)` when it has a rank, else
+/// `pid 5100 (its label)`.
+pub fn who(r: &Report) -> String {
+    let p = &r.process;
+    let get = |k: &str| p.env.get(k).map(String::as_str).filter(|v| !v.is_empty());
+    match (get("RANK"), get("LOCAL_RANK")) {
+        (Some(rank), _) => format!("rank {rank} (pid {})", p.pid),
+        (None, Some(local)) => format!("local rank {local} (pid {})", p.pid),
+        _ => format!("pid {} ({})", p.pid, words_upto(&p.label(), 40)),
+    }
+}
+
+/// The words of `text` that fit in `width` columns, then `...` when some were left out.
+fn words_upto(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    for w in text.split(' ') {
+        if !out.is_empty() && out.len() + 1 + w.len() > width {
+            return format!("{out} ...");
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(w);
+    }
+    out
+}
+
+/// Explains a run.
+pub fn explain(run: &Run) -> Explanation {
+    let clock = Clock::of(&run.procs);
+    let gs = crate::analysis::groups(run);
+    let found = findings::all(run, &gs);
+    let count = |sev: &str| found.iter().filter(|f| f.severity == sev).count();
+    let (failures, warnings) = (count("failure"), count("warning"));
+    let infos = count("info");
+    let verdict = if failures + warnings == 0 && infos > 0 {
+        format!("nothing alarming; {} below", crate::report::count(infos, "observation", "observations"))
+    } else if failures + warnings == 0 {
+        "no findings: no allocation failed, the ranks sized their pools alike, untracked memory never rose by more \
+         than 256 MiB between two queries, no category kept growing at the end of the run, and the ranks are \
+         balanced"
+            .to_string()
+    } else {
+        let mut parts = Vec::new();
+        if failures > 0 {
+            parts.push(crate::report::count(failures, "failed allocation", "failed allocations"));
+        }
+        if warnings > 0 {
+            parts.push(crate::report::count(warnings, "warning", "warnings"));
+        }
+        format!("{}, most important first", parts.join(" and "))
+    };
+    Explanation {
+        schema: EXPLAIN_SCHEMA,
+        label: run.label.clone(),
+        run_ids: run.run_ids.clone(),
+        t0_unix_us: clock.t0_us,
+        processes: run.procs.len(),
+        devices: gs.len(),
+        verdict,
+        exit_code: i32::from(failures + warnings > 0),
+        findings: found,
+        sites_recorded: run.procs.iter().any(callers::recorded),
+        notes: notes(run),
+    }
+}
+
+/// What limits the explanation.
+fn notes(run: &Run) -> Vec<String> {
+    let mut out: Vec<String> = run
+        .skipped
+        .iter()
+        .map(|s| {
+            format!("skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)")
+        })
+        .collect();
+    for r in &run.procs {
+        let status = crate::runs::status(r, run.summary.as_ref());
+        if status.starts_with("no final report") || status.starts_with("killed") || status.starts_with("running or") {
+            out.push(format!("{}: {status}; its figures are those of its last report", who(r)));
+        }
+        if r.health.lost_events > 0 {
+            out.push(format!("{}: {} events were lost; its figures are incomplete", who(r), r.health.lost_events));
+        }
+    }
+    out
+}

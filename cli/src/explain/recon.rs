@@ -1,0 +1,532 @@
+//! The reconciliation: from what a free-memory query told a process to what was free when
+//! its allocation failed (or its pool was allocated), item by item (docs/explain.md).
+//!
+//! Over the window from the query to the end (the failed attempt, or the query that closes
+//! the window: the process's own next record, when it is a query):
+//! - `pool`: the attempts of the burst that succeeded before the end (the first half of a
+//!   pool whose second half failed);
+//! - `allocated`: the process's other tracked allocations on the device, net of its frees,
+//!   by category;
+//! - `driver_cost`: its hidden driver costs on the device, by API, de-noised (`costs`);
+//! - `other_processes`: what the run's other processes did on the device: their tracked
+//!   allocations (net), their own measured driver costs, and the contexts they created on it
+//!   (a process whose first record on the device falls in the window; its size estimated as
+//!   `costs::context_estimate` does);
+//! - `unexplained`: when a closing query measured the free memory, the rest: told minus free
+//!   minus the items. Memory that no report of the run explains: a process outside the run
+//!   (or whose report could not be read), allocation rounding, unmeasured driver memory.
+
+use super::steps::{Kind, Step};
+use super::{callers, who};
+use crate::analysis::{DeviceGroup, Member};
+use crate::costs::{self, Call};
+use crate::model::{Probe, CATEGORIES};
+use crate::units::fmt_bytes;
+use serde::Serialize;
+
+/// A free-memory query, as the reconciliation shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryRef {
+    pub pid: i64,
+    /// The process in words (`rank 1 (pid 5102)`).
+    pub process: String,
+    /// On the run's clock (µs since its first process started).
+    pub at_us: i64,
+    pub api: String,
+    pub free_bytes: i64,
+    pub total_bytes: Option<i64>,
+    /// Its call site (short form), when recorded.
+    pub caller: Option<String>,
+}
+
+impl QueryRef {
+    pub fn new(g: &DeviceGroup, m: Member, p: &Probe) -> QueryRef {
+        QueryRef {
+            pid: m.pid(),
+            process: who(m.report),
+            at_us: g.clock.since(m.abs_us(p)),
+            api: p.api.clone(),
+            free_bytes: p.free_bytes.unwrap_or(0),
+            total_bytes: p.total_bytes,
+            caller: callers::caller(m.report, p.site),
+        }
+    }
+}
+
+/// One line of a reconciliation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Item {
+    /// `pool`, `allocated`, `driver_cost`, `other_processes` (reconciliation) or `context`
+    /// (untracked growth).
+    pub kind: &'static str,
+    /// What it is, in words.
+    pub what: String,
+    pub pids: Vec<i64>,
+    pub category: Option<String>,
+    pub api: Option<String>,
+    /// Calls (driver costs) or allocations (pool).
+    pub calls: i64,
+    pub bytes: i64,
+    /// Driver costs as measured, before subtracting what other processes did meanwhile.
+    pub measured_bytes: Option<i64>,
+    /// Contains an estimate (a context's size).
+    pub estimated: bool,
+    /// Part of a measurement could not be attributed either way.
+    pub uncertain: bool,
+    /// A context a process created when it began to use the GPU (not by peer access):
+    /// expected memory, not counted as untracked growth.
+    pub expected: bool,
+    /// Call sites involved (short forms).
+    pub callers: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl Item {
+    fn new(kind: &'static str, what: String, bytes: i64) -> Item {
+        Item {
+            kind,
+            what,
+            pids: Vec::new(),
+            category: None,
+            api: None,
+            calls: 0,
+            bytes,
+            measured_bytes: None,
+            estimated: false,
+            uncertain: false,
+            expected: false,
+            callers: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Recon {
+    /// The query the process sized from.
+    pub query: QueryRef,
+    pub items: Vec<Item>,
+    /// Free memory at the end: measured by `closed_by`, else the told free minus the items.
+    pub free_bytes: i64,
+    /// The query that measured `free_bytes` (the process's next record after the end).
+    pub closed_by: Option<QueryRef>,
+    /// Told minus free minus the items, when the free memory was measured.
+    pub unexplained_bytes: Option<i64>,
+}
+
+impl Recon {
+    /// The sum of the items of one kind.
+    pub fn sum(&self, kind: &str) -> i64 {
+        self.items.iter().filter(|i| i.kind == kind).map(|i| i.bytes).sum()
+    }
+}
+
+/// Words for the hidden cost of an API, for sentences: `peer access`, `IPC opens`, ...
+pub fn api_words(api: &str) -> String {
+    let a = api.trim_end_matches("_v2").trim_end_matches("_ptsz");
+    let words = if a.contains("IpcOpenMemHandle") {
+        "IPC opens"
+    } else if a.contains("EnablePeerAccess") {
+        "peer access"
+    } else if a.contains("GraphInstantiate") || a.contains("GraphUpload") {
+        "graph instantiation"
+    } else if a.contains("ModuleLoad") || a.contains("LibraryLoad") {
+        "module loads"
+    } else if a.contains("CtxCreate") || a.contains("PrimaryCtxRetain") || a.contains("SetDevice") {
+        "contexts"
+    } else if a.contains("MemPool") || a.contains("MemAllocAsync") {
+        "memory pools"
+    } else {
+        return api.to_string();
+    };
+    words.to_string()
+}
+
+/// A de-noised measured call and its notes.
+struct Measured<'a> {
+    call: Call<'a>,
+    bytes: i64,
+    uncertain: bool,
+    notes: Vec<String>,
+}
+
+/// Every member's measured calls on the device that ended in `(t0, t1]`, de-noised.
+fn measured_calls<'a>(g: &DeviceGroup<'a>, t0: i64, t1: i64) -> Vec<(Member<'a>, Vec<Measured<'a>>)> {
+    let est = costs::context_estimate(g);
+    g.members
+        .iter()
+        .map(|m| {
+            let calls = costs::calls_of(*m)
+                .into_iter()
+                .filter(|c| c.end_us > t0 && c.end_us <= t1)
+                .map(|call| {
+                    let (bytes, uncertain, notes) = costs::denoise(g, &call, est.as_ref());
+                    Measured { call, bytes, uncertain, notes }
+                })
+                .collect();
+            (*m, calls)
+        })
+        .collect()
+}
+
+/// One item per API of one process's measured calls.
+fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
+    let mut apis: Vec<&str> = Vec::new();
+    for c in calls {
+        if !apis.contains(&c.call.api) {
+            apis.push(c.call.api);
+        }
+    }
+    apis.into_iter()
+        .map(|api| {
+            let mine: Vec<&Measured> = calls.iter().filter(|c| c.call.api == api).collect();
+            let n = crate::report::count(mine.len(), "call", "calls");
+            let mut it = Item::new("driver_cost", format!("{api} ({n}) by {}", who(m.report)), 0);
+            it.bytes = mine.iter().map(|c| c.bytes).sum();
+            it.api = Some(api.to_string());
+            it.calls = mine.len() as i64;
+            it.pids = vec![m.pid()];
+            it.measured_bytes = Some(mine.iter().map(|c| c.call.measured).sum());
+            it.uncertain = mine.iter().any(|c| c.uncertain);
+            for n in mine.iter().flat_map(|c| &c.notes) {
+                push_unique(&mut it.notes, Some(n.clone()));
+            }
+            let sites = m.dev.driver_costs.iter().filter(|d| d.api == api).flat_map(|d| d.sites.iter().copied());
+            for s in sites {
+                push_unique(&mut it.callers, callers::caller(m.report, Some(s)));
+            }
+            it
+        })
+        .collect()
+}
+
+/// A context another process created on the device inside the window.
+struct ContextPart {
+    /// Its estimated size, when it is counted here (not inside another figure).
+    bytes: Option<i64>,
+    text: String,
+    uncertain: bool,
+    note: Option<String>,
+    /// Created by peer access (else by the process starting to use the GPU).
+    peer: bool,
+}
+
+/// The window of a context process `o` created on the device: its first record there (a
+/// `peer_access` event's measured window when that is the first record).
+fn context_window(o: Member) -> Option<(i64, i64)> {
+    let first = o.first_us()?;
+    let peer = o.dev.events.iter().find(|e| e.kind == "peer_access" && e.t0_us.map(|t| o.abs_of(t)) == Some(first));
+    Some(match peer {
+        Some(e) => (first, o.abs_us(e)),
+        None => (first, first),
+    })
+}
+
+/// The context `o` created on the device in `(t0, t1]`, if it did, counted with the
+/// estimated context size (`costs::context_estimate`); of unknown size without an estimate.
+fn context_part(g: &DeviceGroup, o: Member, t0: i64, t1: i64) -> Option<ContextPart> {
+    let ctx = context_window(o).filter(|(first, _)| *first > t0 && *first <= t1)?;
+    let how = if ctx.1 > ctx.0 { "its context, created by its peer access" } else { "its context" };
+    // With an estimate, `costs::denoise` subtracts a context from the one measured call
+    // that holds it, if any: it belongs to `o` either way. Without one, a call whose window
+    // holds it is marked uncertain: that figure may include it.
+    let peer = ctx.1 > ctx.0;
+    Some(match costs::context_estimate(g) {
+        Some((size, _)) => ContextPart { bytes: Some(size), text: how.to_string(), uncertain: false, note: None, peer },
+        None => ContextPart {
+            bytes: None,
+            text: format!("{how} (size unknown)"),
+            uncertain: true,
+            note: Some("a context's size is unknown here: no process queried free memory alone on this GPU".into()),
+            peer,
+        },
+    })
+}
+
+/// What process `o` did on the device in `(t0, t1]` besides the process reconciled: its
+/// tracked allocations (net), its own measured costs, and its context if it created one.
+/// The flag says whether the item is a context alone.
+fn other_item(
+    g: &DeviceGroup,
+    o: Member,
+    t0: i64,
+    t1: i64,
+    measured: &[(Member, Vec<Measured>)],
+) -> Option<(Item, bool)> {
+    let calls =
+        measured.iter().find(|(x, _)| std::ptr::eq(x.report, o.report)).map(|(_, v)| v.as_slice()).unwrap_or(&[]);
+    let total = |at: i64| o.live_at(at).iter().sum::<i64>();
+    let tracked = total(t1) - total(t0);
+    let cost: i64 = calls.iter().map(|c| c.bytes).sum();
+    let mut parts: Vec<String> = Vec::new();
+    let mut it = Item::new("other_processes", String::new(), tracked + cost);
+    it.pids = vec![o.pid()];
+    if tracked != 0 {
+        let verb = if tracked > 0 { "allocated" } else { "freed" };
+        parts.push(format!("{verb} {}", fmt_bytes(tracked.abs())));
+    }
+    if !calls.is_empty() {
+        let mut apis: Vec<&str> = calls.iter().map(|c| c.call.api).collect();
+        apis.dedup();
+        parts.push(format!("{} in its own driver costs ({})", fmt_bytes(cost), apis.join(", ")));
+        it.uncertain |= calls.iter().any(|c| c.uncertain);
+    }
+    let mut context_only = tracked == 0 && calls.is_empty();
+    match context_part(g, o, t0, t1) {
+        Some(c) => {
+            if let Some(b) = c.bytes {
+                it.bytes += b;
+                it.estimated = true;
+            } else {
+                context_only = false;
+            }
+            it.uncertain |= c.uncertain;
+            it.notes.extend(c.note);
+            parts.push(c.text);
+        }
+        None => context_only = false,
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    it.what = if context_only {
+        context_what(o, parts[0].contains("peer access"))
+    } else if parts.len() == 1 && tracked > 0 {
+        format!("allocations of {}", who(o.report))
+    } else {
+        format!("{}: {}", who(o.report), parts.join(", "))
+    };
+    Some((it, context_only))
+}
+
+/// Items of other processes; contexts alone are put together in one item.
+fn others_items(
+    g: &DeviceGroup,
+    skip: Option<Member>,
+    t0: i64,
+    t1: i64,
+    measured: &[(Member, Vec<Measured>)],
+) -> Vec<Item> {
+    let mut items = Vec::new();
+    let mut contexts: Vec<Item> = Vec::new();
+    for o in g.members.iter().filter(|o| skip.is_none_or(|s| !std::ptr::eq(o.report, s.report))) {
+        match other_item(g, *o, t0, t1, measured) {
+            Some((it, true)) => contexts.push(it),
+            Some((it, false)) => items.push(it),
+            None => {}
+        }
+    }
+    items.extend(merge_contexts(contexts));
+    items
+}
+
+/// Contexts of several processes as one item (one alone stays as it is).
+fn merge_contexts(contexts: Vec<Item>) -> Vec<Item> {
+    if contexts.len() <= 1 {
+        return contexts;
+    }
+    if contexts.iter().any(|c| c.expected != contexts[0].expected) {
+        let (expected, peer): (Vec<Item>, Vec<Item>) = contexts.into_iter().partition(|c| c.expected);
+        let mut out = merge_contexts(peer);
+        out.extend(merge_contexts(expected));
+        return out;
+    }
+    let mut it = Item::new(contexts[0].kind, String::new(), contexts.iter().map(|c| c.bytes).sum());
+    it.pids = contexts.iter().flat_map(|c| c.pids.clone()).collect();
+    it.estimated = true;
+    it.expected = contexts[0].expected;
+    let peer = contexts.iter().all(|c| c.what.contains("peer access"));
+    it.what = if peer {
+        format!(
+            "the contexts that {} processes (pids {}) created here by their peer access",
+            contexts.len(),
+            pid_list(&it.pids)
+        )
+    } else {
+        format!("the contexts of {} processes (pids {})", contexts.len(), pid_list(&it.pids))
+    };
+    vec![it]
+}
+
+/// `the context rank 1 (pid 5102) created here by its peer access`, `the context of rank 1 (pid 5102)`.
+fn context_what(o: Member, peer: bool) -> String {
+    if peer {
+        format!("the context that {} created here by its peer access", who(o.report))
+    } else {
+        format!("the context of {}", who(o.report))
+    }
+}
+
+/// The changes per category of the steps `[from, to)` (rises and falls of the timeline).
+fn cats_between(steps: &[Step], from: usize, to: usize) -> [i64; 6] {
+    let mut out = [0i64; 6];
+    for s in &steps[from.min(steps.len())..to.min(steps.len())] {
+        for (o, c) in out.iter_mut().zip(s.cats) {
+            *o += c;
+        }
+    }
+    out
+}
+
+fn push_unique(v: &mut Vec<String>, s: Option<String>) {
+    if let Some(s) = s {
+        if !v.contains(&s) {
+            v.push(s);
+        }
+    }
+}
+
+/// The caller of an allocation step, when the report kept it.
+fn step_caller(m: Member, s: &Step) -> Option<String> {
+    s.top().and_then(|a| a.caller.clone().or_else(|| callers::caller(m.report, a.site)))
+}
+
+/// The reconciliation of process `m` on device `g` from the query at `steps[query]` to the
+/// step `steps[end]` (a failed attempt, or the last attempt of a pool). `pool` lists the
+/// burst's attempts up to `end` (their successful ones are the `pool` item).
+pub fn reconcile<'a>(
+    g: &DeviceGroup<'a>,
+    m: Member<'a>,
+    steps: &[Step<'a>],
+    query: usize,
+    end: usize,
+    pool: &[usize],
+) -> Recon {
+    let Kind::Query(probe) = steps[query].kind else { unreachable!("the window starts at a query") };
+    let told = probe.free_bytes.unwrap_or(0);
+    let t0 = steps[query].abs_us;
+    // The process's next record after the end, when it is a query, closes the window.
+    let closing = steps.get(end + 1).and_then(|s| s.told());
+    let (last, t1) = match closing {
+        Some(_) => (end + 2, steps[end + 1].abs_us),
+        None => (end + 1, steps[end].abs_us),
+    };
+    let mut items: Vec<Item> = Vec::new();
+
+    // The pool so far.
+    let in_pool = |i: usize| pool.contains(&i) && matches!(steps[i].kind, Kind::Alloc { .. });
+    let pool_idx: Vec<usize> = (query + 1..last.min(steps.len())).filter(|&i| in_pool(i)).collect();
+    let pool_cats = pool_idx.iter().fold([0i64; 6], |mut acc, &i| {
+        for (a, c) in acc.iter_mut().zip(steps[i].cats) {
+            *a += c;
+        }
+        acc
+    });
+    if !pool_idx.is_empty() {
+        let main = (0..6).max_by_key(|&i| pool_cats[i]).unwrap_or(5);
+        let n = crate::report::count(pool_idx.len(), "allocation", "allocations");
+        let mut it = Item::new("pool", format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
+        it.bytes = pool_idx.iter().map(|&i| steps[i].bytes).sum();
+        it.category = Some(CATEGORIES[main].to_string());
+        it.calls = pool_idx.len() as i64;
+        it.pids = vec![m.pid()];
+        for &i in &pool_idx {
+            push_unique(&mut it.callers, step_caller(m, &steps[i]));
+        }
+        items.push(it);
+    }
+
+    // The process's other tracked allocations, by category.
+    let own = cats_between(steps, query + 1, last);
+    for (c, cat) in CATEGORIES.iter().enumerate() {
+        let bytes = own[c] - pool_cats[c];
+        if bytes == 0 {
+            continue;
+        }
+        let verb = if bytes > 0 { "allocated" } else { "freed" };
+        let mut it = Item::new("allocated", format!("{cat} {verb} by {}", who(m.report)), bytes);
+        it.category = Some(cat.to_string());
+        it.pids = vec![m.pid()];
+        for i in (query + 1..last.min(steps.len())).filter(|&i| !in_pool(i)) {
+            if matches!(steps[i].kind, Kind::Alloc { category, .. } if category == *cat) {
+                push_unique(&mut it.callers, step_caller(m, &steps[i]));
+            }
+        }
+        items.push(it);
+    }
+
+    let measured = measured_calls(g, t0, t1);
+    if let Some((_, mine)) = measured.iter().find(|(o, _)| std::ptr::eq(o.report, m.report)) {
+        items.extend(cost_items(m, mine));
+    }
+    items.extend(others_items(g, Some(m), t0, t1, &measured));
+
+    let explained: i64 = items.iter().map(|i| i.bytes).sum();
+    let (free_bytes, closed_by, unexplained) = match closing {
+        Some(p) => {
+            let free = p.free_bytes.unwrap_or(0);
+            (free, Some(QueryRef::new(g, m, p)), Some(told - free - explained))
+        }
+        None => (told - explained, None, None),
+    };
+    Recon { query: QueryRef::new(g, m, probe), items, free_bytes, closed_by, unexplained_bytes: unexplained }
+}
+
+/// The hidden memory of a device in `(t0, t1]` (absolute µs): every process's measured
+/// driver costs by API (`driver_cost` items), and the contexts processes created there
+/// (`context` items, estimated).
+pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
+    let measured = measured_calls(g, t0, t1);
+    let mut items: Vec<Item> = measured.iter().flat_map(|(m, calls)| cost_items(*m, calls)).collect();
+    let mut contexts = Vec::new();
+    for o in &g.members {
+        let Some(c) = context_part(g, *o, t0, t1) else { continue };
+        let what = if c.bytes.is_some() { context_what(*o, c.peer) } else { format!("{}: {}", who(o.report), c.text) };
+        let mut it = Item::new("context", what, c.bytes.unwrap_or(0));
+        it.pids = vec![o.pid()];
+        it.expected = !c.peer;
+        it.estimated = c.bytes.is_some();
+        it.uncertain = c.uncertain;
+        it.notes.extend(c.note);
+        if c.bytes.is_some() {
+            contexts.push(it);
+        } else {
+            items.push(it);
+        }
+    }
+    items.extend(merge_contexts(contexts));
+    items
+}
+
+/// `6101, 6103-6108`: pids, consecutive ones as ranges.
+pub fn pid_list(pids: &[i64]) -> String {
+    let mut v = pids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j >= i + 2 {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i..=j].iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_lists() {
+        assert_eq!(pid_list(&[6103, 6101, 6104, 6105]), "6101, 6103-6105");
+        assert_eq!(pid_list(&[1, 2]), "1, 2");
+        assert_eq!(pid_list(&[]), "");
+    }
+
+    #[test]
+    fn api_words_for_sentences() {
+        assert_eq!(api_words("cudaIpcOpenMemHandle"), "IPC opens");
+        assert_eq!(api_words("cuIpcOpenMemHandle_v2"), "IPC opens");
+        assert_eq!(api_words("cudaDeviceEnablePeerAccess"), "peer access");
+        assert_eq!(api_words("cuGraphInstantiateWithFlags"), "graph instantiation");
+        assert_eq!(api_words("cuFoo"), "cuFoo");
+    }
+}

@@ -1,0 +1,319 @@
+//! `culedger explain` as text and markdown: the verdict, then the findings, numbered, most
+//! important first. Failed allocations with the same mechanism on several GPUs are shown
+//! once in full and then as one row per GPU.
+
+use super::findings::{Detail, FailDetail, Finding};
+use super::recon::{Item, Recon};
+use super::Explanation;
+use crate::clock::{fmt_secs, Clock};
+use crate::doc::{Block, Doc, Table};
+use crate::units::{fmt_bytes, fmt_delta};
+
+fn gpu(f: &Finding) -> String {
+    f.device.map_or_else(String::new, |d| format!("GPU {d}"))
+}
+
+/// `-512.00 MiB`, `~` for estimates and `(?)` for figures that may hold something else.
+fn minus(it: &Item) -> String {
+    let mut s = fmt_delta(-it.bytes);
+    if it.estimated {
+        s = format!("~{s}");
+    }
+    if it.uncertain {
+        s.push_str(" (?)");
+    }
+    s
+}
+
+/// The reconciliation as a table: told, minus each item, equals free; requested; short by.
+fn recon_table(r: &Recon, d: Option<&FailDetail>) -> Table {
+    let with_callers = r.items.iter().any(|i| !i.callers.is_empty()) || r.query.caller.is_some();
+    let mut headers = vec!["", "bytes"];
+    if with_callers {
+        headers.push("call sites");
+    }
+    let mut t = Table::new(&headers, &[1]);
+    let mut row = |label: String, bytes: String, callers: Vec<String>| {
+        let mut cells = vec![label, bytes];
+        if with_callers {
+            cells.push(callers.join(", "));
+        }
+        t.row(cells);
+    };
+    row(
+        format!("told free at {} ({}, {})", fmt_secs(r.query.at_us), r.query.api, r.query.process),
+        fmt_bytes(r.query.free_bytes),
+        r.query.caller.iter().cloned().collect(),
+    );
+    for it in &r.items {
+        row(format!("- {}", it.what), minus(it), it.callers.clone());
+    }
+    if let Some(u) = r.unexplained_bytes.filter(|u| *u != 0) {
+        row("- not explained by any report of the run".into(), fmt_delta(-u), Vec::new());
+    }
+    let end = match (&r.closed_by, d) {
+        (Some(q), _) => format!("= free (the query at {} told it)", fmt_secs(q.at_us)),
+        (None, _) => "= left (estimated: no query followed)".to_string(),
+    };
+    row(end, fmt_bytes(r.free_bytes), Vec::new());
+    if let Some(d) = d {
+        row(format!("requested: {} of {}", d.api, d.part), fmt_bytes(d.bytes), d.caller.iter().cloned().collect());
+        if let Some(s) = d.short_by_bytes {
+            row(
+                if s > 0 { "short by".into() } else { "to spare (not a shortage)".into() },
+                fmt_bytes(s.abs()),
+                Vec::new(),
+            );
+        }
+    }
+    t
+}
+
+/// What findings with the same mechanism share (failures and untracked growth fold).
+fn signature(f: &Finding) -> Option<&str> {
+    match &f.detail {
+        Detail::Failure(d) => Some(d.signature.as_str()),
+        Detail::Untracked(d) => Some(d.signature.as_str()),
+        _ => None,
+    }
+}
+
+/// The folded rows of untracked growth with the same mechanism.
+fn folded_untracked(fs: &[&Finding]) -> Table {
+    let mut t = Table::new(&["GPU", "from", "to", "rise", "free after"], &[1, 2, 3, 4]);
+    for f in fs {
+        let Detail::Untracked(u) = &f.detail else { continue };
+        t.row(vec![
+            gpu(f),
+            fmt_secs(u.from.at_us),
+            fmt_secs(u.to.at_us),
+            fmt_bytes(u.rise_bytes),
+            fmt_bytes(u.free_after_bytes),
+        ]);
+    }
+    t
+}
+
+/// The folded rows of failures with the same mechanism.
+fn folded_table(fs: &[&Finding]) -> Table {
+    let mut t = Table::new(
+        &["GPU", "process", "told free", "at", "hidden costs", "other processes", "free", "short by"],
+        &[2, 3, 4, 5, 6, 7],
+    );
+    for f in fs {
+        let Detail::Failure(d) = &f.detail else { continue };
+        let r = d.reconciliation.as_ref();
+        let sum = |k: &str| r.map_or("-".to_string(), |r| fmt_bytes(r.sum(k)));
+        t.row(vec![
+            gpu(f),
+            d.process.clone(),
+            r.map_or("-".into(), |r| fmt_bytes(r.query.free_bytes)),
+            r.map_or("-".into(), |r| fmt_secs(r.query.at_us)),
+            sum("driver_cost"),
+            sum("other_processes"),
+            d.free_bytes.map_or("-".into(), fmt_bytes),
+            d.short_by_bytes.map_or("-".into(), fmt_bytes),
+        ]);
+    }
+    t.abbreviate(&[1])
+}
+
+fn sizing_table(f: &Finding) -> Option<Table> {
+    let Detail::Sizing(s) = &f.detail else { return None };
+    let firsts = s.ranks.iter().any(|r| r.first_told_bytes.is_some());
+    let mut headers = vec!["process", "GPU"];
+    if firsts {
+        headers.push("first query told");
+    }
+    headers.extend(["sizing query told", "at", "pool asked for", "share"]);
+    let others = s.ranks.len() > 1;
+    if others {
+        headers.push("vs others");
+    }
+    let mut t = Table::new(&headers, &(2..headers.len()).filter(|&i| i != 0).collect::<Vec<_>>());
+    for r in &s.ranks {
+        let mut row = vec![r.process.clone(), r.device.to_string()];
+        if firsts {
+            row.push(r.first_told_bytes.map_or("-".into(), fmt_bytes));
+        }
+        row.extend([
+            fmt_bytes(r.told_bytes),
+            fmt_secs(r.at_us),
+            format!("{}{}", fmt_bytes(r.pool_bytes), if r.failed { " (failed)" } else { "" }),
+            format!("{:.1}%", r.fraction * 100.0),
+        ]);
+        if others {
+            row.push(format!("{:+.1}%{}", r.differs_pct, if r.flagged { " !" } else { "" }));
+        }
+        t.row(row);
+    }
+    Some(t.abbreviate(&[0]))
+}
+
+fn items_table(items: &[Item], extra: &[(String, i64)]) -> Table {
+    let with_callers = items.iter().any(|i| !i.callers.is_empty());
+    let mut headers = vec!["", "bytes"];
+    if with_callers {
+        headers.push("call sites");
+    }
+    let mut t = Table::new(&headers, &[1]);
+    for it in items {
+        let mut b = fmt_bytes(it.bytes);
+        if it.estimated {
+            b = format!("~{b}");
+        }
+        if it.uncertain {
+            b.push_str(" (?)");
+        }
+        let mut row = vec![it.what.clone(), b];
+        if with_callers {
+            row.push(it.callers.join(", "));
+        }
+        t.row(row);
+    }
+    for (label, bytes) in extra {
+        let mut row = vec![label.clone(), fmt_bytes(*bytes)];
+        if with_callers {
+            row.push(String::new());
+        }
+        t.row(row);
+    }
+    t
+}
+
+fn growth_table(f: &Finding) -> Option<Table> {
+    let Detail::Growth(g) = &f.detail else { return None };
+    let mut t = Table::new(
+        &["category", "peak", "at", "when the last third began", "at the end", "growth", "per second", "kept growing"],
+        &[1, 2, 3, 4, 5, 6],
+    );
+    for c in &g.categories {
+        t.row(vec![
+            c.name.clone(),
+            fmt_bytes(c.peak_bytes),
+            fmt_secs(c.peak_at_us),
+            fmt_bytes(c.third_bytes),
+            fmt_bytes(c.end_bytes),
+            fmt_delta(c.growth_bytes),
+            fmt_delta(c.bytes_per_s),
+            if c.kept_growing { "yes" } else { "no" }.into(),
+        ]);
+    }
+    Some(t)
+}
+
+fn imbalance_table(f: &Finding) -> Option<Table> {
+    let Detail::Imbalance(d) = &f.detail else { return None };
+    let cats: Vec<usize> =
+        d.categories.iter().filter_map(|s| crate::model::CATEGORIES.iter().position(|c| *c == s.category)).collect();
+    let mut headers: Vec<String> = vec!["process".into()];
+    headers.extend(cats.iter().map(|&c| format!("{} peak", crate::model::CATEGORIES[c])));
+    let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hdr, &(1..=cats.len()).collect::<Vec<_>>());
+    for r in &d.ranks {
+        let mut row = vec![r.process.clone()];
+        row.extend(cats.iter().map(|&c| fmt_bytes(r.peaks[c])));
+        t.row(row);
+    }
+    Some(t.abbreviate(&[0]))
+}
+
+fn callers_line(f: &Finding, recorded: bool) -> Option<String> {
+    if !f.callers.is_empty() {
+        return Some(format!("Call sites: {}.", f.callers.join(", ")));
+    }
+    match f.kind {
+        "imbalance" | "sizing" => None,
+        _ if recorded => Some("Call sites: none recorded for these records.".into()),
+        _ => Some(
+            "Call site unknown: these reports record no call sites (written before culedger recorded them).".into(),
+        ),
+    }
+}
+
+/// The explanation as a document.
+pub fn document(e: &Explanation) -> Doc {
+    let mut d = Doc::default();
+    let runs = match e.run_ids.len() {
+        0 => String::new(),
+        1 => format!("; run {}", e.run_ids[0]),
+        n => format!("; {n} runs merged"),
+    };
+    d.push(Block::Title(format!(
+        "culedger explain: {} ({}, {}{runs})",
+        e.label,
+        crate::report::count(e.processes, "process", "processes"),
+        crate::report::count(e.devices, "GPU", "GPUs"),
+    )));
+    d.push(Block::Verdict { text: e.verdict.clone(), bad: e.exit_code != 0 });
+    d.para(Clock { t0_us: e.t0_unix_us }.header());
+    for n in &e.notes {
+        d.push(Block::Alert(format!("Note: {n}")));
+    }
+    let fs = &e.findings;
+    let mut shown = vec![false; fs.len()];
+    let mut i = 0;
+    let mut number = 0;
+    while i < fs.len() {
+        let f = &fs[i];
+        number += 1;
+        d.push(Block::Heading(format!("{number}. {}", f.title)));
+        if f.severity == "failure" {
+            d.push(Block::Alert(f.text.clone()));
+        } else {
+            d.para(f.text.clone());
+        }
+        match &f.detail {
+            Detail::Failure(fd) => {
+                if let Some(r) = &fd.reconciliation {
+                    d.table(recon_table(r, Some(fd)));
+                }
+                if fd.later_failures > 0 {
+                    d.para(format!("{} more attempts of the same burst failed after it.", fd.later_failures));
+                }
+            }
+            Detail::Untracked(u) => {
+                let mut extra = Vec::new();
+                if u.unexplained_bytes != 0 {
+                    extra.push(("not explained by a measured call".to_string(), u.unexplained_bytes));
+                }
+                extra.push(("= the rise of untracked memory".to_string(), u.rise_bytes));
+                d.table(items_table(&u.items, &extra));
+            }
+            _ => {}
+        }
+        for t in [sizing_table(f), growth_table(f), imbalance_table(f)].into_iter().flatten() {
+            d.table(t);
+        }
+        if let Some(line) = callers_line(f, e.sites_recorded) {
+            d.para(line);
+        }
+        // Later findings with the same mechanism: one row each, under the first.
+        let same: Vec<usize> = (i + 1..fs.len())
+            .filter(|&k| !shown[k] && signature(&fs[k]).is_some() && signature(&fs[k]) == signature(f))
+            .collect();
+        if !same.is_empty() {
+            d.push(Block::Sub(format!(
+                "The same on {} more {} ({} below)",
+                same.len(),
+                if same.len() == 1 { "GPU" } else { "GPUs" },
+                if same.len() == 1 { "both".to_string() } else { format!("all {}", same.len() + 1) }
+            )));
+            let mut all = vec![f];
+            all.extend(same.iter().map(|&k| &fs[k]));
+            all.sort_by_key(|f| (f.host.clone(), f.device));
+            d.table(if matches!(f.detail, Detail::Failure(_)) { folded_table(&all) } else { folded_untracked(&all) });
+            for k in same {
+                shown[k] = true;
+            }
+        }
+        shown[i] = true;
+        while i < fs.len() && shown[i] {
+            i += 1;
+        }
+    }
+    if fs.is_empty() {
+        d.para("Nothing alarming was found; `culedger report` shows where the memory went.");
+    }
+    d
+}

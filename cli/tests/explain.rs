@@ -1,0 +1,252 @@
+//! `culedger explain` on fixtures generated from the simulations (scripts/gen-fixtures.sh),
+//! and the cause `culedger diff` leads with: golden outputs, and the facts each finding must
+//! state, checked against the reports themselves (so they hold whatever the pids and times of
+//! a regenerated fixture).
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn explain(args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["explain"];
+    all.extend_from_slice(args);
+    let o = culedger(&all);
+    (o.status.code().unwrap_or(-1), stdout(&o), stderr(&o))
+}
+
+fn json(dir: &str) -> Value {
+    let (code, out, err) = explain(&[dir, "--format", "json"]);
+    assert!(code == 0 || code == 1, "{dir}: exit {code}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{dir}: {e}: {out}"))
+}
+
+fn findings<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
+    v["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == kind).collect()
+}
+
+/// The reports of a fixture directory, parsed.
+fn reports(dir: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(crate_dir().join(dir)).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+fn pid_titled(dir: &str, title: &str) -> i64 {
+    reports(dir)
+        .iter()
+        .find(|r| r["process"]["title"].as_str() == Some(title))
+        .and_then(|r| r["process"]["pid"].as_i64())
+        .unwrap_or_else(|| panic!("{dir}: no process titled {title}"))
+}
+
+/// The reconciliation of a failure adds up: told - items - unexplained = free, and the
+/// shortfall is what was requested minus that.
+fn balanced(f: &Value) {
+    let d = &f["detail"];
+    let r = &d["reconciliation"];
+    let told = r["query"]["free_bytes"].as_i64().unwrap();
+    let items: i64 = r["items"].as_array().unwrap().iter().map(|i| i["bytes"].as_i64().unwrap()).sum();
+    let unexplained = r["unexplained_bytes"].as_i64().unwrap_or(0);
+    let free = r["free_bytes"].as_i64().unwrap();
+    assert_eq!(told - items - unexplained, free, "{f:#}");
+    assert_eq!(d["short_by_bytes"].as_i64().unwrap(), d["bytes"].as_i64().unwrap() - free);
+}
+
+#[test]
+fn explain_goldens() {
+    let cases = [
+        ("explain-ok", 0),
+        ("custom-ar", 1),
+        ("custom-ar-tp8", 1),
+        ("explain-shared-gpu", 1),
+        ("explain-untracked", 1),
+        ("explain-stray-contexts", 1),
+        ("explain-leak", 1),
+        ("explain-truncated", 1),
+    ];
+    for (fixture, want) in cases {
+        let (code, out, err) = explain(&[&format!("tests/fixtures/{fixture}")]);
+        assert_eq!(code, want, "{fixture}: {err}\n{out}");
+        golden(&format!("explain-{}.txt", fixture.trim_start_matches("explain-")), &out);
+    }
+    for (fmt, ext) in [("markdown", "md"), ("json", "json")] {
+        let (code, out, err) = explain(&["tests/fixtures/custom-ar", "--format", fmt]);
+        assert_eq!(code, 1, "{err}");
+        golden(&format!("explain-custom-ar.{ext}"), &out);
+    }
+}
+
+#[test]
+fn a_run_without_problems_has_no_findings() {
+    let (code, out, _) = explain(&["tests/fixtures/explain-ok"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().nth(1).unwrap().starts_with("no findings"), "{out}");
+    let v = json("tests/fixtures/explain-ok");
+    assert_eq!((v["exit_code"].as_i64(), v["findings"].as_array().map(Vec::len)), (Some(0), Some(0)));
+    assert_eq!(v["schema"], "culedger-explain/1");
+}
+
+#[test]
+fn the_custom_allreduce_failure_is_reconciled_from_the_sizing_query() {
+    let v = json("tests/fixtures/custom-ar");
+    let fails = findings(&v, "failed_allocation");
+    assert_eq!(fails.len(), 2, "one per rank");
+    for f in &fails {
+        balanced(f);
+        let d = &f["detail"];
+        assert_eq!(d["part"], "the second half of its pool");
+        assert!(d["short_by_bytes"].as_i64().unwrap() > 0);
+        assert!(d["free_measured"].as_bool().unwrap(), "the query after the failure measured it");
+        let items = d["reconciliation"]["items"].as_array().unwrap();
+        let apis: Vec<&str> = items.iter().filter_map(|i| i["api"].as_str()).collect();
+        assert!(apis.contains(&"cudaDeviceEnablePeerAccess") && apis.contains(&"cudaIpcOpenMemHandle"), "{apis:?}");
+        // The other rank's context on this GPU, made by its peer access after the query.
+        let other = items.iter().find(|i| i["kind"] == "other_processes").expect("the peer's context");
+        let me = d["pid"].as_i64().unwrap();
+        assert_ne!(other["pids"][0].as_i64().unwrap(), me);
+        assert_eq!(other["bytes"].as_i64().unwrap(), 512 << 20, "the simulated context size");
+        // Nothing is left unexplained: the driver's numbers are the simulation's.
+        assert_eq!(d["reconciliation"]["unexplained_bytes"].as_i64(), Some(0));
+        let text = f["text"].as_str().unwrap();
+        assert!(text.contains("went to peer access and IPC opens (not visible to that query)"), "{text}");
+        assert!(text.contains("no longer fit") && text.contains("short by"), "{text}");
+    }
+    // The launcher's context on GPU 0 made rank 0's pool smaller than rank 1's.
+    let sizing = findings(&v, "sizing");
+    assert_eq!(sizing.len(), 1);
+    let launcher = reports("tests/fixtures/custom-ar")
+        .iter()
+        .find(|r| r["process"]["env"].get("RANK").is_none())
+        .map(|r| r["process"]["pid"].as_i64().unwrap())
+        .unwrap();
+    assert!(sizing[0]["text"].as_str().unwrap().contains(&format!("the context of pid {launcher}")), "{:#}", sizing[0]);
+}
+
+#[test]
+fn eight_ranks_fail_alike_and_are_folded() {
+    let v = json("tests/fixtures/custom-ar-tp8");
+    let fails = findings(&v, "failed_allocation");
+    assert_eq!(fails.len(), 8);
+    for f in &fails {
+        balanced(f);
+        // Seven other ranks' contexts on every GPU.
+        let items = f["detail"]["reconciliation"]["items"].as_array().unwrap();
+        let others: usize =
+            items.iter().filter(|i| i["kind"] == "other_processes").map(|i| i["pids"].as_array().unwrap().len()).sum();
+        assert_eq!(others, 7, "{f:#}");
+    }
+    let (_, out, _) = explain(&["tests/fixtures/custom-ar-tp8"]);
+    assert!(out.contains("-- The same on 7 more GPUs (all 8 below)"), "{out}");
+}
+
+#[test]
+fn another_process_taking_the_memory_is_named() {
+    let dir = "tests/fixtures/explain-shared-gpu";
+    let job = pid_titled(dir, "eval::job");
+    let v = json(dir);
+    let fails = findings(&v, "failed_allocation");
+    assert_eq!(fails.len(), 1, "only the rank sharing its GPU fails");
+    let f = fails[0];
+    balanced(f);
+    assert_eq!(f["device"], 1);
+    let text = f["text"].as_str().unwrap();
+    assert!(text.contains(&format!("4.00 GiB went to allocations of pid {job} (eval::job)")), "{text}");
+    assert!(f["pids"].as_array().unwrap().contains(&Value::from(job)));
+}
+
+#[test]
+fn untracked_growth_after_the_sizing_query() {
+    let v = json("tests/fixtures/explain-untracked");
+    assert!(findings(&v, "failed_allocation").is_empty());
+    let grown = findings(&v, "untracked_growth");
+    assert_eq!(grown.len(), 2, "both GPUs");
+    for g in grown {
+        assert_eq!(g["severity"], "warning", "less than the rise remained free");
+        let d = &g["detail"];
+        assert!(d["rise_bytes"].as_i64().unwrap() > 256 << 20);
+        let apis: Vec<&str> = d["items"].as_array().unwrap().iter().filter_map(|i| i["api"].as_str()).collect();
+        assert!(apis.contains(&"cudaDeviceEnablePeerAccess"), "{apis:?}");
+        assert_eq!(d["unexplained_bytes"].as_i64(), Some(0), "{g:#}");
+        assert_eq!(d["sized_before"].as_array().unwrap().len(), 1, "the rank sized its pool before the rise");
+    }
+}
+
+#[test]
+fn stray_contexts_make_rank_0_smaller_and_the_ranks_imbalanced() {
+    let dir = "tests/fixtures/explain-stray-contexts";
+    let v = json(dir);
+    let sizing = findings(&v, "sizing");
+    assert_eq!(sizing.len(), 1);
+    let ranks = sizing[0]["detail"]["ranks"].as_array().unwrap();
+    let flagged: Vec<&Value> = ranks.iter().filter(|r| r["flagged"] == true).collect();
+    assert_eq!(flagged.len(), 1);
+    assert_eq!(flagged[0]["device"], 0);
+    let why = flagged[0]["why"].as_str().unwrap();
+    assert!(why.contains("1.50 GiB less") && why.contains("the contexts of rank 1"), "{why}");
+    let imb = findings(&v, "imbalance");
+    assert_eq!(imb.len(), 1);
+    let spread = &imb[0]["detail"]["categories"][0];
+    assert!(spread["spread_pct"].as_f64().unwrap() > 5.0, "{spread:#}");
+}
+
+#[test]
+fn a_leak_is_growth_in_the_last_third() {
+    let v = json("tests/fixtures/explain-leak");
+    let g = findings(&v, "growth");
+    assert_eq!(g.len(), 1);
+    let other = g[0]["detail"]["categories"].as_array().unwrap().iter().find(|c| c["name"] == "other").unwrap();
+    assert_eq!(other["kept_growing"], true);
+    assert!(other["growth_bytes"].as_i64().unwrap() >= 64 << 20);
+}
+
+#[test]
+fn a_truncated_report_is_skipped_and_named() {
+    let (code, out, err) = explain(&["tests/fixtures/explain-truncated"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("culedger: skipping ") && err.contains("truncated JSON"), "{err}");
+    assert!(out.contains("Note: skipped "), "{out}");
+    // The skipped rank's context on GPU 0 is what no readable report explains.
+    let v = json("tests/fixtures/explain-truncated");
+    let f = findings(&v, "failed_allocation");
+    assert_eq!(f.len(), 1);
+    balanced(f[0]);
+    assert_eq!(f[0]["detail"]["reconciliation"]["unexplained_bytes"].as_i64(), Some(512 << 20));
+    assert!(f[0]["text"].as_str().unwrap().contains("no readable report shows"));
+    // The truncated file alone is bad input.
+    let cut = std::fs::read_dir(crate_dir().join("tests/fixtures/explain-truncated"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap()).is_err())
+        .unwrap();
+    let (code, out, err) = explain(&[cut.to_str().unwrap()]);
+    assert_eq!((code, out.as_str(), err.lines().count()), (2, "", 1), "{err}");
+}
+
+#[test]
+fn diff_leads_with_the_cause() {
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
+    let text = stdout(&o);
+    let head = text.split("\nculedger diff:").next().unwrap().replace('\n', " ");
+    assert!(head.starts_with("custom-ar/ ran out of memory: the second half of its pool (7.31-7.56 GiB, other, cudaMalloc) failed on 2 of 2 GPUs"), "{head}");
+    for grew in [
+        "other processes' contexts (+512.00 MiB)",
+        "cudaDeviceEnablePeerAccess (+256.00 MiB)",
+        "cudaIpcOpenMemHandle (+4.00 MiB)",
+    ] {
+        assert!(head.contains(grew), "{grew}: {head}");
+    }
+    assert!(head.ends_with("grew compared with nccl/, on each of them"), "{head}");
+    assert!(text.contains("-- From the sizing query to the pool (or its failure)"), "{text}");
+    // Either way round, the failing side is named.
+    let o = culedger(&["diff", "tests/fixtures/custom-ar", "tests/fixtures/nccl"]);
+    assert!(stdout(&o).starts_with("custom-ar/ ran out of memory:"), "{}", stdout(&o));
+    // Without a failure on either side, the headline is the ordinary one.
+    let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/explain-untracked"]);
+    assert!(!stdout(&o).contains("ran out of memory"), "{}", stdout(&o));
+}
