@@ -216,6 +216,11 @@ fn planted_symlinks_are_never_followed_and_reports_are_private() {
         let mut cmd = sim.cmd("rt_ledger");
         cmd.arg("basic");
         let (o, v, n) = (out.clone(), victim.clone(), nowhere.clone());
+        // Today's names are culedger-<host>-<pid>-<start_ms>.json: plant the names of the next
+        // two seconds of start times too (the ledger starts right after exec).
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = host.trim().to_string();
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
         // In the child, before exec: its pid is the one culedger names its files after.
         // SAFETY: only symlink(2) calls on paths prepared before the fork.
         unsafe {
@@ -224,6 +229,10 @@ fn planted_symlinks_are_never_followed_and_reports_are_private() {
                 symlink(&v, o.join(format!("culedger-{pid}.json")))?;
                 symlink(&v, o.join(format!(".culedger-{pid}.json.tmp.0")))?;
                 symlink(&n, o.join(format!(".culedger-{pid}.json.tmp.1")))?;
+                for ms in now_ms..now_ms + 2000 {
+                    let stem = culedger::report::naming::report_stem(Some(&host), pid as i32, ms);
+                    symlink(&v, o.join(format!("{stem}.json")))?;
+                }
                 Ok(())
             });
         }
@@ -231,6 +240,12 @@ fn planted_symlinks_are_never_followed_and_reports_are_private() {
         assert!(culedger_lines(&run).is_empty(), "{}", run.stderr);
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert!(!nowhere.exists(), "a dangling temp-name symlink was followed");
+        // The planted links are still links (never replaced nor followed); then out of the way.
+        for e in std::fs::read_dir(&out).unwrap().flatten() {
+            if e.file_type().unwrap().is_symlink() {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
         let reports = reports_in(&out);
         assert_eq!(reports.len(), 1);
         let (path, doc) = &reports[0];
