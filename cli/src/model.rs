@@ -65,7 +65,14 @@ pub struct Process {
     /// `/proc/self/comm`.
     pub comm: Option<String>,
     /// Allow-listed rank hints: RANK, LOCAL_RANK, WORLD_SIZE, CUDA_VISIBLE_DEVICES.
+    #[serde(deserialize_with = "string_values")]
     pub env: BTreeMap<String, String>,
+}
+
+/// A map's string values; other values (a later writer's) are left out, never an error.
+fn string_values<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let all: BTreeMap<String, serde_json::Value> = serde::Deserialize::deserialize(d)?;
+    Ok(all.into_iter().filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string()))).collect())
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
