@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sim.h"
@@ -162,7 +163,7 @@ static void one_op(struct worker *w) {
 
 static void *worker_main(void *arg) {
     struct worker *w = arg;
-    atomic_store(&w->tid, (int)gettid());
+    atomic_store(&w->tid, (int)syscall(SYS_gettid));
     for (int i = 0; i < w->ops; i++) one_op(w);
     atomic_store(&w->tid, 0);
     return NULL;
@@ -176,7 +177,7 @@ static void *signaller(void *arg) {
         /* tgkill, not pthread_kill: a worker may be gone (ESRCH is harmless). */
         for (int k = 0; k < 4; k++) {
             int tid = atomic_load(&workers[rand_r(&seed) % (unsigned)nthreads].tid);
-            if (tid) tgkill(getpid(), tid, SIGUSR1);
+            if (tid) syscall(SYS_tgkill, getpid(), tid, SIGUSR1);
         }
         nanosleep(&pause, NULL);
     }
