@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::{repo_root, Run};
+use crate::Run;
 
-/// `target/release/libculedger.so` (panics with a hint when it is not built).
+/// The `libculedger.so` under test, in [`crate::build_dir`] (`target/release` unless the
+/// aarch64 run points elsewhere); panics with a hint when it is not built.
 pub fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
+    let p = crate::build_dir().join("libculedger.so");
     assert!(p.is_file(), "{} is missing: run `make` first", p.display());
     p
 }
@@ -44,6 +45,23 @@ pub fn reports_in(dir: &Path) -> Vec<(PathBuf, Value)> {
             (p, doc)
         })
         .collect()
+}
+
+/// The one report in `dir` (panics unless there is exactly one, complete).
+pub fn only_report(dir: &Path) -> Value {
+    let mut all = reports_in(dir);
+    let names: Vec<&PathBuf> = all.iter().map(|(p, _)| p).collect();
+    assert_eq!(all.len(), 1, "one report expected in {}: {names:?}", dir.display());
+    all.pop().map(|(_, doc)| doc).unwrap()
+}
+
+/// The report of process `pid` in `dir`.
+pub fn report_of_pid(dir: &Path, pid: u32) -> Value {
+    reports_in(dir)
+        .into_iter()
+        .map(|(_, doc)| doc)
+        .find(|doc| doc["process"]["pid"] == pid)
+        .unwrap_or_else(|| panic!("{}: no report of pid {pid}", dir.display()))
 }
 
 /// Temporary files of the atomic writer left in `dir` (`.culedger-*.tmp.*`).

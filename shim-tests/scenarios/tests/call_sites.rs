@@ -7,6 +7,7 @@
 //! `scripts/fetch-pythons.sh` where present (`make test` does all of it).
 
 use culedger_scenarios::pythons::{self, Python};
+use culedger_scenarios::reports::{libculedger, only_report};
 use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -14,28 +15,11 @@ use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
-fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
-    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
-    p
-}
-
 fn machine(name: &str) -> (Sim, PathBuf) {
     let mut sim = Sim::new(name);
     let out = sim.scratch().join("out");
     sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out).env("CULEDGER_FLUSH_MS", "0");
     (sim, out)
-}
-
-fn the_report(dir: &Path) -> Value {
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    assert_eq!(files.len(), 1, "one report expected in {}: {files:?}", dir.display());
-    serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap()
 }
 
 /// Compile C sources with the CUDA headers into `out`.
@@ -127,7 +111,7 @@ fn run_sites(sim: &Sim, py: &Python) -> (Run, Option<PathBuf>) {
 fn check_interpreter(py: &Python) -> String {
     let (sim, out) = machine(&format!("sites_py{}{}", py.major, py.minor));
     let (run, ext) = run_sites(&sim, py);
-    let r = the_report(&out);
+    let r = only_report(&out);
     let label = py.label();
     assert_eq!(run.u64("gil_released"), 1, "{label}: ctypes calls run without the GIL\n{}", run.describe());
     // 3.10 has no Py_Version: only the minor version is known (from the library's name).
@@ -211,7 +195,7 @@ fn a_native_library_with_its_own_driver_path_is_named_and_a_c_program_has_no_pyt
     let lib_dir = culedger_scenarios::lib_dir();
     cc(&main, &[&src("sites_main.c"), &format!("-L{}", lib_dir.display()), "-l:libcudart.so.12", "-ldl", "-rdynamic"]);
     let run = sim.run_ok(sim.cmd(&main).args(["static", lib.to_str().unwrap()]));
-    let r = the_report(&out);
+    let r = only_report(&out);
     let ptr = u64::from_str_radix(run.value("static_ptr").trim_start_matches("0x"), 16).unwrap();
     let a = allocation(&r, ptr);
     assert_eq!(a["api"], "cuMemAlloc_v2");
@@ -236,7 +220,7 @@ fn allocations_inside_dlopen_skip_native_frames_and_later_ones_do_not() {
     cc(&main, &[&src("sites_main.c"), &format!("-L{}", lib_dir.display()), "-l:libcudart.so.12", "-ldl", "-rdynamic"]);
     let run = sim.run_ok(sim.cmd(&main).args(["ctor", lib.to_str().unwrap()]));
     assert_eq!(run.u64("ctor_rc"), 0, "{}", run.describe());
-    let r = the_report(&out);
+    let r = only_report(&out);
     let parse = |k: &str| u64::from_str_radix(run.value(k).trim_start_matches("0x"), 16).unwrap();
     let in_ctor = allocation(&r, parse("ctor_ptr"));
     assert_eq!(in_ctor["site"], Value::Null, "inside dlopen: nothing captured (no Python, no unwinding)");
@@ -256,7 +240,7 @@ fn small_allocations_carry_no_site_unless_asked() {
         let lib_dir = culedger_scenarios::lib_dir();
         cc(&main, &[&src("sites_main.c"), &format!("-L{}", lib_dir.display()), "-l:libcudart.so.12", "-ldl"]);
         let run = sim.run_ok(sim.cmd(&main).args(["small", "262144"]));
-        let r = the_report(&out);
+        let r = only_report(&out);
         let a = allocation(&r, u64::from_str_radix(run.value("ptr").trim_start_matches("0x"), 16).unwrap());
         assert_eq!(a["site"].is_u64(), expect_site, "CULEDGER_SITE_MIN={min:?}: {a:#}");
         assert_eq!(r["settings"]["site_min_bytes"], min.map_or(MIB, |m| if m == "0" { 0 } else { 64 << 10 }));
@@ -270,7 +254,7 @@ fn fake_python(mode: &str) -> (Run, Value) {
     let lib_dir = culedger_scenarios::lib_dir();
     cc(&exe, &[&src("fakepy.c"), &format!("-L{}", lib_dir.display()), "-l:libcudart.so.12", "-rdynamic"]);
     let run = sim.run_ok(sim.cmd(&exe).arg(mode));
-    (run, the_report(&out))
+    (run, only_report(&out))
 }
 
 #[test]
@@ -311,7 +295,7 @@ fn an_old_real_python_is_refused_with_a_warning() {
     cmd.args(["-c", "import ctypes; p = ctypes.c_void_p(); rt = ctypes.CDLL('libcudart.so.12'); print('RESULT rc=%d' % rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)))"]);
     let run = sim.run_ok(&mut cmd);
     assert_eq!(run.u64("rc"), 0);
-    let r = the_report(&out);
+    let r = only_report(&out);
     assert!(run.stderr.contains("not supported (3.10 and later are)"), "{}", run.stderr);
     assert!(sites_of(&r).iter().all(|s| s["python"].as_array().unwrap().is_empty()));
     // Before 3.11 only the minor version is known (from the interpreter's file name).
@@ -388,7 +372,7 @@ fn native_by_ptr(py: &Python, unwind: Option<&str>) -> Vec<(u64, Vec<NativeRow>)
         sim.env("CULEDGER_UNWIND", u);
     }
     let (run, _) = run_sites(&sim, py);
-    let r = the_report(&out);
+    let r = only_report(&out);
     assert_eq!(r["health"]["native_unwind_fallbacks"], 0, "the caching unwinder handled every frame");
     let mut v: Vec<(u64, Vec<NativeRow>)> = run
         .stdout

@@ -4,10 +4,11 @@
 //!
 //! Needs `make` (which runs `make headers`: CUDA 12.9 and 13.x from PyPI into `target/`).
 
+use culedger_scenarios::reports::{libculedger, only_report};
 use culedger_scenarios::{elf, repo_root, Run, Sim};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const MIB: u64 = 1 << 20;
 
@@ -17,12 +18,6 @@ const REAL_RUNTIMES: &[(&str, &str, &str)] = &[
     ("target/cuda13/13.0.96/lib/libcudart.so.13", "13000", "cudart-13.0.96.trace"),
     ("target/cuda13/13.5.37/lib/libcudart.so.13", "13050", "cudart-13.5.37.trace"),
 ];
-
-fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
-    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
-    p
-}
 
 fn fixture(name: &str) -> PathBuf {
     repo_root().join("shim-tests/fixtures/real-cudart").join(name)
@@ -42,18 +37,6 @@ fn machine(test: &str, driver: &str, ledger: bool) -> (Sim, PathBuf) {
         sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out).env("CULEDGER_FLUSH_MS", "100");
     }
     (sim, out)
-}
-
-/// The one report in `dir`.
-fn only_report(dir: &Path) -> Value {
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    assert_eq!(files.len(), 1, "one report expected in {}: {files:?}", dir.display());
-    serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap()
 }
 
 fn dev(report: &Value, index: u64) -> &Value {

@@ -5,15 +5,10 @@
 //!
 //! Needs `make sim` and the release `libculedger.so` (`make test` builds both).
 
-use culedger_scenarios::{repo_root, Sim};
+use culedger_scenarios::reports::libculedger;
+use culedger_scenarios::Sim;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
-    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
-    p
-}
 
 /// A machine of 2 GPUs whose programs run under culedger, writing into `scratch/out`.
 fn machine(name: &str) -> (Sim, PathBuf) {

@@ -4,18 +4,13 @@
 //!
 //! Needs `make sim` and the release `libculedger.so` (`make test` builds both).
 
+use culedger_scenarios::reports::libculedger;
 use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-fn libculedger() -> PathBuf {
-    let p = culedger_scenarios::build_dir().join("libculedger.so");
-    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
-    p
-}
 
 /// A simulated machine whose programs run under culedger, writing into `out`.
 struct Ledgered {

@@ -9,6 +9,7 @@
 //! - the x86_64 tarball's command line finds the library next to itself.
 
 use culedger_scenarios::elf::{dyn_info, max_glibc, parse_glibc};
+use culedger_scenarios::reports::{only_report, report_of_pid};
 use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -134,33 +135,6 @@ fn shipped_binaries_need_at_most_glibc_2_17() {
     }
 }
 
-/// The report of process `pid` in `dir` (named `culedger-<host>-<pid>-<start>.json`).
-fn report_in(dir: &Path, pid: u32) -> Value {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let reports = entries.filter_map(|e| {
-        let name = e.ok()?.file_name().into_string().ok()?;
-        let is_report = name.starts_with("culedger-") && name.ends_with(".json");
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(&name)).ok()?).ok()?;
-        (is_report && v["process"]["pid"] == pid).then_some(v)
-    });
-    reports.into_iter().next().unwrap_or_else(|| panic!("{}: no report of pid {pid}", dir.display()))
-}
-
-/// The one process report in a run's directory.
-fn only_report(dir: &Path) -> Value {
-    let reports: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with("culedger-") && n.ends_with(".json")
-        })
-        .collect();
-    assert_eq!(reports.len(), 1, "{reports:?}");
-    serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap()
-}
-
 /// `LAUNCHER... run -o OUT -- PROGRAM...` on `sim`, without `CULEDGER_LIB` (the command line
 /// must find its library itself): the program's results and its one report.
 fn under_culedger_run(sim: &Sim, launcher: &[&OsStr], out: &Path, program: &[&OsStr]) -> (Run, Value) {
@@ -231,7 +205,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_runs() {
     cmd.arg("basic").env("LD_PRELOAD", &lib).env("CULEDGER_OUT", &out4);
     let run = sim.run(&mut cmd);
     run.assert_success();
-    assert_eq!(live(&report_in(&out4, run.pid)), run.u64("live"));
+    assert_eq!(live(&report_of_pid(&out4, run.pid)), run.u64("live"));
 }
 
 #[test]
