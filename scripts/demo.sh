@@ -26,13 +26,8 @@ for f in "$BIN" "$LIB" "$SIM/libcudart.so.12" "$SIM/libcuda.so.1"; do
     [ -e "$f" ] || { echo "demo: $f is missing: run 'make demo' (it builds everything first)" >&2; exit 2; }
 done
 
-# The simulated machine: 8 GPUs of 96 GiB; a context costs 512 MiB (the fake's default), a
-# peer mapping 1 GiB of driver memory, an IPC open 2 MiB, a graph instantiation 116 MiB.
-export LD_LIBRARY_PATH="$PWD/$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FAKECUDA_DEVICES=8 FAKECUDA_TOTAL_MIB=98304 FAKECUDA_PEER_MIB=1024 FAKECUDA_GRAPH_MIB=116
-# 75.4 GiB of weights per rank (a ~600 GB model over 8 GPUs), mem_fraction_static 0.9.
-SERVER=shim-tests/py/engines/sglang_server.py
-SIM_ARGS=(--tp 8 --model-mib 77184 --mem-fraction-static 0.9)
+# The simulated machine and the server's arguments.
+. scripts/demo-config.sh
 OUT=target/demo
 
 rm -rf "$OUT"
@@ -44,11 +39,11 @@ for cfg in nccl custom-ar; do
     # A fresh simulated machine per configuration (its usage lives in /dev/shm).
     export FAKECUDA_MACHINE="culedger-demo-$cfg-$$"
     echo
-    echo "### $cfg: culedger run -o $OUT/$cfg -- python3 $SERVER ${SIM_ARGS[*]} --allreduce $allreduce"
+    echo "### $cfg: culedger run -o $OUT/$cfg -- python3 $SERVER ${SERVER_ARGS[*]} --allreduce $allreduce"
     # `culedger run` prints the whole report to stderr when the server exits; the demo keeps
     # the server's own lines (`culedger report $OUT/<cfg>` shows the report).
     set +e
-    "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 "$SERVER" "${SIM_ARGS[@]}" --allreduce "$allreduce" \
+    "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 "$SERVER" "${SERVER_ARGS[@]}" --allreduce "$allreduce" \
         2> >(grep -E '^\[|^culedger: [0-9]+ report' >&2)
     status[$cfg]=$?
     set -e
