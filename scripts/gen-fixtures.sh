@@ -12,9 +12,10 @@
 # module tree over the simulated PyTorch: a launcher and tensor-parallel ranks named
 # `sglang::scheduler_TP<n>`; 8 GiB of weights per rank in 8 layers, mem_fraction_static 0.97)
 # on two simulated 24 GiB GPUs with NCCL (`nccl`: it starts) and with the custom all-reduce
-# (`custom-ar`: every rank runs out of memory in its KV pool), and on eight simulated 24 GiB
-# GPUs with 8 ranks and the custom all-reduce (`custom-ar-tp8`); 1 GiB of driver memory per
-# peer mapping, as in the demo.
+# (`custom-ar`: every rank runs out of memory in its KV pool; 1 GiB of driver memory per peer
+# mapping, as in the demo), and on eight simulated 24 GiB GPUs with 8 ranks and the custom
+# all-reduce (`custom-ar-tp8`; 256 MiB per peer mapping, so that the pools fail in their
+# second half there too).
 #
 # Normalising makes golden outputs stable across runs and machines: pids become 4100.. (nccl),
 # 5100.. (custom-ar) and 6100.. (custom-ar-tp8), the launcher first, then the ranks in rank
@@ -27,8 +28,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FIXTURES=cli/tests/fixtures
 
-# name, tensor-parallel ranks (= simulated GPUs), all-reduce
-CONFIGS=("nccl 2 nccl" "custom-ar 2 custom" "custom-ar-tp8 8 custom")
+# name, tensor-parallel ranks (= simulated GPUs), all-reduce, driver memory per peer mapping (MiB)
+CONFIGS=("nccl 2 nccl 1024" "custom-ar 2 custom 1024" "custom-ar-tp8 8 custom 256")
 # The server and the model of every SGLang configuration below.
 SERVER="engines/sglang_server.py --model-mib 8192 --layers 8 --attention-workspace-mib 64"
 # The fixtures of `culedger explain` (cli/tests/explain.rs): name|simulated GPUs|fake driver
@@ -73,17 +74,17 @@ if [ -z "${SRC:-}" ]; then
             target/release/culedger run -o "$SRC/$cfg" -- python3 "shim-tests/py/${sim%% *}" ${sim#* } >/dev/null 2>&1 || true
         rm -f "/dev/shm/fakecuda-culedger-fixtures-$cfg-$$"
     done
-    # Two (or eight) simulated 24 GiB GPUs, 1 GiB of driver memory per peer mapping.
-    export FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=1024
+    # Two (or eight) simulated 24 GiB GPUs.
+    export FAKECUDA_TOTAL_MIB=24576
     for c in "${CONFIGS[@]}"; do
-        read -r cfg tp allreduce <<<"$c"
+        read -r cfg tp allreduce peer <<<"$c"
         wanted "$cfg" || continue
         # The 8-rank fixture should show the de-noising of driver costs: keep a run where a
         # peer's context creation fell into some measurement window (up to 20 tries; how
         # often it happens depends on scheduling).
         for try in $(seq 1 20); do
             rm -rf "${SRC:?}/$cfg"
-            export FAKECUDA_MACHINE="culedger-fixtures-$cfg-$$" FAKECUDA_DEVICES=$tp
+            export FAKECUDA_MACHINE="culedger-fixtures-$cfg-$$" FAKECUDA_DEVICES=$tp FAKECUDA_PEER_MIB=$peer
             # shellcheck disable=SC2086 # the server and its arguments are words
             target/release/culedger run -o "$SRC/$cfg" -- python3 shim-tests/py/$SERVER \
                 --tp "$tp" --mem-fraction-static 0.97 --allreduce "$allreduce" >/dev/null 2>&1 || true
