@@ -243,7 +243,9 @@ fn diff_leads_with_the_cause() {
     let text = stdout(&o);
     let head = text.split("\nculedger diff:").next().unwrap().replace('\n', " ");
     assert!(
-        head.starts_with("custom-ar/ ran out of memory: part 16 of its pool (916.00 MiB, other, cudaMalloc) failed on 2 of 2 GPUs"),
+        head.starts_with(
+            "custom-ar/ ran out of memory: part 16 of its pool (916.00 MiB, other, cudaMalloc) failed on 2 of 2 GPUs"
+        ),
         "{head}"
     );
     for grew in [
