@@ -32,6 +32,11 @@ def _launch_subprocesses(server_args):
         server_args.dist_init_dir = tempfile.mkdtemp(prefix="sglang-sim-")
     from sglang.srt.managers.scheduler import run_scheduler_process
     ctx = mp.get_context("spawn")
+    # An interpreter that needs a launcher (the tests' Debian builds: shim-tests/scenarios/src/
+    # pythons.rs) starts its ranks through it too (a simulation knob, not SGLang's).
+    if os.environ.get("CULEDGER_SIM_PYTHON"):
+        python = os.environ["CULEDGER_SIM_PYTHON"]
+        ctx.set_executable(shutil.which(python) or python)
     procs, readers = [], []
     saved = {k: os.environ.get(k) for k in RANK_ENV}
     for tp_rank in range(server_args.tp_size):
