@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The demo (`make demo` builds everything first): the seed reproduction. An SGLang-like server
-# start-up (shim-tests/py/sglang_sim.py) with 8 tensor-parallel ranks on 8 simulated 96 GiB
-# PCIe GPUs, in two configurations run under `culedger run`:
+# The demo (`make demo` builds everything first): the seed reproduction. The simulated SGLang
+# server start-up (shim-tests/py/engines/sglang_server.py: SGLang's module tree and classes,
+# PyTorch's caching allocator in front of the runtime) with 8 tensor-parallel ranks on 8
+# simulated 96 GiB PCIe GPUs, in two configurations run under `culedger run`:
 #
-#   nccl       all-reduce through NCCL only: the server starts; each rank's KV pool gets
-#              about 10.4 GiB and about 9.2 GiB stay free.
-#   custom-ar  the custom all-reduce forced on: the KV pool was sized from a free-memory
-#              query taken before the lazy IPC opens and peer access cost their driver memory
-#              (and before the other ranks' peer access put their contexts on every GPU); the
-#              second half of the pool no longer fits and the launch fails (exit 1).
+#   nccl       all-reduce through NCCL only (--disable-custom-all-reduce): the server starts;
+#              each rank's KV pool gets about 11.6 GiB and about 8.6 GiB stay free.
+#   custom-ar  the custom all-reduce on: the KV pool was sized from a free-memory query
+#              (profile_max_num_token's) taken before the custom all-reduce's lazy IPC opens
+#              and peer access cost their driver memory (and before the other ranks' peer
+#              access put their contexts on every GPU); the V buffers of the pool
+#              (MHATokenToKVPool._create_buffers) no longer fit and the launch fails (exit 1).
 #
 # The numbers come from the simulated stack's parameters below, chosen so that the mechanism
 # is the one the project started from. Then `culedger explain` on the failing run and
@@ -24,12 +26,8 @@ for f in "$BIN" "$LIB" "$SIM/libcudart.so.12" "$SIM/libcuda.so.1"; do
     [ -e "$f" ] || { echo "demo: $f is missing: run 'make demo' (it builds everything first)" >&2; exit 2; }
 done
 
-# The simulated machine: 8 GPUs of 96 GiB; a context costs 512 MiB (the fake's default), a
-# peer mapping 1 GiB of driver memory, an IPC open 2 MiB, a graph instantiation 116 MiB.
-export LD_LIBRARY_PATH="$PWD/$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FAKECUDA_DEVICES=8 FAKECUDA_TOTAL_MIB=98304 FAKECUDA_PEER_MIB=1024 FAKECUDA_GRAPH_MIB=116
-# 75.4 GiB of weights per rank (a ~600 GB model over 8 GPUs), mem_fraction_static 0.9.
-SIM_ARGS=(--tp 8 --model-mib 77184 --mem-fraction-static 0.9)
+# The simulated machine and the server's arguments.
+. scripts/demo-config.sh
 OUT=target/demo
 
 rm -rf "$OUT"
@@ -41,11 +39,11 @@ for cfg in nccl custom-ar; do
     # A fresh simulated machine per configuration (its usage lives in /dev/shm).
     export FAKECUDA_MACHINE="culedger-demo-$cfg-$$"
     echo
-    echo "### $cfg: culedger run -o $OUT/$cfg -- python3 shim-tests/py/sglang_sim.py ${SIM_ARGS[*]} --allreduce $allreduce"
+    echo "### $cfg: culedger run -o $OUT/$cfg -- python3 $SERVER ${SERVER_ARGS[*]} --allreduce $allreduce"
     # `culedger run` prints the whole report to stderr when the server exits; the demo keeps
     # the server's own lines (`culedger report $OUT/<cfg>` shows the report).
     set +e
-    "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 shim-tests/py/sglang_sim.py "${SIM_ARGS[@]}" --allreduce "$allreduce" \
+    "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 "$SERVER" "${SERVER_ARGS[@]}" --allreduce "$allreduce" \
         2> >(grep -E '^\[|^culedger: [0-9]+ report' >&2)
     status[$cfg]=$?
     set -e

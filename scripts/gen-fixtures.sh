@@ -8,10 +8,14 @@
 #   scripts/gen-fixtures.sh --from DIR [NAME...]
 #                                        only normalise the runs in DIR/<name> (those present)
 #
-# The configurations: the demo's SGLang-like start-up (shim-tests/py/sglang_sim.py: a launcher
-# and tensor-parallel ranks, 8 GiB of weights per rank, mem_fraction_static 0.99) on two
-# simulated 24 GiB GPUs with NCCL (`nccl`) and with the custom all-reduce (`custom-ar`), and
-# on eight simulated 24 GiB GPUs with 8 ranks and the custom all-reduce (`custom-ar-tp8`).
+# The configurations: the demo's server (shim-tests/py/engines/sglang_server.py, SGLang's
+# module tree over the simulated PyTorch: a launcher and tensor-parallel ranks named
+# `sglang::scheduler_TP<n>`; 8 GiB of weights per rank in 8 layers, mem_fraction_static 0.97)
+# on two simulated 24 GiB GPUs with NCCL (`nccl`: it starts) and with the custom all-reduce
+# (`custom-ar`: every rank runs out of memory in its KV pool; 1 GiB of driver memory per peer
+# mapping, as in the demo), and on eight simulated 24 GiB GPUs with 8 ranks and the custom
+# all-reduce (`custom-ar-tp8`; 256 MiB per peer mapping, so that the pools fail in their
+# second half there too).
 #
 # Normalising makes golden outputs stable across runs and machines: pids become 4100.. (nccl),
 # 5100.. (custom-ar) and 6100.. (custom-ar-tp8), the launcher first, then the ranks in rank
@@ -24,12 +28,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FIXTURES=cli/tests/fixtures
 
-# name, tensor-parallel ranks (= simulated GPUs), all-reduce
-CONFIGS=("nccl 2 nccl" "custom-ar 2 custom" "custom-ar-tp8 8 custom")
+# name, tensor-parallel ranks (= simulated GPUs), all-reduce, driver memory per peer mapping (MiB)
+CONFIGS=("nccl 2 nccl 1024" "custom-ar 2 custom 1024" "custom-ar-tp8 8 custom 256")
+# The server and the model of every SGLang configuration below.
+SERVER="engines/sglang_server.py --model-mib 8192 --layers 8 --attention-workspace-mib 64"
 # The fixtures of `culedger explain` (cli/tests/explain.rs): name|simulated GPUs|fake driver
-# settings|simulation and its arguments.
+# settings|simulation (under shim-tests/py/) and its arguments.
 #   explain-ok              NCCL start-up on 96 GiB GPUs: nothing to report ("no findings").
-#   explain-untracked       custom all-reduce with a 5% reserve: the start-up fits, but the peer
+#   explain-untracked       custom all-reduce with a 7% reserve: the start-up fits, but the peer
 #                           mappings' driver memory came after the sizing query and left less
 #                           free than it took.
 #   explain-shared-gpu      another job of the run takes 4 GiB on GPU 1 after the ranks' sizing
@@ -39,12 +45,12 @@ CONFIGS=("nccl 2 nccl" "custom-ar 2 custom" "custom-ar-tp8 8 custom")
 #   explain-leak            a server whose request state grows at every step.
 #   explain-truncated       the custom-ar start-up with rank 1's report cut in half.
 EXPLAIN_CONFIGS=(
-    "explain-ok|2|FAKECUDA_TOTAL_MIB=98304|sglang_sim.py --tp 2 --model-mib 8192 --mem-fraction-static 0.88 --allreduce nccl"
-    "explain-untracked|2|FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256|sglang_sim.py --tp 2 --model-mib 8192 --mem-fraction-static 0.95 --allreduce custom"
-    "explain-shared-gpu|2|FAKECUDA_TOTAL_MIB=24576|engine_sim.py --scenario shared-gpu --tp 2 --mem-fraction-static 0.9"
-    "explain-stray-contexts|4|FAKECUDA_TOTAL_MIB=24576|engine_sim.py --scenario stray-contexts --tp 4"
-    "explain-leak|1|FAKECUDA_TOTAL_MIB=24576|engine_sim.py --scenario leak --tp 1 --steps 30"
-    "explain-truncated|2|FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256|sglang_sim.py --tp 2 --model-mib 8192 --mem-fraction-static 0.99 --allreduce custom"
+    "explain-ok|2|FAKECUDA_TOTAL_MIB=98304|$SERVER --tp 2 --mem-fraction-static 0.88 --allreduce nccl"
+    "explain-untracked|2|FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256|$SERVER --tp 2 --mem-fraction-static 0.93 --allreduce custom"
+    "explain-shared-gpu|2|FAKECUDA_TOTAL_MIB=24576|engines/engine_sim.py --scenario shared-gpu --tp 2 --mem-fraction-static 0.9"
+    "explain-stray-contexts|4|FAKECUDA_TOTAL_MIB=24576|engines/engine_sim.py --scenario stray-contexts --tp 4"
+    "explain-leak|1|FAKECUDA_TOTAL_MIB=24576|engines/engine_sim.py --scenario leak --tp 1 --steps 30"
+    "explain-truncated|2|FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=1024|$SERVER --tp 2 --mem-fraction-static 0.97 --allreduce custom"
 )
 
 if [ "${1:-}" = "--from" ]; then
@@ -68,19 +74,20 @@ if [ -z "${SRC:-}" ]; then
             target/release/culedger run -o "$SRC/$cfg" -- python3 "shim-tests/py/${sim%% *}" ${sim#* } >/dev/null 2>&1 || true
         rm -f "/dev/shm/fakecuda-culedger-fixtures-$cfg-$$"
     done
-    # Two (or eight) simulated 24 GiB GPUs, 256 MiB of driver memory per peer mapping.
-    export FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256
+    # Two (or eight) simulated 24 GiB GPUs.
+    export FAKECUDA_TOTAL_MIB=24576
     for c in "${CONFIGS[@]}"; do
-        read -r cfg tp allreduce <<<"$c"
+        read -r cfg tp allreduce peer <<<"$c"
         wanted "$cfg" || continue
         # The 8-rank fixture should show the de-noising of driver costs: keep a run where a
         # peer's context creation fell into some measurement window (up to 20 tries; how
         # often it happens depends on scheduling).
         for try in $(seq 1 20); do
             rm -rf "${SRC:?}/$cfg"
-            export FAKECUDA_MACHINE="culedger-fixtures-$cfg-$$" FAKECUDA_DEVICES=$tp
-            target/release/culedger run -o "$SRC/$cfg" -- python3 shim-tests/py/sglang_sim.py \
-                --tp "$tp" --model-mib 8192 --mem-fraction-static 0.99 --allreduce "$allreduce" >/dev/null 2>&1 || true
+            export FAKECUDA_MACHINE="culedger-fixtures-$cfg-$$" FAKECUDA_DEVICES=$tp FAKECUDA_PEER_MIB=$peer
+            # shellcheck disable=SC2086 # the server and its arguments are words
+            target/release/culedger run -o "$SRC/$cfg" -- python3 shim-tests/py/$SERVER \
+                --tp "$tp" --mem-fraction-static 0.97 --allreduce "$allreduce" >/dev/null 2>&1 || true
             rm -f "/dev/shm/fakecuda-$FAKECUDA_MACHINE"
             [ "$cfg" = custom-ar-tp8 ] || break
             if target/release/culedger report "$SRC/$cfg" --format json | python3 -c '

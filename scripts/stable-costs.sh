@@ -1,24 +1,22 @@
 #!/usr/bin/env bash
-# Runs the demo's custom all-reduce configuration N times (default 6) on the simulated stack
-# and prints, per run and GPU, each process's hidden driver costs per API as measured and
-# after de-noising (`culedger report --format json`), then whether the de-noised costs agree
-# within 1% across the runs. `make` first. Usage: scripts/stable-costs.sh [N] [TP]
+# Runs the demo's custom all-reduce configuration (what `make demo` runs: the server, the
+# machine and the arguments of scripts/demo-config.sh, 8 ranks on 8 simulated 96 GiB GPUs) N
+# times (default 6) and prints, per run and GPU, each process's hidden driver costs per API as
+# measured and after de-noising (`culedger report --format json`), then whether the de-noised
+# costs agree within 1% across the runs. `make` first. Usage: scripts/stable-costs.sh [N]
 #
 # The measured costs of one run can include a peer rank's context creation that fell into
 # the measurement window (how often depends on scheduling); the de-noised ones must not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-6}
-TP=${2:-2}
 BIN=target/release/culedger
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-export LD_LIBRARY_PATH="$PWD/target/sim/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FAKECUDA_DEVICES=$TP FAKECUDA_TOTAL_MIB=24576 FAKECUDA_PEER_MIB=256
+. scripts/demo-config.sh
 for i in $(seq 1 "$N"); do
     export FAKECUDA_MACHINE="culedger-stable-$$-$i"
-    "$BIN" run -o "$OUT/run$i" -- python3 shim-tests/py/sglang_sim.py --tp "$TP" --model-mib 8192 \
-        --mem-fraction-static 0.99 --allreduce custom >/dev/null 2>&1 || true
+    "$BIN" run -o "$OUT/run$i" -- python3 "$SERVER" "${SERVER_ARGS[@]}" --allreduce custom >/dev/null 2>&1 || true
     rm -f "/dev/shm/fakecuda-$FAKECUDA_MACHINE"
     "$BIN" report "$OUT/run$i" --format json >"$OUT/run$i.json"
 done

@@ -406,7 +406,7 @@ impl Process {
     }
 
     /// The best name for the process in a table: the title the program set
-    /// (`sglang::scheduler_TP0`), else what argv says (`sglang_sim.py --worker 0 ...`,
+    /// (`sglang::scheduler_TP0`), else what argv says (`sglang_server.py --tp 2 ...`,
     /// `multiprocessing worker` for spawned Python children, with their `comm` when it is
     /// not the interpreter's), followed by the rank hints (`(rank 0/8)`).
     pub fn label(&self) -> String {

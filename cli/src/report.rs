@@ -67,7 +67,9 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
         headers.push("pinned host (peak)");
     }
     let o = usize::from(many_hosts);
-    let mut procs = Table::new(&headers, &[0, 3 + o, 4 + o, 6 + o]);
+    // The host memory column is text ("1.00 MiB (1.00 MiB) + registered ..."): it wraps at its
+    // spaces when the table is too wide, as the right-aligned numbers never do.
+    let mut procs = Table::new(&headers, &[0, 3 + o, 4 + o]);
     for p in &s.processes {
         let mut row = vec![p.pid.to_string(), p.label.clone()];
         if many_hosts {

@@ -99,8 +99,11 @@ fn the_custom_allreduce_failure_is_reconciled_from_the_sizing_query() {
     for f in &fails {
         balanced(f);
         let d = &f["detail"];
-        assert_eq!(d["part"], "the second half of its pool");
+        // K and V per layer (MHATokenToKVPool._create_buffers): the pool is many parts.
+        assert!(d["part"].as_str().unwrap().starts_with("part "), "{d:#}");
+        assert_eq!(d["caller"], "memory_pool.py:MHATokenToKVPool._create_buffers");
         assert!(d["short_by_bytes"].as_i64().unwrap() > 0);
+        // Measured by the query of the out-of-memory message, after the allocator's retry.
         assert!(d["free_measured"].as_bool().unwrap(), "the query after the failure measured it");
         let items = d["reconciliation"]["items"].as_array().unwrap();
         let apis: Vec<&str> = items.iter().filter_map(|i| i["api"].as_str()).collect();
@@ -140,8 +143,10 @@ fn eight_ranks_fail_alike_and_are_folded() {
             items.iter().filter(|i| i["kind"] == "other_processes").map(|i| i["pids"].as_array().unwrap().len()).sum();
         assert_eq!(others, 7, "{f:#}");
     }
+    // Ranks 1-7 fail alike; rank 0, whose GPU also holds the launcher's context, one part
+    // of its pool earlier.
     let (_, out, _) = explain(&["tests/fixtures/custom-ar-tp8"]);
-    assert!(out.contains("-- The same on 7 more GPUs (all 8 below)"), "{out}");
+    assert!(out.contains("-- The same on 6 more GPUs (all 7 below)"), "{out}");
 }
 
 #[test]
@@ -166,7 +171,11 @@ fn untracked_growth_after_the_sizing_query() {
     let grown = findings(&v, "untracked_growth");
     assert_eq!(grown.len(), 2, "both GPUs");
     for g in grown {
-        assert_eq!(g["severity"], "warning", "less than the rise remained free");
+        // The pools are sized from the smallest free memory of the ranks (SGLang's distributed
+        // query): GPU 0 (which also holds the launcher's context) has the thinnest reserve.
+        if g["device"] == 0 {
+            assert_eq!(g["severity"], "warning", "less than the rise remained free");
+        }
         let d = &g["detail"];
         assert!(d["rise_bytes"].as_i64().unwrap() > 256 << 20);
         let apis: Vec<&str> = d["items"].as_array().unwrap().iter().filter_map(|i| i["api"].as_str()).collect();
@@ -233,10 +242,15 @@ fn diff_leads_with_the_cause() {
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
     let text = stdout(&o);
     let head = text.split("\nculedger diff:").next().unwrap().replace('\n', " ");
-    assert!(head.starts_with("custom-ar/ ran out of memory: the second half of its pool (7.31-7.56 GiB, other, cudaMalloc) failed on 2 of 2 GPUs"), "{head}");
+    assert!(
+        head.starts_with(
+            "custom-ar/ ran out of memory: part 16 of its pool (916.00 MiB, other, cudaMalloc) failed on 2 of 2 GPUs"
+        ),
+        "{head}"
+    );
     for grew in [
         "other processes' contexts (+512.00 MiB)",
-        "cudaDeviceEnablePeerAccess (+256.00 MiB)",
+        "cudaDeviceEnablePeerAccess (+1.00 GiB)",
         "cudaIpcOpenMemHandle (+4.00 MiB)",
     ] {
         assert!(head.contains(grew), "{grew}: {head}");

@@ -121,10 +121,11 @@ fn a_command_killed_by_sigterm_is_reported_as_killed() {
 kill -TERM $$"#,
         fixture.display()
     );
-    let o = run_cmd(&out, &lib).args(["sh", "-c", &script]).output().unwrap();
+    // Wide enough that the status cell is not wrapped beside the pinned host memory column.
+    let o = run_cmd(&out, &lib).args(["sh", "-c", &script]).env("COLUMNS", "200").output().unwrap();
     assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
     assert!(stderr(&o).contains("killed by SIGTERM"), "{}", stderr(&o));
-    let r = culedger(&["report", out.to_str().unwrap()]);
+    let r = culedger_env(&["report", out.to_str().unwrap()], &[("COLUMNS", "200")]);
     assert!(stdout(&r).contains("killed by SIGTERM"), "{}", stdout(&r));
 }
 
@@ -316,7 +317,8 @@ fn real_interposer_on_the_simulated_stack() {
         let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
             .current_dir(&repo)
             .args(["run", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--", "python3"])
-            .args(["shim-tests/py/sglang_sim.py", "--tp", "2", "--model-mib", "1024", "--mem-fraction-static", "0.95"])
+            .args(["shim-tests/py/engines/sglang_server.py", "--tp", "2", "--model-mib", "1024", "--layers", "4"])
+            .args(["--attention-workspace-mib", "64", "--mem-fraction-static", "0.85"])
             .args(["--allreduce", cfg])
             .env("LD_LIBRARY_PATH", &sim)
             .env("FAKECUDA_MACHINE", &machine)

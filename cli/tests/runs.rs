@@ -73,6 +73,14 @@ fn a_process_killed_by_a_signal_says_so() {
     assert!(text.contains("killed by SIGTERM"), "{text}");
     // The summary alone reads the same.
     assert_eq!(status_of(&d.path().join("summary.json"), 4100), "killed by SIGTERM");
+    golden("report-killed-processes.txt", &processes_table(&text));
+}
+
+/// The "== Processes ==" section of a text report.
+fn processes_table(text: &str) -> String {
+    let lines: Vec<&str> =
+        text.lines().skip_while(|l| *l != "== Processes ==").take_while(|l| !l.starts_with("== sim-host")).collect();
+    lines.join("\n")
 }
 
 #[test]
@@ -80,6 +88,8 @@ fn a_process_without_a_final_report_says_so() {
     // The run ended (there is a summary) but this process never wrote its final report.
     let d = killed_run(None);
     assert_eq!(status_of(d.path(), 4100), "no final report (killed?)");
+    let text = stdout(&culedger(&["report", d.path().to_str().unwrap()]));
+    golden("report-no-final-report-processes.txt", &processes_table(&text));
     // Without a summary: a process of this host that is gone.
     let d = tempdir();
     let mut r: Value =

@@ -232,9 +232,14 @@ pub fn python_version() -> Option<String> {
     PY_VERSION.get().cloned()
 }
 
-/// Is `file` the interpreter's own (standard library, frozen modules) or PyTorch's?
+/// Is `file` the interpreter's own (standard library, frozen modules, shims) or PyTorch's?
+///
+/// CPython 3.13+ runs a specialised call of a class with a Python `__init__`
+/// (`CALL_ALLOC_AND_ENTER_INIT`) through the shim code object `_Py_InitCleanup`
+/// (Python/specialize.c), whose `co_filename` is `"__init__"`: a frame that is no one's code.
 pub fn runtime_file(file: &str) -> bool {
     file.starts_with("<frozen ")
+        || file == "__init__"
         || (file.contains("/lib/python3") && !file.contains("-packages/"))
         || file.contains("/torch/")
 }
@@ -387,6 +392,9 @@ mod tests {
         assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
         let c = Site { python: vec![py("/a/m.py", "f.<locals>.<listcomp>"), py("/a/m.py", "f")], native: vec![] };
         assert_eq!(short(&c).unwrap(), "m.py:f");
+        // CPython 3.13+'s `__init__` shim between a class call and the caller.
+        let shim = Site { python: vec![py("__init__", "__init__"), py("/a/m.py", "Pool.__init__")], native: vec![] };
+        assert_eq!(short(&shim).unwrap(), "m.py:Pool.__init__");
         let n = Site {
             python: vec![py("<frozen runpy>", "_run_code")],
             native: vec![

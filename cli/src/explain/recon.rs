@@ -395,10 +395,19 @@ pub fn reconcile<'a>(
     let Kind::Query(probe) = steps[query].kind else { unreachable!("the window starts at a query") };
     let told = probe.free_bytes.unwrap_or(0);
     let t0 = steps[query].abs_us;
-    // The process's next record after the end, when it is a query, closes the window.
-    let closing = steps.get(end + 1).and_then(|s| s.told());
+    // The process's next record after the end, when it is a query, closes the window. Failed
+    // attempts of the same size in between are the allocator's retry (PyTorch's caching
+    // allocator releases its cache and tries once more before it raises, and its
+    // out-of-memory message asks the driver then): the query after them still closes it.
+    let mut next = end + 1;
+    if matches!(steps[end].kind, Kind::Failed(_)) {
+        while steps.get(next).is_some_and(|s| matches!(s.kind, Kind::Failed(_)) && s.bytes == steps[end].bytes) {
+            next += 1;
+        }
+    }
+    let closing = steps.get(next).and_then(|s| s.told());
     let (last, t1) = match closing {
-        Some(_) => (end + 2, steps[end + 1].abs_us),
+        Some(_) => (next + 1, steps[next].abs_us),
         None => (end + 1, steps[end].abs_us),
     };
     let mut items: Vec<Item> = Vec::new();

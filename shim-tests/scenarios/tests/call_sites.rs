@@ -10,6 +10,7 @@ use culedger_scenarios::pythons::{self, Python};
 use culedger_scenarios::reports::{libculedger, only_report};
 use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -302,15 +303,18 @@ fn an_old_real_python_is_refused_with_a_warning() {
     assert_eq!(r["health"]["python_version"], format!("{}.{}", old.major, old.minor));
 }
 
-/// The demo's SGLang-like start-up (launcher + 2 ranks, custom all-reduce) on `py`: every
-/// allocation of at least 1 MiB, every call site a device holds, and every free-memory
-/// query is attributed to the named SGLang function of the sim that made it.
-fn check_demo_sim(py: &Python) {
+/// The demo's server (shim-tests/py/engines/sglang_server.py: a launcher and 2 ranks with the
+/// custom all-reduce, SGLang's module tree over the simulated PyTorch and its caching
+/// allocator) on `py`: the caller of every call site a device holds, and of every allocation of
+/// at least 1 MiB, is the innermost function of the engine's own code (never the simulated
+/// torch's), named `file.py:Class.function` after that frame; every free-memory query has an
+/// engine frame. Returns the callers, functions only (3.10 has no qualified names).
+fn check_demo_sim(py: &Python) -> BTreeSet<String> {
     let (mut sim, out) = machine(&format!("sites_demo{}{}", py.major, py.minor));
     sim.env("FAKECUDA_DEVICES", "2").env("FAKECUDA_TOTAL_MIB", "24576").env("CULEDGER_SIM_PYTHON", &py.command);
     let mut cmd = sim.cmd(&py.command);
-    cmd.arg(repo_root().join("shim-tests/py/sglang_sim.py"));
-    cmd.args(["--tp", "2", "--model-mib", "512", "--allreduce", "custom"]);
+    cmd.arg(repo_root().join("shim-tests/py/engines/sglang_server.py"));
+    cmd.args(["--tp", "2", "--model-mib", "512", "--layers", "4", "--allreduce", "custom"]);
     let run = sim.run_ok(&mut cmd);
     let label = py.label();
     let reports: Vec<Value> = std::fs::read_dir(&out)
@@ -319,47 +323,69 @@ fn check_demo_sim(py: &Python) {
         .map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap())
         .collect();
     assert_eq!(reports.len(), 3, "{label}: launcher and two ranks\n{}", run.describe());
-    let allocating = [
-        "ModelRunner.load_model",
-        "PyNcclCommunicator.__init__",
-        "CustomAllreduce.__init__",
-        "CustomAllreduce.register_graph_buffers",
-        "MHATokenToKVPool._create_buffers",
-        "CudaGraphRunner.capture",
-    ];
-    let strip = |f: &str| if py.minor == 10 { f.rsplit('.').next().unwrap().to_string() } else { f.to_string() };
-    let mut named = std::collections::BTreeSet::new();
+    let engine = |file: &str| file.contains("/shim-tests/py/engines/") && !file.contains("/engines/torch/");
+    let function = |f: &str| if py.minor == 10 { f.rsplit('.').next().unwrap().to_string() } else { f.to_string() };
+    let mut callers = BTreeSet::new();
     for r in &reports {
         for d in r["devices"].as_array().unwrap() {
-            for a in d["top_allocations"].as_array().unwrap().iter().filter(|a| a["bytes"].as_u64().unwrap() >= MIB) {
-                let caller = a["caller"].as_str().unwrap_or_else(|| panic!("{label}: no caller: {a:#}"));
-                let f = caller.strip_prefix("sglang_sim.py:").unwrap_or_else(|| panic!("{label}: {caller}"));
-                assert!(allocating.iter().any(|n| strip(n) == f), "{label}: {caller}");
-            }
             for s in d["sites"].as_array().unwrap() {
                 let frames = python_frames(site(r, &s["site"]));
                 let inner = frames
                     .iter()
-                    .find(|f| f.0.ends_with("sglang_sim.py") && !f.1.ends_with("<listcomp>"))
-                    .expect("a frame of the sim");
-                assert!(allocating.iter().any(|n| strip(n) == inner.1), "{label}: {inner:?}");
-                named.insert(inner.1.clone());
+                    .find(|f| engine(&f.0) && !f.1.ends_with("comp>") && f.1 != "<genexpr>")
+                    .unwrap_or_else(|| panic!("{label}: no engine frame in {frames:?}"));
+                let file = inner.0.rsplit('/').next().unwrap();
+                assert_eq!(s["caller"].as_str(), Some(format!("{file}:{}", inner.1).as_str()), "{label}: {frames:?}");
+                callers.insert(format!("{file}:{}", function(&inner.1)));
+            }
+            for a in d["top_allocations"].as_array().unwrap().iter().filter(|a| a["bytes"].as_u64().unwrap() >= MIB) {
+                let caller = a["caller"].as_str().unwrap_or_else(|| panic!("{label}: no caller: {a:#}"));
+                assert!(callers.contains(&function_of(caller, py.minor)), "{label}: {caller} is not a site's caller");
             }
             for p in d["probes"].as_array().unwrap() {
                 let frames = python_frames(site(r, &p["site"]));
-                assert!(frames.iter().any(|f| f.0.ends_with("sglang_sim.py")), "{label}: probe {frames:?}");
+                assert!(frames.iter().any(|f| engine(&f.0)), "{label}: probe {frames:?}");
             }
         }
     }
-    let want: std::collections::BTreeSet<String> = allocating.iter().map(|n| strip(n)).collect();
-    assert_eq!(named, want, "{label}: every allocating function appears");
+    callers
+}
+
+/// `file.py:Class.function` as [`check_demo_sim`] keeps it on Python 3.`minor`.
+fn function_of(caller: &str, minor: u32) -> String {
+    let (file, f) = caller.split_once(':').unwrap();
+    if minor == 10 {
+        format!("{file}:{}", f.rsplit('.').next().unwrap())
+    } else {
+        caller.to_string()
+    }
 }
 
 #[test]
 fn the_demo_sim_names_the_function_of_every_large_allocation_on_every_interpreter() {
+    // What SGLang's own functions allocate (its module tree in shim-tests/py/engines/sglang),
+    // and the communicators' and the model's (simcomm.py, simmodel.py).
+    let key = [
+        "memory_pool.py:MHATokenToKVPool._create_buffers",
+        "memory_pool.py:ReqToTokenPool.__init__",
+        "model_runner.py:ModelRunner.init_cublas",
+        "custom_all_reduce.py:CustomAllreduce.__init__",
+        "simcomm.py:CudaRTLibraryBase.cudaMalloc",
+        "simcomm.py:NCCLLibraryBase.ncclCommInitRank",
+        "simmodel.py:Linear.__init__",
+        "simmodel.py:LlamaForCausalLMBase.forward",
+    ];
+    let mut seen: Vec<(u32, BTreeSet<String>)> = Vec::new();
     for py in pythons::supported() {
-        check_demo_sim(&py);
+        let callers = check_demo_sim(&py);
+        for k in key {
+            assert!(callers.contains(&function_of(k, py.minor)), "{}: {k} missing from {callers:?}", py.label());
+        }
+        seen.push((py.minor, callers));
     }
+    // The same callers on every interpreter with qualified names.
+    let qualified: Vec<&BTreeSet<String>> = seen.iter().filter(|(m, _)| *m >= 11).map(|(_, c)| c).collect();
+    assert!(qualified.windows(2).all(|w| w[0] == w[1]), "{seen:#?}");
 }
 
 /// A native frame as the report has it: object, symbol, offset.

@@ -301,6 +301,53 @@ fn sglang_custom_allreduce_out_of_memory() {
     sane.run.assert_success();
 }
 
+/// `make demo` (scripts/demo.sh): the same server, machine and arguments, both configurations.
+/// Every rank's categories, including those of the ranks that failed (their history up to the
+/// failure), are checked against the truth; weights and the KV pool are there on every rank.
+const DEMO: [&str; 6] = ["--tp", "8", "--model-mib", "77184", "--mem-fraction-static", "0.9"];
+const DEMO_MACHINE: [(&str, &str); 4] = [
+    ("FAKECUDA_DEVICES", "8"),
+    ("FAKECUDA_TOTAL_MIB", "98304"),
+    ("FAKECUDA_PEER_MIB", "1024"),
+    ("FAKECUDA_GRAPH_MIB", "116"),
+];
+
+#[test]
+fn the_demo_configurations() {
+    for (allreduce, want) in [("nccl", 0), ("custom", 1)] {
+        let args = [&DEMO[..], &["--allreduce", allreduce]].concat();
+        let e = engine(&format!("eng_demo_{allreduce}"), "sglang_server.py", &args, &DEMO_MACHINE);
+        assert_eq!(e.run.status.and_then(|s| s.code()), Some(want), "{}", e.run.describe());
+        e.check(8);
+        each_rank(&e, "weights", |l, _| l > 70 << 30);
+        each_rank(&e, "kv_pool", |l, _| l > 10 << 30);
+        each_rank(&e, "comm", |l, _| l > 0);
+        let failed = e.ranks().iter().filter(|t| t["status"] == "failed").count();
+        if allreduce == "custom" {
+            // Every rank fails in its KV pool's V buffers, after the peer mappings.
+            assert_eq!(failed, 8, "{}", e.run.describe());
+            assert!(e.run.stderr.matches("torch.OutOfMemoryError").count() == 8, "{}", e.run.describe());
+            each_rank(&e, "ipc", |l, _| l >= 16 * MIB);
+            for t in e.ranks() {
+                let r = e.report_of(u(&t["pid"]));
+                let failures = r["devices"].as_array().unwrap().iter().map(|d| u(&d["failures_total"])).sum::<u64>();
+                assert!(failures >= 1, "{}", r["devices"]);
+            }
+        } else {
+            assert_eq!(failed, 0, "{}", e.run.describe());
+            each_rank(&e, "graphs", |l, _| l > 0);
+        }
+        // The ranks name themselves as SGLang's do, with the launcher's rank environment.
+        for t in e.ranks() {
+            let r = e.report_of(u(&t["pid"]));
+            let rank = t["role"].as_str().unwrap().rsplit(' ').next().unwrap();
+            assert_eq!(r["process"]["title"], format!("sglang::scheduler_TP{rank}"), "{}", r["process"]);
+            assert_eq!(r["process"]["env"]["RANK"], rank, "{}", r["process"]);
+            assert_eq!(r["process"]["env"]["WORLD_SIZE"], "8", "{}", r["process"]);
+        }
+    }
+}
+
 const VLLM: [&str; 8] = ["--tp", "2", "--model-mib", "1024", "--layers", "4", "--gpu-memory-utilization", "0.8"];
 
 #[test]

@@ -33,10 +33,11 @@ fn reports(dir: &Path) -> Vec<Value> {
     v
 }
 
-/// The SGLang-like start-up with the custom all-reduce and a small model: fits, no OOM.
+/// The simulated SGLang server with the custom all-reduce and a small model: fits, no OOM.
 fn start_up(sim: &Sim) {
-    let mut cmd = sim.python("sglang_sim.py");
-    cmd.args(["--tp", "2", "--model-mib", "512", "--mem-fraction-static", "0.5", "--allreduce", "custom"]);
+    let mut cmd = sim.python("engines/sglang_server.py");
+    cmd.args(["--tp", "2", "--model-mib", "512", "--layers", "4", "--mem-fraction-static", "0.5"]);
+    cmd.args(["--attention-workspace-mib", "64", "--allreduce", "custom"]);
     sim.run_ok(&mut cmd);
 }
 

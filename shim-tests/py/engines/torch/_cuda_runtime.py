@@ -19,6 +19,9 @@ class OutOfMemoryError(RuntimeError):
     pass
 
 
+OutOfMemoryError.__module__ = "torch"  # as PyTorch shows it: torch.OutOfMemoryError
+
+
 _CUDART = {
     "cudaSetDevice": [ctypes.c_int], "cudaGetDevice": [_P(ctypes.c_int)], "cudaGetDeviceCount": [_P(ctypes.c_int)],
     "cudaMemGetInfo": [_P(_SZ), _P(_SZ)], "cudaMemcpy": [_VP, _VP, _SZ, ctypes.c_int],

@@ -1,6 +1,7 @@
 """sglang/srt/entrypoints/engine.py (simulated): the launcher checks GPU 0 (SGLang's main
 process initialises CUDA there), then starts one scheduler process per tensor-parallel rank
-with multiprocessing's spawn context and waits for each to report ready or failed."""
+with multiprocessing's spawn context (each with the rank environment RANK, LOCAL_RANK and
+WORLD_SIZE of a torchrun-style launcher) and waits for each to report ready or failed."""
 import multiprocessing as mp
 import os
 import shutil
@@ -9,6 +10,9 @@ import tempfile
 
 import simtruth
 import torch
+
+
+RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
 def say(who, text):
@@ -28,13 +32,27 @@ def _launch_subprocesses(server_args):
         server_args.dist_init_dir = tempfile.mkdtemp(prefix="sglang-sim-")
     from sglang.srt.managers.scheduler import run_scheduler_process
     ctx = mp.get_context("spawn")
+    # An interpreter that needs a launcher (the tests' Debian builds: shim-tests/scenarios/src/
+    # pythons.rs) starts its ranks through it too (a simulation knob, not SGLang's).
+    if os.environ.get("CULEDGER_SIM_PYTHON"):
+        python = os.environ["CULEDGER_SIM_PYTHON"]
+        ctx.set_executable(shutil.which(python) or python)
     procs, readers = [], []
+    saved = {k: os.environ.get(k) for k in RANK_ENV}
     for tp_rank in range(server_args.tp_size):
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=run_scheduler_process, args=(server_args, tp_rank, tp_rank, writer))
+        # The rank environment of a torch.distributed launcher (torchrun), which a spawned child
+        # inherits from the parent's environment at start: what culedger reads as rank hints.
+        os.environ.update(RANK=str(tp_rank), LOCAL_RANK=str(tp_rank), WORLD_SIZE=str(server_args.tp_size))
         p.start()
         procs.append(p)
         readers.append(reader)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     failed = []
     for rank, (p, reader) in enumerate(zip(procs, readers)):
         try:

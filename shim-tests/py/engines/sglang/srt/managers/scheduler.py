@@ -2,6 +2,7 @@
 import sys
 import traceback
 
+import setproctitle
 import torch
 from simtruth import say, truth
 
@@ -15,6 +16,9 @@ class Scheduler:
 
 
 def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
+    # Generate the prefix and configure the process, as SGLang's run_scheduler_process does.
+    prefix = f" TP{tp_rank}" if server_args.tp_size > 1 else ""
+    setproctitle.setproctitle(f"sglang::scheduler{prefix.replace(' ', '_')}")
     truth.role = f"sglang rank {tp_rank}"
     try:
         scheduler = Scheduler(server_args, gpu_id, tp_rank)

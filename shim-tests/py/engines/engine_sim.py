@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Engine start-ups that go wrong in the ways `culedger explain` reports, on the simulated CUDA stack.
 
-Tensor-parallel ranks start like ``sglang_sim.py`` (whose CUDA runtime wrapper and process
-title code this reuses): each selects its GPU, reads the free memory, loads its weights
-(cudaMalloc + cudaMemcpy from the host), reads the free memory again and sizes its pool from
-it (``available - total * (1 - mem_fraction_static)``, in two halves). The launcher itself
-does not touch CUDA. What goes wrong is chosen with ``--scenario``:
+Tensor-parallel ranks start the way the simulated engines' ranks do (sglang_server.py), over
+the same simulated PyTorch (``torch`` beside this file: device memory from the caching
+allocator libc10_cuda.so) and with the same process titles (``setproctitle``): each selects
+its GPU, reads the free memory, loads its weights (device tensors filled from the host),
+reads the free memory again and sizes its pool from it (``available - total * (1 -
+mem_fraction_static)``, in two halves). The launcher itself does not touch CUDA. What goes
+wrong is chosen with ``--scenario``:
 
   shared-gpu      another job of the same run (``eval::job``, an evaluation script, say; no
                   rank environment) takes ``--other-mib`` on GPU ``--other-gpu`` after the
@@ -23,77 +25,76 @@ so that the order of events, and the numbers, are the same in every run. Exit st
 1 when a rank ran out of memory (an out-of-memory message is printed).
 """
 import argparse
-import ctypes
 import json
 import os
 import subprocess
 import sys
 import time
 
-from sglang_sim import (ALIGN, MIB, CudaError, CudaRT, barrier, cudaErrorMemoryAllocation, cudaMemcpyHostToDevice,
-                        gib, set_title)
+import setproctitle
+import torch
 
-HOST_CHUNK = 16 * MIB
+MIB = 1 << 20
+# Bytes on the current GPU: torch.empty(n, **DEVICE_BYTES).
+DEVICE_BYTES = {"dtype": torch.uint8, "device": "cuda"}
+
+
+def gib(n):
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def barrier(name):
+    """Waits until the launcher lets every process past barrier `name` (through the pipes)."""
+    print(f"BARRIER {name} {json.dumps(None)}", flush=True)
+    line = sys.stdin.readline()
+    if not line.startswith(f"GO {name} "):
+        raise RuntimeError(f"barrier {name}: the launcher answered {line!r}")
 
 
 def say(who, text):
     print(f"[{who}] {text}", flush=True)
 
 
-def load_weights(rt, model_mib, layers=16):
-    """Equal tensors filled from one host buffer: loaded data, not a pool."""
-    host = ctypes.create_string_buffer(HOST_CHUNK)
-    size = model_mib * MIB // layers // ALIGN * ALIGN
-    tensors = []
-    for _ in range(layers):
-        p = rt.malloc(size)
-        for off in range(0, size, HOST_CHUNK):
-            rt.call("cudaMemcpy", ctypes.c_void_p(p.value + off), ctypes.cast(host, ctypes.c_void_p),
-                    min(HOST_CHUNK, size - off), cudaMemcpyHostToDevice)
-        tensors.append(p)
-    return tensors
+def load_weights(model_mib, layers=16):
+    """Equal tensors filled from host tensors: loaded data, not a pool."""
+    size = model_mib * MIB // layers
+    return [torch.empty(size, **DEVICE_BYTES).copy_(torch.empty(size, dtype=torch.uint8, device="cpu")) for _ in range(layers)]
 
 
 def rank_main(args):
     rank = args.rank
     who = f"rank {rank}"
-    set_title(f"engine::worker_TP{rank}")
-    rt = CudaRT()
+    setproctitle.setproctitle(f"engine::worker_TP{rank}")
     if args.scenario == "stray-contexts":
         # The bug: the free memory of the current device (GPU 0 by default) is read before
         # the rank selects its own GPU; GPU 0 now holds a context of this process.
-        rt.call("cudaSetDevice", 0)
-        rt.mem_get_info()
+        torch.cuda.mem_get_info()
     barrier("started")
-    rt.call("cudaSetDevice", rank)
-    free, total = rt.mem_get_info()
+    torch.cuda.set_device(rank)
+    free, total = torch.cuda.mem_get_info()
     say(who, f"GPU {rank}: {gib(free)} free of {gib(total)}")
-    weights = load_weights(rt, args.model_mib)
-    available, total = rt.mem_get_info()
+    weights = load_weights(args.model_mib)
+    available, total = torch.cuda.mem_get_info()
     rest = available - int(total * (1 - args.mem_fraction_static))
     say(who, f"weights loaded; available {gib(available)}, pool gets {gib(rest)}")
     barrier("probed")
-    half = max(rest, 0) // 2 // ALIGN * ALIGN
+    half = max(rest, 0) // 2
     try:
-        pool = [rt.malloc(half), rt.malloc(half)]
-    except CudaError as e:
-        if e.code != cudaErrorMemoryAllocation:
-            raise
-        free, _ = rt.mem_get_info()
-        sys.stderr.write(f"[{who}] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib(half)}. "
-                         f"GPU {rank} has {gib(free)} free. (pool)\n")
+        pool = [torch.empty(half, **DEVICE_BYTES), torch.empty(half, **DEVICE_BYTES)]
+    except torch.OutOfMemoryError as e:
+        sys.stderr.write(f"[{who}] torch.OutOfMemoryError: {e} (pool)\n")
         sys.stderr.flush()
         return 1
     kept = []
     for step in range(args.steps):
-        scratch = rt.malloc(64 * MIB)
-        kept.append(rt.malloc(args.leak_mib * MIB))  # request state nobody frees
-        rt.call("cudaFree", scratch)
+        scratch = torch.empty(64 * MIB, **DEVICE_BYTES)
+        kept.append(torch.empty(args.leak_mib * MIB, **DEVICE_BYTES))  # request state nobody frees
+        del scratch
         time.sleep(0.02)
         if step % 10 == 9:
-            free, _ = rt.mem_get_info()
+            free, _ = torch.cuda.mem_get_info()
             say(who, f"step {step + 1}: {gib(free)} free")
-    free, _ = rt.mem_get_info()
+    free, _ = torch.cuda.mem_get_info()
     say(who, f"pool {gib(2 * half)}; {gib(free)} free. Ready.")
     del weights, pool, kept
     return 0
@@ -101,12 +102,11 @@ def rank_main(args):
 
 def other_main(args):
     """Another job on one GPU: waits for its turn, takes its memory, keeps it until told."""
-    set_title("eval::job")
-    rt = CudaRT()
-    rt.call("cudaSetDevice", args.other_gpu)
-    free, _ = rt.mem_get_info()
+    setproctitle.setproctitle("eval::job")
+    torch.cuda.set_device(args.other_gpu)
+    free, _ = torch.cuda.mem_get_info()
     barrier("ready")
-    buf = rt.malloc(args.other_mib * MIB)
+    buf = torch.empty(args.other_mib * MIB, **DEVICE_BYTES)
     say("eval job", f"took {gib(args.other_mib * MIB)} on GPU {args.other_gpu} ({gib(free)} were free)")
     barrier("taken")
     sys.stdin.read()  # until the launcher closes the pipe
@@ -193,15 +193,11 @@ def main():
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--other-job", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    try:
-        if args.rank is not None:
-            return rank_main(args)
-        if args.other_job:
-            return other_main(args)
-        return launcher(args)
-    except CudaError as e:
-        print(f"engine_sim: {e}", file=sys.stderr, flush=True)
-        return 1
+    if args.rank is not None:
+        return rank_main(args)
+    if args.other_job:
+        return other_main(args)
+    return launcher(args)
 
 
 if __name__ == "__main__":
