@@ -405,6 +405,24 @@ impl<'a> DeviceGroup<'a> {
         all
     }
 
+    /// The failures that are requests of their own (not a retry of the previous failure of the
+    /// same process), each with the times of its retries.
+    pub fn failed_requests(&self) -> Vec<(Member<'a>, &'a Failure, Vec<i64>)> {
+        let mut out: Vec<(Member, &Failure, Vec<i64>)> = Vec::new();
+        for (m, f) in self.failures() {
+            let prev = out.iter_mut().rev().find(|(pm, _, _)| pm.pid() == m.pid());
+            if let Some((pm, pf, retries)) = prev {
+                let last_us = retries.last().copied().unwrap_or_else(|| pm.abs_us(*pf));
+                if is_retry(m.report, pf, f, last_us, m.abs_us(f)) {
+                    retries.push(m.abs_us(f));
+                    continue;
+                }
+            }
+            out.push((m, f, Vec::new()));
+        }
+        out
+    }
+
     pub fn failures_total(&self) -> i64 {
         self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
     }
@@ -616,6 +634,8 @@ pub struct DeviceSummary {
     pub probes_total: i64,
     pub key_probes: Vec<KeyProbe>,
     pub failures_total: i64,
+    /// Failed requests: `failures_total` less the retries folded into `failures`.
+    pub failed_requests: i64,
     pub failures: Vec<FailRow>,
     /// Per process and API, de-noised (see docs/cli-json.md).
     pub driver_costs: Vec<CostRow>,
@@ -665,6 +685,22 @@ pub struct FailRow {
     pub categories: BTreeMap<String, i64>,
     pub last_probe_free_bytes: Option<i64>,
     pub last_probe_at_us: Option<i64>,
+    /// The same request failing again right after (see [`is_retry`]), on the run's clock:
+    /// shown with this failure rather than as failures of their own.
+    pub retried_at_us: Vec<i64>,
+}
+
+/// Is failure `f` of process `report` the same request as its previous failure `prev` made
+/// again: the same API and size, from the same call site (or the same Python stack: a retry
+/// inside the allocator comes from another native return address), within a second.
+/// PyTorch's caching allocator does that on every out-of-memory
+/// (`c10/cuda/CUDACachingAllocator.cpp`, `DeviceCachingAllocator::malloc`: after a failed
+/// `alloc_block` it releases its cached blocks and calls `alloc_block` again).
+pub fn is_retry(report: &Report, prev: &Failure, f: &Failure, prev_us: i64, f_us: i64) -> bool {
+    let python = |id: Option<i64>| report.sites.iter().find(|s| Some(s.id) == id).map(|s| &s.python);
+    let same_place =
+        prev.site == f.site || python(prev.site).is_some_and(|a| !a.is_empty() && Some(a) == python(f.site));
+    prev.api == f.api && prev.bytes == f.bytes && same_place && (0..=1_000_000).contains(&(f_us - prev_us))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -699,8 +735,10 @@ fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
     let mut sizes: Vec<i64> = Vec::new();
     let mut total_failures = 0;
     for g in gs {
-        total_failures += g.failures_total();
-        for (m, f) in g.failures() {
+        let requests = g.failed_requests();
+        let retries: usize = requests.iter().map(|(_, _, r)| r.len()).sum();
+        total_failures += g.failures_total() - retries as i64;
+        for (m, f, _) in requests {
             failed.insert(m.pid());
             sizes.push(f.bytes);
         }
@@ -790,7 +828,7 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
                 untracked_bytes: d.last_query.as_ref().map(|r| r.untracked_bytes),
                 used_bytes: d.last_query.as_ref().map(|r| r.used_bytes),
                 total_bytes: d.total_bytes,
-                failures: d.failures_total,
+                failures: d.failed_requests,
                 biggest_category: biggest.as_ref().map(|b| b.0.clone()),
                 biggest_category_bytes: biggest.map(|b| b.1),
             }
@@ -810,6 +848,24 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
 }
 
 pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
+    let failed: Vec<FailRow> = g
+        .failed_requests()
+        .into_iter()
+        .map(|(m, f, retries)| FailRow {
+            pid: m.pid(),
+            label: m.label(),
+            at_us: g.clock.since(m.abs_us(f)),
+            t_ms: f.t_ms,
+            api: f.api.clone(),
+            bytes: f.bytes,
+            error_name: f.error_name.clone(),
+            live_bytes: f.live_bytes,
+            categories: f.categories.clone(),
+            last_probe_free_bytes: f.last_probe.as_ref().and_then(|p| p.free_bytes),
+            last_probe_at_us: f.last_probe.as_ref().map(|p| g.clock.since(m.abs_us(p))),
+            retried_at_us: retries.into_iter().map(|us| g.clock.since(us)).collect(),
+        })
+        .collect();
     let mut top: Vec<TopRow> = g
         .members
         .iter()
@@ -869,23 +925,8 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
         key_probes: g.key_probes(),
         failures_total: g.failures_total(),
-        failures: g
-            .failures()
-            .into_iter()
-            .map(|(m, f)| FailRow {
-                pid: m.pid(),
-                label: m.label(),
-                at_us: g.clock.since(m.abs_us(f)),
-                t_ms: f.t_ms,
-                api: f.api.clone(),
-                bytes: f.bytes,
-                error_name: f.error_name.clone(),
-                live_bytes: f.live_bytes,
-                categories: f.categories.clone(),
-                last_probe_free_bytes: f.last_probe.as_ref().and_then(|p| p.free_bytes),
-                last_probe_at_us: f.last_probe.as_ref().map(|p| g.clock.since(m.abs_us(p))),
-            })
-            .collect(),
+        failed_requests: g.failures_total() - failed.iter().map(|f| f.retried_at_us.len() as i64).sum::<i64>(),
+        failures: failed,
         driver_cost_bytes: cost_rows.iter().map(|c| c.bytes).sum(),
         driver_cost_measured_bytes: cost_rows.iter().map(|c| c.measured_bytes).sum(),
         driver_costs: cost_rows,
@@ -948,6 +989,43 @@ pub(crate) mod tests {
             (Some(2), Some(900 * MIB)),
             "the probe taken after the allocation must not be picked ({why})"
         );
+    }
+
+    #[test]
+    fn an_allocators_retry_folds_into_its_request() {
+        // PyTorch's allocator retries a failed cudaMalloc once: the same size from the same Python
+        // stack (another native return address: another site id), a millisecond later. A later
+        // failure of another size is a request of its own, and so is a retry more than 1 s later.
+        let mut r = report(true);
+        let frames = json!([{"file": "/srv/sglang/srt/mem_cache/memory_pool.py", "function": "f", "line": 3}]);
+        r.sites = serde_json::from_value(json!([
+            {"id": 1, "python": frames, "native": [{"object": "libc10_cuda.so", "offset": "0x10"}]},
+            {"id": 2, "python": frames, "native": [{"object": "libc10_cuda.so", "offset": "0x20"}]},
+            {"id": 3, "python": [{"file": "/srv/other.py", "function": "g", "line": 1}], "native": []}
+        ]))
+        .unwrap();
+        let fail = |t_us: i64, seq: i64, bytes: i64, site: i64| {
+            serde_json::from_value::<Failure>(
+                json!({"t_ms": t_us / 1000, "t_us": t_us, "seq": seq, "api": "cudaMalloc",
+                "bytes": bytes, "error": 2, "error_name": "cudaErrorMemoryAllocation", "site": site}),
+            )
+            .unwrap()
+        };
+        r.devices[0].failures = vec![
+            fail(100_000, 20, 900 * MIB, 1),
+            fail(101_000, 21, 900 * MIB, 2),
+            fail(102_000, 22, 900 * MIB, 3),
+            fail(103_000, 23, 100 * MIB, 3),
+            fail(2_000_000, 24, 100 * MIB, 3),
+        ];
+        r.devices[0].failures_total = 5;
+        let run = run(r);
+        let g = &groups(&run)[0];
+        let req: Vec<(i64, usize)> = g.failed_requests().iter().map(|(_, f, rs)| (f.seq.unwrap(), rs.len())).collect();
+        assert_eq!(req, [(20, 1), (22, 0), (23, 0), (24, 0)], "a retry from another stack is not folded");
+        let s = summarize_device(g);
+        assert_eq!((s.failures_total, s.failed_requests, s.failures.len()), (5, 4, 4));
+        assert_eq!(s.failures[0].retried_at_us.len(), 1);
     }
 
     #[test]

@@ -188,7 +188,8 @@ pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -
             });
         }
         if no_failures {
-            for (m, f) in g.failures() {
+            // A request and the allocator's retries of it are one failure (`analysis::is_retry`).
+            for (m, f, _) in g.failed_requests() {
                 out.push(Outcome {
                     device: g.title(),
                     budget: "no-failures".into(),

@@ -109,6 +109,11 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
     d
 }
 
+/// The failed calls a device's failure rows stand for (each row: a request and its retries).
+fn recorded_calls(dev: &DeviceSummary) -> i64 {
+    dev.failures.iter().map(|f| 1 + f.retried_at_us.len() as i64).sum()
+}
+
 /// One line per GPU: tracked, untracked and device usage at the last query, failures and
 /// the biggest category.
 fn overview(rows: &[OverviewRow], hosts: usize) -> Table {
@@ -245,18 +250,31 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
     }
 
     if dev.failures_total > 0 {
-        d.push(Block::Sub(format!("Failed allocations ({})", dev.failures_total)));
+        d.push(Block::Sub(if dev.failed_requests == dev.failures_total {
+            format!("Failed allocations ({})", dev.failures_total)
+        } else {
+            format!(
+                "Failed allocations ({}, {} with the retries)",
+                count(dev.failed_requests as usize, "request", "requests"),
+                count(dev.failures_total as usize, "failed call", "failed calls")
+            )
+        }));
         for f in &dev.failures {
             let cats: Vec<String> =
                 f.categories.iter().filter(|(_, v)| **v != 0).map(|(k, v)| format!("{k} {}", fmt_bytes(*v))).collect();
             d.push(Block::Alert(format!(
-                "{} {} at {}: {} of {} failed with {}; the process held {} ({}); last query before it{}",
+                "{} {} at {}: {} of {} failed with {}{}; the process held {} ({}); last query before it{}",
                 f.pid,
                 f.label,
                 at(f.at_us),
                 f.api,
                 fmt_bytes(f.bytes),
                 f.error_name,
+                match f.retried_at_us.as_slice() {
+                    [] => String::new(),
+                    [one] => format!(", and again when retried at {}", at(*one)),
+                    more => format!(", and again in {} retries (the last at {})", more.len(), at(more[more.len() - 1])),
+                },
                 fmt_bytes(f.live_bytes),
                 if cats.is_empty() { "nothing".into() } else { cats.join(", ") },
                 match (f.last_probe_at_us, f.last_probe_free_bytes) {
@@ -266,9 +284,8 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
                 }
             )));
         }
-        let shown = dev.failures.len() as i64;
-        if shown < dev.failures_total {
-            d.para(format!("({} more failures not recorded in detail)", dev.failures_total - shown));
+        if recorded_calls(dev) < dev.failures_total {
+            d.para(format!("({} more failures not recorded in detail)", dev.failures_total - recorded_calls(dev)));
         }
     }
 

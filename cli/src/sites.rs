@@ -26,7 +26,7 @@ const DIFF_ROWS: usize = 10;
 const VIZ_FRAMES: usize = 32;
 
 /// One Python frame of a site.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct PyFrameRec {
     pub file: String,

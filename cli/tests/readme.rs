@@ -117,13 +117,16 @@ fn readme_outputs_are_the_goldens() {
     }
     if rebuilt != readme {
         let first = readme.lines().zip(rebuilt.lines()).position(|(a, b)| a != b).map(|i| i + 1);
-        panic!("README.md's pasted outputs differ from the goldens (first at line {first:?}); rerun with UPDATE_GOLDEN=1");
+        panic!(
+            "README.md's pasted outputs differ from the goldens (first at line {first:?}); rerun with UPDATE_GOLDEN=1"
+        );
     }
 }
 
 #[test]
 fn markers_fail_loudly() {
-    let (_, n, problems) = rebuild("a\n<!-- readme-output {\"parts\": [{\"golden\": \"no-such.txt\"}]} -->\n```\nx\n```\n");
+    let (_, n, problems) =
+        rebuild("a\n<!-- readme-output {\"parts\": [{\"golden\": \"no-such.txt\"}]} -->\n```\nx\n```\n");
     assert_eq!((n, problems.len()), (0, 1), "{problems:?}");
     let (_, _, problems) = rebuild("<!-- readme-output {\"parts\": []} -->\nnot a block\n");
     assert!(problems[0].contains("not followed"), "{problems:?}");
