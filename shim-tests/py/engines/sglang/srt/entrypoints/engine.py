@@ -28,6 +28,9 @@ def _launch_subprocesses(server_args):
         server_args.dist_init_dir = tempfile.mkdtemp(prefix="sglang-sim-")
     from sglang.srt.managers.scheduler import run_scheduler_process
     ctx = mp.get_context("spawn")
+    # An interpreter that needs a launcher (its own loader) names it for the ranks.
+    if os.environ.get("SIM_PYTHON_EXECUTABLE"):
+        ctx.set_executable(os.environ["SIM_PYTHON_EXECUTABLE"])
     procs, readers = [], []
     for tp_rank in range(server_args.tp_size):
         reader, writer = ctx.Pipe(duplex=False)

@@ -54,6 +54,9 @@ class MultiprocExecutor:
         if own_dir:
             c.dist_init_dir = tempfile.mkdtemp(prefix="vllm-sim-")
         ctx = mp.get_context("spawn")
+        # An interpreter that needs a launcher (its own loader) names it for the ranks.
+        if os.environ.get("SIM_PYTHON_EXECUTABLE"):
+            ctx.set_executable(os.environ["SIM_PYTHON_EXECUTABLE"])
         procs = []
         for rank in range(c.tensor_parallel_size):
             reader, writer = ctx.Pipe(duplex=False)
