@@ -305,3 +305,65 @@ mod tests {
         assert_eq!((c.totals.total_live, c.totals.total_peak), (960 * MIB, 960 * MIB));
     }
 }
+
+#[cfg(test)]
+mod history_tests {
+    use super::*;
+    use crate::classify::rules::parse_pack;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Small allocations come in through the online totals at the points; large ones are
+    /// classified and replayed; a later export moves a large one's online category.
+    #[test]
+    fn small_shares_from_points_and_large_ones_by_rule() {
+        let text = r#"{"culedger_rules": 1, "rules": [
+            {"name": "exp", "category": "ipc", "match": {"exported": true}},
+            {"name": "kv", "category": "kv_pool", "match": {"bytes": {"min": "100MiB"}}}]}"#;
+        let set = RuleSet::build(&[parse_pack(text, "t").unwrap()]).unwrap();
+        const IPC: usize = 2;
+        const OTHER: usize = 5;
+        let large = [
+            // 1: 200 MiB, kv by rule, online other; freed at 6.
+            Large {
+                view: AllocView { seq: 1, freed_seq: Some(6), bytes: 200 * MIB, ..Default::default() },
+                online: OTHER,
+                online_exported: OTHER,
+                export_seq: None,
+            },
+            // 3: 10 MiB exported at 4: online other, then ipc.
+            Large {
+                view: AllocView { seq: 3, bytes: 10 * MIB, exported: true, ..Default::default() },
+                online: OTHER,
+                online_exported: IPC,
+                export_seq: Some(4),
+            },
+        ];
+        let online = |other: u64, ipc: u64| {
+            let mut v = [0u64; 6];
+            v[OTHER] = other * MIB;
+            v[IPC] = ipc * MIB;
+            v
+        };
+        // Small: 1 MiB at seq 2 (other), freed at 5; 3 MiB at 7 (other).
+        let points = [
+            Point { seq: 1, online: online(200, 0) },
+            Point { seq: 2, online: online(201, 0) },
+            Point { seq: 3, online: online(211, 0) },
+            Point { seq: 4, online: online(201, 10) },
+            Point { seq: 5, online: online(200, 10) },
+            Point { seq: 6, online: online(0, 10) },
+            Point { seq: 7, online: online(3, 10) },
+            Point { seq: u64::MAX, online: online(3, 10) },
+        ];
+        let h = classify_history(&set, &large, &[], &points);
+        let at = |i: usize, c: usize| h.points[i][c] / MIB;
+        assert_eq!((at(2, 1), at(2, IPC), at(2, OTHER)), (200, 10, 1), "the export counts from the start");
+        assert_eq!((at(6, 1), at(6, IPC), at(6, OTHER)), (0, 10, 3));
+        assert_eq!(h.peak[1] / MIB, 200);
+        assert_eq!(h.peak[IPC] / MIB, 10);
+        assert_eq!(h.peak[OTHER] / MIB, 3, "other never held the large ones");
+        let rules: Vec<Option<&str>> = h.verdicts.iter().map(|v| v.1.map(|i| &*set.rules()[i].name)).collect();
+        assert_eq!(rules, [Some("kv"), Some("exp")]);
+    }
+}

@@ -21,8 +21,9 @@ use std::collections::HashMap;
 use super::device::{Alloc, Key};
 use crate::classify::tags::TagId;
 
-/// Records kept per device before the oldest freed ones are frozen (about 15 MB).
-pub(crate) const CAP: usize = 1 << 18;
+/// Records kept per device before the oldest freed ones are frozen (56 bytes each: 224 KiB;
+/// a long run that churns large allocations keeps its resident memory flat, see longrun.rs).
+pub(crate) const CAP: usize = 1 << 12;
 
 /// One large allocation (56 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +113,11 @@ impl History {
     pub(crate) fn inserted(&mut self, key: Key, a: &Alloc) {
         if a.bytes < self.min {
             return;
+        }
+        if self.recs.is_empty() {
+            // Once, at full size: the pages are touched as records are written, and the
+            // vector never reallocates (no copies, no freed halves left in the heap).
+            self.recs.reserve_exact(self.cap);
         }
         if self.recs.len() >= self.cap {
             self.freeze_oldest();
@@ -243,5 +249,80 @@ impl HistoryView {
     /// The record of the allocation made by the record `seq`, if it is large.
     pub(crate) fn by_seq(&self, seq: u64) -> Option<usize> {
         self.recs.binary_search_by_key(&seq, |r| r.alloc_seq).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Category;
+    use crate::ledger::{Facts, MemKind};
+
+    const MIB: u64 = 1 << 20;
+
+    fn alloc(seq: u64, base: u64, bytes: u64) -> Alloc {
+        Alloc {
+            base,
+            bytes,
+            kind: MemKind::Device,
+            api: "cudaMalloc",
+            t_ms: 0,
+            t_us: 0,
+            seq,
+            facts: Facts { site: 7, ..Facts::default() },
+            category: Category::Other,
+        }
+    }
+
+    #[test]
+    fn large_allocations_only_with_their_frees_restores_and_exports() {
+        let mut h = History::with(MIB, 16);
+        let (a, b, small) = (alloc(1, 0x1000, 4 * MIB), alloc(2, 0x9000_0000, 2 * MIB), alloc(3, 0x50, 4096));
+        h.inserted(Key::Addr(a.base), &a);
+        h.inserted(Key::Handle(9), &b);
+        h.inserted(Key::Addr(small.base), &small);
+        assert_eq!(h.recs.len(), 2, "below the threshold: no record");
+        let mut exported = a.clone();
+        exported.facts.exported = true;
+        exported.facts.h2d_bytes = MIB;
+        exported.category = Category::Ipc;
+        h.facts_changed(Key::Addr(a.base), &exported, 5);
+        let r = h.live_index(Key::Addr(a.base)).copied().unwrap();
+        assert_eq!((r.export_seq, r.h2d_bytes, r.online, r.online_exported), (5, MIB, 5, 2));
+        assert_eq!(h.live_index(Key::Handle(9)).map(|r| r.alloc_seq), Some(2), "handles and addresses apart");
+        h.freed(Key::Addr(a.base), &exported, 6);
+        assert!(h.live_index(Key::Addr(a.base)).is_none());
+        assert_eq!(h.recs[0].free_seq, 6);
+        h.restored(Key::Addr(a.base), &exported);
+        assert_eq!(h.live_index(Key::Addr(a.base)).map(|r| r.free_seq), Some(0), "a failed free undone");
+        let v = h.snapshot();
+        assert_eq!((v.recs.len(), v.api(&v.recs[0]), v.by_seq(2), v.by_seq(3)), (2, "cudaMalloc", Some(1), None));
+    }
+
+    #[test]
+    fn the_oldest_freed_records_are_frozen_at_the_cap() {
+        let mut h = History::with(MIB, 8);
+        let mut live = Vec::new();
+        for i in 0..40u64 {
+            let a = alloc(2 * i + 1, 0x1000 * (i + 1), MIB);
+            h.inserted(Key::Addr(a.base), &a);
+            if i % 4 == 0 {
+                live.push(a); // one in four stays live
+            } else {
+                h.freed(Key::Addr(a.base), &a, 2 * i + 2);
+            }
+            assert!(h.recs.len() <= 8 + live.len(), "{} records", h.recs.len());
+        }
+        assert!(h.frozen > 0 && h.frozen_upto_seq > 0);
+        // Every live record is kept and still found by its key.
+        for a in &live {
+            assert_eq!(h.live_index(Key::Addr(a.base)).map(|r| r.alloc_seq), Some(a.seq));
+        }
+        assert!(h.recs.windows(2).all(|w| w[0].alloc_seq < w[1].alloc_seq), "still in allocation order");
+        assert_eq!(h.frozen + h.recs.len() as u64, 40);
+        // A floor from a write is kept unless an older one comes later.
+        h.set_floor(Floor { upto_seq: 10, peaks: vec![("other".into(), 5)] });
+        h.set_floor(Floor { upto_seq: 3, peaks: vec![] });
+        assert_eq!(h.floor.as_ref().map(|f| f.upto_seq), Some(10));
     }
 }

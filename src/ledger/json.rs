@@ -229,6 +229,8 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc], hist: &HistoryView, fin: O
 }
 
 pub(super) fn render(l: &Ledger) -> Value {
+    // Devices whose history of large allocations was frozen in part (history.rs).
+    let mut frozen = Vec::new();
     let devices: Vec<Value> = l
         .shards()
         .map(|(index, shard)| {
@@ -253,10 +255,7 @@ pub(super) fn render(l: &Ledger) -> Value {
                 }
             };
             if hist.frozen > 0 {
-                l.note_warning(&format!(
-                    "device {index}: the call-site history reached its cap ({} records); its oldest freed records are frozen (devices[].history)",
-                    super::history::CAP
-                ));
+                frozen.push(json!({"device": index, "records": hist.frozen, "upto_seq": hist.frozen_upto_seq}));
             }
             device(index, &stats, &top, &hist, fin.as_ref())
         })
@@ -284,6 +283,7 @@ pub(super) fn render(l: &Ledger) -> Value {
         "unwrapped_symbols": unwrapped,
         "warnings": warnings,
         "warnings_dropped": h.warnings_dropped.load(Ordering::Relaxed),
+        "history_frozen": frozen,
     });
     json!({"devices": devices, "host": host, "health": health})
 }
