@@ -142,21 +142,20 @@ pub fn report_section(d: &mut Doc, rows: &[SiteRow]) {
     }
     d.push(Block::Sub("Where the memory was allocated".into()));
     // Live and all allocations share a column, so the caller keeps its room at 80 columns.
-    // The rule behind each category: its column only when a report names rules (reports
-    // written before report-time categories do not).
+    // The rule behind each category, beside it in the same column (a wrapped cell keeps the
+    // table at the terminal's width): only when a report names rules (reports written before
+    // report-time categories do not).
     let rules = rows.iter().take(REPORT_ROWS).any(|r| r.rule.is_some());
-    let mut head = vec!["caller", "category", "live", "peak", "allocs live/all", "pids"];
-    if rules {
-        head.insert(2, "rule");
-    }
-    let right: &[usize] = if rules { &[3, 4, 5] } else { &[2, 3, 4] };
-    let mut t = Table::new(&head, right);
+    let category = if rules { "category rule" } else { "category" };
+    let mut t = Table::new(&["caller", category, "live", "peak", "allocs live/all", "pids"], &[2, 3, 4]);
     for r in rows.iter().take(REPORT_ROWS) {
         let pids: Vec<String> = r.pids.iter().map(i64::to_string).collect();
-        let mut cells = vec![r.caller.clone(), r.category.clone()];
-        if rules {
-            cells.push(r.rule.clone().unwrap_or_else(|| "default".into()));
-        }
+        let mut cells = vec![r.caller.clone()];
+        cells.push(match (&r.rule, rules) {
+            (Some(rule), _) => format!("{} {rule}", r.category),
+            (None, true) => format!("{} default", r.category),
+            (None, false) => r.category.clone(),
+        });
         cells.extend([
             fmt_bytes(r.live_bytes),
             fmt_bytes(r.peak_bytes),
