@@ -1,8 +1,9 @@
 //! Classifying one device's recorded history when the report is written: the phase analysis,
 //! the rules (first match wins) on every allocation, and the replay that gives per-category
-//! live and peak bytes with the final categories. Pure; what the report writer calls once
-//! the ledger keeps call sites ([4]), and what the engine simulations' tests call today on the
-//! histories the simulations record (shim-tests/scenarios/tests/engines.rs).
+//! live and peak bytes with the final categories. Pure. [`classify_history`] is what the report
+//! writer runs (src/ledger/final_categories.rs); [`classify_device`] classifies a history of
+//! allocations alone (the engine simulations' tests run it on the histories the simulations
+//! record, shim-tests/scenarios/tests/engines.rs).
 
 use super::matcher::{Category, NativeFrame, PyFrame, Subject};
 use super::phase::{self, AllocRecord, ProbeRecord, Sizing};
