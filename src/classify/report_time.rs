@@ -84,13 +84,12 @@ struct MemoKey<'a> {
     phase: (bool, bool, bool),
 }
 
+/// Category names, per allocation its (category, rule), the sizing query.
+type Verdicts = (Vec<String>, Vec<(usize, Option<usize>)>, Option<Sizing>);
+
 /// The phase analysis and the rules on every allocation: category names (the set's, then
 /// categories named only by tags), per allocation its category index and rule, the sizing.
-fn verdicts(
-    set: &RuleSet,
-    allocs: &[AllocView<'_>],
-    probes: &[ProbeRecord],
-) -> (Vec<String>, Vec<(usize, Option<usize>)>, Option<Sizing>) {
+fn verdicts(set: &RuleSet, allocs: &[AllocView<'_>], probes: &[ProbeRecord]) -> Verdicts {
     let records: Vec<AllocRecord> = allocs
         .iter()
         .map(|a| AllocRecord { seq: a.seq, bytes: a.bytes, h2d_bytes: a.h2d_bytes, freed_seq: a.freed_seq })
@@ -305,14 +304,6 @@ mod tests {
         assert_eq!(rules, ["loader", "w", "default", "kv", "exp", "tag"]);
         assert_eq!((c.totals.total_live, c.totals.total_peak), (960 * MIB, 960 * MIB));
     }
-}
-
-#[cfg(test)]
-mod history_tests {
-    use super::*;
-    use crate::classify::rules::parse_pack;
-
-    const MIB: u64 = 1 << 20;
 
     /// Small allocations come in through the online totals at the points; large ones are
     /// classified and replayed; a later export moves a large one's online category.

@@ -34,6 +34,9 @@ pub(crate) struct Final {
     pub floor: Floor,
 }
 
+/// One site's live bytes per (category, rule), and its latest allocation's (seq, category, rule).
+type SiteTally = (Vec<(usize, Option<usize>, u64)>, (u64, usize, Option<usize>));
+
 /// The call sites of `ids`, read once: owned frames, for the borrowed views the rules use.
 struct Sites {
     owned: Vec<Arc<crate::sites::Site>>,
@@ -161,7 +164,7 @@ pub(crate) fn compute(set: &RuleSet, stats: &DeviceStats, top: &[Alloc], hist: &
     }
     let rule_name = |r: Option<usize>| r.and_then(|i| set.rules().get(i)).map(|r| r.name.to_string());
     // Per site: live bytes per (category, rule), and the latest verdict.
-    let mut per_site: HashMap<u32, (Vec<(usize, Option<usize>, u64)>, (u64, usize, Option<usize>))> = HashMap::new();
+    let mut per_site: HashMap<u32, SiteTally> = HashMap::new();
     for (r, &(cat, rule)) in hist.recs.iter().zip(&h.verdicts) {
         let live_now = r.free_seq == 0;
         if live_now {

@@ -158,7 +158,8 @@ impl EngineRun {
         for t in self.ranks() {
             let r = self.report_of(u(&t["pid"]));
             for (dev, _) in t["devices"].as_object().unwrap() {
-                let d = r["devices"].as_array().unwrap().iter().find(|d| d["index"].to_string() == *dev).unwrap();
+                let d =
+                    r["devices"].as_array().unwrap().iter().find(|d| d["index"].as_u64() == dev.parse().ok()).unwrap();
                 let mut bad = false;
                 for cat in CATEGORIES {
                     let c = &d["categories"][cat];
@@ -204,8 +205,12 @@ impl EngineRun {
                 for t in self.ranks() {
                     let r = self.report_of(u(&t["pid"]));
                     for dev in t["devices"].as_object().unwrap().keys() {
-                        let d =
-                            r["devices"].as_array().unwrap().iter().find(|d| d["index"].to_string() == *dev).unwrap();
+                        let d = r["devices"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|d| d["index"].as_u64() == dev.parse().ok())
+                            .unwrap();
                         let c = &d["categories"][cat];
                         let want = truth_of(t, dev, cat);
                         wl = wl.max(u(&c["live_bytes"]).abs_diff(want.0));

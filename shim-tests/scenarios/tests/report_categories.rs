@@ -4,6 +4,7 @@
 //! category. (The engine sims' accuracy is in engines.rs; Python tags and bad rule files in
 //! tags_rules.rs.)
 
+use culedger_scenarios::reports::reports_in;
 use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -17,14 +18,9 @@ fn libculedger() -> PathBuf {
 }
 
 fn only_report(dir: &Path) -> Value {
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("culedger-")))
-        .collect();
-    assert_eq!(files.len(), 1, "{files:?}");
-    serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap()
+    let mut reports = reports_in(dir);
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    reports.remove(0).1
 }
 
 /// rt_tags under culedger (with `CULEDGER_RULES` = a file holding `rules`, if any).
