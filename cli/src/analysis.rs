@@ -226,7 +226,8 @@ impl<'a> DeviceGroup<'a> {
         if self.members.len() == 1 {
             return member_max;
         }
-        let i = CATEGORIES.iter().position(|c| *c == name).unwrap_or(5);
+        // A category beyond the six (a user's or a tag's) has no series: the largest member's.
+        let Some(i) = CATEGORIES.iter().position(|c| *c == name) else { return member_max };
         self.series().iter().map(|p| p.cats[i]).max().unwrap_or(0).max(member_max)
     }
 
@@ -484,6 +485,24 @@ impl<'a> DeviceGroup<'a> {
 
 /// The categories worth listing for a run: those that held memory (live, peak or live
 /// allocations) in some process on some device; all six with `all`.
+/// Categories beyond the six (a user's rules or a program's tags name them; reports since
+/// report-time categories carry them), sorted; with `all` also the empty ones.
+pub fn extra_categories(run: &Run, all: bool) -> Vec<String> {
+    let mut v: Vec<String> = run
+        .procs
+        .iter()
+        .flat_map(|r| &r.devices)
+        .flat_map(|d| d.categories.iter())
+        .filter(|(name, s)| {
+            !CATEGORIES.contains(&name.as_str()) && (all || s.live_bytes != 0 || s.peak_bytes != 0 || s.allocs != 0)
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 pub fn shown_categories(run: &Run, all: bool) -> Vec<&'static str> {
     CATEGORIES
         .iter()
@@ -839,7 +858,11 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
         label: run.label.clone(),
         run_ids: run.run_ids.clone(),
         t0_unix_us: clock.t0_us,
-        categories_shown: shown_categories(run, all_categories).iter().map(|c| c.to_string()).collect(),
+        categories_shown: shown_categories(run, all_categories)
+            .iter()
+            .map(|c| c.to_string())
+            .chain(extra_categories(run, all_categories))
+            .collect(),
         verdict: verdict(run, &gs),
         overview,
         processes,
@@ -866,6 +889,16 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             retried_at_us: retries.into_iter().map(|us| g.clock.since(us)).collect(),
         })
         .collect();
+    // Categories beyond the six on this device (the text shows them when not empty).
+    let mut extras: Vec<String> = g
+        .members
+        .iter()
+        .flat_map(|m| m.dev.categories.keys())
+        .filter(|name| !CATEGORIES.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    extras.sort();
+    extras.dedup();
     let mut top: Vec<TopRow> = g
         .members
         .iter()
@@ -911,11 +944,13 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             .collect(),
         categories: CATEGORIES
             .iter()
+            .map(|c| c.to_string())
+            .chain(extras.iter().cloned())
             .map(|c| CatRow {
-                name: c.to_string(),
-                live_bytes: g.cat_live(c),
-                peak_bytes: g.cat_peak(c),
-                allocs: g.members.iter().map(|m| m.dev.cat(c).allocs).sum(),
+                name: c.clone(),
+                live_bytes: g.cat_live(&c),
+                peak_bytes: g.cat_peak(&c),
+                allocs: g.members.iter().map(|m| m.dev.cat(&c).allocs).sum(),
             })
             .collect(),
         live_bytes: g.live(),

@@ -113,7 +113,8 @@ impl Doc {
     }
 
     fn markdown(&self) -> String {
-        let esc = |s: &str| s.replace('|', "\\|");
+        // A line break inside a cell (text that goes on its own line) is a space in markdown.
+        let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
         let mut out = String::new();
         for b in &self.blocks {
             match b {

@@ -261,12 +261,13 @@ pub fn render_table(t: &TableSpec, max: usize) -> String {
     let mut natural = vec![0usize; n];
     let mut floors = vec![0usize; n];
     for i in 0..n {
-        let longest_word = |text: &str| text.split(' ').map(display_width).max().unwrap_or(0);
+        let longest_word = |text: &str| text.split([' ', '\n']).map(display_width).max().unwrap_or(0);
+        let longest_line = |text: &str| text.split('\n').map(display_width).max().unwrap_or(0);
         natural[i] = display_width(&t.headers[i]);
         // A header may wrap at its spaces, numbers never.
         floors[i] = longest_word(&t.headers[i]).min(MAX_WORD);
         for text in t.rows.iter().map(|r| cell(r, i)) {
-            natural[i] = natural[i].max(display_width(&text));
+            natural[i] = natural[i].max(longest_line(&text));
             let floor = if t.right.contains(&i) {
                 display_width(&text)
             } else if t.abbrev.contains(&i) {

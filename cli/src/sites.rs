@@ -60,6 +60,9 @@ pub struct SiteRec {
 pub struct DevSite {
     pub site: i64,
     pub category: String,
+    /// The rule that gave the category (None: the default, or a report from before
+    /// report-time categories).
+    pub rule: Option<String>,
     pub caller: Option<String>,
     pub live_bytes: i64,
     pub peak_bytes: i64,
@@ -73,6 +76,8 @@ pub struct SiteRow {
     pub caller: String,
     /// The category of most of the caller's live bytes.
     pub category: String,
+    /// The rule behind that category (None: the default rule, or not recorded).
+    pub rule: Option<String>,
     pub live_bytes: i64,
     /// Sum of the per-process peaks.
     pub peak_bytes: i64,
@@ -88,7 +93,8 @@ fn caller(s: &DevSite) -> String {
 
 /// Live bytes by caller on one device, largest first.
 pub fn rows(g: &DeviceGroup) -> Vec<SiteRow> {
-    let mut by: BTreeMap<String, (SiteRow, BTreeMap<String, i64>)> = BTreeMap::new();
+    type ByCategory = BTreeMap<(String, Option<String>), i64>;
+    let mut by: BTreeMap<String, (SiteRow, ByCategory)> = BTreeMap::new();
     for m in &g.members {
         for s in &m.dev.sites {
             let name = caller(s);
@@ -96,6 +102,7 @@ pub fn rows(g: &DeviceGroup) -> Vec<SiteRow> {
                 let row = SiteRow {
                     caller: name,
                     category: String::new(),
+                    rule: None,
                     live_bytes: 0,
                     peak_bytes: 0,
                     allocs: 0,
@@ -111,13 +118,14 @@ pub fn rows(g: &DeviceGroup) -> Vec<SiteRow> {
             if !row.pids.contains(&m.pid()) {
                 row.pids.push(m.pid());
             }
-            *cats.entry(s.category.clone()).or_default() += s.live_bytes.max(1);
+            *cats.entry((s.category.clone(), s.rule.clone())).or_default() += s.live_bytes.max(1);
         }
     }
     let mut v: Vec<SiteRow> = by
         .into_values()
         .map(|(mut row, cats)| {
-            row.category = cats.into_iter().max_by_key(|(_, b)| *b).map(|(c, _)| c).unwrap_or_default();
+            let (category, rule) = cats.into_iter().max_by_key(|(_, b)| *b).map(|(c, _)| c).unwrap_or_default();
+            (row.category, row.rule) = (category, rule);
             row
         })
         .collect();
@@ -134,17 +142,27 @@ pub fn report_section(d: &mut Doc, rows: &[SiteRow]) {
     }
     d.push(Block::Sub("Where the memory was allocated".into()));
     // Live and all allocations share a column, so the caller keeps its room at 80 columns.
-    let mut t = Table::new(&["caller", "category", "live", "peak", "allocs live/all", "pids"], &[2, 3, 4]);
+    // The rule behind each category goes with the caller, in brackets (the one free-text column
+    // wraps; the category stays a short column): only when a report names rules (reports
+    // written before report-time categories do not).
+    let rules = rows.iter().take(REPORT_ROWS).any(|r| r.rule.is_some());
+    let caller = if rules { "caller [rule]" } else { "caller" };
+    let mut t = Table::new(&[caller, "category", "live", "peak", "allocs live/all", "pids"], &[2, 3, 4]);
     for r in rows.iter().take(REPORT_ROWS) {
         let pids: Vec<String> = r.pids.iter().map(i64::to_string).collect();
-        t.row(vec![
-            r.caller.clone(),
-            r.category.clone(),
+        let mut cells = vec![match (&r.rule, rules) {
+            (Some(rule), _) => format!("{}\n[{rule}]", r.caller),
+            (None, true) => format!("{}\n[default]", r.caller),
+            (None, false) => r.caller.clone(),
+        }];
+        cells.push(r.category.clone());
+        cells.extend([
             fmt_bytes(r.live_bytes),
             fmt_bytes(r.peak_bytes),
             format!("{}/{}", r.allocs, r.total_allocs),
             pids.join(" "),
         ]);
+        t.row(cells);
     }
     d.table(t);
     if rows.len() > REPORT_ROWS {

@@ -244,7 +244,7 @@ fn diff_leads_with_the_cause() {
     let head = text.split("\nculedger diff:").next().unwrap().replace('\n', " ");
     assert!(
         head.starts_with(
-            "custom-ar/ ran out of memory: part 16 of its pool (916.00 MiB, other, cudaMalloc) failed on 2 of 2 GPUs"
+            "custom-ar/ ran out of memory: part 16 of its KV pool (916.00 MiB, kv_pool, cudaMalloc) failed on 2 of 2 GPUs"
         ),
         "{head}"
     );

@@ -136,7 +136,7 @@ fn perfetto_trace_has_the_required_fields() {
         assert!(c["ts"].as_i64().unwrap() >= 0 && c["pid"].is_i64());
         // Only the categories that held memory: no track that stays at zero.
         let keys: Vec<&str> = c["args"].as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["ipc", "other"], "{c}");
+        assert_eq!(keys, ["comm", "ipc", "kv_pool", "other", "weights"], "{c}");
     }
     // Free memory and untracked memory at each query, as counters.
     assert_eq!(named("GPU 0 free").len(), 7, "the launcher's and rank 0's queries on GPU 0");
@@ -225,8 +225,8 @@ fn plot_has_one_panel_per_device() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches(r#"class="panel""#).count(), 2);
     assert_eq!(svg.matches(r#"class="panel-title""#).count(), 2);
-    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5102, 5101) tracked peak"), "{svg}");
-    assert!(svg.contains("sim-host GPU 1 (pids 5102, 5101) tracked peak"), "{svg}");
+    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5101, 5102) tracked peak"), "{svg}");
+    assert!(svg.contains("sim-host GPU 1 (pids 5101, 5102) tracked peak"), "{svg}");
     // The capacity of each GPU, untracked memory as a band up to what the device used.
     assert_eq!(svg.matches(r#"class="capacity""#).count(), 2);
     assert!(svg.contains("capacity 24.00 GiB"));
@@ -240,8 +240,11 @@ fn plot_has_one_panel_per_device() {
     assert!(svg.contains(">F1: "), "{svg}");
     // The hover text is the list's text.
     assert!(svg.contains("<title>F1: "), "{svg}");
-    assert!(svg.contains(r#"class="area ipc""#) && svg.contains(r#"class="area other""#));
-    assert!(!svg.contains(">weights<"), "empty categories are not in the legend");
+    for held in ["weights", "kv_pool", "ipc", "comm", "other"] {
+        assert!(svg.contains(&format!(r#"class="area {held}""#)), "{held}");
+    }
+    // The failing ranks never captured graphs.
+    assert!(!svg.contains(">graphs<"), "empty categories are not in the legend");
     assert!(svg.contains("seconds since the run's first process started"));
     // A single process: one panel.
     let o = culedger(&["plot", "tests/fixtures/nccl/culedger-4102.json", "-o", out.to_str().unwrap()]);

@@ -127,7 +127,7 @@ fn check_bad_input_exits_2() {
 fn check_budgets_file() {
     let d = tempdir();
     let f = d.path().join("budgets.txt");
-    std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nother >= 22GiB  # weights and KV pool must fit\npeak:graphs<=128MiB\n").unwrap();
+    std::fs::write(&f, "# limits for the nccl configuration\nipc <= 64MiB\n\nkv_pool >= 14GiB  # the KV pool must fit\npeak:graphs<=128MiB\n").unwrap();
     let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o), "ok: 3 checks hold on 2 devices\n");
@@ -135,8 +135,8 @@ fn check_budgets_file() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stdout(&o),
-        "BREACH sim-host GPU 0: other is 20.64 GiB (budget other >= 22GiB)\n\
-         BREACH sim-host GPU 1: other is 21.54 GiB (budget other >= 22GiB)\n\
+        "BREACH sim-host GPU 0: kv_pool is 12.65 GiB (budget kv_pool >= 14GiB)\n\
+         BREACH sim-host GPU 1: kv_pool is 13.54 GiB (budget kv_pool >= 14GiB)\n\
          FAILED: 2 breaches; 3 checks on 2 devices\n"
     );
     std::fs::write(&f, "ipc <= 64MiB\nkv_pool => 1GiB\n").unwrap();

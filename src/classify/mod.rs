@@ -5,7 +5,7 @@
 //! fallback: where allocations stand relative to free-memory queries), `tags` (interned
 //! explicit tags), `replay` (per-category live and peak from a history, with final
 //! categories), `report_time` (all of it for one device's history: what the report writer
-//! will call once call sites are recorded).
+//! calls, src/ledger/final_categories.rs).
 //!
 //! The shipped packs (`rules/*.json`) are embedded at build time. `CULEDGER_RULES=FILE`
 //! adds the user's rules in front of them, or replaces them with `"replace": true`; a bad
@@ -13,7 +13,7 @@
 //!
 //! The live ledger classifies with the rules decidable from what it keeps per allocation
 //! (tag, capture, export; [`classify`]); frames, sizes, APIs and phases are applied when
-//! the report is written, once call sites are recorded.
+//! the report is written, to the large allocations' history (src/ledger/history.rs).
 
 pub mod glob;
 pub mod matcher;

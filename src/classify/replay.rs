@@ -1,6 +1,8 @@
-//! Report-time categories with consistent live and peak: a prototype of the integration
-//! described in docs/categories.md ("Implementation: applying the rules when the report is
-//! written"). Pure code, not wired into the ledger yet.
+//! Report-time categories with consistent live and peak (docs/categories.md,
+//! "Implementation: applying the rules when the report is written"): the replay of spans
+//! used by `report_time::classify_device` (the engine tests' check on the sims' own
+//! histories); the report writer's replay, with the live ledger's points, is
+//! `report_time::classify_history`. Pure code.
 //!
 //! The rules decide an allocation's category only when the report is written (its call
 //! site, its phase and whether it was exported later are known then). The peak of a

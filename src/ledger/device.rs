@@ -359,6 +359,8 @@ pub(crate) struct DeviceLedger {
     imports: HashMap<u64, u64>,
     /// Streams with an active capture (few; a vector beats a set).
     captures: Vec<u64>,
+    /// [5] report-time categories: the large allocations' history (history.rs).
+    pub history: super::history::History,
 }
 
 impl DeviceLedger {
@@ -416,6 +418,7 @@ impl DeviceLedger {
         let mut displaced = Displaced::default();
         let mut displace = |d: &mut DeviceLedger, k: Key| {
             if let Some(old) = d.take(k) {
+                d.history.freed(k, &old, now.seq); // [5] history
                 displaced.count += 1;
                 displaced.bytes = displaced.bytes.saturating_add(old.bytes);
             }
@@ -446,6 +449,7 @@ impl DeviceLedger {
         self.stats.alloc_count += 1;
         self.stats.sample(now);
         let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, facts, category };
+        self.history.inserted(key, &a); // [5] history
         match key {
             Key::Addr(b) => self.allocs.insert(b, a),
             Key::Handle(h) => self.phys.insert(h, a),
@@ -462,6 +466,7 @@ impl DeviceLedger {
     /// fails can put it back ([`DeviceLedger::restore`]).
     pub(crate) fn take_sampled(&mut self, key: Key, now: Stamp) -> Option<Alloc> {
         let a = self.take(key)?;
+        self.history.freed(key, &a, now.seq); // [5] history
         self.stats.sample(now);
         Some(a)
     }
@@ -484,6 +489,7 @@ impl DeviceLedger {
         self.stats.free_count = self.stats.free_count.saturating_sub(1);
         let current = self.stats.current(now);
         self.stats.timeline.undo(taken.seq, current);
+        self.history.restored(key, &a); // [5] history
         match key {
             Key::Addr(b) => self.allocs.insert(b, a),
             Key::Handle(h) => self.phys.insert(h, a),
@@ -500,6 +506,7 @@ impl DeviceLedger {
         }?;
         let r = change(&mut a.facts);
         self.stats.reclassify(a, now);
+        self.history.facts_changed(key, a, now.seq); // [5] history
         Some(r)
     }
 

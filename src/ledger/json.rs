@@ -6,12 +6,33 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Map, Value};
 
 use super::device::{Alloc, DeviceStats, Failure, Probe};
+use super::final_categories::{self, Final};
+use super::history::HistoryView;
 use super::{Ledger, MemKind};
 use crate::classify::ALL;
 
 /// A category map with all six categories: name to `value(index)`.
 fn categories(value: impl Fn(usize) -> Value) -> Value {
     Value::Object(ALL.iter().map(|c| (c.name().to_string(), value(c.index()))).collect())
+}
+
+/// A category map of figures per category: with report-time categories (`fin`), every
+/// category of `fin.names` (the six first); else the six online ones.
+fn cat_values(fin: Option<&Final>, figures: Option<&[u64]>, online: &[u64; 6]) -> Value {
+    match (fin, figures) {
+        (Some(f), Some(v)) => Value::Object(
+            f.names.iter().enumerate().map(|(i, n)| (n.clone(), json!(v.get(i).copied().unwrap_or(0)))).collect(),
+        ),
+        _ => categories(|i| json!(online[i])),
+    }
+}
+
+/// The name of category `i` of `fin`, else of the online six.
+fn cat_name(fin: Option<&Final>, i: usize) -> &str {
+    match fin {
+        Some(f) => f.names.get(i).map_or("other", String::as_str),
+        None => ALL.get(i).map_or("other", |c| c.name()),
+    }
 }
 
 fn kind_name(kind: MemKind) -> &'static str {
@@ -33,7 +54,7 @@ fn site(id: u32) -> Value {
     }
 }
 
-fn probe(p: &Probe) -> Value {
+fn probe(p: &Probe, fin: Option<&Final>, cats: Option<&[u64]>) -> Value {
     json!({
         "t_ms": p.t_ms,
         "t_us": p.t_us,
@@ -43,12 +64,12 @@ fn probe(p: &Probe) -> Value {
         "total_bytes": p.total,
         "error": p.error,
         "live_bytes": p.live,
-        "categories": categories(|i| json!(p.cats[i])),
+        "categories": cat_values(fin, cats, &p.cats),
         "site": site(p.site),
     })
 }
 
-fn failure(f: &Failure) -> Value {
+fn failure(f: &Failure, fin: Option<&Final>, cats: Option<&(Vec<u64>, Option<Vec<u64>>)>) -> Value {
     json!({
         "t_ms": f.t_ms,
         "t_us": f.t_us,
@@ -58,13 +79,17 @@ fn failure(f: &Failure) -> Value {
         "error": f.error,
         "error_name": f.error_name,
         "live_bytes": f.live,
-        "categories": categories(|i| json!(f.cats[i])),
-        "last_probe": f.last_probe.as_ref().map(probe),
+        "categories": cat_values(fin, cats.map(|c| c.0.as_slice()), &f.cats),
+        "last_probe": f.last_probe.as_ref().map(|p| probe(p, fin, cats.and_then(|c| c.1.as_deref()))),
         "site": site(f.site),
     })
 }
 
-fn allocation(a: &Alloc) -> Value {
+fn allocation(a: &Alloc, verdict: Option<&(usize, Option<String>)>, fin: Option<&Final>) -> Value {
+    let (category, rule) = match verdict {
+        Some((c, r)) => (cat_name(fin, *c), r.as_deref()),
+        None => (a.category.name(), None),
+    };
     json!({
         "ptr": format!("0x{:x}", a.base),
         "bytes": a.bytes,
@@ -73,7 +98,8 @@ fn allocation(a: &Alloc) -> Value {
         "t_ms": a.t_ms,
         "t_us": a.t_us,
         "seq": a.seq,
-        "category": a.category.name(),
+        "category": category,
+        "rule": rule,
         "exported": a.facts.exported,
         "captured": a.facts.captured,
         "h2d_bytes": a.facts.h2d_bytes,
@@ -83,18 +109,28 @@ fn allocation(a: &Alloc) -> Value {
     })
 }
 
-fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
+fn device(index: i32, s: &DeviceStats, top: &[Alloc], hist: &HistoryView, fin: Option<&Final>) -> Value {
     let timeline: Vec<Value> = s
         .timeline
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(k, t)| {
             let mut m = Map::new();
             m.insert("t_ms".into(), json!(t.t_ms));
             m.insert("t_us".into(), json!(t.t_us));
             m.insert("seq".into(), json!(t.seq));
             m.insert("live_bytes".into(), json!(t.live));
-            for c in ALL {
-                m.insert(c.name().into(), json!(t.cats[c.index()]));
+            match fin.and_then(|f| f.timeline.get(k).map(|v| (f, v))) {
+                Some((f, v)) => {
+                    for (i, n) in f.names.iter().enumerate() {
+                        m.insert(n.clone(), json!(v.get(i).copied().unwrap_or(0)));
+                    }
+                }
+                None => {
+                    for c in ALL {
+                        m.insert(c.name().into(), json!(t.cats[c.index()]));
+                    }
+                }
             }
             Value::Object(m)
         })
@@ -120,9 +156,14 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         .top_sites()
         .into_iter()
         .map(|(id, st)| {
+            let (category, rule) = match fin.and_then(|f| f.sites.get(&id)) {
+                Some((c, r)) => (cat_name(fin, *c), r.as_deref()),
+                None => (ALL[st.category()].name(), None),
+            };
             json!({
                 "site": id,
-                "category": ALL[st.category()].name(),
+                "category": category,
+                "rule": rule,
                 "live_bytes": st.live,
                 "peak_bytes": st.peak,
                 "allocs": st.allocs,
@@ -139,13 +180,25 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
         "peak_t_ms": s.peak_t_ms,
         "alloc_count": s.alloc_count,
         "free_count": s.free_count,
-        "categories": categories(|i| {
-            let c = &s.cats[i];
-            json!({"live_bytes": c.live, "peak_bytes": c.peak, "allocs": c.allocs})
-        }),
-        "probes": s.probes.iter().map(probe).collect::<Vec<_>>(),
+        "categories": match fin {
+            Some(f) => Value::Object(f.names.iter().enumerate().map(|(i, n)| {
+                let v = |x: &[u64]| x.get(i).copied().unwrap_or(0);
+                (n.clone(), json!({"live_bytes": v(&f.live), "peak_bytes": v(&f.peak), "allocs": v(&f.allocs)}))
+            }).collect()),
+            None => categories(|i| {
+                let c = &s.cats[i];
+                json!({"live_bytes": c.live, "peak_bytes": c.peak, "allocs": c.allocs})
+            }),
+        },
+        "history": {
+            "records": hist.recs.len(),
+            "frozen": hist.frozen,
+            "frozen_upto_seq": (hist.frozen > 0).then_some(hist.frozen_upto_seq),
+            "report_time_categories": fin.is_some(),
+        },
+        "probes": s.probes.iter().enumerate().map(|(k, p)| probe(p, fin, fin.and_then(|f| f.probes.get(k)).map(Vec::as_slice))).collect::<Vec<_>>(),
         "probes_total": s.probes.total(),
-        "failures": s.failures.items().iter().map(failure).collect::<Vec<_>>(),
+        "failures": s.failures.items().iter().enumerate().map(|(k, f)| failure(f, fin, fin.and_then(|x| x.failures.get(k)))).collect::<Vec<_>>(),
         "failures_total": s.failures.total(),
         "untracked_bytes": s.untracked,
         "untracked_max_bytes": s.untracked_max,
@@ -167,7 +220,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
             "instantiate_bytes": g.instantiate_bytes,
         },
         "driver_costs": driver_costs,
-        "top_allocations": top.iter().map(allocation).collect::<Vec<_>>(),
+        "top_allocations": top.iter().enumerate().map(|(k, a)| allocation(a, fin.and_then(|f| f.top.get(k)), fin)).collect::<Vec<_>>(),
         "sites": sites,
         "timeline": timeline,
         "events": events,
@@ -176,11 +229,35 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
 }
 
 pub(super) fn render(l: &Ledger) -> Value {
+    // Devices whose history of large allocations was frozen in part (history.rs).
+    let mut frozen = Vec::new();
     let devices: Vec<Value> = l
         .shards()
         .map(|(index, shard)| {
-            let (stats, top) = shard.lock().snapshot();
-            device(index, &stats, &top)
+            let ((stats, top), hist) = {
+                let d = shard.lock();
+                (d.snapshot(), d.history.snapshot())
+            };
+            // Report-time categories, outside the lock; a panic falls back to the online ones.
+            let fin = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                final_categories::compute(crate::classify::ruleset(), &stats, &top, &hist)
+            }));
+            let fin = match fin {
+                Ok(f) => {
+                    shard.lock().history.set_floor(f.floor.clone());
+                    Some(f)
+                }
+                Err(_) => {
+                    l.note_warning(&format!(
+                        "device {index}: report-time classification failed; categories are the live ledger's (tags, exports, captures only)"
+                    ));
+                    None
+                }
+            };
+            if hist.frozen > 0 {
+                frozen.push(json!({"device": index, "records": hist.frozen, "upto_seq": hist.frozen_upto_seq}));
+            }
+            device(index, &stats, &top, &hist, fin.as_ref())
         })
         .collect();
     let host = {
@@ -206,6 +283,7 @@ pub(super) fn render(l: &Ledger) -> Value {
         "unwrapped_symbols": unwrapped,
         "warnings": warnings,
         "warnings_dropped": h.warnings_dropped.load(Ordering::Relaxed),
+        "history_frozen": frozen,
     });
     json!({"devices": devices, "host": host, "health": health})
 }

@@ -16,6 +16,8 @@
 
 mod bounded;
 mod device;
+mod final_categories; // [5] report-time categories
+mod history; // [5] report-time categories
 mod host;
 mod json;
 #[cfg(test)]

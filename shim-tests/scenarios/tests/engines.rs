@@ -6,17 +6,19 @@
 //!
 //! 1. the ground truth is self-consistent;
 //! 2. culedger's device totals (live and peak bytes) equal the truth's, exactly;
-//! 3. the shipped rules (engine packs, builtin rules, phase fallback) applied to the history
-//!    the simulation recorded (allocations with the call site a recorder would see, copies
-//!    from host, exports, captures, free-memory queries) give every category's live AND peak
-//!    bytes within 1% + 2 MiB of the truth. Once culedger records call sites itself ([4]),
-//!    the same comparison applies to the report's categories.
+//! 3. the REPORT's per-category live AND peak bytes (report-time categories: culedger's own
+//!    call sites, the shipped rules, the phase fallback) are within 1% + 2 MiB of the truth,
+//!    on every rank, with every Python interpreter present (`pythons::supported`);
+//! 4. the shipped rules applied to the history the simulation recorded itself (allocations
+//!    with the call site a recorder would see) give the same: this separates a rule problem
+//!    from a recording problem when 3 fails.
 //!
 //! Needs `make sim` and the release `libculedger.so` (`make test` builds both).
 
 use culedger::classify::matcher::{NativeFrame, PyFrame};
 use culedger::classify::phase::ProbeRecord;
 use culedger::classify::report_time::{classify_device, AllocView, Site};
+use culedger_scenarios::pythons::{self, Python};
 use culedger_scenarios::{repo_root, Run, Sim};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -32,13 +34,43 @@ fn libculedger() -> PathBuf {
 }
 
 struct EngineRun {
+    python: String,
     run: Run,
     reports: Vec<Value>,
     truths: Vec<Value>,
 }
 
-/// Runs `engines/<script> args` on 2 simulated 8 GiB GPUs under culedger.
+/// Runs `engines/<script> args` on 2 simulated 8 GiB GPUs under culedger, with `python`
+/// (None: `$PYTHON` or python3).
 fn engine(name: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> EngineRun {
+    engine_with(None, name, script, args, env)
+}
+
+/// The interpreters to run the sims with: every supported one present from 3.11 on (at least
+/// one). Python 3.10 has no `co_qualname`: its frames name functions without their class
+/// (`load_model`, not `ModelRunner.load_model`), which the packs' function patterns do not
+/// match (docs/categories.md, "Limits").
+fn interpreters() -> Vec<Python> {
+    let found: Vec<Python> = pythons::supported().into_iter().filter(|p| p.minor >= 11).collect();
+    assert!(!found.is_empty(), "no supported Python found");
+    found
+}
+
+/// `check(ranks)` for `script args` on every interpreter.
+fn on_every_python(name: &str, script: &str, args: &[&str], env: &[(&str, &str)], ranks: usize) -> Vec<EngineRun> {
+    interpreters()
+        .iter()
+        .map(|py| {
+            let tag = format!("{name}_py{}{}", py.major, py.minor);
+            let e = engine_with(Some(py), &tag, script, args, env);
+            e.run.assert_success();
+            e.check(ranks);
+            e
+        })
+        .collect()
+}
+
+fn engine_with(python: Option<&Python>, name: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> EngineRun {
     let mut sim = Sim::new(name);
     let (out, truth) = (sim.scratch().join("out"), sim.scratch().join("truth"));
     sim.env("LD_PRELOAD", libculedger())
@@ -51,8 +83,24 @@ fn engine(name: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> Engi
         sim.env(k, v);
     }
     sim.timeout(Duration::from_secs(120));
-    let run = sim.run(sim.python(&format!("engines/{script}")).args(args));
-    EngineRun { reports: json_files(&out, "culedger-"), truths: json_files(&truth, "truth-"), run }
+    let mut cmd = sim.python(&format!("engines/{script}"));
+    let label = match python {
+        Some(py) => {
+            let mut c = std::process::Command::new(&py.command);
+            c.arg(repo_root().join("shim-tests/py/engines").join(script));
+            sim.apply_env(&mut c);
+            // The ranks are spawned with this interpreter too (a Debian build runs through
+            // its launcher, not its bare executable).
+            if py.command.is_absolute() {
+                c.env("CULEDGER_SIM_PYTHON", &py.command);
+            }
+            cmd = c;
+            py.label()
+        }
+        None => std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()),
+    };
+    let run = sim.run(cmd.args(args));
+    EngineRun { python: label, reports: json_files(&out, "culedger-"), truths: json_files(&truth, "truth-"), run }
 }
 
 fn json_files(dir: &Path, prefix: &str) -> Vec<Value> {
@@ -93,6 +141,90 @@ impl EngineRun {
             problems.extend(check_categories(t));
         }
         assert!(problems.is_empty(), "categories off the truth:\n{}\n{}", problems.join("\n"), self.run.describe());
+        let off = self.report_problems();
+        assert!(
+            off.is_empty(),
+            "{}: the report's categories off the truth:\n{}\n{}",
+            self.python,
+            off.join("\n"),
+            self.run.describe()
+        );
+    }
+
+    /// The report's categories against the truth, per rank and device: one line per category
+    /// off by more than 1% + 2 MiB (live or peak), then the report's sites to see why.
+    fn report_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for t in self.ranks() {
+            let r = self.report_of(u(&t["pid"]));
+            for (dev, _) in t["devices"].as_object().unwrap() {
+                let d =
+                    r["devices"].as_array().unwrap().iter().find(|d| d["index"].as_u64() == dev.parse().ok()).unwrap();
+                let mut bad = false;
+                for cat in CATEGORIES {
+                    let c = &d["categories"][cat];
+                    let got = (u(&c["live_bytes"]), u(&c["peak_bytes"]));
+                    let want = truth_of(t, dev, cat);
+                    if !close(got.0, want.0) || !close(got.1, want.1) {
+                        bad = true;
+                        problems.push(format!(
+                            "{} device {dev} {cat}: report live {} MiB, peak {} MiB; truth {} MiB, {} MiB",
+                            t["role"],
+                            got.0 / MIB,
+                            got.1 / MIB,
+                            want.0 / MIB,
+                            want.1 / MIB
+                        ));
+                    }
+                }
+                if bad {
+                    for s in d["sites"].as_array().unwrap() {
+                        problems.push(format!(
+                            "  site {} {} live {} MiB peak {} MiB -> {} by {}",
+                            s["site"],
+                            s["caller"],
+                            u(&s["live_bytes"]) / MIB,
+                            u(&s["peak_bytes"]) / MIB,
+                            s["category"],
+                            s["rule"]
+                        ));
+                    }
+                }
+            }
+        }
+        problems
+    }
+
+    /// The worst difference from the truth per category over the ranks and devices:
+    /// (live, peak) in bytes, for the accuracy figures printed by the tests.
+    fn worst(&self) -> Vec<(&'static str, u64, u64)> {
+        CATEGORIES
+            .iter()
+            .map(|&cat| {
+                let (mut wl, mut wp) = (0, 0);
+                for t in self.ranks() {
+                    let r = self.report_of(u(&t["pid"]));
+                    for dev in t["devices"].as_object().unwrap().keys() {
+                        let d = r["devices"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|d| d["index"].as_u64() == dev.parse().ok())
+                            .unwrap();
+                        let c = &d["categories"][cat];
+                        let want = truth_of(t, dev, cat);
+                        wl = wl.max(u(&c["live_bytes"]).abs_diff(want.0));
+                        wp = wp.max(u(&c["peak_bytes"]).abs_diff(want.1));
+                    }
+                }
+                (cat, wl, wp)
+            })
+            .collect()
+    }
+
+    fn print_worst(&self, what: &str) {
+        let w: Vec<String> = self.worst().iter().map(|(c, l, p)| format!("{c} {l}/{p}")).collect();
+        eprintln!("ACCURACY {what} ({}): worst |report - truth| bytes live/peak: {}", self.python, w.join(", "));
     }
 
     fn check_totals(&self, t: &Value) {
@@ -193,6 +325,7 @@ fn check_categories(t: &Value) -> Vec<String> {
                     captured: r["captured"].as_bool().unwrap(),
                     exported: r["exported"].as_bool().unwrap(),
                     site: Some(&sites[i]),
+                    site_id: 0,
                 }
             })
             .collect();
@@ -250,15 +383,16 @@ const SGLANG: [&str; 10] =
 
 #[test]
 fn sglang_with_nccl() {
-    let e = engine("eng_sglang_nccl", "sglang_server.py", &[&SGLANG[..], &["--allreduce", "nccl"]].concat(), &[]);
-    e.run.assert_success();
-    e.check(2);
-    each_rank(&e, "weights", |l, _| l > 900 * MIB);
-    each_rank(&e, "weights", |l, p| p > l); // the repacking scratch, freed again
-    each_rank(&e, "kv_pool", |l, _| l > 3000 * MIB);
-    each_rank(&e, "comm", |l, _| l > 0);
-    each_rank(&e, "graphs", |l, _| l > 0);
-    each_rank(&e, "ipc", |l, p| l == 0 && p == 0);
+    let args = [&SGLANG[..], &["--allreduce", "nccl"]].concat();
+    for e in on_every_python("eng_sglang_nccl", "sglang_server.py", &args, &[], 2) {
+        e.print_worst("sglang nccl");
+        each_rank(&e, "weights", |l, _| l > 900 * MIB);
+        each_rank(&e, "weights", |l, p| p > l); // the repacking scratch, freed again
+        each_rank(&e, "kv_pool", |l, _| l > 3000 * MIB);
+        each_rank(&e, "comm", |l, _| l > 0);
+        each_rank(&e, "graphs", |l, _| l > 0);
+        each_rank(&e, "ipc", |l, p| l == 0 && p == 0);
+    }
 }
 
 /// The custom all-reduce enables peer access after the sizing query, which also makes the
@@ -266,11 +400,11 @@ fn sglang_with_nccl() {
 #[test]
 fn sglang_with_custom_allreduce() {
     let args = [&SGLANG[..6], &["--mem-fraction-static", "0.75", "--allreduce", "custom"]].concat();
-    let e = engine("eng_sglang_custom", "sglang_server.py", &args, &[]);
-    e.run.assert_success();
-    e.check(2);
-    // meta + buffer (16 MiB), rank_data's 20 MiB segment, the graph pool's exported segments.
-    each_rank(&e, "ipc", |l, _| l >= 36 * MIB);
+    for e in on_every_python("eng_sglang_custom", "sglang_server.py", &args, &[], 2) {
+        e.print_worst("sglang custom all-reduce");
+        // meta + buffer (16 MiB), rank_data's 20 MiB segment, the graph pool's exported segments.
+        each_rank(&e, "ipc", |l, _| l >= 36 * MIB);
+    }
 }
 
 /// The demo's failure on a small machine: a thin reserve, and the custom all-reduce's lazily
@@ -352,28 +486,28 @@ const VLLM: [&str; 8] = ["--tp", "2", "--model-mib", "1024", "--layers", "4", "-
 
 #[test]
 fn vllm_with_custom_allreduce() {
-    let e = engine("eng_vllm", "vllm_server.py", &VLLM, &[]);
-    e.run.assert_success();
-    e.check(2);
-    each_rank(&e, "weights", |l, p| l > 900 * MIB && p > l);
-    each_rank(&e, "kv_pool", |l, _| l > 3000 * MIB);
-    each_rank(&e, "ipc", |l, _| l >= 36 * MIB);
-    each_rank(&e, "graphs", |l, _| l > 0);
-    each_rank(&e, "other", |_, p| p > 0); // the profile run, released before the KV cache
+    for e in on_every_python("eng_vllm", "vllm_server.py", &VLLM, &[], 2) {
+        e.print_worst("vllm custom all-reduce");
+        each_rank(&e, "weights", |l, p| l > 900 * MIB && p > l);
+        each_rank(&e, "kv_pool", |l, _| l > 3000 * MIB);
+        each_rank(&e, "ipc", |l, _| l >= 36 * MIB);
+        each_rank(&e, "graphs", |l, _| l > 0);
+        each_rank(&e, "other", |_, p| p > 0); // the profile run, released before the KV cache
+    }
 }
 
 /// Sleep mode: the weights and the KV cache are VMM memory (cuMemCreate + cuMemMap by
 /// cumem_allocator.abi3.so); culedger counts the physical handles.
 #[test]
 fn vllm_sleep_mode_with_vmm() {
-    let e = engine(
-        "eng_vllm_vmm",
-        "vllm_server.py",
-        &[&VLLM[..], &["--enable-sleep-mode", "--allreduce", "nccl"]].concat(),
-        &[],
-    );
-    e.run.assert_success();
-    e.check(2);
+    let args = [&VLLM[..], &["--enable-sleep-mode", "--allreduce", "nccl"]].concat();
+    for e in on_every_python("eng_vllm_vmm", "vllm_server.py", &args, &[], 2) {
+        e.print_worst("vllm sleep mode");
+        vmm_handles_counted(&e);
+    }
+}
+
+fn vmm_handles_counted(e: &EngineRun) {
     for t in e.ranks() {
         let vmm = t["records"].as_array().unwrap().iter().filter(|r| r["api"] == "cuMemCreate");
         let cats: std::collections::BTreeSet<&str> = vmm.map(|r| r["category"].as_str().unwrap()).collect();
@@ -386,20 +520,60 @@ fn vllm_sleep_mode_with_vmm() {
 
 #[test]
 fn plain_pytorch_script() {
-    let e = engine("eng_plain", "plain_torch.py", &[], &[]);
-    e.run.assert_success();
-    e.check(1);
-    each_rank(&e, "weights", |l, _| l > 900 * MIB);
-    each_rank(&e, "kv_pool", |l, _| l > 4000 * MIB);
-    each_rank(&e, "other", |l, _| l > 0);
+    for e in on_every_python("eng_plain", "plain_torch.py", &[], &[], 1) {
+        e.print_worst("plain torch");
+        each_rank(&e, "weights", |l, _| l > 900 * MIB);
+        each_rank(&e, "kv_pool", |l, _| l > 4000 * MIB);
+        each_rank(&e, "other", |l, _| l > 0);
+    }
 }
 
 /// No frame of any pack: the weights are allocated and copied by the script itself, so only
 /// the phase fallback can find them.
 #[test]
 fn plain_pytorch_script_with_hand_loaded_weights() {
-    let e = engine("eng_plain_raw", "plain_torch.py", &["--raw-weights"], &[]);
+    for e in on_every_python("eng_plain_raw", "plain_torch.py", &["--raw-weights"], &[], 1) {
+        e.print_worst("plain torch, hand-loaded weights");
+        each_rank(&e, "weights", |l, _| l > 900 * MIB);
+    }
+}
+
+/// The shipped rules with every rule that names `kv_pool` left out (engine packs and phase
+/// fallback), as a `CULEDGER_RULES` file that replaces them.
+fn rules_without_kv_pool() -> String {
+    let mut rules = Vec::new();
+    for f in ["builtin", "sglang", "vllm", "trtllm", "torch", "fallback"] {
+        let path = repo_root().join(format!("rules/{f}.json"));
+        let pack: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        rules.extend(pack["rules"].as_array().unwrap().iter().filter(|r| r["category"] != "kv_pool").cloned());
+    }
+    serde_json::json!({"culedger_rules": 1, "pack": "no-kv", "replace": true, "rules": rules}).to_string()
+}
+
+/// The accuracy check can fail: without the KV pool rules, the pool goes to `other` and the
+/// report is off the truth (kv_pool and other, live and peak) on every rank.
+#[test]
+fn the_report_check_fails_without_the_kv_pool_rules() {
+    let holder = Sim::new("eng_no_kv_rules_file");
+    let file = holder.scratch().join("no-kv.json");
+    std::fs::write(&file, rules_without_kv_pool()).unwrap();
+    let path = file.display().to_string();
+    let args = [&SGLANG[..], &["--allreduce", "nccl"]].concat();
+    let e = engine("eng_sglang_no_kv_rules", "sglang_server.py", &args, &[("CULEDGER_RULES", &path)]);
     e.run.assert_success();
-    e.check(1);
-    each_rank(&e, "weights", |l, _| l > 900 * MIB);
+    let off = e.report_problems();
+    for t in e.ranks() {
+        for cat in ["kv_pool", "other"] {
+            let want = format!(
+                "{} device {} {cat}: report live",
+                t["role"],
+                t["devices"].as_object().unwrap().keys().next().unwrap()
+            );
+            assert!(off.iter().any(|l| l.starts_with(&want)), "{want} missing in:\n{}", off.join("\n"));
+        }
+        let r = e.report_of(u(&t["pid"]));
+        assert!(r["health"]["warnings"].as_array().unwrap().is_empty(), "the file is valid: {}", r["health"]);
+        let d = &r["devices"][0];
+        assert_eq!(d["categories"]["kv_pool"]["peak_bytes"], 0, "{}", d["categories"]);
+    }
 }

@@ -104,7 +104,10 @@ fn dynamic_runtime_allocations_frees_probes_and_copies() {
     // cudaMalloc reaches our cuMemAlloc_v2 wrapper through the runtime: counted once.
     assert_eq!(u(&d["alloc_count"]), run.u64("allocs"));
     assert_eq!(u(&d["free_count"]), run.u64("frees"));
-    assert_eq!(cat(d, "other"), run.u64("live"));
+    // Report-time categories ([5]): what is not host-filled before the sizing query is other.
+    let cats = ["weights", "kv_pool", "ipc", "graphs", "comm", "other"];
+    assert_eq!(cats.iter().map(|c| cat(d, c)).sum::<u64>(), run.u64("live"), "{}", d["categories"]);
+    assert_eq!(cat(d, "other") + cat(d, "weights"), run.u64("live"), "{}", d["categories"]);
     // cudaFree(NULL) is not a free of anything; cudaFree(0x1234) is an unknown free.
     assert_eq!(u(&r["health"]["unknown_frees"]), 1);
     assert_ne!(run.u64("bad_free"), 0, "the fake runtime rejects the bogus free");

@@ -54,6 +54,10 @@ class MultiprocExecutor:
         if own_dir:
             c.dist_init_dir = tempfile.mkdtemp(prefix="vllm-sim-")
         ctx = mp.get_context("spawn")
+        # An interpreter that needs a launcher (its own loader) names it for the ranks.
+        if os.environ.get("CULEDGER_SIM_PYTHON"):
+            python = os.environ["CULEDGER_SIM_PYTHON"]
+            ctx.set_executable(shutil.which(python) or python)
         procs = []
         for rank in range(c.tensor_parallel_size):
             reader, writer = ctx.Pipe(duplex=False)
