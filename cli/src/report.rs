@@ -330,12 +330,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
                 .iter()
                 .filter(|(on, _)| *on)
                 .fold(a.category.clone(), |c, (_, flag)| format!("{c} {flag}"));
-            let mut row = vec![
-                at(a.at_us),
-                format!("{} {}", a.pid, a.label),
-                fmt_bytes(a.bytes),
-                category,
-            ];
+            let mut row = vec![at(a.at_us), format!("{} {}", a.pid, a.label), fmt_bytes(a.bytes), category];
             if !one_api {
                 row.push(a.api.clone());
             }

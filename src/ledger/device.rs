@@ -381,13 +381,13 @@ impl DeviceLedger {
     }
 
     /// A live addressed allocation overlapping [base, end) (or at `base` when empty).
+    ///
+    /// One ordered lookup: the record with the greatest base in the new range (or at
+    /// `base`) overlaps it; when that base is below `base`, no record starts in the range
+    /// and only that one can reach into it.
     fn overlapping(&self, base: u64, end: u64) -> Option<u64> {
-        if let Some((&b, a)) = self.allocs.range(..=base).next_back() {
-            if b == base || a.end() > base {
-                return Some(b);
-            }
-        }
-        self.allocs.range(base..end).next().map(|(&b, _)| b)
+        let (&b, a) = self.allocs.range(..=base.max(end.saturating_sub(1))).next_back()?;
+        (b >= base || a.end() > base).then_some(b)
     }
 
     /// Remove a record and account the free.
@@ -461,9 +461,16 @@ impl DeviceLedger {
     /// Free the record under `key` and hand it out, so that a free whose real call then
     /// fails can put it back ([`DeviceLedger::restore`]).
     pub(crate) fn take_sampled(&mut self, key: Key, now: Stamp) -> Option<Alloc> {
+        self.take_stamped(key, || now).map(|(a, _)| a)
+    }
+
+    /// [`DeviceLedger::take_sampled`] with the stamp made only when the record is found
+    /// (one lookup, and no clock read or sequence number for a pointer that is not here).
+    pub(crate) fn take_stamped(&mut self, key: Key, stamp: impl FnOnce() -> Stamp) -> Option<(Alloc, Stamp)> {
         let a = self.take(key)?;
+        let now = stamp();
         self.stats.sample(now);
-        Some(a)
+        Some((a, now))
     }
 
     /// Put back, exactly as it was, a record taken at `taken` by a free whose real call

@@ -15,6 +15,7 @@
 //! decimated timeline), `json` (rendering).
 
 mod bounded;
+mod clock;
 mod device;
 mod host;
 mod json;
@@ -24,10 +25,11 @@ mod tests;
 mod tests_undo;
 mod vmm;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
@@ -154,11 +156,34 @@ struct Hit {
     bytes: u64,
 }
 
+/// A counter on a cache line of its own (one per device: threads on different devices do not
+/// bounce one line between them).
+#[derive(Default)]
+#[repr(align(64))]
+struct PaddedCounter(AtomicU64);
+
+impl PaddedCounter {
+    /// One more; only ever called under the lock of the counter's shard, so a load and a
+    /// store (no locked read-modify-write) are enough.
+    fn bump_locked(&self) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// The device of this thread's last free: a free looks there first (threads keep to
+    /// one device). Const-initialised, no destructor.
+    static FREE_HINT: Cell<usize> = const { Cell::new(0) };
+}
+
 pub struct Ledger {
-    start: Instant,
+    clock: clock::Clock,
     start_unix_ms: u64,
     start_unix_us: u64,
+    /// Changes outside the device shards (and those made without their lock).
     generation: AtomicU64,
+    /// Changes per device shard, bumped under its lock.
+    device_generation: [PaddedCounter; MAX_DEVICES],
     /// The next record's sequence number (see `Stamp`).
     seq: AtomicU64,
     devices: [OnceCell<Mutex<DeviceLedger>>; MAX_DEVICES],
@@ -180,10 +205,11 @@ impl Ledger {
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let start_unix_us = u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX);
         Ledger {
-            start: Instant::now(),
+            clock: clock::Clock::new(),
             start_unix_ms: start_unix_us / 1000,
             start_unix_us,
             generation: AtomicU64::new(0),
+            device_generation: std::array::from_fn(|_| PaddedCounter::default()),
             seq: AtomicU64::new(1),
             devices: std::array::from_fn(|_| OnceCell::new()),
             vmm: Mutex::new(VmmTable::default()),
@@ -200,7 +226,7 @@ impl Ledger {
 
     /// Microseconds since this ledger was created (monotonic clock).
     pub fn t_us(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+        self.clock.now_us()
     }
 
     /// The time and a fresh sequence number for a record being made now. Callers take it
@@ -220,9 +246,11 @@ impl Ledger {
         self.start_unix_us
     }
 
-    /// Bumped on every change; the flush thread writes when it moved.
+    /// Moves on every change; the flush thread writes when it moved. The sum of the
+    /// process-wide counter and the per-device ones.
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        let devices = self.device_generation.iter().map(|g| g.0.load(Ordering::Acquire));
+        devices.fold(self.generation.load(Ordering::Acquire), u64::wrapping_add)
     }
 
     fn bump(&self) {
@@ -267,8 +295,8 @@ impl Ledger {
         // Stamp under the lock so each device's records are in time and sequence order.
         let now = self.stamp();
         let r = f(&mut d, now);
+        self.device_generation[dev as usize].bump_locked();
         drop(d);
-        self.bump();
         Some(r)
     }
 
@@ -333,12 +361,18 @@ impl Ledger {
             return None;
         }
         let key = Key::Addr(ptr);
-        for (dev, shard) in self.shards() {
+        // The device of this thread's last free first, then the others in order.
+        let hint = FREE_HINT.try_with(Cell::get).unwrap_or(0);
+        let first = self.existing(hint as i32).map(|s| (hint as i32, s));
+        for (dev, shard) in first.into_iter().chain(self.shards().filter(|&(d, _)| d as usize != hint)) {
             let mut d = shard.lock();
-            let taken = d.has(key).then(|| self.take_from(&mut d, dev, key)).flatten();
-            drop(d);
+            let taken = d.take_stamped(key, || self.stamp()).map(|(alloc, at)| Taken { dev, key, alloc, at });
             if taken.is_some() {
-                self.bump();
+                self.device_generation[dev as usize].bump_locked();
+                drop(d);
+                if dev as usize != hint {
+                    let _ = FREE_HINT.try_with(|h| h.set(dev as usize));
+                }
                 return taken;
             }
         }
@@ -349,8 +383,7 @@ impl Ledger {
 
     /// Take the record under `key` out of a locked shard (stamped under that lock).
     fn take_from(&self, d: &mut DeviceLedger, dev: i32, key: Key) -> Option<Taken> {
-        let at = self.stamp();
-        d.take_sampled(key, at).map(|alloc| Taken { dev, key, alloc, at })
+        d.take_stamped(key, || self.stamp()).map(|(alloc, at)| Taken { dev, key, alloc, at })
     }
 
     /// A free whose real call failed: put its record back exactly as it was (facts,

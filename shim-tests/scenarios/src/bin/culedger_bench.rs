@@ -686,7 +686,7 @@ fn worker(args: &[String]) -> Result<(), String> {
         }
         let pair = || {
             let mut p: *mut c_void = std::ptr::null_mut();
-            rt::cudaMalloc(&mut p, 2 << 20) | rt::cudaFree(p)
+            rt::cudaMalloc(&mut p, 256 << 10) | rt::cudaFree(p)
         };
         for _ in 0..batch {
             ck("pair", pair())?;
