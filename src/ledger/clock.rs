@@ -196,7 +196,8 @@ mod tests {
             }
             assert!(checked > 1000, "{checked} readings checked");
             if use_counter && invariant_counter() {
-                assert!(c.current.load(Ordering::Acquire) >= 2, "calibrated at 20 ms and 160 ms");
+                // Calibrated at 20 ms (later when preempted: the next one is 8x as late).
+                assert!(c.current.load(Ordering::Acquire) >= 1, "calibrated");
             }
         }
     }

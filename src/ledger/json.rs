@@ -176,6 +176,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc]) -> Value {
 }
 
 pub(super) fn render(l: &Ledger) -> Value {
+    l.settle_all();
     let devices: Vec<Value> = l
         .shards()
         .map(|(index, shard)| {

@@ -19,8 +19,11 @@ mod clock;
 mod device;
 mod host;
 mod json;
+mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_order;
 #[cfg(test)]
 mod tests_undo;
 mod vmm;
@@ -306,9 +309,16 @@ impl Ledger {
     fn at_ptr<R>(&self, ptr: u64, f: impl FnOnce(&mut DeviceLedger, Hit) -> R) -> Option<R> {
         for (dev, shard) in self.shards() {
             let mut d = shard.lock();
-            if let Some((base, bytes)) = d.containing(ptr) {
-                return Some(f(&mut d, Hit { dev, key: Key::Addr(base), base, bytes }));
+            let found = d.containing(ptr, || self.stamp());
+            let displaced = d.take_unwarned();
+            if let Some((base, bytes)) = found {
+                let r = f(&mut d, Hit { dev, key: Key::Addr(base), base, bytes });
+                drop(d);
+                self.warn_settled(dev, displaced);
+                return Some(r);
             }
+            drop(d);
+            self.warn_settled(dev, displaced);
         }
         let (m, dev) = {
             let vmm = self.vmm.lock();
@@ -318,6 +328,31 @@ impl Ledger {
         let mut d = self.existing(dev)?.lock();
         let key = Key::Handle(m.handle);
         d.has(key).then(|| f(&mut d, Hit { dev, key, base: m.va, bytes: m.size }))
+    }
+
+    /// Bring the address order of `d` up to date (see `device::Order`), warning about the
+    /// overlapping records it found, once the lock is released.
+    fn settle(&self, dev: i32, shard: &Mutex<DeviceLedger>) {
+        let displaced = {
+            let mut d = shard.lock();
+            d.settle_unwarned(|| self.stamp());
+            d.take_unwarned()
+        };
+        self.warn_settled(dev, displaced);
+    }
+
+    /// Bring every device's address order up to date (before a report is rendered).
+    pub(crate) fn settle_all(&self) {
+        for (dev, shard) in self.shards() {
+            self.settle(dev, shard);
+        }
+    }
+
+    fn warn_settled(&self, dev: i32, d: device::Displaced) {
+        if d.count > 0 {
+            self.bump();
+            self.warn_displaced("allocation", dev, format_args!("an allocation overlapping older records"), d);
+        }
     }
 
     fn warn_displaced(&self, api: &str, dev: i32, at: std::fmt::Arguments<'_>, d: device::Displaced) {
@@ -424,10 +459,11 @@ impl Ledger {
     /// `bytes` were copied from host memory into the allocation containing `ptr`.
     /// Copies into memory we do not track are ignored.
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
-        let add = |f: &mut Facts| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes);
-        if self.at_ptr(ptr, |d, h| d.update_facts(h.key, self.stamp(), add)).flatten().is_some() {
-            self.bump();
-        }
+        self.at_ptr(ptr, |d, h| {
+            if d.add_h2d(h.key, bytes, || self.stamp()) {
+                self.device_generation[h.dev as usize].bump_locked();
+            }
+        });
     }
 
     // ---- VMM ---------------------------------------------------------------------
