@@ -33,7 +33,7 @@ pub(crate) struct Alloc {
     pub bytes: u64,
     pub kind: MemKind,
     pub api: &'static str,
-    pub t_ms: u64,
+    /// When it was made (`t_ms` is `t_us / 1000`).
     pub t_us: u64,
     /// Per-process record order (see `Stamp`).
     pub seq: u64,
@@ -644,7 +644,7 @@ impl DeviceLedger {
         self.stats.site_add(facts.site, category, bytes, true);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, facts, category };
+        let a = Alloc { base, bytes, kind, api, t_us: now.t_us, seq: now.seq, facts, category };
         match key {
             Key::Addr(b) => {
                 self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq });

@@ -70,7 +70,7 @@ fn allocation(a: &Alloc) -> Value {
         "bytes": a.bytes,
         "kind": kind_name(a.kind),
         "api": a.api,
-        "t_ms": a.t_ms,
+        "t_ms": a.t_us / 1000,
         "t_us": a.t_us,
         "seq": a.seq,
         "category": a.category.name(),

@@ -31,7 +31,7 @@ mod vmm;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::sync::Mutex;
@@ -187,6 +187,8 @@ pub struct Ledger {
     generation: AtomicU64,
     /// Changes per device shard, bumped under its lock.
     device_generation: [PaddedCounter; MAX_DEVICES],
+    /// Device shards created (a free in a one-device process skips the thread's hint).
+    shards_made: AtomicUsize,
     /// The next record's sequence number (see `Stamp`).
     seq: AtomicU64,
     devices: [OnceCell<Mutex<DeviceLedger>>; MAX_DEVICES],
@@ -213,6 +215,7 @@ impl Ledger {
             start_unix_us,
             generation: AtomicU64::new(0),
             device_generation: std::array::from_fn(|_| PaddedCounter::default()),
+            shards_made: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
             devices: std::array::from_fn(|_| OnceCell::new()),
             vmm: Mutex::new(VmmTable::default()),
@@ -264,7 +267,10 @@ impl Ledger {
     fn shard(&self, dev: i32, api: &str) -> Option<&Mutex<DeviceLedger>> {
         match usize::try_from(dev).ok().and_then(|i| self.devices.get(i)) {
             Some(cell) => {
-                let shard = cell.get_or_init(Default::default);
+                let shard = cell.get_or_init(|| {
+                    self.shards_made.fetch_add(1, Ordering::Relaxed);
+                    Default::default()
+                });
                 crate::sync::published(shard);
                 Some(shard)
             }
@@ -397,7 +403,8 @@ impl Ledger {
         }
         let key = Key::Addr(ptr);
         // The device of this thread's last free first, then the others in order.
-        let hint = FREE_HINT.try_with(Cell::get).unwrap_or(0);
+        let multi = self.shards_made.load(Ordering::Relaxed) > 1;
+        let hint = if multi { FREE_HINT.try_with(Cell::get).unwrap_or(0) } else { usize::MAX };
         let first = self.existing(hint as i32).map(|s| (hint as i32, s));
         for (dev, shard) in first.into_iter().chain(self.shards().filter(|&(d, _)| d as usize != hint)) {
             let mut d = shard.lock();
@@ -405,7 +412,7 @@ impl Ledger {
             if taken.is_some() {
                 self.device_generation[dev as usize].bump_locked();
                 drop(d);
-                if dev as usize != hint {
+                if multi && dev as usize != hint {
                     let _ = FREE_HINT.try_with(|h| h.set(dev as usize));
                 }
                 return taken;
