@@ -110,7 +110,19 @@ impl Clock {
         self.now_ns() / 1000
     }
 
+    /// For helgrind (`valgrind` feature; a no-op otherwise): every field here is an atomic
+    /// read by all threads without a lock.
+    #[inline(always)]
+    fn annotate(&self) {
+        crate::sync::atomic(&self.current);
+        crate::sync::atomic(&self.lines);
+        crate::sync::atomic(&self.next_tsc);
+        crate::sync::atomic(&self.next_ns);
+        crate::sync::atomic(&self.calibrating);
+    }
+
     fn now_ns(&self) -> u64 {
+        self.annotate();
         let i = self.current.load(Ordering::Acquire);
         if i != 0 {
             if let Some(tsc) = counter() {

@@ -169,6 +169,7 @@ impl PaddedCounter {
     /// One more; only ever called under the lock of the counter's shard, so a load and a
     /// store (no locked read-modify-write) are enough.
     fn bump_locked(&self) {
+        crate::sync::atomic(&self.0);
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
     }
 }
@@ -255,6 +256,7 @@ impl Ledger {
     /// Moves on every change; the flush thread writes when it moved. The sum of the
     /// process-wide counter and the per-device ones.
     pub fn generation(&self) -> u64 {
+        crate::sync::atomic(&self.device_generation);
         let devices = self.device_generation.iter().map(|g| g.0.load(Ordering::Acquire));
         devices.fold(self.generation.load(Ordering::Acquire), u64::wrapping_add)
     }
@@ -403,6 +405,7 @@ impl Ledger {
         }
         let key = Key::Addr(ptr);
         // The device of this thread's last free first, then the others in order.
+        crate::sync::atomic(&self.shards_made);
         let multi = self.shards_made.load(Ordering::Relaxed) > 1;
         let hint = if multi { FREE_HINT.try_with(Cell::get).unwrap_or(0) } else { usize::MAX };
         let first = self.existing(hint as i32).map(|s| (hint as i32, s));
