@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
-use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
+use crate::sync::Mutex;
 
 use super::NativeFrame;
 

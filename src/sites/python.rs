@@ -20,8 +20,8 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
+use crate::sync::Mutex;
 
 use super::layouts::{Layout, Shape};
 use super::linetable;
