@@ -5,9 +5,10 @@
 //! and supplies the current time and sequence number (`Stamp`). Methods report what happened (replaced records, unknown
 //! keys) instead of logging, so the caller can warn after the lock is released.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 
 use super::bounded::{FirstLast, FirstN, Sample, Timeline};
+use super::table::{Keyed, Table};
 use super::{Facts, MemKind, Stamp};
 use crate::classify::{self, Category};
 
@@ -32,7 +33,7 @@ pub(crate) struct Alloc {
     pub bytes: u64,
     pub kind: MemKind,
     pub api: &'static str,
-    pub t_ms: u64,
+    /// When it was made (`t_ms` is `t_us / 1000`).
     pub t_us: u64,
     /// Per-process record order (see `Stamp`).
     pub seq: u64,
@@ -45,6 +46,44 @@ impl Alloc {
         self.base.saturating_add(self.bytes)
     }
 }
+
+impl Keyed for Alloc {
+    fn key(&self) -> u64 {
+        self.base
+    }
+}
+
+/// Bases in address order, for what an exact-key table cannot answer: the allocation
+/// containing an interior pointer, and allocations partially overlapping a newer one (frees
+/// we missed, the range handed out again in another cut). Kept lazily, off the alloc/free
+/// path: an allocation appends (base, end, seq) to `recent`; a free only counts in `stale`
+/// (its base stays in `sorted` until a clean-up, its `recent` entry until the next merge).
+/// [`DeviceLedger::settle`] merges `recent` in when an ordered question is asked, when
+/// `recent` reaches a quarter of `sorted` (at least 64 entries), and before each report; it
+/// then frees implicitly every live record older than a `recent` entry it overlaps, whether
+/// that entry is still live or was freed since (the driver handed its range out, so the
+/// older record's memory was gone either way).
+#[derive(Debug, Default)]
+struct Order {
+    /// Ascending, no duplicates; may hold bases no longer live (`stale` of them at most).
+    sorted: Vec<u64>,
+    /// Allocations since the last merge, in no order; some may be dead already.
+    recent: Vec<Fresh>,
+    /// Frees since `sorted` was last cleaned (an upper bound on its dead entries).
+    stale: usize,
+}
+
+/// An allocation not merged into the order yet.
+#[derive(Clone, Copy, Debug)]
+struct Fresh {
+    base: u64,
+    end: u64,
+    seq: u64,
+}
+
+/// Merge `recent` into `sorted` when it reaches this share of it.
+const RECENT_SHARE: usize = 4;
+const RECENT_MIN: usize = 64;
 
 /// Where a record lives in a shard: addressed allocations are keyed by base address,
 /// VMM physical memory by handle (handles are not addresses and may collide with them).
@@ -299,7 +338,7 @@ impl DeviceStats {
 
     /// Reclassify `a` from its facts, moving its bytes between categories. The device
     /// total does not change, so neither does the device peak.
-    fn reclassify(&mut self, a: &mut Alloc, now: Stamp) {
+    fn reclassify(&mut self, a: &mut Alloc, now: impl FnOnce() -> Stamp) {
         let cat = classify::classify(&a.facts);
         if cat != a.category {
             self.cats[a.category.index()].sub(a.bytes);
@@ -310,7 +349,7 @@ impl DeviceStats {
                 s.last_cat = cat.index();
             }
             a.category = cat;
-            self.sample(now);
+            self.sample(now());
         }
     }
 
@@ -349,11 +388,38 @@ pub(crate) struct Displaced {
     pub bytes: u64,
 }
 
+impl Displaced {
+    fn add(&mut self, other: Displaced) {
+        self.count += other.count;
+        self.bytes = self.bytes.saturating_add(other.bytes);
+    }
+}
+
+/// `a` and `b` (each ascending, without duplicates) merged, without duplicates.
+fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a[i], b[j]);
+        out.push(x.min(y));
+        i += usize::from(x <= y);
+        j += usize::from(y <= x);
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
+}
+
 /// One device's shard.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceLedger {
     pub stats: DeviceStats,
-    allocs: BTreeMap<u64, Alloc>,
+    /// Addressed allocations by base address.
+    allocs: Table<Alloc>,
+    order: Order,
+    /// Records a settle outside an insert displaced, not yet warned about.
+    unwarned: Displaced,
     phys: HashMap<u64, Alloc>,
     /// Open IPC imports: pointer to bytes.
     imports: HashMap<u64, u64>,
@@ -366,38 +432,174 @@ pub(crate) struct DeviceLedger {
 impl DeviceLedger {
     fn get(&self, key: Key) -> Option<&Alloc> {
         match key {
-            Key::Addr(base) => self.allocs.get(&base),
+            Key::Addr(base) => self.allocs.get(base),
             Key::Handle(h) => self.phys.get(&h),
         }
     }
 
-    /// (base, bytes) of the addressed allocation containing `ptr`: the one with the
-    /// greatest base <= ptr, if its end is past `ptr`.
-    pub(crate) fn containing(&self, ptr: u64) -> Option<(u64, u64)> {
-        let (&base, a) = self.allocs.range(..=ptr).next_back()?;
-        (a.end() > ptr).then_some((base, a.bytes))
+    /// (base, bytes) of the addressed allocation containing `ptr`: the one at `ptr`, else
+    /// the one with the greatest base below `ptr` if its end is past `ptr` (after
+    /// [`DeviceLedger::settle`], whose displaced records go in `displaced`).
+    pub(crate) fn containing(&mut self, ptr: u64, now: impl FnOnce() -> Stamp) -> Option<(u64, u64)> {
+        if let Some(a) = self.allocs.get(ptr) {
+            // Live records do not overlap: an empty one at `ptr` contains nothing.
+            return (a.bytes > 0).then_some((ptr, a.bytes));
+        }
+        self.settle_unwarned(now);
+        let a = self.live_before(ptr.saturating_add(1))?;
+        (a.end() > ptr).then_some((a.base, a.bytes))
     }
 
     pub(crate) fn has(&self, key: Key) -> bool {
         self.get(key).is_some()
     }
 
-    /// A live addressed allocation overlapping [base, end) (or at `base` when empty).
+    /// The live record with the greatest base below `end` (`order` settled).
+    fn live_before(&self, end: u64) -> Option<&Alloc> {
+        let sorted = &self.order.sorted;
+        sorted[..sorted.partition_point(|&b| b < end)].iter().rev().find_map(|&b| self.allocs.get(b))
+    }
+
+    /// A live addressed allocation overlapping [base, end) (or at `base` when empty);
+    /// `order` settled.
     fn overlapping(&self, base: u64, end: u64) -> Option<u64> {
-        if let Some((&b, a)) = self.allocs.range(..=base).next_back() {
-            if b == base || a.end() > base {
-                return Some(b);
-            }
+        if self.allocs.contains(base) {
+            return Some(base);
         }
-        self.allocs.range(base..end).next().map(|(&b, _)| b)
+        let a = self.live_before(end.max(base.saturating_add(1)))?;
+        (a.base >= base || a.end() > base).then_some(a.base)
+    }
+
+    /// Bring `order` up to date: drop dead bases when there are many, merge `recent` in,
+    /// and count as implicit frees (at `now`) the live records older than a `recent` entry
+    /// they overlap (see [`Order`]).
+    pub(crate) fn settle(&mut self, now: impl FnOnce() -> Stamp) -> Displaced {
+        let mut displaced = Displaced::default();
+        let order = &mut self.order;
+        if order.stale > 0 && order.stale * 2 >= order.sorted.len() {
+            let allocs = &self.allocs;
+            order.sorted.retain(|&b| allocs.contains(b));
+            order.stale = 0;
+        }
+        if order.recent.is_empty() {
+            return displaced;
+        }
+        let mut fresh = std::mem::take(&mut order.recent);
+        fresh.sort_unstable_by_key(|f| (f.base, f.seq));
+        let mut now = Some(now);
+        let mut stamp = None;
+        let mut at = || *stamp.get_or_insert_with(|| now.take().map_or(Stamp { t_ms: 0, t_us: 0, seq: 0 }, |f| f()));
+        // Against the records merged before (all older, but for restored ones).
+        let mut tail = None;
+        for f in &fresh {
+            self.displace_older(f, &mut tail, &mut displaced, &mut at);
+        }
+        // Among themselves: a sweep in base order, keeping the entries still reaching past it.
+        let mut reaching: Vec<Fresh> = Vec::new();
+        for f in &fresh {
+            reaching.retain(|r| r.end > f.base || r.base == f.base);
+            for r in &reaching {
+                let older = if r.seq < f.seq { r } else { f };
+                if self.allocs.get(older.base).is_some_and(|a| a.seq == older.seq) {
+                    self.displace(older.base, &mut displaced, &mut at);
+                }
+            }
+            reaching.push(*f);
+        }
+        let live = |f: &&Fresh| self.allocs.get(f.base).is_some_and(|a| a.seq == f.seq);
+        let bases: Vec<u64> = fresh.iter().filter(live).map(|f| f.base).collect();
+        if self.order.sorted.last().is_none_or(|&last| bases.first().is_some_and(|&first| first > last)) {
+            // All above the others (addresses handed out upwards): appended in place.
+            self.order.sorted.extend_from_slice(&bases);
+        } else if !bases.is_empty() {
+            let old = std::mem::take(&mut self.order.sorted);
+            self.order.sorted = merge(&old, &bases);
+        }
+        fresh.clear();
+        if fresh.capacity() <= RECENT_MIN.max(self.order.sorted.len() / RECENT_SHARE) * 2 {
+            self.order.recent = fresh;
+        }
+        displaced
+    }
+
+    /// Free implicitly the live records older than `f` that overlap its range. `tail` caches
+    /// the live record with the greatest base (base, end, seq) between calls: an allocation
+    /// above every other (fresh addresses) is checked against it alone, without a search.
+    #[allow(clippy::type_complexity)]
+    fn displace_older(
+        &mut self,
+        f: &Fresh,
+        tail: &mut Option<Option<(u64, u64, u64)>>,
+        displaced: &mut Displaced,
+        now: &mut dyn FnMut() -> Stamp,
+    ) {
+        let older = |a: &Alloc| a.seq < f.seq;
+        loop {
+            let sorted = &self.order.sorted;
+            if sorted.last().is_none_or(|&last| f.base > last) {
+                let allocs = &self.allocs;
+                let t = *tail.get_or_insert_with(|| {
+                    sorted.iter().rev().find_map(|&b| allocs.get(b)).map(|a| (a.base, a.end(), a.seq))
+                });
+                match t {
+                    Some((base, end, seq)) if end > f.base && seq < f.seq => {
+                        *tail = None;
+                        self.displace(base, displaced, now);
+                        continue;
+                    }
+                    _ => return,
+                }
+            }
+            let at = sorted.partition_point(|&b| b < f.base);
+            // The live record with the greatest base below f's, if it reaches into f.
+            let before = sorted[..at].iter().rev().find_map(|&b| self.allocs.get(b)).filter(|a| a.end() > f.base);
+            // Records starting inside f (an empty f: at its base).
+            let inside = || {
+                sorted[at..]
+                    .iter()
+                    .take_while(|&&b| b < f.end.max(f.base.saturating_add(1)))
+                    .filter_map(|&b| self.allocs.get(b))
+                    .find(|a| older(a))
+            };
+            let Some(victim) = before.filter(|a| older(a)).or_else(inside).map(|a| a.base) else { return };
+            *tail = None;
+            self.displace(victim, displaced, now);
+        }
+    }
+
+    /// Free the record at `base` implicitly (a free we missed), with a timeline sample.
+    fn displace(&mut self, base: u64, displaced: &mut Displaced, now: &mut dyn FnMut() -> Stamp) {
+        if let Some(old) = self.take(Key::Addr(base)) {
+            displaced.count += 1;
+            displaced.bytes = displaced.bytes.saturating_add(old.bytes);
+            let now = now();
+            self.history.freed(Key::Addr(base), &old, now.seq); // [5] history
+            self.stats.sample(now);
+        }
+    }
+
+    /// [`DeviceLedger::settle`] outside an insert: what it displaced waits in `unwarned` for
+    /// the caller to warn about once the lock is released ([`DeviceLedger::take_unwarned`]).
+    pub(crate) fn settle_unwarned(&mut self, now: impl FnOnce() -> Stamp) {
+        let d = self.settle(now);
+        self.unwarned.add(d);
+    }
+
+    /// Records displaced by a settle not yet warned about.
+    pub(crate) fn take_unwarned(&mut self) -> Displaced {
+        std::mem::take(&mut self.unwarned)
     }
 
     /// Remove a record and account the free.
     fn take(&mut self, key: Key) -> Option<Alloc> {
         let a = match key {
-            Key::Addr(base) => self.allocs.remove(&base),
-            Key::Handle(h) => self.phys.remove(&h),
-        }?;
+            Key::Addr(base) => {
+                let a = self.allocs.remove(base)?;
+                self.order.stale += 1;
+                a
+            }
+            Key::Handle(h) => self.phys.remove(&h)?,
+        };
         self.stats.sub_live(a.category, a.bytes);
         self.stats.site_sub(a.facts.site, a.category, a.bytes);
         self.stats.free_count += 1;
@@ -424,11 +626,10 @@ impl DeviceLedger {
             }
         };
         let base = match key {
+            // The same base still live: a free we missed (partial overlaps are found by
+            // `settle`, off this path).
             Key::Addr(base) => {
-                let end = base.saturating_add(bytes);
-                while let Some(old) = self.overlapping(base, end) {
-                    displace(self, Key::Addr(old));
-                }
+                displace(self, key);
                 base
             }
             Key::Handle(h) => {
@@ -448,11 +649,20 @@ impl DeviceLedger {
         self.stats.site_add(facts.site, category, bytes, true);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        let a = Alloc { base, bytes, kind, api, t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, facts, category };
+        let a = Alloc { base, bytes, kind, api, t_us: now.t_us, seq: now.seq, facts, category };
         self.history.inserted(key, &a); // [5] history
         match key {
-            Key::Addr(b) => self.allocs.insert(b, a),
-            Key::Handle(h) => self.phys.insert(h, a),
+            Key::Addr(b) => {
+                self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq });
+                self.allocs.insert(a);
+                let o = &self.order;
+                if o.recent.len() >= RECENT_MIN.max(o.sorted.len() / RECENT_SHARE) {
+                    displaced.add(self.settle(|| now));
+                }
+            }
+            Key::Handle(h) => {
+                self.phys.insert(h, a);
+            }
         };
         displaced
     }
@@ -465,10 +675,17 @@ impl DeviceLedger {
     /// Free the record under `key` and hand it out, so that a free whose real call then
     /// fails can put it back ([`DeviceLedger::restore`]).
     pub(crate) fn take_sampled(&mut self, key: Key, now: Stamp) -> Option<Alloc> {
+        self.take_stamped(key, || now).map(|(a, _)| a)
+    }
+
+    /// [`DeviceLedger::take_sampled`] with the stamp made only when the record is found
+    /// (one lookup, and no clock read or sequence number for a pointer that is not here).
+    pub(crate) fn take_stamped(&mut self, key: Key, stamp: impl FnOnce() -> Stamp) -> Option<(Alloc, Stamp)> {
         let a = self.take(key)?;
+        let now = stamp();
         self.history.freed(key, &a, now.seq); // [5] history
         self.stats.sample(now);
-        Some(a)
+        Some((a, now))
     }
 
     /// Put back, exactly as it was, a record taken at `taken` by a free whose real call
@@ -478,7 +695,10 @@ impl DeviceLedger {
     /// place: the driver handed the address out again, so the free did happen.
     pub(crate) fn restore(&mut self, key: Key, a: Alloc, taken: Stamp, now: Stamp) -> bool {
         let occupied = match key {
-            Key::Addr(base) => self.overlapping(base, a.end()).is_some(),
+            Key::Addr(base) => {
+                self.settle_unwarned(|| now);
+                self.overlapping(base, a.end()).is_some()
+            }
             Key::Handle(h) => self.phys.contains_key(&h),
         };
         if occupied {
@@ -491,31 +711,65 @@ impl DeviceLedger {
         self.stats.timeline.undo(taken.seq, current);
         self.history.restored(key, &a); // [5] history
         match key {
-            Key::Addr(b) => self.allocs.insert(b, a),
-            Key::Handle(h) => self.phys.insert(h, a),
+            Key::Addr(b) => {
+                self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq });
+                self.allocs.insert(a);
+            }
+            Key::Handle(h) => {
+                self.phys.insert(h, a);
+            }
         };
         true
     }
 
     /// Change the facts of a record and reclassify it. Returns what `change` returned,
-    /// or None when the record is unknown.
-    pub(crate) fn update_facts<R>(&mut self, key: Key, now: Stamp, change: impl FnOnce(&mut Facts) -> R) -> Option<R> {
+    /// or None when the record is unknown. `now` is called (a stamp made) only when the
+    /// category changes: a host-to-device copy into weights already classified costs no
+    /// clock read.
+    pub(crate) fn update_facts<R>(
+        &mut self,
+        key: Key,
+        now: impl FnOnce() -> Stamp,
+        change: impl FnOnce(&mut Facts) -> R,
+    ) -> Option<R> {
         let a = match key {
-            Key::Addr(base) => self.allocs.get_mut(&base),
+            Key::Addr(base) => self.allocs.get_mut(base),
             Key::Handle(h) => self.phys.get_mut(&h),
         }?;
         let r = change(&mut a.facts);
         self.stats.reclassify(a, now);
-        self.history.facts_changed(key, a, now.seq); // [5] history
         Some(r)
+    }
+
+    /// [5] history: the record under `key` changed its facts (at `seq`, for an export).
+    fn history_facts_changed(&mut self, key: Key, seq: u64) {
+        let a = match key {
+            Key::Addr(base) => self.allocs.get(base),
+            Key::Handle(h) => self.phys.get(&h),
+        };
+        if let Some(a) = a {
+            self.history.facts_changed(key, a, seq);
+        }
+    }
+
+    /// `bytes` copied from host memory into the record under `key`; reclassifies it (stamped
+    /// only when its category changes). False when the record is unknown.
+    pub(crate) fn add_h2d(&mut self, key: Key, bytes: u64, now: impl FnOnce() -> Stamp) -> bool {
+        if self.update_facts(key, now, |f| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes)).is_none() {
+            return false;
+        }
+        // An export is not what changed here: no sequence number needed.
+        self.history_facts_changed(key, 0);
+        true
     }
 
     /// Flag a record exported and reclassify it; counted in `ipc.exported_*` only the
     /// first time. False when the record is unknown.
     pub(crate) fn mark_exported(&mut self, key: Key, api: &'static str, now: Stamp) -> bool {
-        let Some(newly) = self.update_facts(key, now, |f| !std::mem::replace(&mut f.exported, true)) else {
+        let Some(newly) = self.update_facts(key, || now, |f| !std::mem::replace(&mut f.exported, true)) else {
             return false;
         };
+        self.history_facts_changed(key, now.seq);
         if newly {
             let (base, bytes) = self.get(key).map_or((0, 0), |a| (a.base, a.bytes));
             let ipc = &mut self.stats.ipc;

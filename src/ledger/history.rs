@@ -266,7 +266,6 @@ mod tests {
             bytes,
             kind: MemKind::Device,
             api: "cudaMalloc",
-            t_ms: 0,
             t_us: 0,
             seq,
             facts: Facts { site: 7, ..Facts::default() },

@@ -95,7 +95,7 @@ fn allocation(a: &Alloc, verdict: Option<&(usize, Option<String>)>, fin: Option<
         "bytes": a.bytes,
         "kind": kind_name(a.kind),
         "api": a.api,
-        "t_ms": a.t_ms,
+        "t_ms": a.t_us / 1000,
         "t_us": a.t_us,
         "seq": a.seq,
         "category": category,
@@ -229,6 +229,7 @@ fn device(index: i32, s: &DeviceStats, top: &[Alloc], hist: &HistoryView, fin: O
 }
 
 pub(super) fn render(l: &Ledger) -> Value {
+    l.settle_all();
     // Devices whose history of large allocations was frozen in part (history.rs).
     let mut frozen = Vec::new();
     let devices: Vec<Value> = l

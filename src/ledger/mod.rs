@@ -15,21 +15,26 @@
 //! decimated timeline), `json` (rendering).
 
 mod bounded;
+mod clock;
 mod device;
 mod final_categories; // [5] report-time categories
 mod history; // [5] report-time categories
 mod host;
 mod json;
+mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_order;
 #[cfg(test)]
 mod tests_undo;
 mod vmm;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
@@ -156,11 +161,37 @@ struct Hit {
     bytes: u64,
 }
 
+/// A counter on a cache line of its own (one per device: threads on different devices do not
+/// bounce one line between them).
+#[derive(Default)]
+#[repr(align(64))]
+struct PaddedCounter(AtomicU64);
+
+impl PaddedCounter {
+    /// One more; only ever called under the lock of the counter's shard, so a load and a
+    /// store (no locked read-modify-write) are enough.
+    fn bump_locked(&self) {
+        crate::sync::atomic(&self.0);
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// The device of this thread's last free: a free looks there first (threads keep to
+    /// one device). Const-initialised, no destructor.
+    static FREE_HINT: Cell<usize> = const { Cell::new(0) };
+}
+
 pub struct Ledger {
-    start: Instant,
+    clock: clock::Clock,
     start_unix_ms: u64,
     start_unix_us: u64,
+    /// Changes outside the device shards (and those made without their lock).
     generation: AtomicU64,
+    /// Changes per device shard, bumped under its lock.
+    device_generation: [PaddedCounter; MAX_DEVICES],
+    /// Device shards created (a free in a one-device process skips the thread's hint).
+    shards_made: AtomicUsize,
     /// The next record's sequence number (see `Stamp`).
     seq: AtomicU64,
     devices: [OnceCell<Mutex<DeviceLedger>>; MAX_DEVICES],
@@ -182,10 +213,12 @@ impl Ledger {
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let start_unix_us = u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX);
         Ledger {
-            start: Instant::now(),
+            clock: clock::Clock::new(),
             start_unix_ms: start_unix_us / 1000,
             start_unix_us,
             generation: AtomicU64::new(0),
+            device_generation: std::array::from_fn(|_| PaddedCounter::default()),
+            shards_made: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
             devices: std::array::from_fn(|_| OnceCell::new()),
             vmm: Mutex::new(VmmTable::default()),
@@ -202,7 +235,7 @@ impl Ledger {
 
     /// Microseconds since this ledger was created (monotonic clock).
     pub fn t_us(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+        self.clock.now_us()
     }
 
     /// The time and a fresh sequence number for a record being made now. Callers take it
@@ -222,9 +255,12 @@ impl Ledger {
         self.start_unix_us
     }
 
-    /// Bumped on every change; the flush thread writes when it moved.
+    /// Moves on every change; the flush thread writes when it moved. The sum of the
+    /// process-wide counter and the per-device ones.
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        crate::sync::atomic(&self.device_generation);
+        let devices = self.device_generation.iter().map(|g| g.0.load(Ordering::Acquire));
+        devices.fold(self.generation.load(Ordering::Acquire), u64::wrapping_add)
     }
 
     fn bump(&self) {
@@ -235,7 +271,10 @@ impl Ledger {
     fn shard(&self, dev: i32, api: &str) -> Option<&Mutex<DeviceLedger>> {
         match usize::try_from(dev).ok().and_then(|i| self.devices.get(i)) {
             Some(cell) => {
-                let shard = cell.get_or_init(Default::default);
+                let shard = cell.get_or_init(|| {
+                    self.shards_made.fetch_add(1, Ordering::Relaxed);
+                    Default::default()
+                });
                 crate::sync::published(shard);
                 Some(shard)
             }
@@ -269,8 +308,8 @@ impl Ledger {
         // Stamp under the lock so each device's records are in time and sequence order.
         let now = self.stamp();
         let r = f(&mut d, now);
+        self.device_generation[dev as usize].bump_locked();
         drop(d);
-        self.bump();
         Some(r)
     }
 
@@ -280,9 +319,16 @@ impl Ledger {
     fn at_ptr<R>(&self, ptr: u64, f: impl FnOnce(&mut DeviceLedger, Hit) -> R) -> Option<R> {
         for (dev, shard) in self.shards() {
             let mut d = shard.lock();
-            if let Some((base, bytes)) = d.containing(ptr) {
-                return Some(f(&mut d, Hit { dev, key: Key::Addr(base), base, bytes }));
+            let found = d.containing(ptr, || self.stamp());
+            let displaced = d.take_unwarned();
+            if let Some((base, bytes)) = found {
+                let r = f(&mut d, Hit { dev, key: Key::Addr(base), base, bytes });
+                drop(d);
+                self.warn_settled(dev, displaced);
+                return Some(r);
             }
+            drop(d);
+            self.warn_settled(dev, displaced);
         }
         let (m, dev) = {
             let vmm = self.vmm.lock();
@@ -292,6 +338,31 @@ impl Ledger {
         let mut d = self.existing(dev)?.lock();
         let key = Key::Handle(m.handle);
         d.has(key).then(|| f(&mut d, Hit { dev, key, base: m.va, bytes: m.size }))
+    }
+
+    /// Bring the address order of `d` up to date (see `device::Order`), warning about the
+    /// overlapping records it found, once the lock is released.
+    fn settle(&self, dev: i32, shard: &Mutex<DeviceLedger>) {
+        let displaced = {
+            let mut d = shard.lock();
+            d.settle_unwarned(|| self.stamp());
+            d.take_unwarned()
+        };
+        self.warn_settled(dev, displaced);
+    }
+
+    /// Bring every device's address order up to date (before a report is rendered).
+    pub(crate) fn settle_all(&self) {
+        for (dev, shard) in self.shards() {
+            self.settle(dev, shard);
+        }
+    }
+
+    fn warn_settled(&self, dev: i32, d: device::Displaced) {
+        if d.count > 0 {
+            self.bump();
+            self.warn_displaced("allocation", dev, format_args!("an allocation overlapping older records"), d);
+        }
     }
 
     fn warn_displaced(&self, api: &str, dev: i32, at: std::fmt::Arguments<'_>, d: device::Displaced) {
@@ -335,12 +406,20 @@ impl Ledger {
             return None;
         }
         let key = Key::Addr(ptr);
-        for (dev, shard) in self.shards() {
+        // The device of this thread's last free first, then the others in order.
+        crate::sync::atomic(&self.shards_made);
+        let multi = self.shards_made.load(Ordering::Relaxed) > 1;
+        let hint = if multi { FREE_HINT.try_with(Cell::get).unwrap_or(0) } else { usize::MAX };
+        let first = self.existing(hint as i32).map(|s| (hint as i32, s));
+        for (dev, shard) in first.into_iter().chain(self.shards().filter(|&(d, _)| d as usize != hint)) {
             let mut d = shard.lock();
-            let taken = d.has(key).then(|| self.take_from(&mut d, dev, key)).flatten();
-            drop(d);
+            let taken = d.take_stamped(key, || self.stamp()).map(|(alloc, at)| Taken { dev, key, alloc, at });
             if taken.is_some() {
-                self.bump();
+                self.device_generation[dev as usize].bump_locked();
+                drop(d);
+                if multi && dev as usize != hint {
+                    let _ = FREE_HINT.try_with(|h| h.set(dev as usize));
+                }
                 return taken;
             }
         }
@@ -351,8 +430,7 @@ impl Ledger {
 
     /// Take the record under `key` out of a locked shard (stamped under that lock).
     fn take_from(&self, d: &mut DeviceLedger, dev: i32, key: Key) -> Option<Taken> {
-        let at = self.stamp();
-        d.take_sampled(key, at).map(|alloc| Taken { dev, key, alloc, at })
+        d.take_stamped(key, || self.stamp()).map(|(alloc, at)| Taken { dev, key, alloc, at })
     }
 
     /// A free whose real call failed: put its record back exactly as it was (facts,
@@ -393,10 +471,11 @@ impl Ledger {
     /// `bytes` were copied from host memory into the allocation containing `ptr`.
     /// Copies into memory we do not track are ignored.
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
-        let add = |f: &mut Facts| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes);
-        if self.at_ptr(ptr, |d, h| d.update_facts(h.key, self.stamp(), add)).flatten().is_some() {
-            self.bump();
-        }
+        self.at_ptr(ptr, |d, h| {
+            if d.add_h2d(h.key, bytes, || self.stamp()) {
+                self.device_generation[h.dev as usize].bump_locked();
+            }
+        });
     }
 
     // ---- VMM ---------------------------------------------------------------------

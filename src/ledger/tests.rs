@@ -14,6 +14,7 @@ const IPC: usize = 2;
 const GRAPHS: usize = 3;
 
 fn stats(l: &Ledger, dev: i32) -> DeviceStats {
+    l.settle_all();
     l.devices[dev as usize].get().expect("device shard exists").lock().stats.clone()
 }
 

@@ -28,10 +28,6 @@ fn bench_harness_prints_every_figure() {
         let line = stdout.lines().find(|l| l.starts_with(figure)).unwrap_or_else(|| panic!("no {figure:?}:\n{stdout}"));
         let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
         assert_eq!(cells.len(), 6, "{line}");
-        if figure.starts_with("call-site") {
-            assert_eq!(cells[2], "n/a", "{line}");
-            continue;
-        }
         // A measured value (with culedger) and a target; "met" is yes or NO, never missing.
         assert!(cells[2].chars().next().is_some_and(|c| c.is_ascii_digit()), "{line}");
         assert!(!cells[4].is_empty() && (cells[5] == "yes" || cells[5] == "NO"), "{line}");

@@ -118,7 +118,7 @@ fn nccl_starts_and_custom_allreduce_runs_out_of_memory_after_the_query() {
     let head = out.lines().take_while(|l| !l.starts_with("culedger diff:")).collect::<Vec<_>>().join(" ");
     assert!(
         head.starts_with(
-            "custom-ar/ ran out of memory: part 59 of its pool (186.00 MiB, other, cudaMalloc) failed on 8 of 8 GPUs"
+            "custom-ar/ ran out of memory: part 59 of its KV pool (186.00 MiB, kv_pool, cudaMalloc) failed on 8 of 8 GPUs"
         ),
         "{head}"
     );
