@@ -44,7 +44,7 @@ for cfg in nccl custom-ar; do
     # the server's own lines (`culedger report $OUT/<cfg>` shows the report).
     set +e
     "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 "$SERVER" "${SERVER_ARGS[@]}" --allreduce "$allreduce" \
-        2> >(grep -E '^\[|^culedger: [0-9]+ report' >&2)
+        2> >(grep -E '^\[(launcher|rank [0-9]+)\] |^culedger: [0-9]+ report' >&2)
     status[$cfg]=$?
     set -e
     wait

@@ -135,18 +135,24 @@ fn sizing_probe(g: &DeviceGroup) -> Option<ProbeSide> {
     })
 }
 
+/// One line per failed request (an allocator's retries of it are said on its line).
 fn failure_lines(g: &DeviceGroup) -> Vec<String> {
-    g.failures()
+    g.failed_requests()
         .iter()
-        .map(|(m, f)| {
+        .map(|(m, f, retries)| {
             format!(
-                "{} {} at {}: {} of {} ({})",
+                "{} {} at {}: {} of {} ({}{})",
                 m.pid(),
                 m.label(),
                 g.clock.record(m.report, *f),
                 f.api,
                 fmt_bytes(f.bytes),
-                f.error_name
+                f.error_name,
+                match retries.len() {
+                    0 => String::new(),
+                    1 => ", failed again when retried".to_string(),
+                    n => format!(", failed again in {n} retries"),
+                }
             )
         })
         .collect()

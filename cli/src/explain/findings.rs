@@ -675,9 +675,11 @@ fn sizing(gs: &[DeviceGroup], any_failure: bool) -> Option<Finding> {
     if !flagged_any && !any_failure {
         return None;
     }
-    let shares: Vec<String> = rows.iter().map(|r| format!("{:.1}%", r.fraction * 100.0)).collect();
-    let (lo, hi) = (shares.iter().min().cloned().unwrap_or_default(), shares.iter().max().cloned().unwrap_or_default());
-    let share = if lo == hi { lo } else { format!("{}-{hi}", lo.trim_end_matches('%')) };
+    // The range of shares, compared as numbers ("84.5" < "126.0", which as text it is not).
+    let shares = rows.iter().map(|r| r.fraction * 100.0);
+    let (lo, hi) = (shares.clone().fold(f64::INFINITY, f64::min), shares.fold(f64::NEG_INFINITY, f64::max));
+    let (lo, hi) = (format!("{lo:.1}"), format!("{hi:.1}"));
+    let share = if lo == hi { format!("{lo}%") } else { format!("{lo}-{hi}%") };
     let n = rows.len();
     let (who_all, they) =
         if n == 1 { ("The process".to_string(), "it was") } else { (format!("{n} ranks"), "they were") };

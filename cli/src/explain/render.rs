@@ -27,18 +27,12 @@ fn minus(it: &Item) -> String {
 
 /// The reconciliation as a table: told, minus each item, equals free; requested; short by.
 fn recon_table(r: &Recon, d: Option<&FailDetail>) -> Table {
-    let with_callers = r.items.iter().any(|i| !i.callers.is_empty()) || r.query.caller.is_some();
-    let mut headers = vec!["", "bytes"];
-    if with_callers {
-        headers.push("call sites");
-    }
-    let mut t = Table::new(&headers, &[1]);
+    let mut t = Table::new(&["", "bytes"], &[1]);
+    // The call sites of an item go on its own line below it ("from ..."): the item's text
+    // keeps the width, and the bytes stay beside it.
     let mut row = |label: String, bytes: String, callers: Vec<String>| {
-        let mut cells = vec![label, bytes];
-        if with_callers {
-            cells.push(callers.join(", "));
-        }
-        t.row(cells);
+        let label = if callers.is_empty() { label } else { format!("{label}\nfrom {}", callers.join(", ")) };
+        t.row(vec![label, bytes]);
     };
     row(
         format!("told free at {} ({}, {})", fmt_secs(r.query.at_us), r.query.api, r.query.process),
@@ -269,7 +263,10 @@ pub fn document(e: &Explanation) -> Doc {
                     d.table(recon_table(r, Some(fd)));
                 }
                 if fd.later_failures > 0 {
-                    d.para(format!("{} more attempts of the same burst failed after it.", fd.later_failures));
+                    d.para(format!(
+                        "{} of the same burst failed after it (an allocator retries a failed request).",
+                        crate::report::count(fd.later_failures, "more attempt", "more attempts")
+                    ));
                 }
             }
             Detail::Untracked(u) => {
@@ -285,7 +282,9 @@ pub fn document(e: &Explanation) -> Doc {
         for t in [sizing_table(f), growth_table(f), imbalance_table(f)].into_iter().flatten() {
             d.table(t);
         }
-        if let Some(line) = callers_line(f, e.sites_recorded) {
+        // A failure's reconciliation names its call sites item by item ("from ...").
+        let in_table = matches!(&f.detail, Detail::Failure(fd) if fd.reconciliation.is_some()) && !f.callers.is_empty();
+        if let Some(line) = callers_line(f, e.sites_recorded).filter(|_| !in_table) {
             d.para(line);
         }
         // Later findings with the same mechanism: one row each, under the first.
