@@ -70,7 +70,7 @@ for tool in $TOOLS; do
         log=$WORK/$tool-$n.log
         set +e
         FAKECUDA_MACHINE=culedger-vg-$$-$n LD_PRELOAD=$lib CULEDGER_OUT=$WORK/out-$n CULEDGER_FLUSH_MS=20 \
-            timeout 900 valgrind --tool="$tool" --trace-children=yes --error-exitcode=99 \
+            timeout 900 valgrind --tool="$tool" --num-callers=50 --trace-children=yes --error-exitcode=99 \
             --suppressions="$SUPP" $flags "$exe" $args >"$log" 2>&1
         rc=$?
         set -e
@@ -83,7 +83,7 @@ for tool in $TOOLS; do
         else
             failed=1
             printf 'valgrind: %-8s FAIL  %-26s exit %s (expected %s), %s errors\n' "$tool" "$prog $args" "$rc" "$want" "${errors:-?}"
-            grep -E "^==[0-9]+== " "$log" | head -80
+            grep -E "^==[0-9]+== " "$log" | head -80 || true
         fi
     done <<<"$list"
 done
