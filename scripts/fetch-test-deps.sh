@@ -9,6 +9,10 @@
 #   strace/            Debian's strace and libunwind8 (`apt-get download`, no root), for the
 #                      files-read audit (tests/security.rs), when the machine has no strace;
 #                      run as strace/usr/bin/strace with LD_LIBRARY_PATH=strace/usr/lib/<arch>.
+#   valgrind/          Debian's valgrind (`apt-get download`, no root), for the memcheck smoke
+#                      test (shim-tests/scenarios/tests/valgrind_smoke.rs), when the machine has
+#                      none; run as valgrind/usr/bin/valgrind.bin with
+#                      VALGRIND_LIB=valgrind/usr/libexec/valgrind.
 # Wheels are cached under target/test-deps/wheels; the script returns at once when the
 # libraries are already unpacked.
 set -euo pipefail
@@ -35,6 +39,18 @@ if ! command -v strace >/dev/null 2>&1 && [ ! -x "$out/strace/usr/bin/strace" ];
         echo "fetch-test-deps: apt-get download strace failed (empty package lists?); the files-read audit will be skipped" >&2
     fi
     rm -rf "$dl" "$out/strace.tmp"
+fi
+if ! command -v valgrind >/dev/null 2>&1 && [ ! -x "$out/valgrind/usr/bin/valgrind.bin" ]; then
+    dl="$out/valgrind.debs"
+    rm -rf "$dl" "$out/valgrind.tmp" && mkdir -p "$dl" "$out/valgrind.tmp"
+    if (cd "$dl" && apt-get download -q valgrind >/dev/null 2>&1); then
+        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$out/valgrind.tmp"; done
+        rm -rf "$out/valgrind" && mv "$out/valgrind.tmp" "$out/valgrind"
+        echo "fetch-test-deps: valgrind in $out/valgrind" >&2
+    else
+        echo "fetch-test-deps: apt-get download valgrind failed (empty package lists?); the valgrind smoke test will fail" >&2
+    fi
+    rm -rf "$dl" "$out/valgrind.tmp"
 fi
 if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
     exit 0
