@@ -50,9 +50,7 @@ fn memcheck(sim: &Sim, program: &str, args: &[&str]) -> (Option<i32>, Vec<u64>, 
     .arg(culedger_scenarios::bin(program))
     .args(args);
     sim.apply_env(&mut cmd);
-    cmd.env("LD_PRELOAD", libculedger())
-        .env("CULEDGER_OUT", sim.scratch().join("out"))
-        .env("CULEDGER_FLUSH_MS", "20");
+    cmd.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", sim.scratch().join("out")).env("CULEDGER_FLUSH_MS", "20");
     let run = sim.run(&mut cmd);
     let mut counts = Vec::new();
     let mut text = String::new();
