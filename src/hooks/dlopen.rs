@@ -20,7 +20,8 @@
 //! that site: never unsafe. The slot of a stale record may lie in a frame that has not written
 //! it, so its content is indeterminate; under valgrind's memcheck such a slot is recognised
 //! (memcheck is asked whether it is defined, `crate::sync::undefined_under_memcheck`) and
-//! skipped without being read, which is also the right answer: a live slot is always defined. On aarch64 the entry is not provided and the answer is "no".
+//! skipped without being read, which is also the right answer: a live slot is always defined.
+//! On aarch64 the entry is not provided and the answer is "no".
 
 use std::cell::Cell;
 
