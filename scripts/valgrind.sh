@@ -68,10 +68,17 @@ for tool in $TOOLS; do
         exe=$SIM/bin/$prog
         [ -x "$exe" ] || exe=$ROOT/target/release/$prog
         log=$WORK/$tool-$n.log
+        # stress forks while its other threads are inside culedger or the fake driver: a fork
+        # child's leak check then finds the heap blocks those threads had in flight (a buffer
+        # being filled, a thread-local record), which have no owner there since the threads do
+        # not exist in the child. Its processes are checked for everything but leaks; the
+        # single-threaded fork scenarios (rt_ledger fork, fork_exit) check a child's leaks.
+        extra=""
+        if [ "$tool" = memcheck ] && [ "$prog" = stress ]; then extra="--errors-for-leak-kinds=none"; fi
         set +e
         FAKECUDA_MACHINE=culedger-vg-$$-$n LD_PRELOAD=$lib CULEDGER_OUT=$WORK/out-$n CULEDGER_FLUSH_MS=20 \
-            timeout 900 valgrind --tool="$tool" --trace-children=yes --error-exitcode=99 \
-            --suppressions="$SUPP" $flags "$exe" $args >"$log" 2>&1
+            timeout 900 valgrind --tool="$tool" --num-callers=50 --trace-children=yes --error-exitcode=99 \
+            --suppressions="$SUPP" $flags $extra "$exe" $args >"$log" 2>&1
         rc=$?
         set -e
         sum() { grep -h "ERROR SUMMARY" "$log" | sed -E "s/$1/\\1/" | awk '{s += $1} END {print s + 0}'; }
@@ -83,7 +90,7 @@ for tool in $TOOLS; do
         else
             failed=1
             printf 'valgrind: %-8s FAIL  %-26s exit %s (expected %s), %s errors\n' "$tool" "$prog $args" "$rc" "$want" "${errors:-?}"
-            grep -E "^==[0-9]+== " "$log" | head -80
+            grep -E "^==[0-9]+== " "$log" | head -80 || true
         fi
     done <<<"$list"
 done

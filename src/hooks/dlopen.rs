@@ -17,7 +17,11 @@
 //! inside `dlopen` runs below it) and still holds the same return address (once `dlopen` has
 //! returned, the next call made at that depth overwrites the slot with its own return
 //! address). A stale record can only err towards "inside", which skips native frames for
-//! that site: never unsafe. On aarch64 the entry is not provided and the answer is "no".
+//! that site: never unsafe. The slot of a stale record may lie in a frame that has not written
+//! it, so its content is indeterminate; under valgrind's memcheck such a slot is recognised
+//! (memcheck is asked whether it is defined, `crate::sync::undefined_under_memcheck`) and
+//! skipped without being read, which is also the right answer: a live slot is always defined.
+//! On aarch64 the entry is not provided and the answer is "no".
 
 use std::cell::Cell;
 
@@ -50,8 +54,20 @@ pub fn in_dlopen() -> bool {
         .try_with(|s| {
             s.iter().any(|c| {
                 let (slot, ret) = c.get();
+                if slot <= sp || ret == 0 {
+                    return false;
+                }
+                // A record whose dlopen has returned names a slot that now lies in some live
+                // frame's storage, possibly never written since that frame was allocated: an
+                // indeterminate value (any value is safe here; see the module's note). A live
+                // dlopen's slot always holds a written return address, so where memcheck can
+                // tell (running under it), a slot it knows to be undefined is a stale record
+                // and is not read at all.
+                if crate::sync::undefined_under_memcheck(slot, std::mem::size_of::<usize>()) {
+                    return false;
+                }
                 // SAFETY: a slot above our stack pointer on our own stack is readable.
-                slot > sp && ret != 0 && unsafe { std::ptr::read_volatile(slot as *const usize) } == ret
+                unsafe { std::ptr::read_volatile(slot as *const usize) == ret }
             })
         })
         .unwrap_or(true)

@@ -78,6 +78,7 @@ impl Guard {
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
             old
         };
+        crate::sync::atomic(&LOCK);
         while LOCK.swap(true, Ordering::Acquire) {
             std::hint::spin_loop();
             std::thread::yield_now();
@@ -284,5 +285,6 @@ fn end_by(sig: c_int) {
 
 /// In a fork child: the lock may have been held by a thread that is not there.
 pub fn reset_after_fork() {
+    crate::sync::atomic(&LOCK);
     LOCK.store(false, Ordering::Relaxed);
 }

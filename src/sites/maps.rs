@@ -13,17 +13,18 @@
 //! Reading `/proc/self/maps` is the expensive part (tens to hundreds of microseconds in a big
 //! process), so it happens once at first use and then only when misses pile up: after a
 //! capture that needed `process_vm_readv` more than [`SLOW_READS_BEFORE_REFRESH`] times.
-//! The cache lives behind a `parking_lot::RwLock`; nothing that can block on another lock is
-//! called while it is held (the file is read into a buffer first).
+//! The cache lives behind a `crate::sync::RwLock` (parking_lot's; announced to helgrind in the
+//! `valgrind` build); nothing that can block on another lock is called while it is held (the
+//! file is read into a buffer first).
 //!
 //! A mapping recorded readable may be unmapped later; the walker only follows pointers of
 //! objects that the calling thread keeps alive (its own frames and their code objects), and
 //! checks each object's type before reading further, so a stale entry is not a practical risk.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{RwLock, RwLockReadGuard};
+use crate::sync::{RwLock, RwLockReadGuard};
 
 /// Minimum time between two refreshes of the cache.
 pub const REFRESH_EVERY: Duration = Duration::from_millis(50);
@@ -37,27 +38,13 @@ struct Cache {
 }
 
 /// The cache; replaced (the old one leaked) in a fork child, whose copy of the lock may be held.
-static CACHE: AtomicPtr<RwLock<Cache>> = AtomicPtr::new(std::ptr::null_mut());
+static CACHE: super::Leaky<RwLock<Cache>> =
+    super::Leaky::new(|| RwLock::new(Cache { ranges: Vec::new(), refreshed: None }));
 
 fn cache() -> &'static RwLock<Cache> {
-    let p = CACHE.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: only leaked boxes are stored, never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(RwLock::new(Cache { ranges: Vec::new(), refreshed: None })));
-    match CACHE.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: just stored, never freed.
-        Ok(_) => unsafe { &*fresh },
-        Err(winner) => {
-            // SAFETY: `fresh` was never shared; `winner` is leaked.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*winner
-            }
-        }
-    }
+    CACHE.get()
 }
+
 /// `process_vm_readv` was refused (EPERM, ENOSYS): do not try again.
 static VM_READV_OFF: AtomicBool = AtomicBool::new(false);
 /// A refresh was asked for by a capture that had many slow reads.
@@ -122,6 +109,15 @@ fn maybe_refresh() -> bool {
     due
 }
 
+/// See `super::announce_atomics`.
+pub(super) fn announce_atomics() {
+    crate::sync::atomic(&VM_READV_OFF);
+    crate::sync::atomic(&WANT_REFRESH);
+    crate::sync::atomic(&SLOW_READS);
+    crate::sync::atomic(&REFRESHES);
+    crate::sync::atomic(&PID);
+}
+
 /// Called at the start of a capture: loads the cache the first time, and refreshes it when
 /// an earlier capture asked for it.
 pub fn before_capture() {
@@ -140,7 +136,7 @@ pub fn after_capture(slow: u32) {
 /// Forget everything (a fork child keeps the parent's mappings, but its lock may be held).
 pub fn reset_after_fork() {
     // The lock may have been held by another thread of the parent: leak it, start over.
-    CACHE.store(std::ptr::null_mut(), Ordering::Release);
+    CACHE.reset();
     WANT_REFRESH.store(false, Ordering::Relaxed);
     PID.store(0, Ordering::Relaxed);
 }
@@ -189,6 +185,11 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// Let go of the mapping cache's lock (taken again at the next read).
+    pub fn release(&mut self) {
+        self.guard = None;
+    }
+
     /// Whether [addr, addr+len) is in a cached readable range.
     #[inline]
     fn known(&mut self, addr: u64, len: u64) -> bool {

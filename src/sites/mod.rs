@@ -72,36 +72,49 @@ pub struct Site {
 /// child, whose copy of any lock inside may be held by a thread that does not exist there.
 struct Leaky<T> {
     ptr: AtomicPtr<T>,
+    /// The value a fork child inherited and replaced: never freed (a lock inside may be held)
+    /// and never read, but kept reachable so that leak checkers see a deliberate orphan, one
+    /// per value, rather than a lost block.
+    inherited: AtomicPtr<T>,
     make: fn() -> T,
 }
 
 impl<T> Leaky<T> {
     const fn new(make: fn() -> T) -> Self {
-        Leaky { ptr: AtomicPtr::new(ptr::null_mut()), make }
+        Leaky { ptr: AtomicPtr::new(ptr::null_mut()), inherited: AtomicPtr::new(ptr::null_mut()), make }
     }
 
     fn get(&self) -> &T {
+        crate::sync::atomic(&self.ptr);
         let p = self.ptr.load(Ordering::Acquire);
-        if !p.is_null() {
+        let value = if !p.is_null() {
             // SAFETY: only leaked boxes are stored, never freed.
-            return unsafe { &*p };
-        }
-        let fresh = Box::into_raw(Box::new((self.make)()));
-        match self.ptr.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // SAFETY: just stored, never freed.
-            Ok(_) => unsafe { &*fresh },
-            Err(winner) => {
-                // SAFETY: `fresh` was never shared; `winner` is leaked.
-                unsafe {
-                    drop(Box::from_raw(fresh));
-                    &*winner
+            unsafe { &*p }
+        } else {
+            let fresh = Box::into_raw(Box::new((self.make)()));
+            match self.ptr.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: just stored, never freed.
+                Ok(_) => unsafe { &*fresh },
+                Err(winner) => {
+                    // SAFETY: `fresh` was never shared; `winner` is leaked.
+                    unsafe {
+                        drop(Box::from_raw(fresh));
+                        &*winner
+                    }
                 }
             }
-        }
+        };
+        crate::sync::published(value);
+        value
     }
 
     fn reset(&self) {
-        self.ptr.store(ptr::null_mut(), Ordering::Release);
+        crate::sync::atomic(&self.ptr);
+        crate::sync::atomic(&self.inherited);
+        let old = self.ptr.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !old.is_null() {
+            self.inherited.store(old, Ordering::Release);
+        }
     }
 }
 
@@ -148,10 +161,20 @@ pub fn wanted(bytes: u64) -> bool {
     bytes >= crate::config::get().site_min
 }
 
+/// Tell helgrind (`valgrind` build; a no-op otherwise) that the counters and flags of the
+/// call sites are only ever accessed atomically.
+fn announce_atomics() {
+    crate::sync::atomic(&MISSES);
+    crate::sync::atomic(&IN_DLOPEN_SKIPS);
+    crate::sync::atomic(&native::FALLBACKS);
+    maps::announce_atomics();
+}
+
 /// The call site of the calling thread, now: its id in the process table (0 when nothing
 /// could be captured). Never panics.
 pub fn capture() -> u32 {
     crate::hooks::init();
+    announce_atomics();
     catch_unwind(AssertUnwindSafe(capture_inner)).unwrap_or_else(|_| {
         miss("internal error");
         0
@@ -355,6 +378,7 @@ pub fn decorate(doc: &mut Value) {
 /// In a fork child: fresh tables (the parent's locks may be held by threads that are gone).
 /// Counters start over with the child's ledger.
 pub fn reset_after_fork() {
+    announce_atomics();
     TABLE.reset();
     MISSES.store(0, Ordering::Relaxed);
     IN_DLOPEN_SKIPS.store(0, Ordering::Relaxed);

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-use parking_lot::{RwLock, RwLockReadGuard};
+use crate::sync::{RwLock, RwLockReadGuard};
 
 use super::maps::Reader;
 
@@ -377,17 +377,28 @@ fn interpret(pc: u64) -> Option<Recipe> {
 
 /// The recipe of `pc`: from the cache, under the read lock `guard` holds (taken once per
 /// backtrace), else computed with no lock held and added.
-fn recipe(guard: &mut Option<RwLockReadGuard<'static, Recipes>>, pc: u64) -> Recipe {
+///
+/// Lock order: this cache's lock is only ever taken while `reader` holds no lock of the
+/// mapping cache (the first call of a walk comes before any read; a miss lets go of the
+/// reader's lock first), so a walk takes the two locks in one order only. (Taking this
+/// write lock under the mapping cache's read lock, as before, could deadlock with a walk
+/// holding this read lock and waiting for the mapping cache behind a refresh: parking_lot's
+/// locks make new readers wait for a waiting writer. Found by helgrind once the locks were
+/// announced to it.)
+fn recipe(guard: &mut Option<RwLockReadGuard<'static, Recipes>>, reader: &mut Reader, pc: u64) -> Recipe {
     if let Some(&r) = guard.get_or_insert_with(|| CACHE.get().read()).get(&pc) {
         return r;
     }
     *guard = None;
+    reader.release();
     let r = compute(pc);
     let mut c = CACHE.get().write();
     if c.len() >= CACHE_MAX {
         c.clear();
     }
     c.insert(pc, r);
+    drop(c);
+    *guard = Some(CACHE.get().read());
     r
 }
 
@@ -436,7 +447,7 @@ fn walk(r: &mut Reader, out: &mut [u64]) -> Option<usize> {
         n += 1;
         let pc = if first { ip } else { ip.wrapping_sub(1) };
         first = false;
-        let step = recipe(&mut guard, pc);
+        let step = recipe(&mut guard, r, pc);
         let Recipe::Step { cfa_rbp, cfa_off, ra_off, rbp_off } = step else {
             return (step == Recipe::End).then_some(n);
         };
