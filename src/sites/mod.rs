@@ -288,15 +288,16 @@ fn repeat_inner(key: usize) -> u32 {
     let epoch = EPOCH.load(Ordering::Relaxed);
     // The mapping cache is loaded by the first (full) capture; the Python walk wants it
     // fresh, a repeat of native frames only does not.
-    let known = LAST.try_with(|l| l.borrow().is_some()).unwrap_or(false);
+    let known = LAST.try_with(|l| l.try_borrow().is_ok_and(|l| l.is_some())).unwrap_or(false);
     if !known || python::runtime().is_some() {
         maps::before_capture();
     }
     let (rt, py) = python_raw();
     let same = LAST
         .try_with(|l| {
-            let l = l.borrow();
-            let Some(l) = l.as_ref() else { return None };
+            // try_: a signal handler's query inside this thread's own capture finds it busy.
+            let l = l.try_borrow().ok()?;
+            let l = l.as_ref()?;
             let fits = l.epoch == epoch
                 && l.key == key
                 && l.sp == sp
@@ -322,7 +323,8 @@ fn repeat_inner(key: usize) -> u32 {
     // the backtrace), each above the stack pointer, and the site was interned.
     let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
     let _ = LAST.try_with(|l| {
-        *l.borrow_mut() = usable.then(|| Last {
+        let Ok(mut l) = l.try_borrow_mut() else { return };
+        *l = usable.then(|| Last {
             epoch,
             key,
             sp,
