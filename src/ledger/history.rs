@@ -69,6 +69,12 @@ pub(crate) struct History {
     /// Set by the report writer after each write.
     pub floor: Option<Floor>,
     cap: usize,
+    /// Records at which the next freeze is tried: the cap, or half as many again as the
+    /// records a freeze kept when more are live (so a device holding more large allocations
+    /// than the cap is not rescanned on every insert: amortised constant time).
+    limit: usize,
+    /// Records looked at by freezes (a measure of their work, for tests).
+    scanned: u64,
 }
 
 impl Default for History {
@@ -95,6 +101,8 @@ impl History {
             frozen_upto_seq: 0,
             floor: None,
             cap: cap.max(2),
+            limit: cap.max(2),
+            scanned: 0,
         }
     }
 
@@ -119,8 +127,10 @@ impl History {
             // vector never reallocates (no copies, no freed halves left in the heap).
             self.recs.reserve_exact(self.cap);
         }
-        if self.recs.len() >= self.cap {
+        if self.recs.len() >= self.limit {
             self.freeze_oldest();
+            let kept = self.recs.len();
+            self.limit = self.cap.max(kept + kept / 2);
         }
         let online = a.category.index() as u8;
         let rec = Rec {
@@ -179,7 +189,9 @@ impl History {
 
     /// Drop the oldest freed records, up to half the cap, and reindex the live ones.
     fn freeze_oldest(&mut self) {
-        let want = self.cap / 2;
+        // Down to half the cap (plus the live ones): at the cap, half of it as before.
+        let want = (self.cap / 2).max(self.recs.len().saturating_sub(self.cap / 2));
+        self.scanned += self.recs.len() as u64;
         let mut upto = self.frozen_upto_seq;
         // new_index[i]: where record i goes (records dropped before it shift it down).
         let mut new_index = Vec::with_capacity(self.recs.len());
@@ -310,7 +322,7 @@ mod tests {
             } else {
                 h.freed(Key::Addr(a.base), &a, 2 * i + 2);
             }
-            assert!(h.recs.len() <= 8 + live.len(), "{} records", h.recs.len());
+            assert!(h.recs.len() <= 8.max((live.len() + 4) * 3 / 2 + 1), "{} records", h.recs.len());
         }
         assert!(h.frozen > 0 && h.frozen_upto_seq > 0);
         // Every live record is kept and still found by its key.
@@ -323,5 +335,30 @@ mod tests {
         h.set_floor(Floor { upto_seq: 10, peaks: vec![("other".into(), 5)] });
         h.set_floor(Floor { upto_seq: 3, peaks: vec![] });
         assert_eq!(h.floor.as_ref().map(|f| f.upto_seq), Some(10));
+    }
+
+    #[test]
+    fn more_live_records_than_the_cap_are_not_rescanned_at_every_insert() {
+        // 1,000 large allocations live at once with a cap of 16: every insert used to scan
+        // every record (quadratic: about 500,000 looked at).
+        let mut h = History::with(MIB, 16);
+        for i in 0..1000u64 {
+            let a = alloc(i + 1, 0x1000 * (i + 1), MIB);
+            h.inserted(Key::Addr(a.base), &a);
+        }
+        assert_eq!(h.recs.len(), 1000);
+        assert!(h.scanned < 5_000, "{} records scanned", h.scanned);
+        // Freed again, they are frozen down to the cap's half at the next freeze.
+        for i in 0..1000u64 {
+            let a = alloc(i + 1, 0x1000 * (i + 1), MIB);
+            h.freed(Key::Addr(a.base), &a, 2000 + i);
+        }
+        for i in 0..600u64 {
+            let a = alloc(3000 + i, 0x1000_0000 + 0x1000 * i, MIB);
+            h.inserted(Key::Addr(a.base), &a);
+            h.freed(Key::Addr(a.base), &a, 4000 + i);
+        }
+        assert!(h.recs.len() <= 1000, "{} records", h.recs.len());
+        assert!(h.frozen >= 1000);
     }
 }

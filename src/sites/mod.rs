@@ -126,10 +126,12 @@ static PY_VERSION: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell
 /// Captures skipped because the thread was inside `dlopen`.
 static IN_DLOPEN_SKIPS: AtomicU64 = AtomicU64::new(0);
 
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds on the coarse monotonic clock (a read of the vDSO's page, no counter read:
+/// a few nanoseconds; ticks of a few milliseconds, enough for "at most once a second").
+pub(crate) fn coarse_ms() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes the timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1000) + (ts.tv_nsec as u64) / 1_000_000
 }
 
@@ -187,10 +189,19 @@ fn capture_inner() -> u32 {
         IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
-    let max_py = crate::config::get().py_frames;
     maps::before_capture();
-    // Python frames, raw: code objects and instruction positions. The reader holds the
-    // mapping cache's read lock; it is dropped before anything else.
+    let (rt, py) = python_raw();
+    let mut ips: Vec<u64> = Vec::new();
+    native::backtrace(&mut ips);
+    intern_raw(rt, &py, &ips)
+}
+
+/// The Python frames of the calling thread, raw (code objects and instruction positions),
+/// with the runtime that read them; none when there is no Python or the walk failed (counted
+/// in `health.site_misses`). The reader holds the mapping cache's read lock; it is dropped
+/// before anything else. The caller has called `maps::before_capture` when there is Python.
+fn python_raw() -> (Option<&'static python::Runtime>, Vec<python::RawPy>) {
+    let max_py = crate::config::get().py_frames;
     let mut py: Vec<python::RawPy> = Vec::new();
     let rt = if max_py > 0 { python::runtime() } else { None };
     let mut walk_failed = None;
@@ -205,15 +216,18 @@ fn capture_inner() -> u32 {
     if let Some(why) = walk_failed {
         miss(why);
     }
-    let mut ips: Vec<u64> = Vec::new();
-    native::backtrace(&mut ips);
+    (rt, py)
+}
+
+/// The id of the site made of these raw frames, named and interned the first time.
+fn intern_raw(rt: Option<&'static python::Runtime>, py: &[python::RawPy], ips: &[u64]) -> u32 {
     let mut raw: Vec<u64> = Vec::with_capacity(2 * py.len() + ips.len() + 1);
     raw.push(py.len() as u64);
-    for f in &py {
+    for f in py {
         raw.push(f.code);
         raw.push(f.unit.map_or(u64::MAX, u64::from));
     }
-    raw.extend_from_slice(&ips);
+    raw.extend_from_slice(ips);
     if let Some(id) = TABLE.get().lock().by_raw(&raw) {
         return id;
     }
@@ -233,6 +247,129 @@ fn capture_inner() -> u32 {
         return 0;
     }
     TABLE.get().lock().intern(&raw, site)
+}
+
+/// What the previous [`capture_repeat`] of a thread saw: its key, stack pointer, Python
+/// frames (raw), native return addresses with the stack slots they were read from, and the
+/// site they made.
+struct Last {
+    epoch: u64,
+    key: usize,
+    sp: u64,
+    py: Vec<(u64, u32)>,
+    ips: Vec<u64>,
+    slots: Vec<u64>,
+    id: u32,
+}
+
+thread_local! {
+    static LAST: std::cell::RefCell<Option<Last>> = const { std::cell::RefCell::new(None) };
+}
+/// Bumped in a fork child: a site id remembered by a thread before the fork names nothing
+/// in the child's fresh table.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Captures answered by [`capture_repeat`] from the thread's previous one.
+static REPEATS: AtomicU64 = AtomicU64::new(0);
+
+/// The stack pointer of the calling function (x86_64; 0 elsewhere: no repeats).
+#[inline(always)]
+fn stack_pointer() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: u64;
+        // SAFETY: reads a register.
+        unsafe { std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        sp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
+/// [`capture`] for calls a thread repeats from the same place (free-memory queries): the
+/// site of this thread's previous call with the same `key` is reused when the Python frames
+/// are the same (code objects and instruction positions, walked raw as always) and the
+/// native frames provably are: the stack pointer is the same and every stack slot the
+/// previous backtrace read a return address from still holds that address. Otherwise a full
+/// capture, remembered for the next call. See docs/sites.md, "Free-memory queries".
+pub fn capture_repeat(key: usize) -> u32 {
+    crate::hooks::init();
+    catch_unwind(AssertUnwindSafe(|| repeat_inner(key))).unwrap_or_else(|_| {
+        miss("internal error");
+        0
+    })
+}
+
+#[inline(never)]
+fn repeat_inner(key: usize) -> u32 {
+    if crate::hooks::in_dlopen() {
+        IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    let sp = stack_pointer();
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    // The mapping cache is loaded by the first (full) capture; the Python walk wants it
+    // fresh, a repeat of native frames only does not.
+    let known = LAST.try_with(|l| l.try_borrow().is_ok_and(|l| l.is_some())).unwrap_or(false);
+    if !known || python::runtime().is_some() {
+        maps::before_capture();
+    }
+    let (rt, py) = python_raw();
+    let same = LAST
+        .try_with(|l| {
+            // try_: a signal handler's query inside this thread's own capture finds it busy.
+            let l = l.try_borrow().ok()?;
+            let l = l.as_ref()?;
+            let fits = l.epoch == epoch
+                && l.key == key
+                && l.sp == sp
+                && sp != 0
+                && l.py.len() == py.len()
+                && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
+            (fits && slots_hold(sp, &l.slots, &l.ips)).then_some(l.id)
+        })
+        .ok()
+        .flatten();
+    if let Some(id) = same {
+        REPEATS.fetch_add(1, Ordering::Relaxed);
+        return id;
+    }
+    if known && rt.is_none() {
+        maps::before_capture();
+    }
+    let mut ips: Vec<u64> = Vec::new();
+    let mut slots: Vec<u64> = Vec::new();
+    native::backtrace_noting(&mut ips, Some(&mut slots));
+    let id = intern_raw(rt, &py, &ips);
+    // Remembered only when every kept return address has its slot (the caching unwinder took
+    // the backtrace), each above the stack pointer, and the site was interned.
+    let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
+    let _ = LAST.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else { return };
+        *l = usable.then(|| Last {
+            epoch,
+            key,
+            sp,
+            py: py.iter().map(|f| (f.code, f.unit.unwrap_or(u32::MAX))).collect(),
+            ips,
+            slots,
+            id,
+        });
+    });
+    id
+}
+
+/// Whether every slot still holds its return address (read fault-free: the slots lie on this
+/// thread's stack above `sp`, but a coroutine's stack may have been replaced since).
+fn slots_hold(sp: u64, slots: &[u64], ips: &[u64]) -> bool {
+    let mut r = maps::Reader::default();
+    slots.iter().zip(ips).all(|(&s, &ip)| s > sp && r.u64(s) == Some(ip))
+}
+
+/// Captures answered from the thread's previous one (`health.site_repeats`).
+pub fn repeats() -> u64 {
+    REPEATS.load(Ordering::Relaxed)
 }
 
 /// The site with id `id`.
@@ -369,6 +506,7 @@ pub fn decorate(doc: &mut Value) {
         h.insert("native_skipped_in_dlopen".into(), json!(IN_DLOPEN_SKIPS.load(Ordering::Relaxed)));
         h.insert("native_unwind_fallbacks".into(), json!(native::FALLBACKS.load(Ordering::Relaxed)));
         h.insert("python_version".into(), json!(python_version()));
+        h.insert("site_repeats".into(), json!(repeats()));
     }
     if let Some(m) = doc.as_object_mut() {
         m.insert("sites".into(), Value::Array(sites.iter().map(|(id, s)| site_json(*id, s)).collect()));
@@ -380,6 +518,8 @@ pub fn decorate(doc: &mut Value) {
 pub fn reset_after_fork() {
     announce_atomics();
     TABLE.reset();
+    EPOCH.fetch_add(1, Ordering::Relaxed);
+    REPEATS.store(0, Ordering::Relaxed);
     MISSES.store(0, Ordering::Relaxed);
     IN_DLOPEN_SKIPS.store(0, Ordering::Relaxed);
     native::FALLBACKS.store(0, Ordering::Relaxed);

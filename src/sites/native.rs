@@ -129,8 +129,24 @@ fn gcc_only() -> bool {
 /// except the outermost one (the hooked entry point the program called), then up to
 /// `MAX_NATIVE` in all. The caching unwinder first; libgcc's when it cannot.
 pub fn backtrace(out: &mut Vec<u64>) {
+    backtrace_noting(out, None);
+}
+
+/// [`backtrace`]; with `slots`, also the stack address each kept return address was read
+/// from (pushed only when the caching unwinder took the backtrace: `slots` stays empty
+/// when libgcc's did).
+#[inline(always)]
+pub fn backtrace_noting(out: &mut Vec<u64>, slots: Option<&mut Vec<u64>>) {
     let mut buf = [0u64; MAX_NATIVE + MAX_OWN];
-    let fast = if gcc_only() { None } else { super::unwind::backtrace(&mut buf) };
+    let mut at = [0u64; MAX_NATIVE + MAX_OWN];
+    let want_slots = slots.is_some();
+    let fast = if gcc_only() {
+        None
+    } else if want_slots {
+        super::unwind::backtrace_noting(&mut buf, &mut at)
+    } else {
+        super::unwind::backtrace(&mut buf)
+    };
     let mut slow = Vec::new();
     let all: &[u64] = match fast {
         Some(n) => &buf[..n],
@@ -144,7 +160,11 @@ pub fn backtrace(out: &mut Vec<u64>) {
     };
     let first_foreign = all.iter().position(|&ip| !is_own(ip)).unwrap_or(all.len());
     let start = first_foreign.saturating_sub(1);
-    out.extend(all[start..].iter().take(MAX_NATIVE));
+    let kept = all.len().saturating_sub(start).min(MAX_NATIVE);
+    out.extend_from_slice(&all[start..start + kept]);
+    if let (Some(slots), Some(_)) = (slots, fast) {
+        slots.extend_from_slice(&at[start..start + kept]);
+    }
 }
 
 /// Objects whose frames are culedger's, the CUDA runtime's and driver's, or the C library's.

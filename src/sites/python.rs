@@ -185,7 +185,7 @@ pub fn runtime() -> Option<&'static Runtime> {
     if let Some(found) = FOUND.get() {
         return *found;
     }
-    let now = super::now_ms();
+    let now = super::coarse_ms();
     let last = LAST_LOOK_MS.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < 1000 {
         return None;

@@ -428,8 +428,16 @@ fn here() -> (u64, u64, u64) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 pub fn backtrace(out: &mut [u64]) -> Option<usize> {
+    backtrace_noting(out, &mut [])
+}
+
+/// [`backtrace`], also noting in `slots[i]` (when long enough) the stack address the
+/// return address `out[i]` was read from (0 for the first, this function's own address).
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+pub fn backtrace_noting(out: &mut [u64], slots: &mut [u64]) -> Option<usize> {
     let mut r = Reader::default();
-    let n = walk(&mut r, out);
+    let n = walk(&mut r, out, slots);
     // A new thread's stack is not in the mapping cache yet: ask for a refresh.
     super::maps::after_capture(r.slow);
     n
@@ -437,7 +445,7 @@ pub fn backtrace(out: &mut [u64]) -> Option<usize> {
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn walk(r: &mut Reader, out: &mut [u64]) -> Option<usize> {
+fn walk(r: &mut Reader, out: &mut [u64], slots: &mut [u64]) -> Option<usize> {
     let (mut ip, mut sp, mut bp) = here();
     let mut guard = None;
     let mut n = 0;
@@ -455,7 +463,11 @@ fn walk(r: &mut Reader, out: &mut [u64]) -> Option<usize> {
         if cfa <= sp || cfa % 8 != 0 {
             return None;
         }
-        let ra = r.u64(cfa.wrapping_add(ra_off as i64 as u64))?;
+        let slot = cfa.wrapping_add(ra_off as i64 as u64);
+        let ra = r.u64(slot)?;
+        if let Some(s) = slots.get_mut(n) {
+            *s = slot;
+        }
         if let Some(o) = rbp_off {
             bp = r.u64(cfa.wrapping_add(o as i64 as u64))?;
         }
@@ -470,6 +482,11 @@ fn walk(r: &mut Reader, out: &mut [u64]) -> Option<usize> {
 
 #[cfg(not(target_arch = "x86_64"))]
 pub fn backtrace(_out: &mut [u64]) -> Option<usize> {
+    None
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn backtrace_noting(_out: &mut [u64], _slots: &mut [u64]) -> Option<usize> {
     None
 }
 

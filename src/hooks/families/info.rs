@@ -13,8 +13,9 @@ pub unsafe fn mem_get_info(sym: Sym, real: cudaMemGetInfo::Real, free: *mut usiz
     let rc = real(free, total);
     if depth.outer {
         let (f, t) = if rc == 0 { (out(free), out(total)) } else { (None, None) };
-        // Who asked: the query an engine sizes its memory from.
-        let site = crate::sites::capture();
+        // Who asked: the query an engine sizes its memory from. Engines repeat queries from
+        // the same place: the thread's previous site is reused when the frames provably match.
+        let site = crate::sites::capture_repeat(sym as usize);
         record(api(sym), |l| {
             // The probe also records the device's total.
             l.probe_at(current_device(), api(sym), f, t, rc, site);
