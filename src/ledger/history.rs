@@ -77,9 +77,15 @@ pub(crate) struct History {
     scanned: u64,
 }
 
+/// The smallest allocation the history keeps, whatever `CULEDGER_SITE_MIN` says: lowering
+/// that setting adds call sites to small allocations, not a record each (1M live 4 KiB
+/// allocations with sites would otherwise cost a record and an index entry each, and a copy
+/// at every report write). Smaller ones keep the live ledger's category.
+pub(crate) const HISTORY_MIN: u64 = 1 << 20;
+
 impl Default for History {
     fn default() -> Self {
-        History::with(crate::config::get().site_min, CAP)
+        History::with(crate::config::get().site_min.max(HISTORY_MIN), CAP)
     }
 }
 
