@@ -730,6 +730,7 @@ impl DeviceLedger {
         &mut self,
         key: Key,
         now: impl FnOnce() -> Stamp,
+        export_seq: u64,
         change: impl FnOnce(&mut Facts) -> R,
     ) -> Option<R> {
         let a = match key {
@@ -738,38 +739,24 @@ impl DeviceLedger {
         }?;
         let r = change(&mut a.facts);
         self.stats.reclassify(a, now);
+        // [5] history, in the same lookup: `export_seq` is when an export happened (0: the
+        // change was not one).
+        self.history.facts_changed(key, a, export_seq);
         Some(r)
-    }
-
-    /// [5] history: the record under `key` changed its facts (at `seq`, for an export).
-    fn history_facts_changed(&mut self, key: Key, seq: u64) {
-        let a = match key {
-            Key::Addr(base) => self.allocs.get(base),
-            Key::Handle(h) => self.phys.get(&h),
-        };
-        if let Some(a) = a {
-            self.history.facts_changed(key, a, seq);
-        }
     }
 
     /// `bytes` copied from host memory into the record under `key`; reclassifies it (stamped
     /// only when its category changes). False when the record is unknown.
     pub(crate) fn add_h2d(&mut self, key: Key, bytes: u64, now: impl FnOnce() -> Stamp) -> bool {
-        if self.update_facts(key, now, |f| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes)).is_none() {
-            return false;
-        }
-        // An export is not what changed here: no sequence number needed.
-        self.history_facts_changed(key, 0);
-        true
+        self.update_facts(key, now, 0, |f| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes)).is_some()
     }
 
     /// Flag a record exported and reclassify it; counted in `ipc.exported_*` only the
     /// first time. False when the record is unknown.
     pub(crate) fn mark_exported(&mut self, key: Key, api: &'static str, now: Stamp) -> bool {
-        let Some(newly) = self.update_facts(key, || now, |f| !std::mem::replace(&mut f.exported, true)) else {
+        let Some(newly) = self.update_facts(key, || now, now.seq, |f| !std::mem::replace(&mut f.exported, true)) else {
             return false;
         };
-        self.history_facts_changed(key, now.seq);
         if newly {
             let (base, bytes) = self.get(key).map_or((0, 0), |a| (a.base, a.bytes));
             let ipc = &mut self.stats.ipc;
