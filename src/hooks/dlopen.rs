@@ -28,9 +28,19 @@ use std::cell::Cell;
 /// Recorded dlopen entries per thread (nesting: a constructor that dlopens).
 const RING: usize = 8;
 
+/// A thread's recorded entries, in one thread-local (each access is a call in a shared
+/// library): a ring of (slot, return address), the next index, and a bit per entry that may
+/// still be running (cleared once it is known to have returned).
+struct Entries {
+    ring: [Cell<(usize, usize)>; RING],
+    next: Cell<usize>,
+    live: Cell<u8>,
+}
+
 thread_local! {
-    static SLOTS: [Cell<(usize, usize)>; RING] = const { [const { Cell::new((0, 0)) }; RING] };
-    static NEXT: Cell<usize> = const { Cell::new(0) };
+    static ENTRIES: Entries = const {
+        Entries { ring: [const { Cell::new((0, 0)) }; RING], next: Cell::new(0), live: Cell::new(0) }
+    };
 }
 
 /// Called by the assembly entry with the address of the slot holding the return address.
@@ -38,24 +48,40 @@ thread_local! {
 extern "C" fn note_dlopen(slot: *const usize) {
     // SAFETY: `slot` is the caller's stack slot holding dlopen's return address.
     let ret = unsafe { *slot };
-    let _ = NEXT.try_with(|n| {
-        let i = n.get() % RING;
-        n.set(i + 1);
-        let _ = SLOTS.try_with(|s| s[i].set((slot as usize, ret)));
+    let _ = ENTRIES.try_with(|e| {
+        let i = e.next.get() % RING;
+        e.next.set(i + 1);
+        e.ring[i].set((slot as usize, ret));
+        e.live.set(e.live.get() | 1 << i);
     });
 }
 
 /// Whether a `dlopen` entered on this thread is still running.
+///
+/// An entry whose slot no longer holds its return address (or, under memcheck, is undefined)
+/// belongs to a `dlopen` that has returned: a running one's slot is not written until it
+/// returns. Its bit is cleared, so that a thread whose `dlopen`s are over answers from one
+/// load. (An entry whose slot lies below the stack pointer is skipped but kept: the thread
+/// may be on another stack, a signal handler's, for now.)
 #[inline(never)]
 pub fn in_dlopen() -> bool {
     let here = 0u8;
     let sp = &here as *const u8 as usize;
-    SLOTS
-        .try_with(|s| {
-            s.iter().any(|c| {
+    ENTRIES
+        .try_with(|e| {
+            let live = e.live.get();
+            if live == 0 {
+                return false;
+            }
+            let mut over = 0u8;
+            let mut running = false;
+            for (i, c) in e.ring.iter().enumerate() {
+                if live & (1 << i) == 0 {
+                    continue;
+                }
                 let (slot, ret) = c.get();
                 if slot <= sp || ret == 0 {
-                    return false;
+                    continue;
                 }
                 // A record whose dlopen has returned names a slot that now lies in some live
                 // frame's storage, possibly never written since that frame was allocated: an
@@ -63,12 +89,19 @@ pub fn in_dlopen() -> bool {
                 // dlopen's slot always holds a written return address, so where memcheck can
                 // tell (running under it), a slot it knows to be undefined is a stale record
                 // and is not read at all.
-                if crate::sync::undefined_under_memcheck(slot, std::mem::size_of::<usize>()) {
-                    return false;
+                // SAFETY (the read): a slot above our stack pointer on our own stack is readable.
+                if crate::sync::undefined_under_memcheck(slot, std::mem::size_of::<usize>())
+                    || unsafe { std::ptr::read_volatile(slot as *const usize) } != ret
+                {
+                    over |= 1 << i;
+                } else {
+                    running = true;
                 }
-                // SAFETY: a slot above our stack pointer on our own stack is readable.
-                unsafe { std::ptr::read_volatile(slot as *const usize) == ret }
-            })
+            }
+            // A signal handler's dlopen may have replaced an entry meanwhile; it has returned
+            // by now, so clearing its bit too is right.
+            e.live.set(e.live.get() & !over);
+            running
         })
         .unwrap_or(true)
 }

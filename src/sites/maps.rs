@@ -53,6 +53,8 @@ static WANT_REFRESH: AtomicBool = AtomicBool::new(false);
 pub static SLOW_READS: AtomicU64 = AtomicU64::new(0);
 /// Refreshes of the cache done so far.
 pub static REFRESHES: AtomicU64 = AtomicU64::new(0);
+/// Moves whenever the cache's ranges change: at each refresh, and in a fork child.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// Parse the readable ranges of a `/proc/<pid>/maps` text, sorted and merged.
 pub fn parse_maps(text: &str) -> Vec<(u64, u64)> {
@@ -97,6 +99,7 @@ fn refresh() {
     let mut c = cache().write();
     c.ranges = ranges;
     c.refreshed = Some(Instant::now());
+    GENERATION.fetch_add(1, Ordering::Release);
     REFRESHES.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -115,6 +118,7 @@ pub(super) fn announce_atomics() {
     crate::sync::atomic(&WANT_REFRESH);
     crate::sync::atomic(&SLOW_READS);
     crate::sync::atomic(&REFRESHES);
+    crate::sync::atomic(&GENERATION);
     crate::sync::atomic(&PID);
 }
 
@@ -137,8 +141,28 @@ pub fn after_capture(slow: u32) {
 pub fn reset_after_fork() {
     // The lock may have been held by another thread of the parent: leak it, start over.
     CACHE.reset();
+    GENERATION.fetch_add(1, Ordering::Release);
     WANT_REFRESH.store(false, Ordering::Relaxed);
     PID.store(0, Ordering::Relaxed);
+}
+
+/// Which contents of the cache are current: moves at every refresh (and in a fork child,
+/// whose cache starts over). Two reads that see the same generation saw the same ranges.
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// The [`generation`] of the cache in which every address of `slots` (8-byte words) lies in
+/// one cached readable range, so that a [`Reader`] would copy each of them directly; None
+/// when one does not (or there are none). The generation is read before the ranges: a
+/// refresh in between makes the answer older, never newer, than the ranges it checked.
+pub fn covering(slots: &[u64]) -> Option<u64> {
+    let (&lo, &hi) = (slots.iter().min()?, slots.iter().max()?);
+    let generation = generation();
+    let c = cache().read();
+    let end = hi.checked_add(8)?;
+    let i = c.ranges.partition_point(|&(start, _)| start <= lo);
+    (i > 0 && c.ranges[i - 1].1 >= end).then_some(generation)
 }
 
 /// Our pid (glibc does not cache it); 0 until known, reset in a fork child.

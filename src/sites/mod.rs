@@ -201,9 +201,14 @@ fn capture_inner() -> u32 {
 /// in `health.site_misses`). The reader holds the mapping cache's read lock; it is dropped
 /// before anything else. The caller has called `maps::before_capture` when there is Python.
 fn python_raw() -> (Option<&'static python::Runtime>, Vec<python::RawPy>) {
+    let rt = if crate::config::get().py_frames > 0 { python::runtime() } else { None };
+    (rt, python_raw_with(rt))
+}
+
+/// [`python_raw`] with the runtime already looked up.
+fn python_raw_with(rt: Option<&'static python::Runtime>) -> Vec<python::RawPy> {
     let max_py = crate::config::get().py_frames;
     let mut py: Vec<python::RawPy> = Vec::new();
-    let rt = if max_py > 0 { python::runtime() } else { None };
     let mut walk_failed = None;
     if let Some(rt) = rt {
         let mut r = maps::Reader::default();
@@ -216,7 +221,7 @@ fn python_raw() -> (Option<&'static python::Runtime>, Vec<python::RawPy>) {
     if let Some(why) = walk_failed {
         miss(why);
     }
-    (rt, py)
+    py
 }
 
 /// The id of the site made of these raw frames, named and interned the first time.
@@ -260,6 +265,10 @@ struct Last {
     ips: Vec<u64>,
     slots: Vec<u64>,
     id: u32,
+    /// The mapping cache's generation (`maps::generation`) in which every slot lay in one
+    /// cached readable range; None when they did not. While the cache is that same one, the
+    /// fault-free reader would find them readable again: they are read directly.
+    slots_known: Option<u64>,
 }
 
 thread_local! {
@@ -309,62 +318,73 @@ fn repeat_inner(key: usize) -> u32 {
     }
     let sp = stack_pointer();
     let epoch = EPOCH.load(Ordering::Relaxed);
-    // The mapping cache is loaded by the first (full) capture; the Python walk wants it
-    // fresh, a repeat of native frames only does not.
-    let known = LAST.try_with(|l| l.try_borrow().is_ok_and(|l| l.is_some())).unwrap_or(false);
-    if !known || python::runtime().is_some() {
-        maps::before_capture();
-    }
-    let (rt, py) = python_raw();
-    let same = LAST
-        .try_with(|l| {
-            // try_: a signal handler's query inside this thread's own capture finds it busy.
-            let l = l.try_borrow().ok()?;
-            let l = l.as_ref()?;
+    let rt = if crate::config::get().py_frames > 0 { python::runtime() } else { None };
+    // One access to the thread-local (each is a call in a shared library): the proof, and
+    // on a miss the full capture remembered in place.
+    LAST.try_with(|cell| {
+        // try_: a signal handler's query inside this thread's own capture finds it busy, and
+        // captures without remembering.
+        let mut last = cell.try_borrow_mut().ok();
+        // The mapping cache is loaded by the first (full) capture; the Python walk wants it
+        // fresh, a repeat of native frames only does not.
+        let known = last.as_ref().is_some_and(|l| l.is_some());
+        if !known || rt.is_some() {
+            maps::before_capture();
+        }
+        let py = python_raw_with(rt);
+        if let Some(l) = last.as_ref().and_then(|l| l.as_ref()) {
             let fits = l.epoch == epoch
                 && l.key == key
                 && l.sp == sp
                 && sp != 0
                 && l.py.len() == py.len()
                 && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
-            (fits && slots_hold(sp, &l.slots, &l.ips)).then_some(l.id)
-        })
-        .ok()
-        .flatten();
-    if let Some(id) = same {
-        REPEATS.fetch_add(1, Ordering::Relaxed);
-        return id;
-    }
-    if known && rt.is_none() {
-        maps::before_capture();
-    }
-    let mut ips: Vec<u64> = Vec::new();
-    let mut slots: Vec<u64> = Vec::new();
-    native::backtrace_noting(&mut ips, Some(&mut slots));
-    let id = intern_raw(rt, &py, &ips);
-    // Remembered only when every kept return address has its slot (the caching unwinder took
-    // the backtrace), each above the stack pointer, and the site was interned.
-    let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
-    let _ = LAST.try_with(|l| {
-        let Ok(mut l) = l.try_borrow_mut() else { return };
-        *l = usable.then(|| Last {
-            epoch,
-            key,
-            sp,
-            py: py.iter().map(|f| (f.code, f.unit.unwrap_or(u32::MAX))).collect(),
-            ips,
-            slots,
-            id,
-        });
-    });
-    id
+            if fits && slots_hold(sp, l) {
+                REPEATS.fetch_add(1, Ordering::Relaxed);
+                return l.id;
+            }
+        }
+        if known && rt.is_none() {
+            maps::before_capture();
+        }
+        let mut ips: Vec<u64> = Vec::new();
+        let mut slots: Vec<u64> = Vec::new();
+        native::backtrace_noting(&mut ips, Some(&mut slots));
+        let id = intern_raw(rt, &py, &ips);
+        // Remembered only when every kept return address has its slot (the caching unwinder
+        // took the backtrace), each above the stack pointer, and the site was interned.
+        let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
+        if let Some(l) = last.as_mut() {
+            **l = usable.then(|| Last {
+                epoch,
+                key,
+                sp,
+                py: py.iter().map(|f| (f.code, f.unit.unwrap_or(u32::MAX))).collect(),
+                slots_known: maps::covering(&slots),
+                ips,
+                slots,
+                id,
+            });
+        }
+        id
+    })
+    .unwrap_or(0)
 }
 
-/// Whether every slot still holds its return address (read fault-free: the slots lie on this
-/// thread's stack above `sp`, but a coroutine's stack may have been replaced since).
-fn slots_hold(sp: u64, slots: &[u64], ips: &[u64]) -> bool {
+/// Whether every slot of `l` still holds its return address. The slots lie on this thread's
+/// stack above `sp`, but a coroutine's stack may have been replaced since: they are read
+/// fault-free, directly when the mapping cache that found them all readable is still the
+/// current one (the reader would decide the same), else through the reader.
+fn slots_hold(sp: u64, l: &Last) -> bool {
+    if l.slots_known.is_some_and(|g| g == maps::generation()) {
+        return l.slots.iter().zip(&l.ips).all(|(&s, &ip)| {
+            // SAFETY: `s` lay in a readable range of the mapping cache, which has not been
+            // refreshed since (the reader would copy from it the same way); 8-aligned.
+            s > sp && unsafe { std::ptr::read_volatile(s as *const u64) } == ip
+        });
+    }
     let mut r = maps::Reader::default();
-    slots.iter().zip(ips).all(|(&s, &ip)| s > sp && r.u64(s) == Some(ip))
+    l.slots.iter().zip(&l.ips).all(|(&s, &ip)| s > sp && r.u64(s) == Some(ip))
 }
 
 /// Captures answered from the thread's previous one (`health.site_repeats`).
