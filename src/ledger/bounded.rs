@@ -1,8 +1,6 @@
 //! Bounded containers used by the device ledgers: they never grow past a fixed size, so a
 //! long-running process keeps a report of constant size.
 
-use std::collections::VecDeque;
-
 /// Keeps the first `N` items pushed and counts the rest.
 #[derive(Clone, Debug)]
 pub(crate) struct FirstN<T, const N: usize> {
@@ -40,36 +38,60 @@ impl<T, const N: usize> FirstN<T, N> {
     }
 }
 
-/// Keeps the first `N` and the last `N` items pushed (a ring for the latter) and counts all.
+/// Keeps the first `N` and the last `N` items pushed (a ring for the latter, overwritten in
+/// place once full) and counts all.
 #[derive(Clone, Debug)]
 pub(crate) struct FirstLast<T, const N: usize> {
     first: Vec<T>,
-    last: VecDeque<T>,
+    last: Vec<T>,
+    /// Once `last` is full: the position of its oldest item (the next one overwritten).
+    head: usize,
     total: u64,
 }
 
 impl<T, const N: usize> Default for FirstLast<T, N> {
     fn default() -> Self {
-        FirstLast { first: Vec::new(), last: VecDeque::new(), total: 0 }
+        FirstLast { first: Vec::new(), last: Vec::new(), head: 0, total: 0 }
     }
 }
 
 impl<T, const N: usize> FirstLast<T, N> {
+    #[cfg(test)]
     pub(crate) fn push(&mut self, item: T) {
+        self.push_with(|| item)
+    }
+
+    /// Push the item `make` builds, straight into its place once the ring is full (a large
+    /// item is then written once, not built aside and copied).
+    #[inline]
+    pub(crate) fn push_with(&mut self, make: impl FnOnce() -> T) {
         self.total += 1;
         if self.first.len() < N {
-            self.first.push(item);
-            return;
+            self.first.push(make());
+        } else if self.last.len() < N {
+            self.last.push(make());
+        } else {
+            let at = self.head;
+            self.head = if at + 1 == N { 0 } else { at + 1 };
+            if let Some(slot) = self.last.get_mut(at) {
+                *slot = make();
+            }
         }
-        if self.last.len() == N {
-            self.last.pop_front();
-        }
-        self.last.push_back(item);
     }
 
     /// The kept items in push order: the first ones, then the most recent ones.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
-        self.first.iter().chain(self.last.iter())
+        // Once the ring has wrapped, its oldest items start at `head`.
+        let (newest, oldest) = self.last.split_at(self.head);
+        self.first.iter().chain(oldest).chain(newest)
+    }
+
+    /// The item pushed last.
+    pub(crate) fn last(&self) -> Option<&T> {
+        match self.last.len() {
+            0 => self.first.last(),
+            n => self.last.get((self.head + n - 1) % n),
+        }
     }
 
     #[cfg(test)]
@@ -178,6 +200,15 @@ mod tests {
         assert_eq!(b.total(), 100);
         assert_eq!(b.len(), 8);
         assert_eq!(b.iter().copied().collect::<Vec<_>>(), vec![0, 1, 2, 3, 96, 97, 98, 99]);
+        // At every count: the first 4, then the latest up to 4 in order, and the last one.
+        let mut b: FirstLast<u32, 4> = FirstLast::default();
+        assert_eq!(b.last(), None);
+        for i in 0..20u32 {
+            b.push(i);
+            let want: Vec<u32> = (0..=i).filter(|&k| k < 4 || k + 4 > i).collect();
+            assert_eq!(b.iter().copied().collect::<Vec<_>>(), want, "after {i}");
+            assert_eq!(b.last(), Some(&i));
+        }
     }
 
     #[test]

@@ -258,7 +258,6 @@ pub(crate) struct DeviceStats {
     pub free_count: u64,
     pub cats: [CatStats; 6],
     pub probes: FirstLast<Probe, PROBES_KEPT>,
-    pub last_probe: Option<Probe>,
     pub failures: FirstN<Failure, FAILURES_KEPT>,
     pub untracked: Option<i64>,
     pub untracked_max: Option<i64>,
@@ -779,9 +778,7 @@ impl DeviceLedger {
     ) {
         let s = &mut self.stats;
         let (live, cats) = (s.live_bytes, s.cat_live());
-        let p = Probe { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, api, free, total, error, live, cats, site };
-        s.probes.push(p);
-        s.last_probe = Some(p);
+        s.probes.push_with(|| Probe { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, api, free, total, error, live, cats, site });
         if error == 0 {
             if let Some(t) = total {
                 s.total_bytes = Some(t);
@@ -809,7 +806,7 @@ impl DeviceLedger {
         now: Stamp,
     ) {
         let s = &mut self.stats;
-        let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.last_probe);
+        let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.probes.last().copied());
         s.failures.push_with(|| Failure {
             t_ms: now.t_ms,
             t_us: now.t_us,
