@@ -35,19 +35,42 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 
-thread_local! {
-    /// Depth of hooked calls on this thread. Const-initialised `Cell` without a destructor:
-    /// compiles to a plain ELF TLS slot, no lazy registration, no allocation.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+/// A thread's hook state, in one thread-local (in a shared library each access to a
+/// thread-local is a call: a hook that records reaches this once for its depth and once for
+/// its bookkeeping).
+struct HookState {
+    /// Depth of hooked calls on this thread.
+    depth: Cell<u32>,
     /// Set while this thread is inside the ledger's bookkeeping (it may hold a ledger lock).
-    static IN_RECORD: Cell<bool> = const { Cell::new(false) };
+    in_record: Cell<bool>,
+    /// A terminating signal that arrived while this thread was inside the bookkeeping.
+    deferred: Cell<libc::c_int>,
+}
+
+thread_local! {
+    /// Const-initialised `Cell`s without a destructor: a plain ELF TLS block, no lazy
+    /// registration, no allocation; it lives as long as its thread.
+    static HOOK: HookState =
+        const { HookState { depth: Cell::new(0), in_record: Cell::new(false), deferred: Cell::new(0) } };
+}
+
+/// This thread's hook state, for the duration of a hook (None while the thread is exiting).
+#[inline]
+fn hook_state() -> Option<*const HookState> {
+    HOOK.try_with(|h| h as *const HookState).ok()
 }
 
 /// Is the calling thread inside culedger's bookkeeping? True only when a signal handler
 /// interrupted a hook while it recorded (and may hold a ledger lock): an exit from there
 /// must not wait for a report write that needs that lock.
 pub fn in_bookkeeping() -> bool {
-    IN_RECORD.try_with(|r| r.get()).unwrap_or(false)
+    HOOK.try_with(|h| h.in_record.get()).unwrap_or(false)
+}
+
+/// A terminating signal arrived inside this thread's bookkeeping (`in_bookkeeping`): the hook
+/// handles it when the bookkeeping is over (`report::signals::after_bookkeeping`).
+pub(crate) fn defer_signal(sig: libc::c_int) {
+    let _ = HOOK.try_with(|h| h.deferred.set(sig));
 }
 
 /// Marks one hooked call on this thread. `outer` is true for the outermost one, which
@@ -55,26 +78,30 @@ pub fn in_bookkeeping() -> bool {
 /// only forward.
 pub(crate) struct Depth {
     pub outer: bool,
+    /// The thread's state (null while the thread is exiting): the drop needs no second
+    /// look-up. A raw pointer: `Depth` stays on its thread.
+    state: *const HookState,
 }
 
 impl Depth {
     #[inline]
     pub fn enter() -> Depth {
-        let outer = DEPTH
-            .try_with(|d| {
-                let v = d.get();
-                d.set(v.saturating_add(1));
-                v == 0
-            })
-            .unwrap_or(false);
-        Depth { outer }
+        let Some(state) = hook_state() else { return Depth { outer: false, state: std::ptr::null() } };
+        // SAFETY: this thread's own state, alive as long as the thread.
+        let d = unsafe { &(*state).depth };
+        let v = d.get();
+        d.set(v.saturating_add(1));
+        Depth { outer: v == 0, state }
     }
 }
 
 impl Drop for Depth {
     #[inline]
     fn drop(&mut self) {
-        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        // SAFETY: as in `enter`, on the same thread.
+        if let Some(h) = unsafe { self.state.as_ref() } {
+            h.depth.set(h.depth.get().saturating_sub(1));
+        }
     }
 }
 
@@ -106,11 +133,18 @@ pub(crate) fn init() {
 #[inline]
 pub(crate) fn record<F: FnOnce(&crate::ledger::Ledger)>(what: &'static str, f: F) {
     init();
-    let _ = IN_RECORD.try_with(|r| r.set(true));
+    // SAFETY: this thread's own state, alive as long as the thread.
+    let state = hook_state().and_then(|h| unsafe { h.as_ref() });
+    if let Some(h) = state {
+        h.in_record.set(true);
+    }
     let ok = catch_unwind(AssertUnwindSafe(|| f(crate::ledger::global()))).is_ok();
-    let _ = IN_RECORD.try_with(|r| r.set(false));
+    let deferred = state.map_or(0, |h| {
+        h.in_record.set(false);
+        h.deferred.replace(0)
+    });
     // A terminating signal that arrived during the bookkeeping is handled now.
-    crate::report::signals::after_bookkeeping();
+    crate::report::signals::after_bookkeeping(deferred);
     if !ok {
         let _ = catch_unwind(|| crate::ledger::global().note_loss(what));
     }
