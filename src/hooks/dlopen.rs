@@ -43,9 +43,31 @@ thread_local! {
     };
 }
 
+/// `dlopen` calls entered so far, by every thread (see [`dlopens`]).
+#[cfg(target_arch = "x86_64")]
+static DLOPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many `dlopen` calls have entered so far in the process: an object that was not in
+/// the process when this was N is only there after a later call (or while one that counted
+/// is still running). None where the entry is not provided (aarch64): nothing is known.
+#[inline]
+pub fn dlopens() -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::sync::atomic(&DLOPENS);
+        Some(DLOPENS.load(std::sync::atomic::Ordering::Acquire))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// Called by the assembly entry with the address of the slot holding the return address.
 #[cfg(target_arch = "x86_64")]
 extern "C" fn note_dlopen(slot: *const usize) {
+    crate::sync::atomic(&DLOPENS);
+    DLOPENS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     // SAFETY: `slot` is the caller's stack slot holding dlopen's return address.
     let ret = unsafe { *slot };
     let _ = ENTRIES.try_with(|e| {

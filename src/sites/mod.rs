@@ -271,8 +271,22 @@ struct Last {
     slots_known: Option<u64>,
 }
 
+/// A thread's state for [`capture_repeat`], in one thread-local.
+struct Repeat {
+    last: std::cell::RefCell<Option<Last>>,
+    /// Calls left before the Python runtime is looked for by the clock even though no
+    /// `dlopen` entered since the last look (`python::runtime_unless_unchanged`).
+    py_recheck_in: std::cell::Cell<u8>,
+}
+
+/// Every this many repeated captures, a thread without a Python runtime asks the clock
+/// whether to look for one again even though no `dlopen` has entered since the last look.
+const PY_RECHECK_EVERY: u8 = 64;
+
 thread_local! {
-    static LAST: std::cell::RefCell<Option<Last>> = const { std::cell::RefCell::new(None) };
+    static REPEAT: Repeat = const {
+        Repeat { last: std::cell::RefCell::new(None), py_recheck_in: std::cell::Cell::new(0) }
+    };
 }
 /// Bumped in a fork child: a site id remembered by a thread before the fork names nothing
 /// in the child's fresh table.
@@ -318,13 +332,19 @@ fn repeat_inner(key: usize) -> u32 {
     }
     let sp = stack_pointer();
     let epoch = EPOCH.load(Ordering::Relaxed);
-    let rt = if crate::config::get().py_frames > 0 { python::runtime() } else { None };
     // One access to the thread-local (each is a call in a shared library): the proof, and
     // on a miss the full capture remembered in place.
-    LAST.try_with(|cell| {
+    REPEAT.try_with(|state| {
+        let rt = if crate::config::get().py_frames > 0 {
+            let left = state.py_recheck_in.get();
+            state.py_recheck_in.set(left.checked_sub(1).unwrap_or(PY_RECHECK_EVERY - 1));
+            python::runtime_unless_unchanged(left == 0)
+        } else {
+            None
+        };
         // try_: a signal handler's query inside this thread's own capture finds it busy, and
         // captures without remembering.
-        let mut last = cell.try_borrow_mut().ok();
+        let mut last = state.last.try_borrow_mut().ok();
         // The mapping cache is loaded by the first (full) capture; the Python walk wants it
         // fresh, a repeat of native frames only does not.
         let known = last.as_ref().is_some_and(|l| l.is_some());

@@ -176,12 +176,40 @@ pub fn find() -> Option<Found> {
     })))
 }
 
+/// The process's runtime once found (or found unreadable: `Some(None)`).
+static FOUND: OnceCell<Option<&'static Runtime>> = OnceCell::new();
+/// 1 + the number of `dlopen` calls entered before the latest look-up began (0: none yet, or
+/// not known).
+static LOOKED_AT_DLOPENS: AtomicU64 = AtomicU64::new(0);
+
+/// The last look-up, on the coarse clock (0: none yet).
+static LAST_LOOK_MS: AtomicU64 = AtomicU64::new(0);
+/// Held by the thread looking.
+static LOOKING: Mutex<()> = Mutex::new(());
+
+/// [`runtime`] keyed on `dlopen` rather than on the clock (a runtime comes into a process
+/// with the program, or with an object `dlopen` loads): a `dlopen` entered since the last
+/// look-up began: look now; none: nothing can have changed, no look-up and no clock read.
+/// One case escapes that reasoning: a `dlopen` that had entered but not finished when that
+/// look-up ran. So `recheck` (the caller passes it on every Nth call) falls back to
+/// [`runtime`]'s rule, at most one look-up a second. Where `dlopen` is not counted (aarch64),
+/// always that rule.
+#[inline]
+pub fn runtime_unless_unchanged(recheck: bool) -> Option<&'static Runtime> {
+    if let Some(found) = FOUND.get() {
+        return *found;
+    }
+    crate::sync::atomic(&LOOKED_AT_DLOPENS);
+    match crate::hooks::dlopens() {
+        Some(n) if LOOKED_AT_DLOPENS.load(Ordering::Acquire) != n + 1 => look(super::coarse_ms()),
+        Some(_) if !recheck => None,
+        _ => runtime(),
+    }
+}
+
 /// The process's runtime, looked for at the first capture; None while there is none (looked
 /// for again at most once a second).
 pub fn runtime() -> Option<&'static Runtime> {
-    static FOUND: OnceCell<Option<&'static Runtime>> = OnceCell::new();
-    static LAST_LOOK_MS: AtomicU64 = AtomicU64::new(0);
-    static LOOKING: Mutex<()> = Mutex::new(());
     if let Some(found) = FOUND.get() {
         return *found;
     }
@@ -190,12 +218,23 @@ pub fn runtime() -> Option<&'static Runtime> {
     if last != 0 && now.saturating_sub(last) < 1000 {
         return None;
     }
+    look(now)
+}
+
+/// Look for the runtime now (`now`: the coarse clock), unless another thread is looking.
+#[cold]
+fn look(now: u64) -> Option<&'static Runtime> {
     let _guard = LOOKING.try_lock()?;
     if let Some(found) = FOUND.get() {
         return *found;
     }
     LAST_LOOK_MS.store(now.max(1), Ordering::Relaxed);
-    match find() {
+    // Read before looking: a dlopen entered after this is a change the look may have missed.
+    let dlopens = crate::hooks::dlopens();
+    let found = find();
+    crate::sync::atomic(&LOOKED_AT_DLOPENS);
+    LOOKED_AT_DLOPENS.store(dlopens.map_or(0, |n| n + 1), Ordering::Release);
+    match found {
         None => None,
         Some(Found::Runtime(rt)) => {
             let rt: &'static Runtime = Box::leak(rt);
