@@ -208,4 +208,42 @@ mod tests {
     fn not_inside_dlopen_normally() {
         assert!(!in_dlopen());
     }
+
+    /// Entries recorded by hand, as the assembly entry would: slots in this test's frame
+    /// (above `in_dlopen`'s stack pointer) holding "return addresses". A returned dlopen's
+    /// entry is cleared; a running one's is kept, whatever returned around it.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_returned_dlopen_is_forgotten_and_a_running_one_is_not() {
+        let live_bits = || ENTRIES.with(|e| e.live.get());
+        let outer = std::hint::black_box([0x1111usize; 1]);
+        let inner = std::hint::black_box([0x2222usize; 1]);
+        note_dlopen(outer.as_ptr());
+        note_dlopen(inner.as_ptr());
+        assert_eq!(live_bits().count_ones(), 2);
+        assert!(in_dlopen(), "both running");
+        // The inner dlopen returned: its slot was reused by another call.
+        unsafe { std::ptr::write_volatile(inner.as_ptr() as *mut usize, 0x3333) };
+        assert!(in_dlopen(), "the outer one is still running");
+        assert_eq!(live_bits().count_ones(), 1, "the inner entry is forgotten");
+        // The same value again later is another call's, not the returned dlopen's.
+        unsafe { std::ptr::write_volatile(inner.as_ptr() as *mut usize, 0x2222) };
+        assert!(in_dlopen());
+        assert_eq!(live_bits().count_ones(), 1);
+        unsafe { std::ptr::write_volatile(outer.as_ptr() as *mut usize, 0x4444) };
+        assert!(!in_dlopen(), "both returned");
+        assert_eq!(live_bits(), 0, "answered from one load from now on");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn each_dlopen_is_counted() {
+        let before = dlopens().unwrap();
+        // The test binary's own calls reach the exported entry.
+        let h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        assert!(!h.is_null());
+        assert!(dlopens().unwrap() > before);
+        assert!(!in_dlopen(), "it returned");
+        unsafe { libc::dlclose(h) };
+    }
 }

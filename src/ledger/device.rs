@@ -778,7 +778,18 @@ impl DeviceLedger {
     ) {
         let s = &mut self.stats;
         let (live, cats) = (s.live_bytes, s.cat_live());
-        s.probes.push_with(|| Probe { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, api, free, total, error, live, cats, site });
+        s.probes.push_with(|| Probe {
+            t_ms: now.t_ms,
+            t_us: now.t_us,
+            seq: now.seq,
+            api,
+            free,
+            total,
+            error,
+            live,
+            cats,
+            site,
+        });
         if error == 0 {
             if let Some(t) = total {
                 s.total_bytes = Some(t);

@@ -93,7 +93,7 @@ pub fn covered(ranges: &[(u64, u64)], addr: u64, len: u64) -> bool {
     i > 0 && ranges[i - 1].1 >= end
 }
 
-fn refresh() {
+pub(super) fn refresh() {
     let Ok(text) = std::fs::read_to_string("/proc/self/maps") else { return };
     let ranges = parse_maps(&text);
     let mut c = cache().write();
@@ -321,5 +321,19 @@ garbage line
         assert_eq!(r.u8(boxed.as_ptr() as u64 + 12345), Some(7));
         assert_eq!(r.u64(8), None, "page zero");
         assert_eq!(r.u64(0xdead_0000_0000), None, "unmapped");
+    }
+
+    #[test]
+    fn covering_names_the_generation_that_found_every_slot_readable() {
+        before_capture();
+        let words = [1u64, 2, 3];
+        let at = |i: usize| &words[i] as *const u64 as u64;
+        let g = covering(&[at(0), at(2)]).expect("this stack is cached readable");
+        assert!(g == generation() || g < generation(), "never newer than the cache");
+        assert_eq!(covering(&[at(1), 0xdead_0000_0000]), None, "one slot outside");
+        assert_eq!(covering(&[]), None);
+        // A refresh moves the generation: a remembered one no longer vouches for the slots.
+        refresh();
+        assert!(generation() > g);
     }
 }

@@ -334,61 +334,62 @@ fn repeat_inner(key: usize) -> u32 {
     let epoch = EPOCH.load(Ordering::Relaxed);
     // One access to the thread-local (each is a call in a shared library): the proof, and
     // on a miss the full capture remembered in place.
-    REPEAT.try_with(|state| {
-        let rt = if crate::config::get().py_frames > 0 {
-            let left = state.py_recheck_in.get();
-            state.py_recheck_in.set(left.checked_sub(1).unwrap_or(PY_RECHECK_EVERY - 1));
-            python::runtime_unless_unchanged(left == 0)
-        } else {
-            None
-        };
-        // try_: a signal handler's query inside this thread's own capture finds it busy, and
-        // captures without remembering.
-        let mut last = state.last.try_borrow_mut().ok();
-        // The mapping cache is loaded by the first (full) capture; the Python walk wants it
-        // fresh, a repeat of native frames only does not.
-        let known = last.as_ref().is_some_and(|l| l.is_some());
-        if !known || rt.is_some() {
-            maps::before_capture();
-        }
-        let py = python_raw_with(rt);
-        if let Some(l) = last.as_ref().and_then(|l| l.as_ref()) {
-            let fits = l.epoch == epoch
-                && l.key == key
-                && l.sp == sp
-                && sp != 0
-                && l.py.len() == py.len()
-                && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
-            if fits && slots_hold(sp, l) {
-                REPEATS.fetch_add(1, Ordering::Relaxed);
-                return l.id;
+    REPEAT
+        .try_with(|state| {
+            let rt = if crate::config::get().py_frames > 0 {
+                let left = state.py_recheck_in.get();
+                state.py_recheck_in.set(left.checked_sub(1).unwrap_or(PY_RECHECK_EVERY - 1));
+                python::runtime_unless_unchanged(left == 0)
+            } else {
+                None
+            };
+            // try_: a signal handler's query inside this thread's own capture finds it busy, and
+            // captures without remembering.
+            let mut last = state.last.try_borrow_mut().ok();
+            // The mapping cache is loaded by the first (full) capture; the Python walk wants it
+            // fresh, a repeat of native frames only does not.
+            let known = last.as_ref().is_some_and(|l| l.is_some());
+            if !known || rt.is_some() {
+                maps::before_capture();
             }
-        }
-        if known && rt.is_none() {
-            maps::before_capture();
-        }
-        let mut ips: Vec<u64> = Vec::new();
-        let mut slots: Vec<u64> = Vec::new();
-        native::backtrace_noting(&mut ips, Some(&mut slots));
-        let id = intern_raw(rt, &py, &ips);
-        // Remembered only when every kept return address has its slot (the caching unwinder
-        // took the backtrace), each above the stack pointer, and the site was interned.
-        let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
-        if let Some(l) = last.as_mut() {
-            **l = usable.then(|| Last {
-                epoch,
-                key,
-                sp,
-                py: py.iter().map(|f| (f.code, f.unit.unwrap_or(u32::MAX))).collect(),
-                slots_known: maps::covering(&slots),
-                ips,
-                slots,
-                id,
-            });
-        }
-        id
-    })
-    .unwrap_or(0)
+            let py = python_raw_with(rt);
+            if let Some(l) = last.as_ref().and_then(|l| l.as_ref()) {
+                let fits = l.epoch == epoch
+                    && l.key == key
+                    && l.sp == sp
+                    && sp != 0
+                    && l.py.len() == py.len()
+                    && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
+                if fits && slots_hold(sp, l) {
+                    REPEATS.fetch_add(1, Ordering::Relaxed);
+                    return l.id;
+                }
+            }
+            if known && rt.is_none() {
+                maps::before_capture();
+            }
+            let mut ips: Vec<u64> = Vec::new();
+            let mut slots: Vec<u64> = Vec::new();
+            native::backtrace_noting(&mut ips, Some(&mut slots));
+            let id = intern_raw(rt, &py, &ips);
+            // Remembered only when every kept return address has its slot (the caching unwinder
+            // took the backtrace), each above the stack pointer, and the site was interned.
+            let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
+            if let Some(l) = last.as_mut() {
+                **l = usable.then(|| Last {
+                    epoch,
+                    key,
+                    sp,
+                    py: py.iter().map(|f| (f.code, f.unit.unwrap_or(u32::MAX))).collect(),
+                    slots_known: maps::covering(&slots),
+                    ips,
+                    slots,
+                    id,
+                });
+            }
+            id
+        })
+        .unwrap_or(0)
 }
 
 /// Whether every slot of `l` still holds its return address. The slots lie on this thread's
@@ -630,6 +631,58 @@ mod tests {
         assert_eq!(doc["sites"][0]["id"], id);
         assert_eq!(doc["sites"][0]["python"][0]["function"], "f");
         assert!(doc["health"]["site_misses"].is_u64());
+    }
+
+    #[inline(never)]
+    fn query_here() -> u32 {
+        std::hint::black_box(capture_repeat(0x5151))
+    }
+
+    /// A repeat reads its remembered slots directly while the mapping cache that found them
+    /// readable is current, else through the reader; either way a changed return address is
+    /// caught. What the thread remembers is altered between identical calls: a remembered id
+    /// that comes back (`MARK`) was reused, the true one was captured again.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_repeat_proves_its_slots_directly_or_through_the_reader() {
+        const MARK: u32 = 999_999;
+        let edit = |f: &dyn Fn(&mut Last)| REPEAT.with(|r| f(r.last.borrow_mut().as_mut().expect("remembered")));
+        let mut got = Vec::new();
+        for step in 0..7 {
+            match step {
+                0 | 1 => {}
+                2 => edit(&|l| l.id = MARK),
+                3 => edit(&|l| {
+                    l.id = MARK;
+                    l.ips[0] ^= 1;
+                }),
+                4 => edit(&|l| {
+                    l.id = MARK;
+                    l.slots_known = None;
+                }),
+                5 => edit(&|l| {
+                    l.id = MARK;
+                    l.slots_known = None;
+                    l.ips[1] ^= 1;
+                }),
+                _ => {
+                    edit(&|l| l.id = MARK);
+                    maps::refresh();
+                }
+            }
+            if step == 2 {
+                let known = REPEAT.with(|r| r.last.borrow().as_ref().and_then(|l| l.slots_known));
+                assert_eq!(known, Some(maps::generation()), "the slots lie in the cached stack");
+            }
+            got.push(query_here());
+        }
+        let id = got[0];
+        assert_ne!(id, 0);
+        assert_eq!(
+            got,
+            [id, id, MARK, id, MARK, id, MARK],
+            "reused, caught directly, reused through the reader, caught there, reused after a refresh"
+        );
     }
 
     #[test]

@@ -408,4 +408,30 @@ mod tests {
         assert_eq!(version_from_name("/usr/bin/python3"), None);
         assert_eq!(version_from_name("my_engine"), None);
     }
+
+    /// The test binary has no Python. A look-up keyed on `dlopen` happens at once after a
+    /// `dlopen` (the clock's rule alone waited a second after the previous look). Other tests
+    /// may look or dlopen meanwhile: retried, never exact counts.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn no_python_is_looked_for_again_at_once_after_a_dlopen() {
+        let looked_at = || LOOKED_AT_DLOPENS.load(Ordering::Acquire);
+        let settled = |want: &dyn Fn() -> bool| {
+            (0..200).any(|_| {
+                assert_eq!(runtime_unless_unchanged(false).map(|r| r.version.clone()), None);
+                want() || {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    false
+                }
+            })
+        };
+        assert!(settled(&|| looked_at() == crate::hooks::dlopens().unwrap() + 1), "a first look");
+        let before = looked_at();
+        // SAFETY: an already loaded library, not loaded again.
+        let h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        assert!(!h.is_null());
+        assert!(settled(&|| looked_at() > before), "looked again at once, within the second");
+        // SAFETY: the handle just opened.
+        unsafe { libc::dlclose(h) };
+    }
 }
