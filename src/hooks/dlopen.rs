@@ -87,13 +87,36 @@ extern "C" fn note_dlopen(slot: *const usize) {
 /// may be on another stack, a signal handler's, for now.)
 #[inline(never)]
 pub fn in_dlopen() -> bool {
+    check().0
+}
+
+/// [`in_dlopen`] for a caller that keeps, for its thread, `clear_at`: the [`dlopens`] count at
+/// which this thread last had no entry left that could be running. While no `dlopen` has
+/// entered since (on any thread), none can have been recorded on this one: the answer is
+/// "no" without looking at the entries.
+#[inline]
+pub fn in_dlopen_unless_none_since(clear_at: &Cell<u64>) -> bool {
+    let Some(n) = dlopens() else { return in_dlopen() };
+    if clear_at.get() == n {
+        return false;
+    }
+    let (running, none_left) = check();
+    if none_left {
+        clear_at.set(n);
+    }
+    running
+}
+
+/// Whether a recorded `dlopen` is running on this thread, and whether no entry is left.
+#[inline(never)]
+fn check() -> (bool, bool) {
     let here = 0u8;
     let sp = &here as *const u8 as usize;
     ENTRIES
         .try_with(|e| {
             let live = e.live.get();
             if live == 0 {
-                return false;
+                return (false, true);
             }
             let mut over = 0u8;
             let mut running = false;
@@ -123,9 +146,9 @@ pub fn in_dlopen() -> bool {
             // A signal handler's dlopen may have replaced an entry meanwhile; it has returned
             // by now, so clearing its bit too is right.
             e.live.set(e.live.get() & !over);
-            running
+            (running, e.live.get() == 0)
         })
-        .unwrap_or(true)
+        .unwrap_or((true, false))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -230,9 +253,21 @@ mod tests {
         unsafe { std::ptr::write_volatile(inner.as_ptr() as *mut usize, 0x2222) };
         assert!(in_dlopen());
         assert_eq!(live_bits().count_ones(), 1);
+        let clear_at = Cell::new(u64::MAX);
+        assert!(in_dlopen_unless_none_since(&clear_at));
+        assert_eq!(clear_at.get(), u64::MAX, "an entry may be running");
         unsafe { std::ptr::write_volatile(outer.as_ptr() as *mut usize, 0x4444) };
         assert!(!in_dlopen(), "both returned");
         assert_eq!(live_bits(), 0, "answered from one load from now on");
+        assert!(!in_dlopen_unless_none_since(&clear_at));
+        // (Other tests may dlopen meanwhile: not an exact count.)
+        assert!(clear_at.get() <= dlopens().unwrap(), "none left: no look until the next dlopen");
+        // A dlopen entered since is looked at, whatever the thread noted before.
+        let again = std::hint::black_box([0x5555usize; 1]);
+        note_dlopen(again.as_ptr());
+        assert!(in_dlopen_unless_none_since(&clear_at));
+        unsafe { std::ptr::write_volatile(again.as_ptr() as *mut usize, 0) };
+        assert!(!in_dlopen_unless_none_since(&clear_at));
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -28,7 +28,7 @@ pub mod types;
 pub use process::{prefetch_libc, real_sigaction};
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
 
-pub(crate) use dlopen::{dlopens, in_dlopen};
+pub(crate) use dlopen::{dlopens, in_dlopen, in_dlopen_unless_none_since};
 pub(crate) use dlsym::real_dlsym;
 
 use std::cell::Cell;

@@ -277,6 +277,8 @@ struct Repeat {
     /// Calls left before the Python runtime is looked for by the clock even though no
     /// `dlopen` entered since the last look (`python::runtime_unless_unchanged`).
     py_recheck_in: std::cell::Cell<u8>,
+    /// See `hooks::in_dlopen_unless_none_since`.
+    dlopen_clear_at: std::cell::Cell<u64>,
 }
 
 /// Every this many repeated captures, a thread without a Python runtime asks the clock
@@ -285,7 +287,11 @@ const PY_RECHECK_EVERY: u8 = 64;
 
 thread_local! {
     static REPEAT: Repeat = const {
-        Repeat { last: std::cell::RefCell::new(None), py_recheck_in: std::cell::Cell::new(0) }
+        Repeat {
+            last: std::cell::RefCell::new(None),
+            py_recheck_in: std::cell::Cell::new(0),
+            dlopen_clear_at: std::cell::Cell::new(u64::MAX),
+        }
     };
 }
 /// Bumped in a fork child: a site id remembered by a thread before the fork names nothing
@@ -326,16 +332,16 @@ pub fn capture_repeat(key: usize) -> u32 {
 
 #[inline(never)]
 fn repeat_inner(key: usize) -> u32 {
-    if crate::hooks::in_dlopen() {
-        IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
-        return 0;
-    }
     let sp = stack_pointer();
     let epoch = EPOCH.load(Ordering::Relaxed);
     // One access to the thread-local (each is a call in a shared library): the proof, and
     // on a miss the full capture remembered in place.
     REPEAT
         .try_with(|state| {
+            if crate::hooks::in_dlopen_unless_none_since(&state.dlopen_clear_at) {
+                IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
+                return 0;
+            }
             let rt = if crate::config::get().py_frames > 0 {
                 let left = state.py_recheck_in.get();
                 state.py_recheck_in.set(left.checked_sub(1).unwrap_or(PY_RECHECK_EVERY - 1));
@@ -352,7 +358,7 @@ fn repeat_inner(key: usize) -> u32 {
             if !known || rt.is_some() {
                 maps::before_capture();
             }
-            let py = python_raw_with(rt);
+            let py = if rt.is_some() { python_raw_with(rt) } else { Vec::new() };
             if let Some(l) = last.as_ref().and_then(|l| l.as_ref()) {
                 let fits = l.epoch == epoch
                     && l.key == key
