@@ -20,9 +20,10 @@ const FIRST_CALIBRATION_NS: u64 = 20_000_000;
 const HORIZON_FACTOR: u64 = 8;
 /// Lines after the uncalibrated start (slot 0 is unused: index 0 means "not calibrated").
 const SLOTS: usize = 8;
-/// Fractional bits of a line's scale: its rounding error is below 2^-32 ns per tick, a few
-/// nanoseconds over the longest line (89 min at a few GHz).
-const SCALE_BITS: u32 = 32;
+/// Fractional bits of a line's scale: its rounding error is below 2^-48 ns per tick, under a
+/// nanosecond a day at a few GHz (the last line is used for the rest of the run), and a scale
+/// of up to 65536 ns per tick fits in 64 bits. Ticks times scale always fit in 128 bits.
+const SCALE_BITS: u32 = 48;
 
 /// One line of the mapping from ticks to nanoseconds: `ns = base_ns + (tsc - base_tsc) * scale`,
 /// `scale` in nanoseconds per tick as a fixed-point number with [`SCALE_BITS`] fractional bits
@@ -192,6 +193,22 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_stays_within_a_nanosecond_over_a_day() {
+        // 2.5 GHz (0.4 ns per tick, not a power of two), a day after the line's base.
+        let c = Clock::with_counter(false);
+        let l = &c.lines[1];
+        l.base_tsc.store(1_000, Ordering::Relaxed);
+        l.base_ns.store(7, Ordering::Relaxed);
+        let scale = (1u128 << SCALE_BITS) * 2 / 5;
+        l.scale.store(u64::try_from(scale).unwrap(), Ordering::Relaxed);
+        let day_ticks: u64 = 86_400 * 2_500_000_000;
+        let exact = 7 + day_ticks / 5 * 2;
+        let got = c.on_line(1, 1_000 + day_ticks);
+        assert!(got <= exact && exact - got <= 1, "{got} vs {exact}");
+        assert_eq!(c.on_line(1, 500), 7, "before the base: the base");
+    }
 
     #[test]
     fn follows_the_monotonic_clock_and_never_goes_back() {
