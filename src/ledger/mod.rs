@@ -39,7 +39,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
 
-use device::{Alloc, DeviceLedger, Key};
+use device::{DeviceLedger, Key, Removed};
 use host::HostLedger;
 use vmm::{Change, Mapping, VmmTable};
 
@@ -84,7 +84,7 @@ pub enum Freed {
 pub struct Taken {
     dev: i32,
     key: Key,
-    alloc: Alloc,
+    alloc: Removed,
     /// The stamp of the take (its timeline sample).
     at: Stamp,
 }
@@ -95,7 +95,7 @@ impl Taken {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.alloc.bytes
+        self.alloc.alloc.bytes()
     }
 }
 
@@ -393,7 +393,7 @@ impl Ledger {
     /// `health.unknown_frees`; freeing NULL is a no-op and counts nothing.
     pub fn free(&self, ptr: u64, _api: &'static str) -> Freed {
         match self.free_take(ptr) {
-            Some(t) => Freed::Known { dev: t.dev, bytes: t.alloc.bytes },
+            Some(t) => Freed::Known { dev: t.dev, bytes: t.bytes() },
             None => Freed::Unknown,
         }
     }
@@ -437,7 +437,7 @@ impl Ledger {
     /// category, kind, api, times), the free uncounted. False, with a warning, when another
     /// record took its place meanwhile (then the free did happen).
     pub fn restore(&self, t: Taken) -> bool {
-        let (dev, key, base) = (t.dev, t.key, t.alloc.base);
+        let (dev, key, base) = (t.dev, t.key, t.alloc.alloc.base);
         let restored = self.on_device(dev, "restore", |d, now| d.restore(key, t.alloc, t.at, now)) == Some(true);
         if !restored {
             self.note_warning(&format!(
@@ -472,7 +472,7 @@ impl Ledger {
     /// Copies into memory we do not track are ignored.
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
         self.at_ptr(ptr, |d, h| {
-            if d.add_h2d(h.key, bytes, || self.stamp()) {
+            if d.add_h2d(h.key, bytes) {
                 self.device_generation[h.dev as usize].bump_locked();
             }
         });

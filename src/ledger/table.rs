@@ -4,15 +4,19 @@
 //! tombstones). The records sit in the slots themselves, so a live allocation costs its
 //! record divided by the load (7/8 at most; the table grows by half when full).
 
-/// A record with a non-zero key of its own.
-pub(crate) trait Keyed {
+/// A record with a key of its own: non-zero for a record, 0 for the vacant value that marks an
+/// empty slot (so a slot is the record itself, with no tag beside it).
+pub(crate) trait Keyed: Sized {
+    /// The record's key; 0 only for [`Keyed::vacant`].
     fn key(&self) -> u64;
+    /// The empty slot.
+    fn vacant() -> Self;
 }
 
 const MIN_CAPACITY: usize = 16;
 
 pub(crate) struct Table<T> {
-    slots: Vec<Option<T>>,
+    slots: Vec<T>,
     len: usize,
 }
 
@@ -53,22 +57,27 @@ impl<T: Keyed> Table<T> {
         self.len
     }
 
-    /// The slot holding `key`.
+    /// Slots held (occupied or not): what the table costs is this times the record's size.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot holding `key` (never 0).
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
         let cap = self.slots.len();
-        if cap == 0 || self.len == 0 {
+        if cap == 0 || self.len == 0 || key == 0 {
             return None;
         }
         let mut i = Self::home(key, cap);
         let mut dist = 0;
         loop {
-            let r = self.slots[i].as_ref()?;
-            let k = r.key();
+            let k = self.slots[i].key();
             if k == key {
                 return Some(i);
             }
-            if Self::distance(k, i, cap) < dist {
+            if k == 0 || Self::distance(k, i, cap) < dist {
                 return None;
             }
             dist += 1;
@@ -78,52 +87,71 @@ impl<T: Keyed> Table<T> {
 
     #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<&T> {
-        self.find(key).and_then(|i| self.slots[i].as_ref())
+        self.find(key).map(|i| &self.slots[i])
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
-        self.find(key).and_then(|i| self.slots[i].as_mut())
+        self.find(key).map(|i| &mut self.slots[i])
     }
 
     pub(crate) fn contains(&self, key: u64) -> bool {
         self.find(key).is_some()
     }
 
-    /// Put `r` in; the record it replaces (same key), if any.
-    pub(crate) fn insert(&mut self, r: T) -> Option<T> {
-        if let Some(i) = self.find(r.key()) {
-            return self.slots[i].replace(r);
-        }
+    /// Put `r` (key non-zero) in; the record it replaces (same key), if any. One walk from
+    /// the key's home: it ends at the key, at an empty slot, or where a record sits closer to
+    /// its own home than the key would (Robin Hood order: the key is not further on).
+    #[inline]
+    pub(crate) fn insert(&mut self, mut r: T) -> Option<T> {
+        debug_assert!(r.key() != 0);
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
-        self.place(r);
-        self.len += 1;
-        None
-    }
-
-    /// Robin Hood placement of a key not in the table (there is a free slot).
-    fn place(&mut self, mut r: T) {
         let cap = self.slots.len();
-        let mut i = Self::home(r.key(), cap);
+        let key = r.key();
+        let mut i = Self::home(key, cap);
         let mut dist = 0;
         loop {
-            match &mut self.slots[i] {
-                slot @ None => {
-                    *slot = Some(r);
-                    return;
-                }
-                Some(here) => {
-                    let d = Self::distance(here.key(), i, cap);
-                    if d < dist {
-                        std::mem::swap(here, &mut r);
-                        dist = d;
-                    }
-                }
+            let k = self.slots[i].key();
+            if k == key {
+                return Some(std::mem::replace(&mut self.slots[i], r));
+            }
+            if k == 0 {
+                self.slots[i] = r;
+                self.len += 1;
+                return None;
+            }
+            let d = Self::distance(k, i, cap);
+            if d < dist {
+                // Not in the table: it goes here, and the records from here on move along.
+                std::mem::swap(&mut self.slots[i], &mut r);
+                self.len += 1;
+                self.place_from(r, next(i, cap), d + 1);
+                return None;
             }
             dist += 1;
-            i = if i + 1 == cap { 0 } else { i + 1 };
+            i = next(i, cap);
+        }
+    }
+
+    /// Robin Hood placement of `r`, displaced from its place, continuing at slot `i` at
+    /// distance `dist` from its home (there is a free slot).
+    fn place_from(&mut self, mut r: T, mut i: usize, mut dist: usize) {
+        let cap = self.slots.len();
+        loop {
+            let k = self.slots[i].key();
+            if k == 0 {
+                self.slots[i] = r;
+                return;
+            }
+            let d = Self::distance(k, i, cap);
+            if d < dist {
+                std::mem::swap(&mut self.slots[i], &mut r);
+                dist = d;
+            }
+            dist += 1;
+            i = next(i, cap);
         }
     }
 
@@ -131,34 +159,45 @@ impl<T: Keyed> Table<T> {
         let cap = (self.slots.len() + self.slots.len() / 2).max(MIN_CAPACITY);
         let old = std::mem::take(&mut self.slots);
         self.slots.reserve_exact(cap);
-        self.slots.resize_with(cap, || None);
-        for r in old.into_iter().flatten() {
-            self.place(r);
+        self.slots.resize_with(cap, T::vacant);
+        for r in old.into_iter().filter(|r| r.key() != 0) {
+            let home = Self::home(r.key(), cap);
+            self.place_from(r, home, 0);
         }
     }
 
     /// Take the record under `key` out.
+    #[inline]
     pub(crate) fn remove(&mut self, key: u64) -> Option<T> {
         let mut i = self.find(key)?;
-        let r = self.slots[i].take();
+        let r = std::mem::replace(&mut self.slots[i], T::vacant());
         self.len -= 1;
         // Shift the following records of the run back by one while they are not at home.
         let cap = self.slots.len();
         loop {
-            let next = if i + 1 == cap { 0 } else { i + 1 };
-            match self.slots[next].as_ref() {
-                Some(n) if Self::distance(n.key(), next, cap) > 0 => {
-                    self.slots[i] = self.slots[next].take();
-                    i = next;
-                }
-                _ => break,
+            let n = next(i, cap);
+            let k = self.slots[n].key();
+            if k == 0 || Self::distance(k, n, cap) == 0 {
+                break;
             }
+            self.slots.swap(i, n);
+            i = n;
         }
-        r
+        Some(r)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.slots.iter().flatten()
+        self.slots.iter().filter(|r| r.key() != 0)
+    }
+}
+
+/// The slot after `i` among `cap`.
+#[inline]
+fn next(i: usize, cap: usize) -> usize {
+    if i + 1 == cap {
+        0
+    } else {
+        i + 1
     }
 }
 
@@ -172,6 +211,9 @@ mod tests {
     impl Keyed for R {
         fn key(&self) -> u64 {
             self.0
+        }
+        fn vacant() -> Self {
+            R(0, 0)
         }
     }
 
