@@ -124,10 +124,14 @@ impl History {
     }
 
     /// A new allocation `a` under `key` (after the shard counted it).
+    #[inline]
     pub(crate) fn inserted(&mut self, key: Key, a: &Alloc, api: &'static str, h2d_bytes: u64) {
-        if a.bytes() < self.min {
-            return;
+        if a.bytes() >= self.min {
+            self.insert_record(key, a, api, h2d_bytes);
         }
+    }
+
+    fn insert_record(&mut self, key: Key, a: &Alloc, api: &'static str, h2d_bytes: u64) {
         if self.recs.is_empty() {
             // Once, at full size: the pages are touched as records are written, and the
             // vector never reallocates (no copies, no freed halves left in the heap).
@@ -157,10 +161,14 @@ impl History {
     }
 
     /// The allocation `a` under `key` was freed (or displaced) by the record `seq`.
+    #[inline]
     pub(crate) fn freed(&mut self, key: Key, a: &Alloc, seq: u64) {
-        if a.bytes() < self.min {
-            return;
+        if a.bytes() >= self.min {
+            self.free_record(key, seq);
         }
+    }
+
+    fn free_record(&mut self, key: Key, seq: u64) {
         if let Some(i) = self.live.remove(&key_of(key)) {
             if let Some(r) = self.recs.get_mut(i as usize) {
                 r.free_seq = seq;

@@ -383,7 +383,8 @@ impl Ledger {
             self.note_warning(&format!("{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"));
             return;
         }
-        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)) {
+        let displaced = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now));
+        if let Some(d) = displaced.filter(|d| d.count > 0) {
             self.warn_displaced(api, dev, format_args!("allocation at 0x{ptr:x}"), d);
         }
     }

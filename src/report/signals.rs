@@ -18,7 +18,7 @@
 //! ours all the same). A process that is pid 1 of its namespace is left alone: the kernel
 //! does not deliver default-action signals to it, and catching them would change that.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,11 +44,6 @@ unsafe impl Sync for Dispositions {}
 static PROGRAM: Dispositions = Dispositions(UnsafeCell::new(unsafe { MaybeUninit::zeroed().assume_init() }));
 
 static LOCK: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    /// A signal that arrived while this thread was inside culedger's bookkeeping.
-    static DEFERRED: Cell<c_int> = const { Cell::new(0) };
-}
 
 fn bit(sig: c_int) -> u64 {
     if (1..NSIG as c_int).contains(&sig) {
@@ -230,7 +225,7 @@ extern "C" fn on_signal(sig: c_int) {
     if crate::hooks::in_bookkeeping() {
         // This thread may hold the ledger lock the write needs: finish the bookkeeping
         // first (`after_bookkeeping`).
-        let _ = DEFERRED.try_with(|d| d.set(sig));
+        crate::hooks::defer_signal(sig);
     } else {
         end_by(sig);
     }
@@ -238,15 +233,12 @@ extern "C" fn on_signal(sig: c_int) {
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Called by every hook when it leaves culedger's bookkeeping: a signal that arrived
-/// meanwhile ends the process now.
-#[inline]
-pub fn after_bookkeeping() {
-    let sig = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
-    if sig != 0 {
-        crate::debug!("signal {sig} arrived during culedger's bookkeeping; handling it now");
-        end_by(sig);
-    }
+/// Called by a hook when it leaves culedger's bookkeeping with a signal `sig` that arrived
+/// meanwhile (`hooks::defer_signal`): it ends the process now.
+#[cold]
+pub fn after_bookkeeping(sig: c_int) {
+    crate::debug!("signal {sig} arrived during culedger's bookkeeping; handling it now");
+    end_by(sig);
 }
 
 /// Final report, default action back, signal raised again and unblocked: the process ends
