@@ -50,7 +50,15 @@ const F_CAPTURED: u64 = 1 << 7;
 /// In the api byte: host-to-device bytes were copied in (kept in `DeviceLedger::h2d`).
 const A_H2D: u64 = 1 << 7;
 
+/// By discriminant (the order `MemKind` declares them in).
 const KINDS: [MemKind; 5] = [MemKind::Device, MemKind::Managed, MemKind::Async, MemKind::Pitch, MemKind::VmmPhysical];
+const _: () = {
+    let mut i = 0;
+    while i < KINDS.len() {
+        assert!(KINDS[i] as usize == i);
+        i += 1;
+    }
+};
 
 // Site ids and tag ids fit their 16 bits.
 const _: () = assert!(crate::sites::MAX_SITE_ID <= u16::MAX as usize && crate::classify::tags::MAX_TAGS <= 1 << 16);
@@ -69,7 +77,7 @@ impl Alloc {
     ) -> Alloc {
         let site = u64::from(u16::try_from(facts.site).unwrap_or(0));
         let tag = u64::from(facts.tag.map_or(0, crate::classify::tags::TagId::raw));
-        let kind = KINDS.iter().position(|&k| k == kind).unwrap_or(0) as u64;
+        let kind = kind as u64;
         let flags = kind
             | (category.index() as u64) << 3
             | if facts.exported { F_EXPORTED } else { 0 }
@@ -533,9 +541,11 @@ impl DeviceStats {
     }
 
     /// Record the current totals on the timeline (after any change of them).
+    #[inline]
     fn sample(&mut self, now: Stamp) {
-        let s = self.current(now);
-        self.timeline.push(s);
+        let (live, cats) = (self.live_bytes, &self.cats);
+        let current = || Sample { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, live, cats: cats.map(|c| c.live) };
+        self.timeline.push_with(now.t_ms, now.t_us, now.seq, current);
     }
 
     /// Reclassify `a` from its facts, moving its bytes between categories. The device
@@ -1249,6 +1259,8 @@ impl DeviceLedger {
 
     /// Everything to render, copied out so the lock can be released.
     pub(crate) fn snapshot(&self) -> (DeviceStats, Vec<Allocation>) {
-        (self.stats.clone(), self.top_allocations())
+        let mut stats = self.stats.clone();
+        stats.timeline.fill_pending(stats.live_bytes, stats.cat_live());
+        (stats, self.top_allocations())
     }
 }

@@ -32,7 +32,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for Table<T> {
     }
 }
 
-impl<T: Keyed> Table<T> {
+impl<T: Keyed + Copy> Table<T> {
     /// The home slot of `key` among `cap` slots: a multiplicative hash, reduced by the
     /// high half of a 128-bit product (any capacity, no division).
     #[inline]
@@ -55,12 +55,6 @@ impl<T: Keyed> Table<T> {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// Slots held (occupied or not): what the table costs is this times the record's size.
-    #[cfg(test)]
-    pub(crate) fn capacity(&self) -> usize {
-        self.slots.len()
     }
 
     /// The slot holding `key` (never 0).
@@ -101,9 +95,12 @@ impl<T: Keyed> Table<T> {
 
     /// Put `r` (key non-zero) in; the record it replaces (same key), if any. One walk from
     /// the key's home: it ends at the key, at an empty slot, or where a record sits closer to
-    /// its own home than the key would (Robin Hood order: the key is not further on).
+    /// its own home than the key would (Robin Hood order: the key is not further on). In the
+    /// last case the records from there to the next empty slot move up by one, in one copy
+    /// (within a run, records are in the order of their homes: this is their Robin Hood
+    /// placement).
     #[inline]
-    pub(crate) fn insert(&mut self, mut r: T) -> Option<T> {
+    pub(crate) fn insert(&mut self, r: T) -> Option<T> {
         debug_assert!(r.key() != 0);
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
@@ -118,41 +115,57 @@ impl<T: Keyed> Table<T> {
                 return Some(std::mem::replace(&mut self.slots[i], r));
             }
             if k == 0 {
-                self.slots[i] = r;
-                self.len += 1;
-                return None;
+                break;
             }
-            let d = Self::distance(k, i, cap);
-            if d < dist {
-                // Not in the table: it goes here, and the records from here on move along.
-                std::mem::swap(&mut self.slots[i], &mut r);
-                self.len += 1;
-                self.place_from(r, next(i, cap), d + 1);
-                return None;
+            if Self::distance(k, i, cap) < dist {
+                self.shift_up(i);
+                break;
             }
             dist += 1;
             i = next(i, cap);
+        }
+        self.slots[i] = r;
+        self.len += 1;
+        None
+    }
+
+    /// Move the records from slot `i` to the next empty slot up by one (cyclically), leaving
+    /// `i` free to be written.
+    fn shift_up(&mut self, i: usize) {
+        let cap = self.slots.len();
+        let mut e = next(i, cap);
+        while self.slots[e].key() != 0 {
+            e = next(e, cap);
+        }
+        if e > i {
+            self.slots.copy_within(i..e, i + 1);
+        } else {
+            // The run wraps: [i, cap) then [0, e).
+            self.slots.copy_within(0..e, 1);
+            self.slots[0] = self.slots[cap - 1];
+            self.slots.copy_within(i..cap - 1, i + 1);
         }
     }
 
-    /// Robin Hood placement of `r`, displaced from its place, continuing at slot `i` at
-    /// distance `dist` from its home (there is a free slot).
-    fn place_from(&mut self, mut r: T, mut i: usize, mut dist: usize) {
+    /// Robin Hood placement of `r` (not in the table; there is a free slot), while growing.
+    fn place(&mut self, r: T) {
         let cap = self.slots.len();
+        let key = r.key();
+        let mut i = Self::home(key, cap);
+        let mut dist = 0;
         loop {
             let k = self.slots[i].key();
             if k == 0 {
-                self.slots[i] = r;
-                return;
+                break;
             }
-            let d = Self::distance(k, i, cap);
-            if d < dist {
-                std::mem::swap(&mut self.slots[i], &mut r);
-                dist = d;
+            if Self::distance(k, i, cap) < dist {
+                self.shift_up(i);
+                break;
             }
             dist += 1;
             i = next(i, cap);
         }
+        self.slots[i] = r;
     }
 
     fn grow(&mut self) {
@@ -161,28 +174,41 @@ impl<T: Keyed> Table<T> {
         self.slots.reserve_exact(cap);
         self.slots.resize_with(cap, T::vacant);
         for r in old.into_iter().filter(|r| r.key() != 0) {
-            let home = Self::home(r.key(), cap);
-            self.place_from(r, home, 0);
+            self.place(r);
         }
     }
 
-    /// Take the record under `key` out.
+    /// Take the record under `key` out. The records after it that are not at their home move
+    /// back by one, in one copy (backward-shift removal: no tombstones).
     #[inline]
     pub(crate) fn remove(&mut self, key: u64) -> Option<T> {
-        let mut i = self.find(key)?;
-        let r = std::mem::replace(&mut self.slots[i], T::vacant());
+        let i = self.find(key)?;
+        let r = self.slots[i];
         self.len -= 1;
-        // Shift the following records of the run back by one while they are not at home.
         let cap = self.slots.len();
+        let mut j = next(i, cap);
         loop {
-            let n = next(i, cap);
-            let k = self.slots[n].key();
-            if k == 0 || Self::distance(k, n, cap) == 0 {
+            let k = self.slots[j].key();
+            if k == 0 || Self::distance(k, j, cap) == 0 {
                 break;
             }
-            self.slots.swap(i, n);
-            i = n;
+            j = next(j, cap);
         }
+        // Slots (i, j) move to [i, j - 1); the last of them is left empty.
+        let last = if j > i {
+            self.slots.copy_within(i + 1..j, i);
+            j - 1
+        } else if j == 0 {
+            self.slots.copy_within(i + 1..cap, i);
+            cap - 1
+        } else {
+            // The run wraps: (i, cap) then [0, j).
+            self.slots.copy_within(i + 1..cap, i);
+            self.slots[cap - 1] = self.slots[0];
+            self.slots.copy_within(1..j, 0);
+            j - 1
+        };
+        self.slots[last] = T::vacant();
         Some(r)
     }
 
@@ -206,7 +232,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    #[derive(Debug, Clone, PartialEq)]
+    #[derive(Debug, Clone, Copy, PartialEq)]
     struct R(u64, u32);
     impl Keyed for R {
         fn key(&self) -> u64 {

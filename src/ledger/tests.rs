@@ -15,7 +15,7 @@ const GRAPHS: usize = 3;
 
 fn stats(l: &Ledger, dev: i32) -> DeviceStats {
     l.settle_all();
-    l.devices[dev as usize].get().expect("device shard exists").lock().stats.clone()
+    l.devices[dev as usize].get().expect("device shard exists").lock().snapshot().0
 }
 
 fn alloc(l: &Ledger, dev: i32, ptr: u64, bytes: u64) {
@@ -1112,4 +1112,31 @@ fn start_has_microseconds() {
     let a = l.t_us();
     std::thread::sleep(std::time::Duration::from_micros(300));
     assert!(l.t_us() >= a + 300);
+}
+
+#[test]
+fn seqs_stay_unique_when_a_second_device_appears() {
+    // One shard: stamps move `seq` without a locked increment; a second shard made while
+    // threads stamp on the first must not let two records share a number.
+    for round in 0..20 {
+        let l = std::sync::Arc::new(Ledger::new());
+        l.on_device(0, "t", |_, _| ());
+        let go = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let (l, go) = (l.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    let dev = if w == 3 { 1 + round % 7 } else { 0 };
+                    (0..2000).filter_map(|_| l.on_device(dev, "t", |_, now| now.seq)).collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        let mut seqs: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+        let n = seqs.len();
+        seqs.sort_unstable();
+        seqs.dedup();
+        assert_eq!(seqs.len(), n, "round {round}: a seq was handed out twice");
+        assert!(!l.one_shard.load(Ordering::Relaxed), "two shards: locked increments");
+    }
 }

@@ -62,14 +62,7 @@ pub(crate) fn allocation_on(
             if rc == 0 {
                 if let Some((ptr, size)) = result().filter(|&(ptr, _)| ptr != 0) {
                     if let Some(dev) = place(l, Some(ptr)) {
-                        l.alloc(
-                            dev,
-                            ptr,
-                            size,
-                            mem,
-                            name,
-                            Facts { tag, site, ..Facts::default() },
-                        );
+                        l.alloc(dev, ptr, size, mem, name, Facts { tag, site, ..Facts::default() });
                     }
                 }
             } else if let Some(dev) = place(l, None) {
