@@ -21,6 +21,18 @@ pub const MAX_TAG_LEN: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TagId(NonZeroU16);
 
+impl TagId {
+    /// The id as a number (never 0), for compact records.
+    pub fn raw(self) -> u16 {
+        self.0.get()
+    }
+
+    /// The id [`TagId::raw`] gave; None for 0.
+    pub fn from_raw(raw: u16) -> Option<TagId> {
+        NonZeroU16::new(raw).map(TagId)
+    }
+}
+
 static NAMES: [OnceCell<Box<str>>; MAX_TAGS] = [const { OnceCell::new() }; MAX_TAGS];
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 

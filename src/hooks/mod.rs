@@ -31,46 +31,65 @@ pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
 pub(crate) use dlopen::{dlopens, in_dlopen, in_dlopen_unless_none_since};
 pub(crate) use dlsym::real_dlsym;
 
+use libc::c_int;
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 
-/// A thread's hook state, in one thread-local (in a shared library each access to a
-/// thread-local is a call: a hook that records reaches this once for its depth and once for
-/// its bookkeeping).
-struct HookState {
+/// What the hooks keep per thread, in one TLS slot: in a shared library every access to a
+/// `thread_local!` is a call to `__tls_get_addr`, so a hook reaches this once and passes it
+/// on ([`Depth`]). Const-initialised `Cell`s without a destructor: a plain ELF TLS slot, no
+/// lazy registration, no allocation.
+pub(crate) struct ThreadState {
     /// Depth of hooked calls on this thread.
     depth: Cell<u32>,
     /// Set while this thread is inside the ledger's bookkeeping (it may hold a ledger lock).
     in_record: Cell<bool>,
-    /// A terminating signal that arrived while this thread was inside the bookkeeping.
-    deferred: Cell<libc::c_int>,
+    /// A terminating signal that arrived during the bookkeeping, handled when it ends.
+    deferred: Cell<c_int>,
+    /// The innermost explicit tag (`TagId::raw`, 0: none), kept by `tags.rs`.
+    tag: Cell<u16>,
 }
 
 thread_local! {
-    /// Const-initialised `Cell`s without a destructor: a plain ELF TLS block, no lazy
-    /// registration, no allocation; it lives as long as its thread.
-    static HOOK: HookState =
-        const { HookState { depth: Cell::new(0), in_record: Cell::new(false), deferred: Cell::new(0) } };
+    static STATE: ThreadState = const {
+        ThreadState { depth: Cell::new(0), in_record: Cell::new(false), deferred: Cell::new(0), tag: Cell::new(0) }
+    };
 }
 
-/// This thread's hook state, for the duration of a hook (None while the thread is exiting).
+/// This thread's state; None while its TLS is being torn down.
 #[inline]
-fn hook_state() -> Option<*const HookState> {
-    HOOK.try_with(|h| h as *const HookState).ok()
+fn state() -> Option<&'static ThreadState> {
+    // SAFETY: the slot lives as long as the thread and has no destructor; `ThreadState` is
+    // not `Sync`, so the reference cannot leave the thread.
+    STATE.try_with(|s| unsafe { &*(s as *const ThreadState) }).ok()
 }
 
 /// Is the calling thread inside culedger's bookkeeping? True only when a signal handler
 /// interrupted a hook while it recorded (and may hold a ledger lock): an exit from there
 /// must not wait for a report write that needs that lock.
 pub fn in_bookkeeping() -> bool {
-    HOOK.try_with(|h| h.in_record.get()).unwrap_or(false)
+    state().is_some_and(|s| s.in_record.get())
 }
 
-/// A terminating signal arrived inside this thread's bookkeeping (`in_bookkeeping`): the hook
-/// handles it when the bookkeeping is over (`report::signals::after_bookkeeping`).
-pub(crate) fn defer_signal(sig: libc::c_int) {
-    let _ = HOOK.try_with(|h| h.deferred.set(sig));
+/// A terminating signal arrived during the bookkeeping: handled when it ends (`record`).
+pub fn defer_signal(sig: c_int) {
+    if let Some(s) = state() {
+        s.deferred.set(sig);
+    }
+}
+
+/// The calling thread's innermost explicit tag.
+#[inline]
+pub fn current_tag() -> Option<crate::classify::tags::TagId> {
+    state().and_then(|s| crate::classify::tags::TagId::from_raw(s.tag.get()))
+}
+
+/// Set by `tags.rs` after each push and pop.
+pub(crate) fn set_current_tag(tag: Option<crate::classify::tags::TagId>) {
+    if let Some(s) = state() {
+        s.tag.set(tag.map_or(0, crate::classify::tags::TagId::raw));
+    }
 }
 
 /// Marks one hooked call on this thread. `outer` is true for the outermost one, which
@@ -78,29 +97,39 @@ pub(crate) fn defer_signal(sig: libc::c_int) {
 /// only forward.
 pub(crate) struct Depth {
     pub outer: bool,
-    /// The thread's state (null while the thread is exiting): the drop needs no second
-    /// look-up. A raw pointer: `Depth` stays on its thread.
-    state: *const HookState,
+    state: Option<&'static ThreadState>,
 }
 
 impl Depth {
     #[inline]
     pub fn enter() -> Depth {
-        let Some(state) = hook_state() else { return Depth { outer: false, state: std::ptr::null() } };
-        // SAFETY: this thread's own state, alive as long as the thread.
-        let d = unsafe { &(*state).depth };
-        let v = d.get();
-        d.set(v.saturating_add(1));
-        Depth { outer: v == 0, state }
+        let state = state();
+        let outer = state.is_some_and(|s| {
+            let v = s.depth.get();
+            s.depth.set(v.saturating_add(1));
+            v == 0
+        });
+        Depth { outer, state }
+    }
+
+    /// [`record`] with this thread's state at hand.
+    #[inline]
+    pub fn record<F: FnOnce(&crate::ledger::Ledger)>(&self, what: &'static str, f: F) {
+        record_in(self.state, what, f)
+    }
+
+    /// The thread's innermost explicit tag.
+    #[inline]
+    pub fn tag(&self) -> Option<crate::classify::tags::TagId> {
+        self.state.and_then(|s| crate::classify::tags::TagId::from_raw(s.tag.get()))
     }
 }
 
 impl Drop for Depth {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: as in `enter`, on the same thread.
-        if let Some(h) = unsafe { self.state.as_ref() } {
-            h.depth.set(h.depth.get().saturating_sub(1));
+        if let Some(s) = self.state {
+            s.depth.set(s.depth.get().saturating_sub(1));
         }
     }
 }
@@ -132,19 +161,24 @@ pub(crate) fn init() {
 /// becomes a noted loss, never an unwind into C. Activates the report writer.
 #[inline]
 pub(crate) fn record<F: FnOnce(&crate::ledger::Ledger)>(what: &'static str, f: F) {
+    record_in(state(), what, f)
+}
+
+#[inline]
+fn record_in<F: FnOnce(&crate::ledger::Ledger)>(state: Option<&ThreadState>, what: &'static str, f: F) {
     init();
-    // SAFETY: this thread's own state, alive as long as the thread.
-    let state = hook_state().and_then(|h| unsafe { h.as_ref() });
-    if let Some(h) = state {
-        h.in_record.set(true);
+    if let Some(s) = state {
+        s.in_record.set(true);
     }
     let ok = catch_unwind(AssertUnwindSafe(|| f(crate::ledger::global()))).is_ok();
-    let deferred = state.map_or(0, |h| {
-        h.in_record.set(false);
-        h.deferred.replace(0)
-    });
     // A terminating signal that arrived during the bookkeeping is handled now.
-    crate::report::signals::after_bookkeeping(deferred);
+    if let Some(s) = state {
+        s.in_record.set(false);
+        let sig = s.deferred.replace(0);
+        if sig != 0 {
+            crate::report::signals::after_bookkeeping(sig);
+        }
+    }
     if !ok {
         let _ = catch_unwind(|| crate::ledger::global().note_loss(what));
     }

@@ -64,7 +64,21 @@ thread_local! {
 /// The innermost tag of the calling thread (what a new allocation records).
 #[inline]
 pub fn current() -> Option<TagId> {
-    STACK.try_with(|s| s.try_borrow().ok().and_then(|s| s.current())).ok().flatten()
+    super::current_tag()
+}
+
+/// Apply `f` to the calling thread's stack, then publish its innermost tag to the hooks'
+/// per-thread state (where an allocation reads it without another TLS access).
+fn with_stack<R>(f: impl FnOnce(&mut Stack) -> R) -> Option<R> {
+    STACK
+        .try_with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            let r = f(&mut s);
+            super::set_current_tag(s.current());
+            Some(r)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Interns `raw` and pushes it (or a refusal marker); the depth, or -1 when refused.
@@ -76,7 +90,7 @@ fn push_bytes(raw: Option<&[u8]>) -> c_int {
             e.describe()
         );
     }
-    let depth = STACK.try_with(|s| s.try_borrow_mut().map(|mut s| s.push(id.ok())).ok()).ok().flatten();
+    let depth = with_stack(|s| s.push(id.ok()));
     match (depth, id) {
         (Some(d), Ok(_)) => c_int::try_from(d).unwrap_or(c_int::MAX),
         _ => -1,
@@ -84,7 +98,7 @@ fn push_bytes(raw: Option<&[u8]>) -> c_int {
 }
 
 fn pop() -> c_int {
-    let depth = STACK.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop())).ok().flatten();
+    let depth = with_stack(|s| s.pop()).flatten();
     depth.map_or(-1, |d| c_int::try_from(d).unwrap_or(c_int::MAX))
 }
 

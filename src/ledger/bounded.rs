@@ -133,11 +133,14 @@ pub(crate) struct Timeline {
     skipped: u64,
     /// The latest state when it was not recorded.
     pending: Option<Sample>,
+    /// `pending` holds only the stamp of the latest change ([`Timeline::push_with`]): its
+    /// totals are the owner's current ones, filled in by [`Timeline::fill_pending`].
+    lazy: bool,
 }
 
 impl Default for Timeline {
     fn default() -> Self {
-        Timeline { samples: Vec::new(), stride: 1, skipped: 0, pending: None }
+        Timeline { samples: Vec::new(), stride: 1, skipped: 0, pending: None, lazy: false }
     }
 }
 
@@ -146,10 +149,37 @@ impl Timeline {
         self.skipped += 1;
         if self.skipped < self.stride {
             self.pending = Some(sample);
+            self.lazy = false;
             return;
         }
+        self.store(sample);
+    }
+
+    /// A change stamped (`t_ms`, `t_us`, `seq`) whose totals `sample` gives. When the change
+    /// is not recorded (a decimated stretch) only its stamp is kept: its totals stay the
+    /// owner's current ones until the next change, so they are read when rendered
+    /// ([`Timeline::fill_pending`]), not copied on every change.
+    #[inline]
+    pub(crate) fn push_with(&mut self, t_ms: u64, t_us: u64, seq: u64, sample: impl FnOnce() -> Sample) {
+        self.skipped += 1;
+        if self.skipped < self.stride {
+            match self.pending.as_mut() {
+                Some(p) => {
+                    (p.t_ms, p.t_us, p.seq) = (t_ms, t_us, seq);
+                }
+                None => self.pending = Some(Sample { t_ms, t_us, seq, live: 0, cats: [0; 6] }),
+            }
+            self.lazy = true;
+            return;
+        }
+        self.store(sample());
+    }
+
+    /// Record `sample` (the stride's turn), halving the series when it is full.
+    fn store(&mut self, sample: Sample) {
         self.skipped = 0;
         self.pending = None;
+        self.lazy = false;
         self.samples.push(sample);
         // Keep the stored samples strictly below the cap so the pending one always fits.
         if self.samples.len() >= TIMELINE_CAP {
@@ -174,6 +204,7 @@ impl Timeline {
             if p.seq == seq {
                 p.live = current.live;
                 p.cats = current.cats;
+                self.lazy = false;
                 return;
             }
         } else if self.samples.last().is_some_and(|s| s.seq == seq) {
@@ -183,8 +214,20 @@ impl Timeline {
         self.push(current);
     }
 
-    /// The samples to render, ending with the current state; at most `TIMELINE_CAP`.
+    /// Give a pending change kept by its stamp alone the owner's current totals (before the
+    /// series is read: rendering works on a copy filled in this way).
+    pub(crate) fn fill_pending(&mut self, live: u64, cats: [u64; 6]) {
+        if let Some(p) = self.pending.as_mut().filter(|_| self.lazy) {
+            p.live = live;
+            p.cats = cats;
+        }
+        self.lazy = false;
+    }
+
+    /// The samples to render, ending with the current state; at most `TIMELINE_CAP`. A
+    /// pending change kept by its stamp alone must have been filled in first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Sample> {
+        debug_assert!(!self.lazy, "Timeline::fill_pending before reading");
         self.samples.iter().chain(self.pending.iter())
     }
 }
@@ -254,6 +297,32 @@ mod tests {
         t.undo(last, Sample { live: 0, ..sample(last) });
         assert_eq!(t.iter().last().map(|s| (s.seq, s.live)), Some((last, 0)));
         assert!(t.iter().count() <= TIMELINE_CAP);
+    }
+
+    #[test]
+    fn a_change_kept_by_its_stamp_takes_the_current_totals() {
+        let mut t = Timeline::default();
+        let last = TIMELINE_CAP as u64 + 3;
+        for n in 1..=last {
+            t.push_with(n, n * 1000, n, || sample(n));
+        }
+        // Decimated by now: the latest change is pending, its totals not copied.
+        t.fill_pending(77, [0, 0, 0, 0, 0, 77]);
+        let end = *t.iter().last().unwrap();
+        assert_eq!((end.t_ms, end.t_us, end.seq, end.live, end.cats[5]), (last, last * 1000, last, 77, 77));
+        // An undone pending change is amended in place, and a later fill leaves it as it is.
+        let mut n = last;
+        while !t.lazy {
+            n += 1;
+            t.push_with(n, n * 1000, n, || sample(n));
+        }
+        t.undo(n, Sample { live: 5, ..sample(n) });
+        t.fill_pending(99, [0; 6]);
+        assert_eq!(t.iter().last().map(|s| (s.seq, s.live)), Some((n, 5)));
+        // A recorded change is copied at once.
+        let mut u = Timeline::default();
+        u.push_with(1, 1, 1, || sample(1));
+        assert_eq!(u.iter().copied().collect::<Vec<_>>(), [sample(1)]);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! keys) instead of logging, so the caller can warn after the lock is released.
 
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::bounded::{FirstLast, FirstN, Sample, Timeline};
 use super::table::{Keyed, Table};
@@ -25,25 +26,144 @@ pub(crate) const TOP_SITES: usize = 64;
 /// Distinct call sites kept per hidden-cost API.
 pub(crate) const COST_SITES: usize = 8;
 
-/// One live allocation (or VMM physical handle).
-#[derive(Clone, Debug)]
+/// One live allocation (or VMM physical handle) as the shard keeps it: 32 bytes, so that a
+/// million live allocations cost at most 64 bytes each with the table's slack and the
+/// address order ([9]). Fields are packed into words; read them through the methods.
+/// Limits (saturating; documented in docs/reliability.md): sizes up to 2^48-1 bytes (256 TiB),
+/// times up to 2^48 us (8.9 years), sequence numbers up to 2^48.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Alloc {
-    /// Base address; for VMM physical memory, the handle.
+    /// Base address; for VMM physical memory, the handle. 0 only in an empty table slot.
     pub base: u64,
-    pub bytes: u64,
-    pub kind: MemKind,
-    pub api: &'static str,
-    /// When it was made (`t_ms` is `t_us / 1000`).
-    pub t_us: u64,
-    /// Per-process record order (see `Stamp`).
-    pub seq: u64,
-    pub facts: Facts,
-    pub category: Category,
+    /// Bytes (low 48 bits) | call site (high 16).
+    sized: u64,
+    /// Per-process record order (low 48, see `Stamp`) | tag (high 16, 0: none).
+    ordered: u64,
+    /// When it was made, us (low 48) | api (8: index into the shard's `Apis`) | flags (8).
+    timed: u64,
 }
 
+const LOW48: u64 = (1 << 48) - 1;
+/// `timed`'s flag byte: kind (3 bits), category (3 bits), exported, captured.
+const F_EXPORTED: u64 = 1 << 6;
+const F_CAPTURED: u64 = 1 << 7;
+/// In the api byte: host-to-device bytes were copied in (kept in `DeviceLedger::h2d`).
+const A_H2D: u64 = 1 << 7;
+
+/// By discriminant (the order `MemKind` declares them in).
+const KINDS: [MemKind; 5] = [MemKind::Device, MemKind::Managed, MemKind::Async, MemKind::Pitch, MemKind::VmmPhysical];
+const _: () = {
+    let mut i = 0;
+    while i < KINDS.len() {
+        assert!(KINDS[i] as usize == i);
+        i += 1;
+    }
+};
+
+// Site ids and tag ids fit their 16 bits.
+const _: () = assert!(crate::sites::MAX_SITE_ID <= u16::MAX as usize && crate::classify::tags::MAX_TAGS <= 1 << 16);
+
 impl Alloc {
+    /// A record of `bytes` at `base` made at `now`, with its facts and category; `api` is an
+    /// index into the shard's [`Apis`].
+    pub(crate) fn new(
+        base: u64,
+        bytes: u64,
+        kind: MemKind,
+        api: u8,
+        now: Stamp,
+        facts: &Facts,
+        category: Category,
+    ) -> Alloc {
+        let site = u64::from(u16::try_from(facts.site).unwrap_or(0));
+        let tag = u64::from(facts.tag.map_or(0, crate::classify::tags::TagId::raw));
+        let kind = kind as u64;
+        let flags = kind
+            | (category.index() as u64) << 3
+            | if facts.exported { F_EXPORTED } else { 0 }
+            | if facts.captured { F_CAPTURED } else { 0 };
+        let api = u64::from(api) & !A_H2D;
+        Alloc {
+            base,
+            sized: bytes.min(LOW48) | site << 48,
+            ordered: now.seq.min(LOW48) | tag << 48,
+            timed: now.t_us.min(LOW48) | api << 48 | flags << 56,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.sized & LOW48
+    }
+
+    pub(crate) fn site(&self) -> u32 {
+        (self.sized >> 48) as u32
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.ordered & LOW48
+    }
+
+    pub(crate) fn tag(&self) -> Option<crate::classify::tags::TagId> {
+        crate::classify::tags::TagId::from_raw((self.ordered >> 48) as u16)
+    }
+
+    pub(crate) fn t_us(&self) -> u64 {
+        self.timed & LOW48
+    }
+
+    fn api_byte(&self) -> u64 {
+        (self.timed >> 48) & 0xff
+    }
+
+    fn api_index(&self) -> u8 {
+        (self.api_byte() & !A_H2D) as u8
+    }
+
+    /// Host-to-device bytes were copied into it (their count is kept beside the table).
+    fn has_h2d(&self) -> bool {
+        self.api_byte() & A_H2D != 0
+    }
+
+    fn flags(&self) -> u64 {
+        self.timed >> 56
+    }
+
+    pub(crate) fn kind(&self) -> MemKind {
+        KINDS[(self.flags() & 7) as usize % KINDS.len()]
+    }
+
+    pub(crate) fn category(&self) -> Category {
+        classify::ALL[((self.flags() >> 3) & 7) as usize % classify::ALL.len()]
+    }
+
+    pub(crate) fn exported(&self) -> bool {
+        self.flags() & F_EXPORTED != 0
+    }
+
+    pub(crate) fn captured(&self) -> bool {
+        self.flags() & F_CAPTURED != 0
+    }
+
+    fn set_category(&mut self, c: Category) {
+        self.timed = self.timed & !(7 << 59) | (c.index() as u64) << 59;
+    }
+
+    fn set_flag(&mut self, flag: u64, on: bool) {
+        let bit = flag << 56;
+        self.timed = if on { self.timed | bit } else { self.timed & !bit };
+    }
+
+    fn set_h2d(&mut self) {
+        self.timed |= A_H2D << 48;
+    }
+
+    /// Its facts, given the host-to-device bytes kept beside it.
+    pub(crate) fn facts(&self, h2d_bytes: u64) -> Facts {
+        Facts { exported: self.exported(), captured: self.captured(), h2d_bytes, site: self.site(), tag: self.tag() }
+    }
+
     fn end(&self) -> u64 {
-        self.base.saturating_add(self.bytes)
+        self.base.saturating_add(self.bytes())
     }
 }
 
@@ -51,6 +171,92 @@ impl Keyed for Alloc {
     fn key(&self) -> u64 {
         self.base
     }
+
+    fn vacant() -> Self {
+        Alloc { base: 0, sized: 0, ordered: 0, timed: 0 }
+    }
+}
+
+/// The entry points named by one shard's records (few: the hooked allocation functions),
+/// looked up by address first (the names are the table's `&'static str`s).
+#[derive(Debug, Default)]
+pub(crate) struct Apis(Vec<&'static str>);
+
+/// Api indices: up to 127 names, then the last one stands for every other.
+const APIS_KEPT: usize = 127;
+
+impl Apis {
+    #[inline]
+    fn index(&mut self, api: &'static str) -> u8 {
+        if let Some(i) = self.0.iter().position(|a| std::ptr::eq(a.as_ptr(), api.as_ptr()) && a.len() == api.len()) {
+            return i as u8;
+        }
+        self.index_slow(api)
+    }
+
+    #[cold]
+    fn index_slow(&mut self, api: &'static str) -> u8 {
+        if let Some(i) = self.0.iter().position(|a| *a == api) {
+            return i as u8;
+        }
+        if self.0.len() < APIS_KEPT {
+            self.0.push(api);
+            return (self.0.len() - 1) as u8;
+        }
+        (APIS_KEPT - 1) as u8
+    }
+
+    pub(crate) fn name(&self, i: u8) -> &'static str {
+        self.0.get(usize::from(i)).copied().unwrap_or("?")
+    }
+}
+
+/// A live record as the report shows it (unpacked, with its api named and its host-to-device
+/// bytes): what [`DeviceLedger::top_allocations`] hands out.
+#[derive(Clone, Debug)]
+pub(crate) struct Allocation {
+    pub base: u64,
+    pub bytes: u64,
+    pub kind: MemKind,
+    pub api: &'static str,
+    pub t_us: u64,
+    pub seq: u64,
+    pub facts: Facts,
+    pub category: Category,
+}
+
+/// A hasher for [`Key`]s (a discriminant and an address or handle): a multiply and a fold
+/// per word, instead of SipHash on the path of a host-to-device copy.
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        let m = u128::from(self.0 ^ v) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (m as u64) ^ (m >> 64) as u64;
+    }
+
+    fn write_isize(&mut self, v: isize) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A record taken out of a shard, with the host-to-device bytes kept beside it: what a
+/// failed free puts back ([`DeviceLedger::restore`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Removed {
+    pub alloc: Alloc,
+    pub h2d: u64,
 }
 
 /// Bases in address order, for what an exact-key table cannot answer: the allocation
@@ -59,7 +265,7 @@ impl Keyed for Alloc {
 /// path: an allocation appends (base, end, seq) to `recent`; a free only counts in `stale`
 /// (its base stays in `sorted` until a clean-up, its `recent` entry until the next merge).
 /// [`DeviceLedger::settle`] merges `recent` in when an ordered question is asked, when
-/// `recent` reaches a quarter of `sorted` (at least 64 entries), and before each report; it
+/// `recent` reaches a sixteenth of `sorted` (at least 64 entries), and before each report; it
 /// then frees implicitly every live record older than a `recent` entry it overlaps, whether
 /// that entry is still live or was freed since (the driver handed its range out, so the
 /// older record's memory was gone either way).
@@ -71,6 +277,9 @@ struct Order {
     recent: Vec<Fresh>,
     /// Frees since `sorted` was last cleaned (an upper bound on its dead entries).
     stale: usize,
+    /// The greatest seq merged into `sorted` so far: a record with a greater one is not
+    /// there yet, and its free leaves nothing stale.
+    merged_seq: u64,
 }
 
 /// An allocation not merged into the order yet.
@@ -81,13 +290,14 @@ struct Fresh {
     seq: u64,
 }
 
-/// Merge `recent` into `sorted` when it reaches this share of it.
-const RECENT_SHARE: usize = 4;
+/// Merge `recent` into `sorted` when it reaches this share of it (a sixteenth: its entries
+/// are 24 bytes, and a million live allocations should not carry a quarter of a million).
+const RECENT_SHARE: usize = 16;
 const RECENT_MIN: usize = 64;
 
 /// Where a record lives in a shard: addressed allocations are keyed by base address,
 /// VMM physical memory by handle (handles are not addresses and may collide with them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Key {
     Addr(u64),
     Handle(u64),
@@ -330,24 +540,27 @@ impl DeviceStats {
     }
 
     /// Record the current totals on the timeline (after any change of them).
+    #[inline]
     fn sample(&mut self, now: Stamp) {
-        let s = self.current(now);
-        self.timeline.push(s);
+        let (live, cats) = (self.live_bytes, &self.cats);
+        let current = || Sample { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, live, cats: cats.map(|c| c.live) };
+        self.timeline.push_with(now.t_ms, now.t_us, now.seq, current);
     }
 
     /// Reclassify `a` from its facts, moving its bytes between categories. The device
     /// total does not change, so neither does the device peak.
     fn reclassify(&mut self, a: &mut Alloc, now: impl FnOnce() -> Stamp) {
-        let cat = classify::classify(&a.facts);
-        if cat != a.category {
-            self.cats[a.category.index()].sub(a.bytes);
-            self.cats[cat.index()].add(a.bytes);
-            if let Some(s) = self.sites.get_mut(&a.facts.site).filter(|_| a.facts.site != 0) {
-                s.cats[a.category.index()] = s.cats[a.category.index()].saturating_sub(a.bytes);
-                s.cats[cat.index()] = s.cats[cat.index()].saturating_add(a.bytes);
+        let cat = classify::online(a.tag(), a.captured(), a.exported());
+        let (old, bytes, site) = (a.category(), a.bytes(), a.site());
+        if cat != old {
+            self.cats[old.index()].sub(bytes);
+            self.cats[cat.index()].add(bytes);
+            if let Some(s) = self.sites.get_mut(&site).filter(|_| site != 0) {
+                s.cats[old.index()] = s.cats[old.index()].saturating_sub(bytes);
+                s.cats[cat.index()] = s.cats[cat.index()].saturating_add(bytes);
                 s.last_cat = cat.index();
             }
-            a.category = cat;
+            a.set_category(cat);
             self.sample(now());
         }
     }
@@ -424,6 +637,11 @@ pub(crate) struct DeviceLedger {
     imports: HashMap<u64, u64>,
     /// Streams with an active capture (few; a vector beats a set).
     captures: Vec<u64>,
+    /// The entry points records name.
+    apis: Apis,
+    /// Host-to-device bytes copied into live records (those whose `has_h2d` is set): few,
+    /// and kept out of the record so that the others stay 32 bytes.
+    h2d: HashMap<Key, u64, BuildHasherDefault<KeyHasher>>,
     /// [5] report-time categories: the large allocations' history (history.rs).
     pub history: super::history::History,
 }
@@ -442,11 +660,11 @@ impl DeviceLedger {
     pub(crate) fn containing(&mut self, ptr: u64, now: impl FnOnce() -> Stamp) -> Option<(u64, u64)> {
         if let Some(a) = self.allocs.get(ptr) {
             // Live records do not overlap: an empty one at `ptr` contains nothing.
-            return (a.bytes > 0).then_some((ptr, a.bytes));
+            return (a.bytes() > 0).then_some((ptr, a.bytes()));
         }
         self.settle_unwarned(now);
         let a = self.live_before(ptr.saturating_add(1))?;
-        (a.end() > ptr).then_some((a.base, a.bytes))
+        (a.end() > ptr).then_some((a.base, a.bytes()))
     }
 
     pub(crate) fn has(&self, key: Key) -> bool {
@@ -484,32 +702,59 @@ impl DeviceLedger {
             return displaced;
         }
         let mut fresh = std::mem::take(&mut order.recent);
-        fresh.sort_unstable_by_key(|f| (f.base, f.seq));
+        // Usually in order already (addresses handed out upwards).
+        if !fresh.is_sorted_by_key(|f| (f.base, f.seq)) {
+            fresh.sort_unstable_by_key(|f| (f.base, f.seq));
+        }
         let mut now = Some(now);
         let mut stamp = None;
         let mut at = || *stamp.get_or_insert_with(|| now.take().map_or(Stamp { t_ms: 0, t_us: 0, seq: 0 }, |f| f()));
-        // Against the records merged before (all older, but for restored ones).
+        // Against the records merged before (all older, but for restored ones). None reaches
+        // the fresh entries when they all lie above the live record with the greatest base
+        // and past its end (addresses handed out upwards): then nothing is searched.
+        // Dead bases at the end of `sorted` go first (a pair allocated and freed between
+        // merges leaves one there each time), so that the greatest live base is its last.
+        while let Some(&last) = self.order.sorted.last() {
+            if self.allocs.contains(last) {
+                break;
+            }
+            self.order.sorted.pop();
+            self.order.stale = self.order.stale.saturating_sub(1);
+        }
         let mut tail = None;
-        for f in &fresh {
+        let above = self.order.sorted.last().is_none_or(|&last| fresh[0].base > last) && {
+            let top = self.order.sorted.last().and_then(|&b| self.allocs.get(b)).map(|a| (a.base, a.end(), a.seq()));
+            tail = Some(top);
+            top.is_none_or(|(_, end, _)| end <= fresh[0].base)
+        };
+        for f in fresh.iter().filter(|_| !above) {
             self.displace_older(f, &mut tail, &mut displaced, &mut at);
         }
-        // Among themselves: a sweep in base order, keeping the entries still reaching past it.
+        // Among themselves: a sweep in base order, keeping the entries still reaching past it
+        // (none to do when each ends before the next begins).
+        let apart = fresh.windows(2).all(|w| w[0].end <= w[1].base && w[0].base != w[1].base);
         let mut reaching: Vec<Fresh> = Vec::new();
-        for f in &fresh {
+        for f in fresh.iter().filter(|_| !apart) {
             reaching.retain(|r| r.end > f.base || r.base == f.base);
             for r in &reaching {
                 let older = if r.seq < f.seq { r } else { f };
-                if self.allocs.get(older.base).is_some_and(|a| a.seq == older.seq) {
+                if self.allocs.get(older.base).is_some_and(|a| a.seq() == older.seq) {
                     self.displace(older.base, &mut displaced, &mut at);
                 }
             }
             reaching.push(*f);
         }
-        let live = |f: &&Fresh| self.allocs.get(f.base).is_some_and(|a| a.seq == f.seq);
+        let live = |f: &&Fresh| self.allocs.get(f.base).is_some_and(|a| a.seq() == f.seq);
         let bases: Vec<u64> = fresh.iter().filter(live).map(|f| f.base).collect();
+        self.order.merged_seq = fresh.iter().fold(self.order.merged_seq, |m, f| m.max(f.seq));
         if self.order.sorted.last().is_none_or(|&last| bases.first().is_some_and(|&first| first > last)) {
-            // All above the others (addresses handed out upwards): appended in place.
-            self.order.sorted.extend_from_slice(&bases);
+            // All above the others (addresses handed out upwards): appended in place, growing
+            // by an eighth at a time (not doubling: it holds 8 bytes per live allocation).
+            let sorted = &mut self.order.sorted;
+            if sorted.capacity() - sorted.len() < bases.len() {
+                sorted.reserve_exact(bases.len().max(sorted.len() / 8));
+            }
+            sorted.extend_from_slice(&bases);
         } else if !bases.is_empty() {
             let old = std::mem::take(&mut self.order.sorted);
             self.order.sorted = merge(&old, &bases);
@@ -532,13 +777,13 @@ impl DeviceLedger {
         displaced: &mut Displaced,
         now: &mut dyn FnMut() -> Stamp,
     ) {
-        let older = |a: &Alloc| a.seq < f.seq;
+        let older = |a: &Alloc| a.seq() < f.seq;
         loop {
             let sorted = &self.order.sorted;
             if sorted.last().is_none_or(|&last| f.base > last) {
                 let allocs = &self.allocs;
                 let t = *tail.get_or_insert_with(|| {
-                    sorted.iter().rev().find_map(|&b| allocs.get(b)).map(|a| (a.base, a.end(), a.seq))
+                    sorted.iter().rev().find_map(|&b| allocs.get(b)).map(|a| (a.base, a.end(), a.seq()))
                 });
                 match t {
                     Some((base, end, seq)) if end > f.base && seq < f.seq => {
@@ -568,9 +813,9 @@ impl DeviceLedger {
 
     /// Free the record at `base` implicitly (a free we missed), with a timeline sample.
     fn displace(&mut self, base: u64, displaced: &mut Displaced, now: &mut dyn FnMut() -> Stamp) {
-        if let Some(old) = self.take(Key::Addr(base)) {
+        if let Some(Removed { alloc: old, .. }) = self.take(Key::Addr(base)) {
             displaced.count += 1;
-            displaced.bytes = displaced.bytes.saturating_add(old.bytes);
+            displaced.bytes = displaced.bytes.saturating_add(old.bytes());
             let now = now();
             self.history.freed(Key::Addr(base), &old, now.seq); // [5] history
             self.stats.sample(now);
@@ -590,19 +835,32 @@ impl DeviceLedger {
     }
 
     /// Remove a record and account the free.
-    fn take(&mut self, key: Key) -> Option<Alloc> {
+    fn take(&mut self, key: Key) -> Option<Removed> {
         let a = match key {
             Key::Addr(base) => {
                 let a = self.allocs.remove(base)?;
-                self.order.stale += 1;
+                self.order.stale += usize::from(a.seq() <= self.order.merged_seq);
                 a
             }
             Key::Handle(h) => self.phys.remove(&h)?,
         };
-        self.stats.sub_live(a.category, a.bytes);
-        self.stats.site_sub(a.facts.site, a.category, a.bytes);
+        let h2d = self.account_gone(key, &a);
+        Some(Removed { alloc: a, h2d })
+    }
+
+    /// Account the free of `a`, out of the table: its bytes leave the totals; the
+    /// host-to-device bytes kept beside it are handed back.
+    #[inline]
+    fn account_gone(&mut self, key: Key, a: &Alloc) -> u64 {
+        let (cat, bytes) = (a.category(), a.bytes());
+        self.stats.sub_live(cat, bytes);
+        self.stats.site_sub(a.site(), cat, bytes);
         self.stats.free_count += 1;
-        Some(a)
+        if a.has_h2d() {
+            self.h2d.remove(&key).unwrap_or(0)
+        } else {
+            0
+        }
     }
 
     /// A new allocation under `key`. Records it displaces are counted as implicit frees.
@@ -617,24 +875,9 @@ impl DeviceLedger {
         now: Stamp,
     ) -> Displaced {
         let mut displaced = Displaced::default();
-        let mut displace = |d: &mut DeviceLedger, k: Key| {
-            if let Some(old) = d.take(k) {
-                d.history.freed(k, &old, now.seq); // [5] history
-                displaced.count += 1;
-                displaced.bytes = displaced.bytes.saturating_add(old.bytes);
-            }
-        };
         let base = match key {
-            // The same base still live: a free we missed (partial overlaps are found by
-            // `settle`, off this path).
-            Key::Addr(base) => {
-                displace(self, key);
-                base
-            }
-            Key::Handle(h) => {
-                displace(self, key);
-                h
-            }
+            Key::Addr(base) => base,
+            Key::Handle(h) => h,
         };
         if !self.captures.is_empty() {
             facts.captured = true;
@@ -643,48 +886,60 @@ impl DeviceLedger {
             self.stats.graphs.captured_allocs += 1;
             self.stats.graphs.captured_bytes = self.stats.graphs.captured_bytes.saturating_add(bytes);
         }
-        let category = classify::classify(&facts);
+        let category = classify::online(facts.tag, facts.captured, facts.exported);
+        let mut a = Alloc::new(base, bytes, kind, self.apis.index(api), now, &facts, category);
+        if facts.h2d_bytes > 0 {
+            a.set_h2d();
+        }
+        // One walk of the table: the same base (or handle) still live is a free we missed,
+        // replaced here (partial overlaps are found by `settle`, off this path).
+        let old = match key {
+            Key::Addr(_) => self.allocs.insert(a),
+            Key::Handle(h) => self.phys.insert(h, a),
+        };
+        if let Some(old) = old {
+            self.account_gone(key, &old);
+            self.history.freed(key, &old, now.seq); // [5] history
+            displaced.count += 1;
+            displaced.bytes = displaced.bytes.saturating_add(old.bytes());
+        }
+        if facts.h2d_bytes > 0 {
+            self.h2d.insert(key, facts.h2d_bytes);
+        }
         self.stats.add_live(category, bytes, now);
         self.stats.site_add(facts.site, category, bytes, true);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        let a = Alloc { base, bytes, kind, api, t_us: now.t_us, seq: now.seq, facts, category };
-        self.history.inserted(key, &a); // [5] history
-        match key {
-            Key::Addr(b) => {
-                self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq });
-                self.allocs.insert(a);
-                let o = &self.order;
-                if o.recent.len() >= RECENT_MIN.max(o.sorted.len() / RECENT_SHARE) {
-                    displaced.add(self.settle(|| now));
-                }
+        self.history.inserted(key, &a, api, facts.h2d_bytes); // [5] history
+        if let Key::Addr(b) = key {
+            self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq() });
+            let o = &self.order;
+            if o.recent.len() >= RECENT_MIN.max(o.sorted.len() / RECENT_SHARE) {
+                displaced.add(self.settle(|| now));
             }
-            Key::Handle(h) => {
-                self.phys.insert(h, a);
-            }
-        };
+        }
         displaced
     }
 
     /// Free the record under `key`; its bytes, or None when unknown.
     pub(crate) fn remove(&mut self, key: Key, now: Stamp) -> Option<u64> {
-        self.take_sampled(key, now).map(|a| a.bytes)
+        self.take_sampled(key, now).map(|r| r.alloc.bytes())
     }
 
     /// Free the record under `key` and hand it out, so that a free whose real call then
     /// fails can put it back ([`DeviceLedger::restore`]).
-    pub(crate) fn take_sampled(&mut self, key: Key, now: Stamp) -> Option<Alloc> {
-        self.take_stamped(key, || now).map(|(a, _)| a)
+    pub(crate) fn take_sampled(&mut self, key: Key, now: Stamp) -> Option<Removed> {
+        self.take_stamped(key, || now).map(|(r, _)| r)
     }
 
     /// [`DeviceLedger::take_sampled`] with the stamp made only when the record is found
     /// (one lookup, and no clock read or sequence number for a pointer that is not here).
-    pub(crate) fn take_stamped(&mut self, key: Key, stamp: impl FnOnce() -> Stamp) -> Option<(Alloc, Stamp)> {
-        let a = self.take(key)?;
+    pub(crate) fn take_stamped(&mut self, key: Key, stamp: impl FnOnce() -> Stamp) -> Option<(Removed, Stamp)> {
+        let r = self.take(key)?;
         let now = stamp();
-        self.history.freed(key, &a, now.seq); // [5] history
+        self.history.freed(key, &r.alloc, now.seq); // [5] history
         self.stats.sample(now);
-        Some((a, now))
+        Some((r, now))
     }
 
     /// Put back, exactly as it was, a record taken at `taken` by a free whose real call
@@ -692,7 +947,8 @@ impl DeviceLedger {
     /// timeline sample the free took withdrawn when nothing came after it (the failed free
     /// leaves no dip). False (nothing restored) when a live record now occupies its
     /// place: the driver handed the address out again, so the free did happen.
-    pub(crate) fn restore(&mut self, key: Key, a: Alloc, taken: Stamp, now: Stamp) -> bool {
+    pub(crate) fn restore(&mut self, key: Key, r: Removed, taken: Stamp, now: Stamp) -> bool {
+        let a = r.alloc;
         let occupied = match key {
             Key::Addr(base) => {
                 self.settle_unwarned(|| now);
@@ -703,15 +959,18 @@ impl DeviceLedger {
         if occupied {
             return false;
         }
-        self.stats.add_live(a.category, a.bytes, now);
-        self.stats.site_add(a.facts.site, a.category, a.bytes, false);
+        self.stats.add_live(a.category(), a.bytes(), now);
+        self.stats.site_add(a.site(), a.category(), a.bytes(), false);
         self.stats.free_count = self.stats.free_count.saturating_sub(1);
+        if a.has_h2d() {
+            self.h2d.insert(key, r.h2d);
+        }
         let current = self.stats.current(now);
         self.stats.timeline.undo(taken.seq, current);
         self.history.restored(key, &a); // [5] history
         match key {
             Key::Addr(b) => {
-                self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq });
+                self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq() });
                 self.allocs.insert(a);
             }
             Key::Handle(h) => {
@@ -721,10 +980,9 @@ impl DeviceLedger {
         true
     }
 
-    /// Change the facts of a record and reclassify it. Returns what `change` returned,
-    /// or None when the record is unknown. `now` is called (a stamp made) only when the
-    /// category changes: a host-to-device copy into weights already classified costs no
-    /// clock read.
+    /// Change the facts of a record (its export and capture flags, its host-to-device bytes;
+    /// not its site or tag) and reclassify it. Returns what `change` returned, or None when
+    /// the record is unknown. `now` is called (a stamp made) only when the category changes.
     pub(crate) fn update_facts<R>(
         &mut self,
         key: Key,
@@ -736,18 +994,37 @@ impl DeviceLedger {
             Key::Addr(base) => self.allocs.get_mut(base),
             Key::Handle(h) => self.phys.get_mut(&h),
         }?;
-        let r = change(&mut a.facts);
+        let h2d = if a.has_h2d() { self.h2d.get(&key).copied().unwrap_or(0) } else { 0 };
+        let mut facts = a.facts(h2d);
+        let r = change(&mut facts);
+        a.set_flag(F_EXPORTED, facts.exported);
+        a.set_flag(F_CAPTURED, facts.captured);
+        if facts.h2d_bytes != h2d {
+            a.set_h2d();
+            self.h2d.insert(key, facts.h2d_bytes);
+        }
         self.stats.reclassify(a, now);
         // [5] history, in the same lookup: `export_seq` is when an export happened (0: the
         // change was not one).
-        self.history.facts_changed(key, a, export_seq);
+        self.history.facts_changed(key, a, facts.h2d_bytes, export_seq);
         Some(r)
     }
 
-    /// `bytes` copied from host memory into the record under `key`; reclassifies it (stamped
-    /// only when its category changes). False when the record is unknown.
-    pub(crate) fn add_h2d(&mut self, key: Key, bytes: u64, now: impl FnOnce() -> Stamp) -> bool {
-        self.update_facts(key, now, 0, |f| f.h2d_bytes = f.h2d_bytes.saturating_add(bytes)).is_some()
+    /// `bytes` copied from host memory into the record under `key`. The live category does
+    /// not depend on it (only the report-time rules do), so nothing is reclassified or
+    /// stamped. False when the record is unknown.
+    pub(crate) fn add_h2d(&mut self, key: Key, bytes: u64) -> bool {
+        let Some(a) = (match key {
+            Key::Addr(base) => self.allocs.get_mut(base),
+            Key::Handle(h) => self.phys.get_mut(&h),
+        }) else {
+            return false;
+        };
+        a.set_h2d();
+        let h2d = self.h2d.entry(key).or_insert(0);
+        *h2d = h2d.saturating_add(bytes);
+        self.history.facts_changed(key, a, *h2d, 0); // [5] history
+        true
     }
 
     /// Flag a record exported and reclassify it; counted in `ipc.exported_*` only the
@@ -757,7 +1034,7 @@ impl DeviceLedger {
             return false;
         };
         if newly {
-            let (base, bytes) = self.get(key).map_or((0, 0), |a| (a.base, a.bytes));
+            let (base, bytes) = self.get(key).map_or((0, 0), |a| (a.base, a.bytes()));
             let ipc = &mut self.stats.ipc;
             ipc.exported_count += 1;
             ipc.exported_bytes = ipc.exported_bytes.saturating_add(bytes);
@@ -950,13 +1227,28 @@ impl DeviceLedger {
         });
     }
 
+    /// A live record as the report shows it.
+    pub(crate) fn unpack(&self, key: Key, a: &Alloc) -> Allocation {
+        let h2d = if a.has_h2d() { self.h2d.get(&key).copied().unwrap_or(0) } else { 0 };
+        Allocation {
+            base: a.base,
+            bytes: a.bytes(),
+            kind: a.kind(),
+            api: self.apis.name(a.api_index()),
+            t_us: a.t_us(),
+            seq: a.seq(),
+            facts: a.facts(h2d),
+            category: a.category(),
+        }
+    }
+
     /// Up to `TOP_ALLOCATIONS` largest live records, largest first (ties: lower base first).
-    pub(crate) fn top_allocations(&self) -> Vec<Alloc> {
+    pub(crate) fn top_allocations(&self) -> Vec<Allocation> {
         // A min-heap of the best so far, keyed so that the smallest sits on top.
         let mut heap: BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, bool)>> = BinaryHeap::new();
         let all = self.allocs.values().map(|a| (a, false)).chain(self.phys.values().map(|a| (a, true)));
         for (a, phys) in all {
-            let k = std::cmp::Reverse((a.bytes, std::cmp::Reverse(a.base), phys));
+            let k = std::cmp::Reverse((a.bytes(), std::cmp::Reverse(a.base), phys));
             if heap.len() < TOP_ALLOCATIONS {
                 heap.push(k);
             } else if heap.peek().is_some_and(|top| k < *top) {
@@ -967,13 +1259,16 @@ impl DeviceLedger {
         heap.into_sorted_vec()
             .into_iter()
             .filter_map(|std::cmp::Reverse((_, std::cmp::Reverse(base), phys))| {
-                self.get(if phys { Key::Handle(base) } else { Key::Addr(base) }).cloned()
+                let key = if phys { Key::Handle(base) } else { Key::Addr(base) };
+                self.get(key).map(|a| self.unpack(key, a))
             })
             .collect()
     }
 
     /// Everything to render, copied out so the lock can be released.
-    pub(crate) fn snapshot(&self) -> (DeviceStats, Vec<Alloc>) {
-        (self.stats.clone(), self.top_allocations())
+    pub(crate) fn snapshot(&self) -> (DeviceStats, Vec<Allocation>) {
+        let mut stats = self.stats.clone();
+        stats.timeline.fill_pending(stats.live_bytes, stats.cat_live());
+        (stats, self.top_allocations())
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::device::{Alloc, DeviceStats};
+use super::device::{Allocation, DeviceStats};
 use super::history::{Floor, HistoryView};
 use crate::classify::matcher::{NativeFrame, PyFrame, Subject};
 use crate::classify::phase::ProbeRecord;
@@ -78,7 +78,7 @@ fn point(seq: u64, cats: [u64; 6]) -> Point {
 }
 
 /// Classify one device: `stats` and `top` as the shard rendered them, `hist` its history.
-pub(crate) fn compute(set: &RuleSet, stats: &DeviceStats, top: &[Alloc], hist: &HistoryView) -> Final {
+pub(crate) fn compute(set: &RuleSet, stats: &DeviceStats, top: &[Allocation], hist: &HistoryView) -> Final {
     let sites = Sites::read(hist.recs.iter().map(|r| r.site));
     let views = sites.views();
     let large: Vec<Large<'_>> = hist

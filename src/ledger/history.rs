@@ -124,10 +124,14 @@ impl History {
     }
 
     /// A new allocation `a` under `key` (after the shard counted it).
-    pub(crate) fn inserted(&mut self, key: Key, a: &Alloc) {
-        if a.bytes < self.min {
-            return;
+    #[inline]
+    pub(crate) fn inserted(&mut self, key: Key, a: &Alloc, api: &'static str, h2d_bytes: u64) {
+        if a.bytes() >= self.min {
+            self.insert_record(key, a, api, h2d_bytes);
         }
+    }
+
+    fn insert_record(&mut self, key: Key, a: &Alloc, api: &'static str, h2d_bytes: u64) {
         if self.recs.is_empty() {
             // Once, at full size: the pages are touched as records are written, and the
             // vector never reallocates (no copies, no freed halves left in the heap).
@@ -138,29 +142,33 @@ impl History {
             let kept = self.recs.len();
             self.limit = self.cap.max(kept + kept / 2);
         }
-        let online = a.category.index() as u8;
+        let online = a.category().index() as u8;
         let rec = Rec {
-            alloc_seq: a.seq,
+            alloc_seq: a.seq(),
             free_seq: 0,
-            bytes: a.bytes,
-            h2d_bytes: a.facts.h2d_bytes,
+            bytes: a.bytes(),
+            h2d_bytes,
             export_seq: 0,
-            site: a.facts.site,
-            tag: a.facts.tag,
-            api: self.api_index(a.api),
+            site: a.site(),
+            tag: a.tag(),
+            api: self.api_index(api),
             online,
             online_exported: online,
-            captured: a.facts.captured,
+            captured: a.captured(),
         };
         self.live.insert(key_of(key), self.recs.len() as u32);
         self.recs.push(rec);
     }
 
     /// The allocation `a` under `key` was freed (or displaced) by the record `seq`.
+    #[inline]
     pub(crate) fn freed(&mut self, key: Key, a: &Alloc, seq: u64) {
-        if a.bytes < self.min {
-            return;
+        if a.bytes() >= self.min {
+            self.free_record(key, seq);
         }
+    }
+
+    fn free_record(&mut self, key: Key, seq: u64) {
         if let Some(i) = self.live.remove(&key_of(key)) {
             if let Some(r) = self.recs.get_mut(i as usize) {
                 r.free_seq = seq;
@@ -170,26 +178,27 @@ impl History {
 
     /// A free whose real call failed put `a` back under `key`: live again.
     pub(crate) fn restored(&mut self, key: Key, a: &Alloc) {
-        if a.bytes < self.min {
+        if a.bytes() < self.min {
             return;
         }
-        if let Ok(i) = self.recs.binary_search_by_key(&a.seq, |r| r.alloc_seq) {
+        if let Ok(i) = self.recs.binary_search_by_key(&a.seq(), |r| r.alloc_seq) {
             self.recs[i].free_seq = 0;
             self.live.insert(key_of(key), i as u32);
         }
     }
 
-    /// The facts of `a` changed at `seq` (bytes copied from host, an export).
-    pub(crate) fn facts_changed(&mut self, key: Key, a: &Alloc, seq: u64) {
-        if a.bytes < self.min {
+    /// The facts of `a` changed at `seq` (bytes copied from host, now `h2d_bytes` in all; an
+    /// export).
+    pub(crate) fn facts_changed(&mut self, key: Key, a: &Alloc, h2d_bytes: u64, seq: u64) {
+        if a.bytes() < self.min {
             return;
         }
         let Some(&i) = self.live.get(&key_of(key)) else { return };
         let Some(r) = self.recs.get_mut(i as usize) else { return };
-        r.h2d_bytes = a.facts.h2d_bytes;
-        if a.facts.exported && r.export_seq == 0 {
+        r.h2d_bytes = h2d_bytes;
+        if a.exported() && r.export_seq == 0 {
             r.export_seq = seq;
-            r.online_exported = a.category.index() as u8;
+            r.online_exported = a.category().index() as u8;
         }
     }
 
@@ -279,31 +288,25 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn alloc(seq: u64, base: u64, bytes: u64) -> Alloc {
-        Alloc {
-            base,
-            bytes,
-            kind: MemKind::Device,
-            api: "cudaMalloc",
-            t_us: 0,
-            seq,
-            facts: Facts { site: 7, ..Facts::default() },
-            category: Category::Other,
-        }
+        with(seq, base, bytes, Facts { site: 7, ..Facts::default() }, Category::Other)
+    }
+
+    fn with(seq: u64, base: u64, bytes: u64, facts: Facts, category: Category) -> Alloc {
+        let now = crate::ledger::Stamp { t_ms: 0, t_us: 0, seq };
+        Alloc::new(base, bytes, MemKind::Device, 0, now, &facts, category)
     }
 
     #[test]
     fn large_allocations_only_with_their_frees_restores_and_exports() {
         let mut h = History::with(MIB, 16);
         let (a, b, small) = (alloc(1, 0x1000, 4 * MIB), alloc(2, 0x9000_0000, 2 * MIB), alloc(3, 0x50, 4096));
-        h.inserted(Key::Addr(a.base), &a);
-        h.inserted(Key::Handle(9), &b);
-        h.inserted(Key::Addr(small.base), &small);
+        h.inserted(Key::Addr(a.base), &a, "cudaMalloc", 0);
+        h.inserted(Key::Handle(9), &b, "cudaMalloc", 0);
+        h.inserted(Key::Addr(small.base), &small, "cudaMalloc", 0);
         assert_eq!(h.recs.len(), 2, "below the threshold: no record");
-        let mut exported = a.clone();
-        exported.facts.exported = true;
-        exported.facts.h2d_bytes = MIB;
-        exported.category = Category::Ipc;
-        h.facts_changed(Key::Addr(a.base), &exported, 5);
+        let facts = Facts { site: 7, exported: true, ..Facts::default() };
+        let exported = with(1, 0x1000, 4 * MIB, facts, Category::Ipc);
+        h.facts_changed(Key::Addr(a.base), &exported, MIB, 5);
         let r = h.live_index(Key::Addr(a.base)).copied().unwrap();
         assert_eq!((r.export_seq, r.h2d_bytes, r.online, r.online_exported), (5, MIB, 5, 2));
         assert_eq!(h.live_index(Key::Handle(9)).map(|r| r.alloc_seq), Some(2), "handles and addresses apart");
@@ -322,7 +325,7 @@ mod tests {
         let mut live = Vec::new();
         for i in 0..40u64 {
             let a = alloc(2 * i + 1, 0x1000 * (i + 1), MIB);
-            h.inserted(Key::Addr(a.base), &a);
+            h.inserted(Key::Addr(a.base), &a, "cudaMalloc", 0);
             if i % 4 == 0 {
                 live.push(a); // one in four stays live
             } else {
@@ -333,7 +336,7 @@ mod tests {
         assert!(h.frozen > 0 && h.frozen_upto_seq > 0);
         // Every live record is kept and still found by its key.
         for a in &live {
-            assert_eq!(h.live_index(Key::Addr(a.base)).map(|r| r.alloc_seq), Some(a.seq));
+            assert_eq!(h.live_index(Key::Addr(a.base)).map(|r| r.alloc_seq), Some(a.seq()));
         }
         assert!(h.recs.windows(2).all(|w| w[0].alloc_seq < w[1].alloc_seq), "still in allocation order");
         assert_eq!(h.frozen + h.recs.len() as u64, 40);
@@ -350,7 +353,7 @@ mod tests {
         let mut h = History::with(MIB, 16);
         for i in 0..1000u64 {
             let a = alloc(i + 1, 0x1000 * (i + 1), MIB);
-            h.inserted(Key::Addr(a.base), &a);
+            h.inserted(Key::Addr(a.base), &a, "cudaMalloc", 0);
         }
         assert_eq!(h.recs.len(), 1000);
         assert!(h.scanned < 5_000, "{} records scanned", h.scanned);
@@ -361,7 +364,7 @@ mod tests {
         }
         for i in 0..600u64 {
             let a = alloc(3000 + i, 0x1000_0000 + 0x1000 * i, MIB);
-            h.inserted(Key::Addr(a.base), &a);
+            h.inserted(Key::Addr(a.base), &a, "cudaMalloc", 0);
             h.freed(Key::Addr(a.base), &a, 4000 + i);
         }
         assert!(h.recs.len() <= 1000, "{} records", h.recs.len());

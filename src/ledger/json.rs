@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{json, Map, Value};
 
-use super::device::{Alloc, DeviceStats, Failure, Probe};
+use super::device::{Allocation, DeviceStats, Failure, Probe};
 use super::final_categories::{self, Final};
 use super::history::HistoryView;
 use super::{Ledger, MemKind};
@@ -35,7 +35,7 @@ fn cat_name(fin: Option<&Final>, i: usize) -> &str {
     }
 }
 
-fn kind_name(kind: MemKind) -> &'static str {
+pub(super) fn kind_name(kind: MemKind) -> &'static str {
     match kind {
         MemKind::Device => "device",
         MemKind::Managed => "managed",
@@ -85,7 +85,7 @@ fn failure(f: &Failure, fin: Option<&Final>, cats: Option<&(Vec<u64>, Option<Vec
     })
 }
 
-fn allocation(a: &Alloc, verdict: Option<&(usize, Option<String>)>, fin: Option<&Final>) -> Value {
+fn allocation(a: &Allocation, verdict: Option<&(usize, Option<String>)>, fin: Option<&Final>) -> Value {
     let (category, rule) = match verdict {
         Some((c, r)) => (cat_name(fin, *c), r.as_deref()),
         None => (a.category.name(), None),
@@ -109,7 +109,7 @@ fn allocation(a: &Alloc, verdict: Option<&(usize, Option<String>)>, fin: Option<
     })
 }
 
-fn device(index: i32, s: &DeviceStats, top: &[Alloc], hist: &HistoryView, fin: Option<&Final>) -> Value {
+fn device(index: i32, s: &DeviceStats, top: &[Allocation], hist: &HistoryView, fin: Option<&Final>) -> Value {
     let timeline: Vec<Value> = s
         .timeline
         .iter()

@@ -7,7 +7,8 @@
 //! Locking: the device shards, the VMM table, the pool places, the host ledger and the two
 //! health lists each have their own `parking_lot::Mutex`, and no method ever holds two of them at once
 //! (a search over devices locks one shard at a time; warnings are noted after the shard
-//! lock is released). Counters are atomics. Nothing here calls out of the module while
+//! lock is released), but for one: making a shard holds `creating` while it takes each
+//! existing shard's lock once (never the other way round). Counters are atomics. Nothing here calls out of the module while
 //! holding a lock, and nothing panics on any input.
 //!
 //! Layout: `device` (one shard's bookkeeping), `vmm` (handles to devices, virtual
@@ -33,13 +34,13 @@ mod vmm;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
 
-use device::{Alloc, DeviceLedger, Key};
+use device::{DeviceLedger, Key, Removed};
 use host::HostLedger;
 use vmm::{Change, Mapping, VmmTable};
 
@@ -84,7 +85,7 @@ pub enum Freed {
 pub struct Taken {
     dev: i32,
     key: Key,
-    alloc: Alloc,
+    alloc: Removed,
     /// The stamp of the take (its timeline sample).
     at: Stamp,
 }
@@ -95,7 +96,7 @@ impl Taken {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.alloc.bytes
+        self.alloc.alloc.bytes()
     }
 }
 
@@ -192,8 +193,16 @@ pub struct Ledger {
     device_generation: [PaddedCounter; MAX_DEVICES],
     /// Device shards created (a free in a one-device process skips the thread's hint).
     shards_made: AtomicUsize,
+    /// The index of the first shard created: where a one-device process's frees look.
+    first_shard: AtomicUsize,
     /// The next record's sequence number (see `Stamp`).
     seq: AtomicU64,
+    /// At most one device shard exists: every stamp is then taken under that shard's lock,
+    /// and `seq` moves by a plain load and store instead of a locked read-modify-write.
+    /// Cleared when a second shard is made (see `shard`).
+    one_shard: AtomicBool,
+    /// Held while a shard is made (never with a shard lock held).
+    creating: Mutex<()>,
     devices: [OnceCell<Mutex<DeviceLedger>>; MAX_DEVICES],
     vmm: Mutex<VmmTable>,
     /// Memory pools whose place is known (created or looked up through a hook).
@@ -219,7 +228,10 @@ impl Ledger {
             generation: AtomicU64::new(0),
             device_generation: std::array::from_fn(|_| PaddedCounter::default()),
             shards_made: AtomicUsize::new(0),
+            first_shard: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
+            one_shard: AtomicBool::new(true),
+            creating: Mutex::new(()),
             devices: std::array::from_fn(|_| OnceCell::new()),
             vmm: Mutex::new(VmmTable::default()),
             pools: Mutex::new(HashMap::new()),
@@ -240,9 +252,19 @@ impl Ledger {
 
     /// The time and a fresh sequence number for a record being made now. Callers take it
     /// under the lock of the shard the record goes to.
+    #[inline]
     fn stamp(&self) -> Stamp {
         let t_us = self.t_us();
-        Stamp { t_ms: t_us / 1000, t_us, seq: self.seq.fetch_add(1, Ordering::Relaxed) }
+        crate::sync::atomic(&self.one_shard);
+        let seq = if self.one_shard.load(Ordering::Relaxed) {
+            // Only stamps under the one shard's lock move it: no other writer.
+            let seq = self.seq.load(Ordering::Relaxed);
+            self.seq.store(seq + 1, Ordering::Relaxed);
+            seq
+        } else {
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        };
+        Stamp { t_ms: t_us / 1000, t_us, seq }
     }
 
     pub fn start_unix_ms(&self) -> u64 {
@@ -271,10 +293,10 @@ impl Ledger {
     fn shard(&self, dev: i32, api: &str) -> Option<&Mutex<DeviceLedger>> {
         match usize::try_from(dev).ok().and_then(|i| self.devices.get(i)) {
             Some(cell) => {
-                let shard = cell.get_or_init(|| {
-                    self.shards_made.fetch_add(1, Ordering::Relaxed);
-                    Default::default()
-                });
+                let shard = match cell.get() {
+                    Some(shard) => shard,
+                    None => self.make_shard(cell, dev),
+                };
                 crate::sync::published(shard);
                 Some(shard)
             }
@@ -283,6 +305,31 @@ impl Ledger {
                 None
             }
         }
+    }
+
+    /// Make the shard of `dev` in `cell`, one shard at a time (`creating`; taken with no
+    /// shard lock held, as `shard` always is). When it is the second, stamps go back to a
+    /// locked increment of `seq` before it is published: any stamp that saw `one_shard` set
+    /// ran under the first shard's lock, so taking that lock once here orders it before the
+    /// new shard's first stamp, and every later stamp on the first shard sees the flag
+    /// cleared. Shards are published under `creating`, so none is missed.
+    #[cold]
+    fn make_shard<'a>(&'a self, cell: &'a OnceCell<Mutex<DeviceLedger>>, dev: i32) -> &'a Mutex<DeviceLedger> {
+        let _creating = self.creating.lock();
+        if let Some(shard) = cell.get() {
+            return shard;
+        }
+        crate::sync::atomic(&self.one_shard);
+        if self.shards_made.load(Ordering::Relaxed) == 0 {
+            self.first_shard.store(dev as usize, Ordering::Relaxed);
+        } else if self.one_shard.swap(false, Ordering::SeqCst) {
+            for (_, shard) in self.shards() {
+                drop(shard.lock());
+            }
+        }
+        let shard = cell.get_or_init(Default::default);
+        self.shards_made.fetch_add(1, Ordering::Release);
+        shard
     }
 
     /// The shard of `dev` if it saw an event (queries create nothing).
@@ -383,7 +430,8 @@ impl Ledger {
             self.note_warning(&format!("{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"));
             return;
         }
-        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)) {
+        let displaced = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now));
+        if let Some(d) = displaced.filter(|d| d.count > 0) {
             self.warn_displaced(api, dev, format_args!("allocation at 0x{ptr:x}"), d);
         }
     }
@@ -393,7 +441,7 @@ impl Ledger {
     /// `health.unknown_frees`; freeing NULL is a no-op and counts nothing.
     pub fn free(&self, ptr: u64, _api: &'static str) -> Freed {
         match self.free_take(ptr) {
-            Some(t) => Freed::Known { dev: t.dev, bytes: t.alloc.bytes },
+            Some(t) => Freed::Known { dev: t.dev, bytes: t.bytes() },
             None => Freed::Unknown,
         }
     }
@@ -408,8 +456,10 @@ impl Ledger {
         let key = Key::Addr(ptr);
         // The device of this thread's last free first, then the others in order.
         crate::sync::atomic(&self.shards_made);
-        let multi = self.shards_made.load(Ordering::Relaxed) > 1;
-        let hint = if multi { FREE_HINT.try_with(Cell::get).unwrap_or(0) } else { usize::MAX };
+        crate::sync::atomic(&self.first_shard);
+        let multi = self.shards_made.load(Ordering::Acquire) > 1;
+        let hint =
+            if multi { FREE_HINT.try_with(Cell::get).unwrap_or(0) } else { self.first_shard.load(Ordering::Relaxed) };
         let first = self.existing(hint as i32).map(|s| (hint as i32, s));
         for (dev, shard) in first.into_iter().chain(self.shards().filter(|&(d, _)| d as usize != hint)) {
             let mut d = shard.lock();
@@ -437,7 +487,7 @@ impl Ledger {
     /// category, kind, api, times), the free uncounted. False, with a warning, when another
     /// record took its place meanwhile (then the free did happen).
     pub fn restore(&self, t: Taken) -> bool {
-        let (dev, key, base) = (t.dev, t.key, t.alloc.base);
+        let (dev, key, base) = (t.dev, t.key, t.alloc.alloc.base);
         let restored = self.on_device(dev, "restore", |d, now| d.restore(key, t.alloc, t.at, now)) == Some(true);
         if !restored {
             self.note_warning(&format!(
@@ -472,7 +522,7 @@ impl Ledger {
     /// Copies into memory we do not track are ignored.
     pub fn add_h2d(&self, ptr: u64, bytes: u64) {
         self.at_ptr(ptr, |d, h| {
-            if d.add_h2d(h.key, bytes, || self.stamp()) {
+            if d.add_h2d(h.key, bytes) {
                 self.device_generation[h.dev as usize].bump_locked();
             }
         });

@@ -4,15 +4,19 @@
 //! tombstones). The records sit in the slots themselves, so a live allocation costs its
 //! record divided by the load (7/8 at most; the table grows by half when full).
 
-/// A record with a non-zero key of its own.
-pub(crate) trait Keyed {
+/// A record with a key of its own: non-zero for a record, 0 for the vacant value that marks an
+/// empty slot (so a slot is the record itself, with no tag beside it).
+pub(crate) trait Keyed: Sized {
+    /// The record's key; 0 only for [`Keyed::vacant`].
     fn key(&self) -> u64;
+    /// The empty slot.
+    fn vacant() -> Self;
 }
 
 const MIN_CAPACITY: usize = 16;
 
 pub(crate) struct Table<T> {
-    slots: Vec<Option<T>>,
+    slots: Vec<T>,
     len: usize,
 }
 
@@ -28,7 +32,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for Table<T> {
     }
 }
 
-impl<T: Keyed> Table<T> {
+impl<T: Keyed + Copy> Table<T> {
     /// The home slot of `key` among `cap` slots: a multiplicative hash, reduced by the
     /// high half of a 128-bit product (any capacity, no division).
     #[inline]
@@ -53,22 +57,21 @@ impl<T: Keyed> Table<T> {
         self.len
     }
 
-    /// The slot holding `key`.
+    /// The slot holding `key` (never 0).
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
         let cap = self.slots.len();
-        if cap == 0 || self.len == 0 {
+        if cap == 0 || self.len == 0 || key == 0 {
             return None;
         }
         let mut i = Self::home(key, cap);
         let mut dist = 0;
         loop {
-            let r = self.slots[i].as_ref()?;
-            let k = r.key();
+            let k = self.slots[i].key();
             if k == key {
                 return Some(i);
             }
-            if Self::distance(k, i, cap) < dist {
+            if k == 0 || Self::distance(k, i, cap) < dist {
                 return None;
             }
             dist += 1;
@@ -78,87 +81,149 @@ impl<T: Keyed> Table<T> {
 
     #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<&T> {
-        self.find(key).and_then(|i| self.slots[i].as_ref())
+        self.find(key).map(|i| &self.slots[i])
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
-        self.find(key).and_then(|i| self.slots[i].as_mut())
+        self.find(key).map(|i| &mut self.slots[i])
     }
 
     pub(crate) fn contains(&self, key: u64) -> bool {
         self.find(key).is_some()
     }
 
-    /// Put `r` in; the record it replaces (same key), if any.
+    /// Put `r` (key non-zero) in; the record it replaces (same key), if any. One walk from
+    /// the key's home: it ends at the key, at an empty slot, or where a record sits closer to
+    /// its own home than the key would (Robin Hood order: the key is not further on). In the
+    /// last case the records from there to the next empty slot move up by one, in one copy
+    /// (within a run, records are in the order of their homes: this is their Robin Hood
+    /// placement).
+    #[inline]
     pub(crate) fn insert(&mut self, r: T) -> Option<T> {
-        if let Some(i) = self.find(r.key()) {
-            return self.slots[i].replace(r);
-        }
+        debug_assert!(r.key() != 0);
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
-        self.place(r);
+        let cap = self.slots.len();
+        let key = r.key();
+        let mut i = Self::home(key, cap);
+        let mut dist = 0;
+        loop {
+            let k = self.slots[i].key();
+            if k == key {
+                return Some(std::mem::replace(&mut self.slots[i], r));
+            }
+            if k == 0 {
+                break;
+            }
+            if Self::distance(k, i, cap) < dist {
+                self.shift_up(i);
+                break;
+            }
+            dist += 1;
+            i = next(i, cap);
+        }
+        self.slots[i] = r;
         self.len += 1;
         None
     }
 
-    /// Robin Hood placement of a key not in the table (there is a free slot).
-    fn place(&mut self, mut r: T) {
+    /// Move the records from slot `i` to the next empty slot up by one (cyclically), leaving
+    /// `i` free to be written.
+    fn shift_up(&mut self, i: usize) {
         let cap = self.slots.len();
-        let mut i = Self::home(r.key(), cap);
+        let mut e = next(i, cap);
+        while self.slots[e].key() != 0 {
+            e = next(e, cap);
+        }
+        if e > i {
+            self.slots.copy_within(i..e, i + 1);
+        } else {
+            // The run wraps: [i, cap) then [0, e).
+            self.slots.copy_within(0..e, 1);
+            self.slots[0] = self.slots[cap - 1];
+            self.slots.copy_within(i..cap - 1, i + 1);
+        }
+    }
+
+    /// Robin Hood placement of `r` (not in the table; there is a free slot), while growing.
+    fn place(&mut self, r: T) {
+        let cap = self.slots.len();
+        let key = r.key();
+        let mut i = Self::home(key, cap);
         let mut dist = 0;
         loop {
-            match &mut self.slots[i] {
-                slot @ None => {
-                    *slot = Some(r);
-                    return;
-                }
-                Some(here) => {
-                    let d = Self::distance(here.key(), i, cap);
-                    if d < dist {
-                        std::mem::swap(here, &mut r);
-                        dist = d;
-                    }
-                }
+            let k = self.slots[i].key();
+            if k == 0 {
+                break;
+            }
+            if Self::distance(k, i, cap) < dist {
+                self.shift_up(i);
+                break;
             }
             dist += 1;
-            i = if i + 1 == cap { 0 } else { i + 1 };
+            i = next(i, cap);
         }
+        self.slots[i] = r;
     }
 
     fn grow(&mut self) {
         let cap = (self.slots.len() + self.slots.len() / 2).max(MIN_CAPACITY);
         let old = std::mem::take(&mut self.slots);
         self.slots.reserve_exact(cap);
-        self.slots.resize_with(cap, || None);
-        for r in old.into_iter().flatten() {
+        self.slots.resize_with(cap, T::vacant);
+        for r in old.into_iter().filter(|r| r.key() != 0) {
             self.place(r);
         }
     }
 
-    /// Take the record under `key` out.
+    /// Take the record under `key` out. The records after it that are not at their home move
+    /// back by one, in one copy (backward-shift removal: no tombstones).
+    #[inline]
     pub(crate) fn remove(&mut self, key: u64) -> Option<T> {
-        let mut i = self.find(key)?;
-        let r = self.slots[i].take();
+        let i = self.find(key)?;
+        let r = self.slots[i];
         self.len -= 1;
-        // Shift the following records of the run back by one while they are not at home.
         let cap = self.slots.len();
+        let mut j = next(i, cap);
         loop {
-            let next = if i + 1 == cap { 0 } else { i + 1 };
-            match self.slots[next].as_ref() {
-                Some(n) if Self::distance(n.key(), next, cap) > 0 => {
-                    self.slots[i] = self.slots[next].take();
-                    i = next;
-                }
-                _ => break,
+            let k = self.slots[j].key();
+            if k == 0 || Self::distance(k, j, cap) == 0 {
+                break;
             }
+            j = next(j, cap);
         }
-        r
+        // Slots (i, j) move to [i, j - 1); the last of them is left empty.
+        let last = if j > i {
+            self.slots.copy_within(i + 1..j, i);
+            j - 1
+        } else if j == 0 {
+            self.slots.copy_within(i + 1..cap, i);
+            cap - 1
+        } else {
+            // The run wraps: (i, cap) then [0, j).
+            self.slots.copy_within(i + 1..cap, i);
+            self.slots[cap - 1] = self.slots[0];
+            self.slots.copy_within(1..j, 0);
+            j - 1
+        };
+        self.slots[last] = T::vacant();
+        Some(r)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.slots.iter().flatten()
+        self.slots.iter().filter(|r| r.key() != 0)
+    }
+}
+
+/// The slot after `i` among `cap`.
+#[inline]
+fn next(i: usize, cap: usize) -> usize {
+    if i + 1 == cap {
+        0
+    } else {
+        i + 1
     }
 }
 
@@ -167,11 +232,14 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    #[derive(Debug, Clone, PartialEq)]
+    #[derive(Debug, Clone, Copy, PartialEq)]
     struct R(u64, u32);
     impl Keyed for R {
         fn key(&self) -> u64 {
             self.0
+        }
+        fn vacant() -> Self {
+            R(0, 0)
         }
     }
 

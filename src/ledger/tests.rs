@@ -15,7 +15,7 @@ const GRAPHS: usize = 3;
 
 fn stats(l: &Ledger, dev: i32) -> DeviceStats {
     l.settle_all();
-    l.devices[dev as usize].get().expect("device shard exists").lock().stats.clone()
+    l.devices[dev as usize].get().expect("device shard exists").lock().snapshot().0
 }
 
 fn alloc(l: &Ledger, dev: i32, ptr: u64, bytes: u64) {
@@ -226,6 +226,71 @@ fn h2d_bytes_accumulate_on_the_containing_allocation() {
     let d = device_json(&l, 0);
     assert_eq!(d["top_allocations"][0]["h2d_bytes"], 500);
     assert_eq!(d["top_allocations"][0]["category"], "other");
+}
+
+#[test]
+fn h2d_bytes_leave_with_their_record() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x10000, 1000);
+    l.add_h2d(0x10000, 600);
+    // Freed, then the base handed out again: the new record starts with none.
+    assert_eq!(l.free(0x10000, "cudaFree"), Freed::Known { dev: 0, bytes: 1000 });
+    alloc(&l, 0, 0x10000, 1000);
+    assert_eq!(device_json(&l, 0)["top_allocations"][0]["h2d_bytes"], 0);
+    // A missed free (the same base allocated again): neither.
+    l.add_h2d(0x10000, 900);
+    alloc(&l, 0, 0x10000, 2000);
+    let d = device_json(&l, 0);
+    assert_eq!(
+        (d["top_allocations"][0]["bytes"].as_u64(), d["top_allocations"][0]["h2d_bytes"].as_u64()),
+        (Some(2000), Some(0))
+    );
+}
+
+#[test]
+fn the_packed_record_keeps_every_field() {
+    // 32 bytes: a million live allocations within 64 bytes each with the table's slack ([9]).
+    assert_eq!(std::mem::size_of::<device::Alloc>(), 32);
+    let l = Ledger::new();
+    let tag = crate::classify::tags::intern("kv_pool").unwrap();
+    let kinds = [MemKind::Device, MemKind::Managed, MemKind::Async, MemKind::Pitch];
+    let apis = ["cudaMalloc", "cuMemAlloc_v2", "cudaMallocAsync", "cudaMallocPitch"];
+    for (i, (&kind, &api)) in kinds.iter().zip(&apis).enumerate() {
+        let facts = Facts { site: 4000 + i as u32, tag: (i % 2 == 1).then_some(tag), ..Facts::default() };
+        l.alloc(0, (i as u64 + 1) << 42, (1 << 40) + i as u64, kind, api, facts);
+    }
+    l.capture_begin(0, 5, "cudaStreamBeginCapture");
+    l.alloc(0, 0x10, 7, MemKind::Device, "cudaMalloc", Facts::default());
+    l.vmm_create(0, 0x99, 1 << 30, "cuMemCreate");
+    assert!(l.mark_exported(1 << 42));
+    let d = device_json(&l, 0);
+    let top = d["top_allocations"].as_array().unwrap();
+    let get = |ptr: &str| top.iter().find(|a| a["ptr"] == ptr).unwrap_or_else(|| panic!("{ptr} in {top:?}"));
+    for (i, (&kind, &api)) in kinds.iter().zip(&apis).enumerate() {
+        let a = get(&format!("0x{:x}", (i as u64 + 1) << 42));
+        assert_eq!(a["bytes"].as_u64(), Some((1 << 40) + i as u64));
+        assert_eq!(a["api"], api);
+        assert_eq!(a["kind"], json::kind_name(kind));
+        assert_eq!(a["seq"].as_u64(), Some(i as u64 + 1));
+        assert_eq!(a["site"].as_u64(), Some(4000 + i as u64));
+        let category = match (i, i % 2) {
+            (0, _) => "ipc",
+            (_, 1) => "kv_pool",
+            _ => "other",
+        };
+        assert_eq!(
+            (a["category"].as_str(), a["exported"].as_bool(), a["captured"].as_bool()),
+            (Some(category), Some(i == 0), Some(false)),
+            "{a}"
+        );
+    }
+    let captured = get("0x10");
+    assert_eq!((captured["captured"].as_bool(), captured["category"].as_str()), (Some(true), Some("graphs")));
+    let handle = get("0x99");
+    assert_eq!(
+        (handle["kind"].as_str(), handle["bytes"].as_u64()),
+        (Some(json::kind_name(MemKind::VmmPhysical)), Some(1 << 30))
+    );
 }
 
 #[test]
@@ -1047,4 +1112,31 @@ fn start_has_microseconds() {
     let a = l.t_us();
     std::thread::sleep(std::time::Duration::from_micros(300));
     assert!(l.t_us() >= a + 300);
+}
+
+#[test]
+fn seqs_stay_unique_when_a_second_device_appears() {
+    // One shard: stamps move `seq` without a locked increment; a second shard made while
+    // threads stamp on the first must not let two records share a number.
+    for round in 0..20 {
+        let l = std::sync::Arc::new(Ledger::new());
+        l.on_device(0, "t", |_, _| ());
+        let go = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let (l, go) = (l.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    let dev = if w == 3 { 1 + round % 7 } else { 0 };
+                    (0..2000).filter_map(|_| l.on_device(dev, "t", |_, now| now.seq)).collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        let mut seqs: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+        let n = seqs.len();
+        seqs.sort_unstable();
+        seqs.dedup();
+        assert_eq!(seqs.len(), n, "round {round}: a seq was handed out twice");
+        assert!(!l.one_shard.load(Ordering::Relaxed), "two shards: locked increments");
+    }
 }

@@ -233,14 +233,12 @@ extern "C" fn on_signal(sig: c_int) {
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Called by every hook when it leaves culedger's bookkeeping, with the signal that arrived
-/// meanwhile (`hooks::defer_signal`; 0: none), which ends the process now.
-#[inline]
+/// Called by a hook when it leaves culedger's bookkeeping with a signal `sig` that arrived
+/// meanwhile (`hooks::defer_signal`): it ends the process now.
+#[cold]
 pub fn after_bookkeeping(sig: c_int) {
-    if sig != 0 {
-        crate::debug!("signal {sig} arrived during culedger's bookkeeping; handling it now");
-        end_by(sig);
-    }
+    crate::debug!("signal {sig} arrived during culedger's bookkeeping; handling it now");
+    end_by(sig);
 }
 
 /// Final report, default action back, signal raised again and unblocked: the process ends

@@ -22,6 +22,9 @@ mod unwind;
 
 pub mod layouts;
 
+/// The largest call-site id (ids run from 1; 0 is "none").
+pub const MAX_SITE_ID: usize = table::MAX_SITES;
+
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;

@@ -153,11 +153,11 @@ pub unsafe fn cu_mem_free_async(sym: Sym, real: cuMemFreeAsync::Real, p: CUdevic
 /// Bytes copied from host memory into a tracked allocation: a fact for classification
 /// (weights are loaded this way). `cudaMemcpyDefault` counts when the destination is a
 /// tracked device allocation and the source is not.
-fn host_to_device(sym: Sym, rc: c_int, dst: u64, src: u64, count: usize, kind: c_int) {
+fn host_to_device(depth: &crate::hooks::Depth, sym: Sym, rc: c_int, dst: u64, src: u64, count: usize, kind: c_int) {
     if rc != 0 || count == 0 {
         return;
     }
-    crate::hooks::record(api(sym), |l| {
+    depth.record(api(sym), |l| {
         if kind == CUDA_MEMCPY_HOST_TO_DEVICE || (kind == CUDA_MEMCPY_DEFAULT && l.lookup(src).is_none()) {
             l.add_h2d(dst, count as u64);
         }
@@ -173,7 +173,7 @@ fn copy(sym: Sym, dst: u64, src: u64, count: usize, kind: c_int, call: impl FnOn
     let depth = crate::hooks::Depth::enter();
     let rc = call();
     if depth.outer {
-        host_to_device(sym, rc, dst, src, count, kind);
+        host_to_device(&depth, sym, rc, dst, src, count, kind);
     }
     rc
 }

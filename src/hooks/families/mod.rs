@@ -14,7 +14,7 @@ pub mod vmm;
 use super::real::{current_device, measure_free};
 use super::table::{Sym, TABLE};
 use super::types::error_name;
-use super::{record, Depth};
+use super::Depth;
 use crate::ledger::{Facts, MemKind};
 use libc::c_int;
 
@@ -57,18 +57,12 @@ pub(crate) fn allocation_on(
         // The call site, only for allocations that matter (and every failure): the small
         // path pays one comparison.
         let site = if rc != 0 || crate::sites::wanted(bytes) { crate::sites::capture() } else { 0 };
-        record(name, |l| {
+        let tag = depth.tag();
+        depth.record(name, |l| {
             if rc == 0 {
                 if let Some((ptr, size)) = result().filter(|&(ptr, _)| ptr != 0) {
                     if let Some(dev) = place(l, Some(ptr)) {
-                        l.alloc(
-                            dev,
-                            ptr,
-                            size,
-                            mem,
-                            name,
-                            Facts { tag: super::tags::current(), site, ..Facts::default() },
-                        );
+                        l.alloc(dev, ptr, size, mem, name, Facts { tag, site, ..Facts::default() });
                     }
                 }
             } else if let Some(dev) = place(l, None) {
@@ -114,11 +108,11 @@ pub(crate) fn undoable<U>(
         return call();
     }
     let mut change = None;
-    record(api(sym), |l| change = begin(l));
+    depth.record(api(sym), |l| change = begin(l));
     let rc = call();
     if rc != 0 {
         if let Some(c) = change {
-            record(api(sym), |l| undo(l, rc, c));
+            depth.record(api(sym), |l| undo(l, rc, c));
         }
     }
     rc
@@ -157,7 +151,7 @@ pub(crate) fn measured(
         _ => None,
     };
     let site = crate::sites::capture();
-    record(api(sym), |l| after(l, Measured { rc, dev: current_device(), delta, site, start_us }));
+    depth.record(api(sym), |l| after(l, Measured { rc, dev: current_device(), delta, site, start_us }));
     rc
 }
 
@@ -167,7 +161,7 @@ pub(crate) fn on_success(sym: Sym, call: impl FnOnce() -> c_int, after: impl FnO
     let depth = Depth::enter();
     let rc = call();
     if depth.outer && rc == 0 {
-        record(api(sym), after);
+        depth.record(api(sym), after);
     }
     rc
 }

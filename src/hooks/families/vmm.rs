@@ -26,7 +26,8 @@ pub unsafe fn cu_mem_create(
     let name = api(sym);
     let wanted = location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && (rc != 0 || crate::sites::wanted(size as u64));
     let site = if wanted { crate::sites::capture() } else { 0 };
-    record(name, |l| {
+    let tag = depth.tag();
+    depth.record(name, |l| {
         if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
             // Host-located VMM memory is not device memory.
             return;
@@ -34,7 +35,7 @@ pub unsafe fn cu_mem_create(
         let dev = if location.id >= 0 { location.id } else { current_device() };
         if rc == 0 {
             if let Some(h) = out(handle) {
-                let facts = crate::ledger::Facts { tag: crate::hooks::tags::current(), site, ..Default::default() };
+                let facts = crate::ledger::Facts { tag, site, ..Default::default() };
                 l.vmm_create_with(dev, h, size as u64, name, facts);
             }
         } else {
