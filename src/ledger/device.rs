@@ -280,6 +280,33 @@ struct Order {
     /// The greatest seq merged into `sorted` so far: a record with a greater one is not
     /// there yet, and its free leaves nothing stale.
     merged_seq: u64,
+    /// At or above the end of every record merged so far and of every entry of `recent` but
+    /// its last (an upper bound: it never goes down). An allocation at or above it overlaps
+    /// nothing older, so when it is freed while still the last of `recent` its entry can go
+    /// at once (a pair allocated and freed between merges leaves nothing to merge).
+    reach: u64,
+}
+
+impl Order {
+    /// An allocation not merged yet.
+    #[inline]
+    fn push(&mut self, f: Fresh) {
+        if let Some(last) = self.recent.last() {
+            self.reach = self.reach.max(last.end);
+        }
+        self.recent.push(f);
+    }
+
+    /// The record `a` was freed: its base is stale in `sorted` if it was merged; if it is the
+    /// last allocation not merged and lies at or above `reach`, its entry goes now.
+    #[inline]
+    fn forget(&mut self, a: &Alloc) {
+        if a.seq() <= self.merged_seq {
+            self.stale += 1;
+        } else if self.recent.last().is_some_and(|f| f.base == a.base && f.seq == a.seq() && f.base >= self.reach) {
+            self.recent.pop();
+        }
+    }
 }
 
 /// An allocation not merged into the order yet.
@@ -759,6 +786,7 @@ impl DeviceLedger {
             let old = std::mem::take(&mut self.order.sorted);
             self.order.sorted = merge(&old, &bases);
         }
+        self.order.reach = fresh.iter().fold(self.order.reach, |m, f| m.max(f.end));
         fresh.clear();
         if fresh.capacity() <= RECENT_MIN.max(self.order.sorted.len() / RECENT_SHARE) * 2 {
             self.order.recent = fresh;
@@ -839,7 +867,7 @@ impl DeviceLedger {
         let a = match key {
             Key::Addr(base) => {
                 let a = self.allocs.remove(base)?;
-                self.order.stale += usize::from(a.seq() <= self.order.merged_seq);
+                self.order.forget(&a);
                 a
             }
             Key::Handle(h) => self.phys.remove(&h)?,
@@ -912,7 +940,7 @@ impl DeviceLedger {
         self.stats.sample(now);
         self.history.inserted(key, &a, api, facts.h2d_bytes); // [5] history
         if let Key::Addr(b) = key {
-            self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq() });
+            self.order.push(Fresh { base: b, end: a.end(), seq: a.seq() });
             let o = &self.order;
             if o.recent.len() >= RECENT_MIN.max(o.sorted.len() / RECENT_SHARE) {
                 displaced.add(self.settle(|| now));
@@ -970,7 +998,7 @@ impl DeviceLedger {
         self.history.restored(key, &a); // [5] history
         match key {
             Key::Addr(b) => {
-                self.order.recent.push(Fresh { base: b, end: a.end(), seq: a.seq() });
+                self.order.push(Fresh { base: b, end: a.end(), seq: a.seq() });
                 self.allocs.insert(a);
             }
             Key::Handle(h) => {
