@@ -160,14 +160,14 @@ impl Timeline {
     /// owner's current ones until the next change, so they are read when rendered
     /// ([`Timeline::fill_pending`]), not copied on every change.
     #[inline]
-    pub(crate) fn push_with(&mut self, t_ms: u64, t_us: u64, seq: u64, sample: impl FnOnce() -> Sample) {
+    pub(crate) fn push_with(&mut self, t_us: u64, seq: u64, sample: impl FnOnce() -> Sample) {
         self.skipped += 1;
         if self.skipped < self.stride {
             match self.pending.as_mut() {
                 Some(p) => {
-                    (p.t_ms, p.t_us, p.seq) = (t_ms, t_us, seq);
+                    (p.t_us, p.seq) = (t_us, seq);
                 }
-                None => self.pending = Some(Sample { t_ms, t_us, seq, live: 0, cats: [0; 6] }),
+                None => self.pending = Some(Sample { t_ms: 0, t_us, seq, live: 0, cats: [0; 6] }),
             }
             self.lazy = true;
             return;
@@ -202,6 +202,7 @@ impl Timeline {
     pub(crate) fn undo(&mut self, seq: u64, current: Sample) {
         if let Some(p) = self.pending.as_mut() {
             if p.seq == seq {
+                p.t_ms = p.t_us / 1000;
                 p.live = current.live;
                 p.cats = current.cats;
                 self.lazy = false;
@@ -218,6 +219,7 @@ impl Timeline {
     /// series is read: rendering works on a copy filled in this way).
     pub(crate) fn fill_pending(&mut self, live: u64, cats: [u64; 6]) {
         if let Some(p) = self.pending.as_mut().filter(|_| self.lazy) {
+            p.t_ms = p.t_us / 1000;
             p.live = live;
             p.cats = cats;
         }
@@ -304,7 +306,7 @@ mod tests {
         let mut t = Timeline::default();
         let last = TIMELINE_CAP as u64 + 3;
         for n in 1..=last {
-            t.push_with(n, n * 1000, n, || sample(n));
+            t.push_with(n * 1000, n, || sample(n));
         }
         // Decimated by now: the latest change is pending, its totals not copied.
         t.fill_pending(77, [0, 0, 0, 0, 0, 77]);
@@ -314,14 +316,14 @@ mod tests {
         let mut n = last;
         while !t.lazy {
             n += 1;
-            t.push_with(n, n * 1000, n, || sample(n));
+            t.push_with(n * 1000, n, || sample(n));
         }
         t.undo(n, Sample { live: 5, ..sample(n) });
         t.fill_pending(99, [0; 6]);
-        assert_eq!(t.iter().last().map(|s| (s.seq, s.live)), Some((n, 5)));
+        assert_eq!(t.iter().last().map(|s| (s.t_ms, s.seq, s.live)), Some((n, n, 5)));
         // A recorded change is copied at once.
         let mut u = Timeline::default();
-        u.push_with(1, 1, 1, || sample(1));
+        u.push_with(1000, 1, || sample(1));
         assert_eq!(u.iter().copied().collect::<Vec<_>>(), [sample(1)]);
     }
 

@@ -34,7 +34,16 @@ struct Line {
     base_tsc: AtomicU64,
     base_ns: AtomicU64,
     scale: AtomicU64,
+    /// The same line in microseconds (what a stamp reads, without dividing by 1000):
+    /// `base_ns / 1000`, and the scale in microseconds per tick with [`US_SCALE_BITS`]
+    /// fractional bits.
+    base_us: AtomicU64,
+    scale_us: AtomicU64,
 }
+
+/// Fractional bits of a line's microsecond scale: 2^-58 us per tick (the same relative
+/// resolution as the nanosecond scale's 48 bits); up to 64 ns per tick fits in 64 bits.
+const US_SCALE_BITS: u32 = 58;
 
 pub(crate) struct Clock {
     start: Instant,
@@ -111,9 +120,20 @@ impl Clock {
         base_ns.saturating_add(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
-    /// Microseconds since the start.
+    /// Microseconds since the start: on the current line when the counter is in use and no
+    /// calibration is due (one multiplication, no division), else `now_ns / 1000`.
     #[inline]
     pub(crate) fn now_us(&self) -> u64 {
+        self.annotate();
+        let i = self.current.load(Ordering::Acquire);
+        if i != 0 {
+            if let Some(tsc) = counter().filter(|&t| t < self.next_tsc.load(Ordering::Relaxed)) {
+                let l = &self.lines[i];
+                let ticks = u128::from(tsc.saturating_sub(l.base_tsc.load(Ordering::Relaxed)));
+                let us = (ticks * u128::from(l.scale_us.load(Ordering::Relaxed))) >> US_SCALE_BITS;
+                return l.base_us.load(Ordering::Relaxed).saturating_add(u64::try_from(us).unwrap_or(u64::MAX));
+            }
+        }
         self.now_ns() / 1000
     }
 
@@ -175,6 +195,9 @@ impl Clock {
                 l.base_tsc.store(tsc, Ordering::Relaxed);
                 l.base_ns.store(base_ns, Ordering::Relaxed);
                 l.scale.store(scale, Ordering::Relaxed);
+                let scale_us = (u128::from(ns) << US_SCALE_BITS) / 1000 / u128::from(tsc - self.tsc0);
+                l.base_us.store(base_ns / 1000, Ordering::Relaxed);
+                l.scale_us.store(u64::try_from(scale_us).unwrap_or(u64::MAX), Ordering::Relaxed);
                 self.current.store(i + 1, Ordering::Release);
                 let next = if i + 2 < SLOTS {
                     let horizon = (tsc - self.tsc0).saturating_mul(HORIZON_FACTOR);
@@ -208,6 +231,27 @@ mod tests {
         let got = c.on_line(1, 1_000 + day_ticks);
         assert!(got <= exact && exact - got <= 1, "{got} vs {exact}");
         assert_eq!(c.on_line(1, 500), 7, "before the base: the base");
+    }
+
+    #[test]
+    fn the_microsecond_reading_agrees_with_the_nanosecond_one() {
+        let c = Clock::new();
+        if c.tsc0 == 0 {
+            return; // no invariant counter here: both are the monotonic clock
+        }
+        let mut last = 0;
+        let started = Instant::now();
+        // Past the first calibrations (20 ms, then 8 times as long: two lines).
+        while c.current.load(Ordering::Acquire) < 2 && started.elapsed().as_secs() < 2 {
+            let ns = c.now_ns();
+            let us = c.now_us();
+            let after = c.now_ns();
+            // Read between the two nanosecond readings, within a microsecond of rounding.
+            assert!(us + 1 >= ns / 1000 && us <= after / 1000 + 1, "{ns} ns, {us} us, {after} ns");
+            assert!(us >= last, "went back: {last} -> {us}");
+            last = us;
+        }
+        assert!(c.current.load(Ordering::Acquire) >= 2, "two lines calibrated");
     }
 
     #[test]

@@ -551,7 +551,7 @@ impl DeviceStats {
         self.live_bytes = self.live_bytes.saturating_add(bytes);
         if self.live_bytes > self.peak_bytes {
             self.peak_bytes = self.live_bytes;
-            self.peak_t_ms = Some(now.t_ms);
+            self.peak_t_ms = Some(now.t_ms());
         }
         self.cats[cat.index()].add(bytes);
     }
@@ -563,15 +563,15 @@ impl DeviceStats {
 
     /// The current totals, as a timeline sample taken by the record `now`.
     fn current(&self, now: Stamp) -> Sample {
-        Sample { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, live: self.live_bytes, cats: self.cat_live() }
+        Sample { t_ms: now.t_ms(), t_us: now.t_us, seq: now.seq, live: self.live_bytes, cats: self.cat_live() }
     }
 
     /// Record the current totals on the timeline (after any change of them).
     #[inline]
     fn sample(&mut self, now: Stamp) {
         let (live, cats) = (self.live_bytes, &self.cats);
-        let current = || Sample { t_ms: now.t_ms, t_us: now.t_us, seq: now.seq, live, cats: cats.map(|c| c.live) };
-        self.timeline.push_with(now.t_ms, now.t_us, now.seq, current);
+        let current = || Sample { t_ms: now.t_ms(), t_us: now.t_us, seq: now.seq, live, cats: cats.map(|c| c.live) };
+        self.timeline.push_with(now.t_us, now.seq, current);
     }
 
     /// Reclassify `a` from its facts, moving its bytes between categories. The device
@@ -607,7 +607,7 @@ impl DeviceStats {
         detail: impl FnOnce() -> String,
     ) {
         self.events.push_with(|| Event {
-            t_ms: now.t_ms,
+            t_ms: now.t_ms(),
             t_us: now.t_us,
             seq: now.seq,
             kind,
@@ -735,7 +735,7 @@ impl DeviceLedger {
         }
         let mut now = Some(now);
         let mut stamp = None;
-        let mut at = || *stamp.get_or_insert_with(|| now.take().map_or(Stamp { t_ms: 0, t_us: 0, seq: 0 }, |f| f()));
+        let mut at = || *stamp.get_or_insert_with(|| now.take().map_or(Stamp { t_us: 0, seq: 0 }, |f| f()));
         // Against the records merged before (all older, but for restored ones). None reaches
         // the fresh entries when they all lie above the live record with the greatest base
         // and past its end (addresses handed out upwards): then nothing is searched.
@@ -1084,7 +1084,7 @@ impl DeviceLedger {
         let s = &mut self.stats;
         let (live, cats) = (s.live_bytes, s.cat_live());
         s.probes.push_with(|| Probe {
-            t_ms: now.t_ms,
+            t_ms: now.t_ms(),
             t_us: now.t_us,
             seq: now.seq,
             api,
@@ -1124,7 +1124,7 @@ impl DeviceLedger {
         let s = &mut self.stats;
         let (live, cats, last_probe) = (s.live_bytes, s.cat_live(), s.probes.last().copied());
         s.failures.push_with(|| Failure {
-            t_ms: now.t_ms,
+            t_ms: now.t_ms(),
             t_us: now.t_us,
             seq: now.seq,
             api,

@@ -292,7 +292,7 @@ mod tests {
     }
 
     fn with(seq: u64, base: u64, bytes: u64, facts: Facts, category: Category) -> Alloc {
-        let now = crate::ledger::Stamp { t_ms: 0, t_us: 0, seq };
+        let now = crate::ledger::Stamp { t_us: 0, seq };
         Alloc::new(base, bytes, MemKind::Device, 0, now, &facts, category)
     }
 

@@ -136,9 +136,15 @@ const UNWRAPPED_KEPT: usize = 256;
 /// device both are taken under the shard lock, so they agree with the shard's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
-    pub t_ms: u64,
     pub t_us: u64,
     pub seq: u64,
+}
+
+impl Stamp {
+    /// Milliseconds (`t_us / 1000`), worked out only where a record keeps them.
+    pub fn t_ms(&self) -> u64 {
+        self.t_us / 1000
+    }
 }
 
 /// What culedger could not account.
@@ -264,7 +270,7 @@ impl Ledger {
         } else {
             self.seq.fetch_add(1, Ordering::Relaxed)
         };
-        Stamp { t_ms: t_us / 1000, t_us, seq }
+        Stamp { t_us, seq }
     }
 
     pub fn start_unix_ms(&self) -> u64 {

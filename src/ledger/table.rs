@@ -138,7 +138,7 @@ impl<T: Keyed + Copy> Table<T> {
             e = next(e, cap);
         }
         if e > i {
-            self.slots.copy_within(i..e, i + 1);
+            move_run(&mut self.slots, i, i + 1, e - i);
         } else {
             // The run wraps: [i, cap) then [0, e).
             self.slots.copy_within(0..e, 1);
@@ -196,7 +196,7 @@ impl<T: Keyed + Copy> Table<T> {
         }
         // Slots (i, j) move to [i, j - 1); the last of them is left empty.
         let last = if j > i {
-            self.slots.copy_within(i + 1..j, i);
+            move_run(&mut self.slots, i + 1, i, j - i - 1);
             j - 1
         } else if j == 0 {
             self.slots.copy_within(i + 1..cap, i);
@@ -214,6 +214,23 @@ impl<T: Keyed + Copy> Table<T> {
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter(|r| r.key() != 0)
+    }
+}
+
+/// Move `n` records from `src` to `dst` (the ranges may overlap): a loop for the usual few,
+/// one `memmove` for a longer run.
+#[inline]
+fn move_run<T: Copy>(slots: &mut [T], src: usize, dst: usize, n: usize) {
+    if n > 8 {
+        slots.copy_within(src..src + n, dst);
+    } else if dst > src {
+        for k in (0..n).rev() {
+            slots[dst + k] = slots[src + k];
+        }
+    } else {
+        for k in 0..n {
+            slots[dst + k] = slots[src + k];
+        }
     }
 }
 
