@@ -907,6 +907,8 @@ impl DeviceLedger {
             Key::Addr(base) => base,
             Key::Handle(h) => h,
         };
+        // What the record can hold (2^48 - 1 bytes), counted alike on allocation and free.
+        let bytes = bytes.min(LOW48);
         if !self.captures.is_empty() {
             facts.captured = true;
         }

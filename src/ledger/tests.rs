@@ -248,6 +248,15 @@ fn h2d_bytes_leave_with_their_record() {
 }
 
 #[test]
+fn a_size_beyond_the_record_counts_alike_both_ways() {
+    let l = Ledger::new();
+    alloc(&l, 0, 0x10000, 1 << 50);
+    assert_eq!(stats(&l, 0).live_bytes, (1 << 48) - 1);
+    assert_eq!(l.free(0x10000, "cudaFree"), Freed::Known { dev: 0, bytes: (1 << 48) - 1 });
+    assert_eq!((stats(&l, 0).live_bytes, stats(&l, 0).peak_bytes), (0, (1 << 48) - 1));
+}
+
+#[test]
 fn the_packed_record_keeps_every_field() {
     // 32 bytes: a million live allocations within 64 bytes each with the table's slack ([9]).
     assert_eq!(std::mem::size_of::<device::Alloc>(), 32);
