@@ -297,7 +297,7 @@ mod tests {
     /// Two return addresses in one function: two frames, one copy of each name they share.
     #[test]
     fn frames_share_their_names() {
-        let at = lookup as usize as u64;
+        let at = lookup as *const () as u64;
         let (fa, fb) = (name(at + 2), name(at + 3));
         assert_eq!(fb.offset, fa.offset + 1);
         assert_eq!(fa.object, fb.object);
