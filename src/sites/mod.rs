@@ -51,24 +51,28 @@ pub struct PyFrame {
     pub line_is_current: bool,
 }
 
-/// One native frame.
+/// One native frame. Its names are shared (`native::name` interns them): each distinct
+/// object or symbol name is stored once among the cached frames.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NativeFrame {
     /// Basename of the shared object or executable (`libnccl.so.2`), `?` when unknown.
-    pub object: String,
+    pub object: Arc<str>,
     /// The nearest dynamic symbol `dladdr` gives, if any.
-    pub symbol: Option<String>,
+    pub symbol: Option<Arc<str>>,
     /// Offset of the call instruction (return address - 1) from the object's load base.
     pub offset: u64,
     /// A frame of culedger, the CUDA runtime or driver, or the C library / loader.
     pub internal: bool,
 }
 
-/// A call site: frames innermost first.
+/// A call site: frames innermost first. Frames are shared, not copied: a native frame is
+/// the one cached for its return address (`native::name`), and the table stores each
+/// distinct Python frame once among its sites (`table.rs`), equal sites compare and hash
+/// by content all the same.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Site {
-    pub python: Vec<PyFrame>,
-    pub native: Vec<NativeFrame>,
+    pub python: Vec<Arc<PyFrame>>,
+    pub native: Vec<Arc<NativeFrame>>,
 }
 
 /// A process-wide value reached through a pointer, replaced (the old one leaked) in a fork
@@ -246,11 +250,11 @@ fn intern_raw(rt: Option<&'static python::Runtime>, py: &[python::RawPy], ips: &
         let named: Result<Vec<PyFrame>, python::Miss> = py.iter().map(|&f| rt.frame(&mut r, f)).collect();
         drop(r);
         match named {
-            Ok(frames) => site.python = frames,
+            Ok(frames) => site.python = frames.into_iter().map(Arc::new).collect(),
             Err(python::Miss(why)) => miss(why),
         }
     }
-    site.native = ips.iter().map(|&ip| (*native::name(ip)).clone()).collect();
+    site.native = ips.iter().map(|&ip| native::name(ip)).collect();
     if site.python.is_empty() && site.native.is_empty() {
         return 0;
     }
@@ -495,8 +499,8 @@ pub fn site_json(id: u32, s: &Site) -> Value {
             "line_is_current": f.line_is_current,
         })).collect::<Vec<_>>(),
         "native": s.native.iter().map(|f| json!({
-            "object": f.object,
-            "symbol": f.symbol,
+            "object": &*f.object,
+            "symbol": f.symbol.as_deref(),
             "offset": format!("{:#x}", f.offset),
             "internal": f.internal,
         })).collect::<Vec<_>>(),
@@ -582,12 +586,12 @@ pub fn reset_after_fork() {
 mod tests {
     use super::*;
 
-    fn py(file: &str, function: &str) -> PyFrame {
-        PyFrame { file: file.into(), function: function.into(), line: 1, line_is_current: true }
+    fn py(file: &str, function: &str) -> Arc<PyFrame> {
+        Arc::new(PyFrame { file: file.into(), function: function.into(), line: 1, line_is_current: true })
     }
 
-    fn nat(object: &str, symbol: Option<&str>, internal: bool) -> NativeFrame {
-        NativeFrame { object: object.into(), symbol: symbol.map(Into::into), offset: 0x10, internal }
+    fn nat(object: &str, symbol: Option<&str>, internal: bool) -> Arc<NativeFrame> {
+        Arc::new(NativeFrame { object: object.into(), symbol: symbol.map(Into::into), offset: 0x10, internal })
     }
 
     #[test]

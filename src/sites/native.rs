@@ -8,7 +8,7 @@
 //! callback of `_Unwind_Backtrace` only stores addresses in a fixed array. Names are looked up
 //! once per address and cached; `dladdr` runs with no lock of ours held.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
@@ -183,9 +183,28 @@ pub fn internal_object(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-type Names = HashMap<u64, Arc<NativeFrame>>;
+/// The cached frames, by return address, and the names they hold: each distinct object or
+/// symbol name is stored once (the frames of one object, of one function, and the sites that
+/// hold them share it). Both are cleared together when full; frames already handed out keep
+/// their names.
+#[derive(Default)]
+struct Names {
+    frames: HashMap<u64, Arc<NativeFrame>>,
+    strings: HashSet<Arc<str>>,
+}
 
-static NAMES: super::Leaky<Mutex<Names>> = super::Leaky::new(|| Mutex::new(HashMap::new()));
+impl Names {
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(v) = self.strings.get(s) {
+            return v.clone();
+        }
+        let v: Arc<str> = Arc::from(s);
+        self.strings.insert(v.clone());
+        v
+    }
+}
+
+static NAMES: super::Leaky<Mutex<Names>> = super::Leaky::new(|| Mutex::new(Names::default()));
 
 fn names() -> &'static Mutex<Names> {
     NAMES.get()
@@ -193,26 +212,41 @@ fn names() -> &'static Mutex<Names> {
 
 /// Name one return address (cached). No lock is held during `dladdr`.
 pub fn name(ip: u64) -> Arc<NativeFrame> {
-    if let Some(f) = names().lock().get(&ip) {
+    if let Some(f) = names().lock().frames.get(&ip) {
         return f.clone();
     }
-    let f = Arc::new(lookup(ip));
+    let found = lookup(ip);
     let mut n = names().lock();
-    if n.len() >= NAME_CACHE {
-        n.clear();
+    if n.frames.len() >= NAME_CACHE {
+        n.frames.clear();
+        n.strings.clear();
     }
-    n.insert(ip, f.clone());
+    let f = Arc::new(NativeFrame {
+        object: n.intern(&found.object),
+        symbol: found.symbol.as_deref().map(|s| n.intern(s)),
+        offset: found.offset,
+        internal: found.internal,
+    });
+    n.frames.insert(ip, f.clone());
     f
 }
 
-fn lookup(ip: u64) -> NativeFrame {
+/// What `dladdr` says of one return address.
+struct Found {
+    object: String,
+    symbol: Option<String>,
+    offset: u64,
+    internal: bool,
+}
+
+fn lookup(ip: u64) -> Found {
     // The call instruction is just before the return address.
     let pc = ip.saturating_sub(1);
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables.
     let ok = unsafe { libc::dladdr(pc as *const c_void, &mut info) } != 0;
     if !ok {
-        return NativeFrame { object: "?".into(), symbol: None, offset: pc, internal: false };
+        return Found { object: "?".into(), symbol: None, offset: pc, internal: false };
     }
     let path = if info.dli_fname.is_null() {
         String::new()
@@ -228,7 +262,7 @@ fn lookup(ip: u64) -> NativeFrame {
         s.chars().take(256).collect::<String>()
     });
     let internal = is_own(ip) || internal_object(&object);
-    NativeFrame { object, symbol, offset: pc.wrapping_sub(info.dli_fbase as u64), internal }
+    Found { object, symbol, offset: pc.wrapping_sub(info.dli_fbase as u64), internal }
 }
 
 /// Forget cached names (a fork child: the lock may be held by a thread that is gone).
@@ -257,5 +291,19 @@ mod tests {
         assert!(!ips.is_empty() && ips.len() <= MAX_NATIVE);
         let frames: Vec<_> = ips.iter().map(|&ip| name(ip)).collect();
         assert!(frames.iter().all(|f| !f.object.is_empty()), "{frames:?}");
+        assert!(Arc::ptr_eq(&name(ips[0]), &frames[0]), "cached by return address");
+    }
+
+    /// Two return addresses in one function: two frames, one copy of each name they share.
+    #[test]
+    fn frames_share_their_names() {
+        let at = lookup as *const () as u64;
+        let (fa, fb) = (name(at + 2), name(at + 3));
+        assert_eq!(fb.offset, fa.offset + 1);
+        assert_eq!(fa.object, fb.object);
+        assert!(Arc::ptr_eq(&fa.object, &fb.object), "{fa:?} {fb:?}");
+        if let (Some(x), Some(y)) = (&fa.symbol, &fb.symbol) {
+            assert!(Arc::ptr_eq(x, y), "{fa:?} {fb:?}");
+        }
     }
 }

@@ -4,11 +4,11 @@
 //! and the named content, so that two raw captures that name the same frames share an id.
 //! Bounded: past [`MAX_SITES`] new sites get id 0 and are counted as dropped. Pure Rust.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use super::Site;
+use super::{PyFrame, Site};
 
 /// Distinct sites kept per process.
 pub const MAX_SITES: usize = 4096;
@@ -49,6 +49,9 @@ pub(crate) struct Table {
     by_raw: HashMap<Box<[u64]>, u32, Fast>,
     by_content: HashMap<Arc<Site>, u32>,
     sites: Vec<Arc<Site>>,
+    /// The Python frames of the sites, each distinct one stored once (the outer frames of a
+    /// program's sites are mostly the same). Native frames are shared by their name cache.
+    py_frames: HashSet<Arc<PyFrame>>,
     /// New sites refused because the table was full.
     pub dropped: u64,
 }
@@ -71,6 +74,15 @@ impl Table {
                 return 0;
             }
             None => {
+                let mut site = site;
+                for f in &mut site.python {
+                    match self.py_frames.get(f) {
+                        Some(known) => *f = known.clone(),
+                        None => {
+                            self.py_frames.insert(f.clone());
+                        }
+                    }
+                }
                 let site = Arc::new(site);
                 self.sites.push(site.clone());
                 let id = self.sites.len() as u32;
@@ -97,12 +109,16 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sites::{NativeFrame, PyFrame};
+    use crate::sites::NativeFrame;
+
+    fn py(f: &str) -> Arc<PyFrame> {
+        Arc::new(PyFrame { file: "a.py".into(), function: f.into(), line: 3, line_is_current: true })
+    }
 
     fn site(f: &str) -> Site {
         Site {
-            python: vec![PyFrame { file: "a.py".into(), function: f.into(), line: 3, line_is_current: true }],
-            native: vec![NativeFrame { object: "x.so".into(), symbol: None, offset: 1, internal: false }],
+            python: vec![py(f)],
+            native: vec![Arc::new(NativeFrame { object: "x.so".into(), symbol: None, offset: 1, internal: false })],
         }
     }
 
@@ -117,6 +133,19 @@ mod tests {
         assert_eq!(t.get(2).unwrap().python[0].function, "g");
         assert!(t.get(0).is_none() && t.get(3).is_none());
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn sites_share_equal_python_frames() {
+        let mut t = Table::default();
+        let outer = || py("main");
+        let a = t.intern(&[1], Site { python: vec![py("f"), outer()], native: vec![] });
+        let b = t.intern(&[2], Site { python: vec![py("g"), outer()], native: vec![] });
+        let (a, b) = (t.get(a).unwrap(), t.get(b).unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.python[1], b.python[1]);
+        assert!(Arc::ptr_eq(&a.python[1], &b.python[1]), "one copy of the frame both sites hold");
+        assert!(!Arc::ptr_eq(&a.python[0], &b.python[0]));
     }
 
     #[test]
