@@ -12,6 +12,7 @@ pub mod config;
 pub mod hooks;
 pub mod ledger;
 pub mod log;
+mod pages;
 pub mod report;
 pub mod sites;
 pub mod sync;

@@ -4,29 +4,33 @@
 //! tombstones). The records sit in the slots themselves, so a live allocation costs its
 //! record divided by the load (7/8 at most; the table grows by half when full).
 
+use crate::pages::Zeroed;
+
 /// A record with a key of its own: non-zero for a record, 0 for the vacant value that marks an
 /// empty slot (so a slot is the record itself, with no tag beside it).
 pub(crate) trait Keyed: Sized {
     /// The record's key; 0 only for [`Keyed::vacant`].
     fn key(&self) -> u64;
-    /// The empty slot.
+    /// The empty slot: all zero bytes (new slots are zeroed memory).
     fn vacant() -> Self;
 }
 
 const MIN_CAPACITY: usize = 16;
 
-pub(crate) struct Table<T> {
-    slots: Vec<T>,
+pub(crate) struct Table<T: Copy> {
+    /// In memory of their own once large (`crate::pages`: growing a table of tens of MiB through
+    /// malloc would leave holes in the program's heap).
+    slots: Zeroed<T>,
     len: usize,
 }
 
-impl<T> Default for Table<T> {
+impl<T: Copy> Default for Table<T> {
     fn default() -> Self {
-        Table { slots: Vec::new(), len: 0 }
+        Table { slots: Zeroed::default(), len: 0 }
     }
 }
 
-impl<T: std::fmt::Debug> std::fmt::Debug for Table<T> {
+impl<T: Copy + std::fmt::Debug> std::fmt::Debug for Table<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Table").field("len", &self.len).field("capacity", &self.slots.len()).finish()
     }
@@ -170,10 +174,9 @@ impl<T: Keyed + Copy> Table<T> {
 
     fn grow(&mut self) {
         let cap = (self.slots.len() + self.slots.len() / 2).max(MIN_CAPACITY);
-        let old = std::mem::take(&mut self.slots);
-        self.slots.reserve_exact(cap);
-        self.slots.resize_with(cap, T::vacant);
-        for r in old.into_iter().filter(|r| r.key() != 0) {
+        // SAFETY: the vacant record is all zero bytes (`Keyed::vacant`).
+        let old = std::mem::replace(&mut self.slots, unsafe { Zeroed::new(cap) });
+        for &r in old.iter().filter(|r| r.key() != 0) {
             self.place(r);
         }
     }
