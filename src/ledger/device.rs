@@ -1082,8 +1082,7 @@ impl DeviceLedger {
         free: Option<u64>,
         total: Option<u64>,
         error: i32,
-        site: u32,
-        repeated: bool,
+        (site, repeated): (u32, bool),
         now: Stamp,
     ) {
         let s = &mut self.stats;

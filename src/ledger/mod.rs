@@ -679,7 +679,7 @@ impl Ledger {
         error: i32,
         (site, repeated): (u32, bool),
     ) {
-        self.on_device(dev, api, |d, now| d.probe(api, free, total, error, site, repeated, now));
+        self.on_device(dev, api, |d, now| d.probe(api, free, total, error, (site, repeated), now));
     }
 
     /// Probes recorded with a repeated call site (`probe_site`), on every device.
