@@ -498,6 +498,10 @@ pub(crate) struct DeviceStats {
     pub failures: FirstN<Failure, FAILURES_KEPT>,
     pub untracked: Option<i64>,
     pub untracked_max: Option<i64>,
+    /// Probes whose call site was a repeat of the thread's previous query's
+    /// (`sites::capture_repeat`), counted here under the lock the probe takes anyway
+    /// (`health.site_repeats`: a process-wide atomic increment per query cost about 1 ns).
+    pub site_repeats: u64,
     pub ipc: IpcStats,
     pub graphs: GraphStats,
     pub driver_costs: Vec<DriverCost>,
@@ -1080,10 +1084,11 @@ impl DeviceLedger {
         free: Option<u64>,
         total: Option<u64>,
         error: i32,
-        site: u32,
+        (site, repeated): (u32, bool),
         now: Stamp,
     ) {
         let s = &mut self.stats;
+        s.site_repeats += u64::from(repeated);
         let (live, cats) = (s.live_bytes, s.cat_live());
         s.probes.push_with(|| Probe {
             t_ms: now.t_ms(),

@@ -671,7 +671,26 @@ impl Ledger {
 
     /// `probe` with the call site of the query (0: none).
     pub fn probe_at(&self, dev: i32, api: &'static str, free: Option<u64>, total: Option<u64>, error: i32, site: u32) {
-        self.on_device(dev, api, |d, now| d.probe(api, free, total, error, site, now));
+        self.probe_site(dev, api, free, total, error, (site, false))
+    }
+
+    /// `probe_at` with the call site as `sites::capture_repeat` gives it: its id, and whether
+    /// it was the thread's previous one, counted in [`site_repeats`](Self::site_repeats).
+    pub fn probe_site(
+        &self,
+        dev: i32,
+        api: &'static str,
+        free: Option<u64>,
+        total: Option<u64>,
+        error: i32,
+        (site, repeated): (u32, bool),
+    ) {
+        self.on_device(dev, api, |d, now| d.probe(api, free, total, error, (site, repeated), now));
+    }
+
+    /// Probes recorded with a repeated call site (`probe_site`), on every device.
+    pub fn site_repeats(&self) -> u64 {
+        self.shards().map(|(_, shard)| shard.lock().stats.site_repeats).sum()
     }
 
     /// A failed allocation of `bytes`.

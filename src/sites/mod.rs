@@ -304,8 +304,6 @@ thread_local! {
 /// Bumped in a fork child: a site id remembered by a thread before the fork names nothing
 /// in the child's fresh table.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
-/// Captures answered by [`capture_repeat`] from the thread's previous one.
-static REPEATS: AtomicU64 = AtomicU64::new(0);
 
 /// The stack pointer of the calling function (x86_64; 0 elsewhere: no repeats).
 #[inline(always)]
@@ -329,16 +327,20 @@ fn stack_pointer() -> u64 {
 /// native frames provably are: the stack pointer is the same and every stack slot the
 /// previous backtrace read a return address from still holds that address. Otherwise a full
 /// capture, remembered for the next call. See docs/sites.md, "Free-memory queries".
-pub fn capture_repeat(key: usize) -> u32 {
+///
+/// Returns the id and whether it was the previous call's: the caller counts those in the
+/// record it makes under its device's lock (`Ledger::probe_site`, `health.site_repeats`),
+/// which costs nothing there, where a process-wide atomic increment here cost about 1 ns.
+pub fn capture_repeat(key: usize) -> (u32, bool) {
     crate::hooks::init();
     catch_unwind(AssertUnwindSafe(|| repeat_inner(key))).unwrap_or_else(|_| {
         miss("internal error");
-        0
+        (0, false)
     })
 }
 
 #[inline(never)]
-fn repeat_inner(key: usize) -> u32 {
+fn repeat_inner(key: usize) -> (u32, bool) {
     let sp = stack_pointer();
     let epoch = EPOCH.load(Ordering::Relaxed);
     // One access to the thread-local (each is a call in a shared library): the proof, and
@@ -347,7 +349,7 @@ fn repeat_inner(key: usize) -> u32 {
         .try_with(|state| {
             if crate::hooks::in_dlopen_unless_none_since(&state.dlopen_clear_at) {
                 IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
-                return 0;
+                return (0, false);
             }
             let rt = if crate::config::get().py_frames > 0 {
                 let left = state.py_recheck_in.get();
@@ -374,8 +376,7 @@ fn repeat_inner(key: usize) -> u32 {
                     && l.py.len() == py.len()
                     && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
                 if fits && slots_hold(sp, l) {
-                    REPEATS.fetch_add(1, Ordering::Relaxed);
-                    return l.id;
+                    return (l.id, true);
                 }
             }
             if known && rt.is_none() {
@@ -400,9 +401,9 @@ fn repeat_inner(key: usize) -> u32 {
                     id,
                 });
             }
-            id
+            (id, false)
         })
-        .unwrap_or(0)
+        .unwrap_or((0, false))
 }
 
 /// Whether every slot of `l` still holds its return address. The slots lie on this thread's
@@ -421,9 +422,10 @@ fn slots_hold(sp: u64, l: &Last) -> bool {
     l.slots.iter().zip(&l.ips).all(|(&s, &ip)| s > sp && r.u64(s) == Some(ip))
 }
 
-/// Captures answered from the thread's previous one (`health.site_repeats`).
+/// Captures answered from the thread's previous one (`health.site_repeats`): counted by the
+/// probes that carry them (`Ledger::site_repeats`).
 pub fn repeats() -> u64 {
-    REPEATS.load(Ordering::Relaxed)
+    crate::ledger::global().site_repeats()
 }
 
 /// The site with id `id`.
@@ -573,7 +575,6 @@ pub fn reset_after_fork() {
     announce_atomics();
     TABLE.reset();
     EPOCH.fetch_add(1, Ordering::Relaxed);
-    REPEATS.store(0, Ordering::Relaxed);
     MISSES.store(0, Ordering::Relaxed);
     IN_DLOPEN_SKIPS.store(0, Ordering::Relaxed);
     native::FALLBACKS.store(0, Ordering::Relaxed);
@@ -648,7 +649,7 @@ mod tests {
 
     #[inline(never)]
     fn query_here() -> u32 {
-        std::hint::black_box(capture_repeat(0x5151))
+        std::hint::black_box(capture_repeat(0x5151).0)
     }
 
     /// A repeat reads its remembered slots directly while the mapping cache that found them
