@@ -97,40 +97,49 @@ impl<T: Keyed + Copy> Table<T> {
         self.find(key).is_some()
     }
 
-    /// Put `r` (key non-zero) in; the record it replaces (same key), if any. One walk from
-    /// the key's home: it ends at the key, at an empty slot, or where a record sits closer to
-    /// its own home than the key would (Robin Hood order: the key is not further on). In the
-    /// last case the records from there to the next empty slot move up by one, in one copy
-    /// (within a run, records are in the order of their homes: this is their Robin Hood
-    /// placement).
+    /// Put `r` (key non-zero) in; the record it replaces (same key), if any.
     #[inline]
     pub(crate) fn insert(&mut self, r: T) -> Option<T> {
         debug_assert!(r.key() != 0);
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
+        match self.slot_for(r.key()) {
+            Ok(i) => Some(std::mem::replace(&mut self.slots[i], r)),
+            Err(i) => {
+                self.slots[i] = r;
+                self.len += 1;
+                None
+            }
+        }
+    }
+
+    /// The slot of `key` (Ok), or the slot made free for it (Err; there is a free slot). One
+    /// walk from the key's home: it ends at the key, at an empty slot, or where a record sits
+    /// closer to its own home than the key would (Robin Hood order: the key is not further
+    /// on). In the last case the records from there to the next empty slot move up by one, in
+    /// one copy (within a run, records are in the order of their homes: this is their Robin
+    /// Hood placement).
+    #[inline]
+    fn slot_for(&mut self, key: u64) -> Result<usize, usize> {
         let cap = self.slots.len();
-        let key = r.key();
         let mut i = Self::home(key, cap);
         let mut dist = 0;
         loop {
             let k = self.slots[i].key();
             if k == key {
-                return Some(std::mem::replace(&mut self.slots[i], r));
+                return Ok(i);
             }
             if k == 0 {
-                break;
+                return Err(i);
             }
             if Self::distance(k, i, cap) < dist {
                 self.shift_up(i);
-                break;
+                return Err(i);
             }
             dist += 1;
             i = next(i, cap);
         }
-        self.slots[i] = r;
-        self.len += 1;
-        None
     }
 
     /// Move the records from slot `i` to the next empty slot up by one (cyclically), leaving
@@ -151,24 +160,9 @@ impl<T: Keyed + Copy> Table<T> {
         }
     }
 
-    /// Robin Hood placement of `r` (not in the table; there is a free slot), while growing.
+    /// Place `r`, whose key is not in the table (there is a free slot), while growing.
     fn place(&mut self, r: T) {
-        let cap = self.slots.len();
-        let key = r.key();
-        let mut i = Self::home(key, cap);
-        let mut dist = 0;
-        loop {
-            let k = self.slots[i].key();
-            if k == 0 {
-                break;
-            }
-            if Self::distance(k, i, cap) < dist {
-                self.shift_up(i);
-                break;
-            }
-            dist += 1;
-            i = next(i, cap);
-        }
+        let (Ok(i) | Err(i)) = self.slot_for(r.key());
         self.slots[i] = r;
     }
 
