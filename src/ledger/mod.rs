@@ -5,11 +5,12 @@
 //! only for the bookkeeping itself.
 //!
 //! Locking: the device shards, the VMM table, the pool places, the host ledger and the two
-//! health lists each have their own `parking_lot::Mutex`, and no method ever holds two of them at once
-//! (a search over devices locks one shard at a time; warnings are noted after the shard
-//! lock is released), but for one: making a shard holds `creating` while it takes each
-//! existing shard's lock once (never the other way round). Counters are atomics. Nothing here calls out of the module while
-//! holding a lock, and nothing panics on any input.
+//! health lists each have their own `parking_lot::Mutex`, and no method ever holds two of
+//! them at once (a search over devices locks one shard at a time; warnings are noted after
+//! the shard lock is released), but for one: making a shard holds `creating` while it takes
+//! each existing shard's lock once (never the other way round). Counters are atomics.
+//! Nothing here calls out of the module while holding a lock, and nothing panics on any
+//! input.
 //!
 //! Layout: `device` (one shard's bookkeeping), `vmm` (handles to devices, virtual
 //! mappings), `host` (pinned and registered host memory), `bounded` (first/last lists,
@@ -205,7 +206,7 @@ pub struct Ledger {
     seq: AtomicU64,
     /// At most one device shard exists: every stamp is then taken under that shard's lock,
     /// and `seq` moves by a plain load and store instead of a locked read-modify-write.
-    /// Cleared when a second shard is made (see `shard`).
+    /// Cleared when a second shard is made (see `make_shard`).
     one_shard: AtomicBool,
     /// Held while a shard is made (never with a shard lock held).
     creating: Mutex<()>,
