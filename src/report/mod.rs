@@ -285,8 +285,19 @@ fn decode_final(v: i64) -> ExitState {
 }
 
 impl Reporter {
+    /// For helgrind (`valgrind` feature; a no-op otherwise): the state, the session pointer
+    /// and the fork parent are atomics read by every thread without a lock (an exiting thread
+    /// asks whether reporting is ours while another activates it).
+    #[inline(always)]
+    fn annotate(&self) {
+        crate::sync::atomic(&self.state);
+        crate::sync::atomic(&self.session);
+        crate::sync::atomic(&self.forked_from);
+    }
+
     #[inline]
     fn activate(&'static self) {
+        self.annotate();
         if self.state.load(Ordering::Relaxed) != ACTIVE {
             self.activate_slow();
         }
@@ -369,6 +380,7 @@ impl Reporter {
     }
 
     fn current(&self) -> Option<&'static Session> {
+        self.annotate();
         // SAFETY: sessions are leaked boxes, never freed.
         unsafe { self.session.load(Ordering::Acquire).as_ref() }
     }
@@ -376,6 +388,7 @@ impl Reporter {
     /// The session, when reporting is active in this very process (not in a `vfork` child
     /// or raw clone that runs in our memory with another pid).
     fn ours(&self) -> Option<&'static Session> {
+        self.annotate();
         if self.state.load(Ordering::Acquire) != ACTIVE {
             return None;
         }
@@ -723,6 +736,7 @@ pub fn activate() {
 
 /// Has this process (or this fork child) activated reporting?
 pub fn is_active() -> bool {
+    GLOBAL.annotate();
     GLOBAL.state.load(Ordering::Relaxed) == ACTIVE
 }
 
