@@ -90,7 +90,8 @@ for tool in $TOOLS; do
         else
             failed=1
             printf 'valgrind: %-8s FAIL  %-26s exit %s (expected %s), %s errors\n' "$tool" "$prog $args" "$rc" "$want" "${errors:-?}"
-            grep -E "^==[0-9]+== " "$log" | head -80 || true
+            # The errors themselves (each with its stacks), not the thread announcements before them.
+            grep -E "^==[0-9]+== " "$log" | grep -E -A60 "Possible data race|lock order|unlocked|still holds|Invalid|uninitialised|definitely lost|Misc" | head -200 || true
         fi
     done <<<"$list"
 done

@@ -92,7 +92,10 @@ static IDENTITY: OnceCell<Identity> = OnceCell::new();
 
 /// The process's identity, read from the environment on first call.
 pub fn get() -> &'static Identity {
-    IDENTITY.get_or_init(|| Identity::parse(|k| std::env::var(k).ok()))
+    let identity = IDENTITY.get_or_init(|| Identity::parse(|k| std::env::var(k).ok()));
+    // For helgrind: made by one thread, read by others (a `OnceCell` it cannot see through).
+    crate::sync::published(identity);
+    identity
 }
 
 #[cfg(test)]

@@ -371,6 +371,9 @@ impl Reporter {
                 self.ledger.note_warning(&line);
             }
         }
+        // For helgrind: the session's fields are written before this store, read after the
+        // load in `current` (a release/acquire pair it cannot see).
+        crate::sync::published(session);
         self.session.store(session as *const Session as *mut Session, Ordering::Release);
         if self.install_handlers {
             // After the session exists: our handler may run as soon as it is installed.
@@ -382,7 +385,11 @@ impl Reporter {
     fn current(&self) -> Option<&'static Session> {
         self.annotate();
         // SAFETY: sessions are leaked boxes, never freed.
-        unsafe { self.session.load(Ordering::Acquire).as_ref() }
+        let session = unsafe { self.session.load(Ordering::Acquire).as_ref() };
+        if let Some(s) = session {
+            crate::sync::published(s);
+        }
+        session
     }
 
     /// The session, when reporting is active in this very process (not in a `vfork` child
