@@ -196,8 +196,8 @@ static LOOKING: Mutex<()> = Mutex::new(());
 /// always that rule.
 #[inline]
 pub fn runtime_unless_unchanged(recheck: bool) -> Option<&'static Runtime> {
-    if let Some(found) = FOUND.get() {
-        return *found;
+    if let Some(found) = found() {
+        return found;
     }
     crate::sync::atomic(&LOOKED_AT_DLOPENS);
     match crate::hooks::dlopens() {
@@ -207,13 +207,23 @@ pub fn runtime_unless_unchanged(recheck: bool) -> Option<&'static Runtime> {
     }
 }
 
+/// What the first successful look found, once it has been set (a `OnceCell` set by one
+/// thread and read by all: announced to helgrind as published).
+#[inline]
+fn found() -> Option<Option<&'static Runtime>> {
+    let found = FOUND.get()?;
+    crate::sync::published(found);
+    Some(*found)
+}
+
 /// The process's runtime, looked for at the first capture; None while there is none (looked
 /// for again at most once a second).
 pub fn runtime() -> Option<&'static Runtime> {
-    if let Some(found) = FOUND.get() {
-        return *found;
+    if let Some(found) = found() {
+        return found;
     }
     let now = super::coarse_ms();
+    crate::sync::atomic(&LAST_LOOK_MS);
     let last = LAST_LOOK_MS.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < 1000 {
         return None;
@@ -225,9 +235,10 @@ pub fn runtime() -> Option<&'static Runtime> {
 #[cold]
 fn look(now: u64) -> Option<&'static Runtime> {
     let _guard = LOOKING.try_lock()?;
-    if let Some(found) = FOUND.get() {
-        return *found;
+    if let Some(found) = found() {
+        return found;
     }
+    crate::sync::atomic(&LAST_LOOK_MS);
     LAST_LOOK_MS.store(now.max(1), Ordering::Relaxed);
     // Read before looking: a dlopen entered after this is a change the look may have missed.
     let dlopens = crate::hooks::dlopens();
