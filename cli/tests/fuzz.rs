@@ -184,11 +184,18 @@ fn extra_fields_of_a_future_writer_change_nothing() {
             for (at, key, value) in &additions {
                 let mut all = Vec::new();
                 nodes(&v, &mut Vec::new(), &mut all);
-                // Objects only, except the category maps (their keys are the categories).
+                // Objects only, except the maps whose keys are data, not fields: the category
+                // maps (their keys are the categories) and a process's `env` (variable names).
                 let objects: Vec<Vec<usize>> = all
                     .into_iter()
                     .filter(|p| {
-                        node_mut(&mut v, p)
+                        let env = p.split_last().is_some_and(|(&last, parent)| {
+                            node_mut(&mut v, parent)
+                                .as_object()
+                                .and_then(|o| o.keys().nth(last))
+                                .is_some_and(|k| k == "env")
+                        });
+                        !env && node_mut(&mut v, p)
                             .as_object()
                             .is_some_and(|o| !o.keys().any(|k| categories.contains(&k.as_str())))
                     })
