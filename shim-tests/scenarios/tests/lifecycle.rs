@@ -301,6 +301,59 @@ fn the_program_keeps_control_of_its_signals() {
     assert_eq!(ending(&lab.report()), ("signal".into(), None, Some(15)));
 }
 
+/// `rt_life ARGS` run without culedger, as ground truth.
+fn bare(lab: &Lab, args: &[&str]) -> Run {
+    let mut cmd = lab.cmd(args);
+    cmd.env_remove("LD_PRELOAD");
+    lab.sim.run(&mut cmd)
+}
+
+fn result_lines(run: &Run) -> Vec<&str> {
+    run.stdout.lines().filter(|l| l.starts_with("RESULT ")).collect()
+}
+
+/// Every answer about the dispositions of the signals culedger catches is the one glibc
+/// gives without culedger, field for field: the handler, the flags (with the `SA_RESTORER`
+/// glibc adds, without the bits the kernel drops, `SA_RESTART` as `siginterrupt` left it),
+/// the mask as set (less `SIGKILL` and `SIGSTOP`) and the restorer, through `sigaction`,
+/// `signal`, `bsd_signal`, `sysv_signal` and `siginterrupt`.
+#[test]
+fn every_answer_about_a_disposition_is_glibcs() {
+    let lab = Lab::new("sigview");
+    let want = bare(&lab, &["sigview"]);
+    want.assert_success();
+    let got = lab.run(&["sigview"]);
+    got.assert_success();
+    let (want, got) = (result_lines(&want), result_lines(&got));
+    assert!(want.len() > 100, "{want:?}");
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(g, w, "under culedger (left) and without it (right)");
+    }
+    assert_eq!(got.len(), want.len());
+    assert_eq!(ending(&lab.report()), exited(0), "the program ran under culedger to its end");
+}
+
+/// `siginterrupt(SIGTERM, 1)` then a handler by `signal()`: a blocking read the signal
+/// interrupts fails with `EINTR` (it does not restart and wait for the data), whether
+/// `siginterrupt` came before culedger's activation or after.
+#[test]
+fn siginterrupt_keeps_a_handler_interrupting() {
+    for when in ["before", "after"] {
+        let lab = Lab::new(&format!("sigintr_{when}"));
+        let want = bare(&lab, &["sigintr", when]);
+        assert_eq!(want.value("read"), "-1", "{}", want.describe());
+        let got = lab.run(&["sigintr", when]);
+        got.assert_success();
+        assert_eq!(
+            (got.value("read"), got.value("eintr"), got.value("handled")),
+            ("-1", "1", "15"),
+            "{when}: {}",
+            got.describe()
+        );
+        assert_eq!(ending(&lab.report()), exited(0), "{when}");
+    }
+}
+
 #[test]
 fn quick_exit_writes_the_final_report_after_the_programs_handlers() {
     let lab = Lab::new("quick_exit");
