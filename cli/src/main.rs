@@ -26,6 +26,7 @@ mod run;
 mod runs;
 mod sites;
 mod units;
+mod wrap;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use doc::Format;
@@ -275,6 +276,8 @@ fn main() {
             fail.code
         }
     };
+    // `culedger run` whose command died of a signal ends by that signal.
+    wrap::end_like_cmd();
     std::process::exit(code);
 }
 
