@@ -272,7 +272,7 @@ fn main() {
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(fail) => {
-            eprintln!("culedger: {}", fail.message);
+            eprintln!("culedger: {}", layout::printable(&fail.message));
             fail.code
         }
     };
