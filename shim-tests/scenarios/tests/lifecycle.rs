@@ -354,6 +354,27 @@ fn siginterrupt_keeps_a_handler_interrupting() {
     }
 }
 
+/// Two copies of the library preloaded (a wheel's and a build's): the copy ahead in the
+/// search order reports, the other stands down without a report, and each allocation is
+/// counted once. In either order.
+#[test]
+fn a_second_preloaded_copy_stands_down_without_a_report() {
+    for first in [true, false] {
+        let mut lab = Lab::new(&format!("two_copies_{first}"));
+        let copy = lab.sim.scratch().join("wheel/culedger/libculedger.so");
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(libculedger(), &copy).unwrap();
+        let (a, b) = if first { (libculedger(), copy) } else { (copy, libculedger()) };
+        lab.sim.env("LD_PRELOAD", format!("{}:{}", a.display(), b.display()));
+        let run = lab.run(&["exec_child"]);
+        run.assert_success();
+        assert!(!run.stderr.contains("culedger:"), "{}", run.describe());
+        let report = lab.report();
+        assert_eq!(live(&report), run.u64("child_live"), "counted once");
+        assert_eq!(ending(&report), exited(0));
+    }
+}
+
 #[test]
 fn quick_exit_writes_the_final_report_after_the_programs_handlers() {
     let lab = Lab::new("quick_exit");
