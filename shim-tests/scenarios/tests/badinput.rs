@@ -102,6 +102,34 @@ fn as_unprivileged(cmd: &mut Command) -> Option<u32> {
     Some(65534)
 }
 
+/// `program` and what it loads (the fake runtime and driver, libculedger) copied into the
+/// scratch directory for another user, who may not reach the checkout (a clone in root's
+/// home or in a `mktemp -d` directory), and the command that runs the copy with culedger
+/// preloaded; or why that user cannot reach the scratch directory either.
+fn reachable_copy(sim: &mut Sim, program: &str) -> Result<Command, String> {
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).unwrap_or(0);
+    std::fs::set_permissions(sim.scratch(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if let Some(closed) = sim.scratch().ancestors().skip(1).find(|a| mode(a) & 0o001 == 0) {
+        return Err(format!("{} is not traversable by other users", closed.display()));
+    }
+    let dir = sim.scratch().join("reach");
+    let (bin, lib) = (dir.join("bin"), dir.join("lib"));
+    for (from, to) in [
+        (culedger_scenarios::bin(program), bin.join(program)),
+        (culedger_scenarios::lib_dir().join("libcudart.so.12"), lib.join("libcudart.so.12")),
+        (culedger_scenarios::lib_dir().join("libcuda.so.1"), lib.join("libcuda.so.1")),
+        (libculedger(), lib.join("libculedger.so")),
+    ] {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    }
+    for p in [&dir, &bin, &lib] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    sim.env("LD_PRELOAD", lib.join("libculedger.so")).env("LD_LIBRARY_PATH", &lib);
+    Ok(sim.cmd(bin.join(program)))
+}
+
 #[test]
 fn read_only_or_foreign_output_directory_warns_once() {
     let plain = plain_run("ro_plain", "rt_ledger", &["basic"], &[]);
@@ -110,6 +138,17 @@ fn read_only_or_foreign_output_directory_warns_once() {
         let out = sim.scratch().join("out");
         std::fs::create_dir(&out).unwrap();
         let mut cmd = sim.cmd("rt_ledger");
+        // Root runs the program as another user, who may not reach the checkout.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            match reachable_copy(&mut sim, "rt_ledger") {
+                Ok(copy) => cmd = copy,
+                Err(why) => {
+                    eprintln!("read_only_or_foreign_output_directory_warns_once: {case} not run: {why}");
+                    continue;
+                }
+            }
+        }
         cmd.arg("basic");
         let user = as_unprivileged(&mut cmd);
         match (case, user) {
