@@ -482,3 +482,34 @@ print("RESULT child_status=%d child=%d" % (status, pid))
         assert_eq!(r["sites"][0]["id"], 1, "ids start over in the child");
     }
 }
+
+/// On CPython 3.10 and 3.11 an allocation inside a subinterpreter is attributed to the
+/// subinterpreter's own frames (the calling thread's own thread state there), not to the
+/// main interpreter's `run_string` line (`PyGILState_GetThisThreadState` answers the main
+/// interpreter's state). Runs on each such interpreter present.
+#[test]
+fn a_subinterpreters_allocation_names_its_own_frames() {
+    let found: Vec<Python> = pythons::supported().into_iter().filter(|p| matches!(p.minor, 10 | 11)).collect();
+    if found.is_empty() {
+        eprintln!("a_subinterpreters_allocation_names_its_own_frames: no CPython 3.10 or 3.11 here: not run");
+        return;
+    }
+    for py in found {
+        let (sim, out) = machine(&format!("subinterp_{}", py.minor));
+        let script = repo_root().join("shim-tests/py/subinterp_rt.py");
+        let mut cmd = sim.cmd(&py.command);
+        cmd.arg(&script);
+        let run = sim.run_ok(&mut cmd);
+        assert_eq!(run.value("rc"), "0", "{}", run.describe());
+        let r = only_report(&out);
+        let a = allocation(&r, run.u64("sub_ptr"));
+        let frames = python_frames(site(&r, &a["site"]));
+        let functions: Vec<&str> = frames.iter().map(|f| f.1.as_str()).collect();
+        assert_eq!(functions.first(), Some(&"alloc_in_subinterpreter"), "{}: {frames:?}", py.label());
+        assert!(
+            frames.iter().all(|f| f.0 == "<string>"),
+            "{}: only the subinterpreter's frames: {frames:?}",
+            py.label()
+        );
+    }
+}
