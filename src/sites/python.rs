@@ -321,7 +321,7 @@ impl Runtime {
             return Ok(());
         }
         let tstate = self.own_thread_state(r, tstate);
-        if tstate % 8 != 0 {
+        if !tstate.is_multiple_of(8) {
             return Err(Miss("misaligned thread state"));
         }
         let l = &self.layout;
@@ -388,12 +388,12 @@ impl Runtime {
         // which is `pthread_self()`.
         let me = unsafe { libc::pthread_self() } as u64;
         for _ in 0..MAX_INTERPS {
-            if interp == 0 || interp == main || interp % 8 != 0 {
+            if interp == 0 || interp == main || !interp.is_multiple_of(8) {
                 break;
             }
             let mut ts = r.u64(interp + i.interp_threads).unwrap_or(0);
             for _ in 0..MAX_THREADS {
-                if ts == 0 || ts % 8 != 0 {
+                if ts == 0 || !ts.is_multiple_of(8) {
                     break;
                 }
                 if r.u64(ts + i.ts_thread_id) == Some(me) && self.has_frames(r, ts) {
