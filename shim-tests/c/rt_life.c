@@ -46,13 +46,21 @@ static void *late_worker(void *arg) {
     return NULL;
 }
 
+static void *exiting_worker(void *arg) {
+    (void)arg;
+    usleep(200 * 1000);
+    dev_alloc(6 * MIB);
+    RESULT("worker_done=1");
+    exit(4);
+}
+
 static int main_pthread_exit(int with_worker) {
     RT(cudaSetDevice(0));
     dev_alloc(10 * MIB);
     RESULT("live=%zu", (with_worker ? 16 : 10) * MIB);
     if (with_worker) {
         pthread_t t;
-        EXPECT(pthread_create(&t, NULL, late_worker, NULL) == 0);
+        EXPECT(pthread_create(&t, NULL, with_worker == 2 ? exiting_worker : late_worker, NULL) == 0);
     }
     pthread_exit(NULL);
 }
@@ -366,8 +374,67 @@ static int do_exec(const char *how, const char *target, const char *self) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         EXPECT(fd >= 0);
         fexecve(fd, args, environ);
+    } else if (!strcmp(how, "execveat")) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        EXPECT(fd >= 0);
+        execveat(fd, "", args, environ, AT_EMPTY_PATH);
     } else FAIL("unknown exec form %s", how);
     FAIL("%s %s failed: %s", how, path, strerror(errno));
+}
+
+static void *churn(void *arg);
+
+/* exec from a second thread while another one allocates without pause. */
+static const char *exec_self;
+static void *exec_from_thread(void *arg) {
+    (void)arg;
+    usleep(50 * 1000);
+    char *args[] = {(char *)"rt_life", (char *)"exec_child", NULL};
+    execv(exec_self, args);
+    FAIL("execv from a thread failed: %s", strerror(errno));
+}
+
+static int exec_threaded(const char *self) {
+    RT(cudaSetDevice(0));
+    dev_alloc(100 * MIB);
+    RESULT("parent_pid=%d parent_live=%zu", (int)getpid(), 100 * MIB);
+    fflush(stdout);
+    exec_self = self;
+    pthread_t c, e;
+    EXPECT(pthread_create(&c, NULL, churn, NULL) == 0);
+    EXPECT(pthread_create(&e, NULL, exec_from_thread, NULL) == 0);
+    sleep_forever();
+    return 1;
+}
+
+/* execl with `n` arguments after argv[0] (0 to 130): the new image prints how many it got. */
+#define A10(i) a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], a[i + 6], a[i + 7], a[i + 8], a[i + 9]
+static int execl_many(const char *self, int n) {
+    RT(cudaSetDevice(0));
+    dev_alloc(1 * MIB);
+    fflush(stdout);
+    static char *a[140];
+    static char words[140][16];
+    a[0] = (char *)"count_args";
+    for (int i = 1; i < 140; i++) {
+        snprintf(words[i], sizeof words[i], "w%d", i);
+        a[i] = i <= n ? words[i] : NULL;
+    }
+    /* Every slot passed; execl stops at the first NULL, after `n` of them. */
+    execl(self, "rt_life", A10(0), A10(10), A10(20), A10(30), A10(40), A10(50), A10(60), A10(70), A10(80),
+          A10(90), A10(100), A10(110), A10(120), a[130], a[131], (char *)NULL);
+    FAIL("execl failed: %s", strerror(errno));
+}
+
+static int count_args(int argc, char **argv) {
+    int ok = 1;
+    for (int i = 2; i < argc; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "w%d", i - 1);
+        ok &= !strcmp(argv[i], want);
+    }
+    RESULT("args=%d in_order=%d", argc - 2, ok);
+    return 0;
 }
 
 static int exec_fail(void) {
@@ -473,6 +540,10 @@ int main(int argc, char **argv) {
     const char *arg = argc > 2 ? argv[2] : "";
     if (!strcmp(mode, "pthread_exit")) return main_pthread_exit(0);
     if (!strcmp(mode, "pthread_exit_worker")) return main_pthread_exit(1);
+    if (!strcmp(mode, "pthread_exit_worker_exit4")) return main_pthread_exit(2);
+    if (!strcmp(mode, "exec_threaded")) return exec_threaded(argv[0]);
+    if (!strcmp(mode, "execl_many")) return execl_many(argv[0], atoi(arg));
+    if (!strcmp(mode, "count_args")) return count_args(argc, argv);
     if (!strcmp(mode, "sigwait")) return sigwaiter();
     if (!strcmp(mode, "hold")) return hold();
     if (!strcmp(mode, "handler")) return handler(arg);

@@ -53,12 +53,19 @@ fn one_warning(run: &Run, about: &str) -> String {
 #[test]
 fn output_directory_that_is_a_file_or_a_dangling_symlink_warns_once() {
     let plain = plain_run("out_plain", "rt_ledger", &["basic"], &[]);
-    for case in ["file", "dangling-symlink"] {
+    // Also a FIFO nobody reads and /dev/null: nothing blocks, nothing is written there.
+    for case in ["file", "dangling-symlink", "fifo", "dev-null"] {
         let (mut sim, _) = preloaded(case);
-        let out = sim.scratch().join("out");
+        let mut out = sim.scratch().join("out");
         let nowhere = sim.scratch().join("nowhere");
         match case {
             "file" => std::fs::write(&out, b"not a directory").unwrap(),
+            "fifo" => {
+                let c = std::ffi::CString::new(out.to_str().unwrap()).unwrap();
+                // SAFETY: a NUL-terminated path.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            }
+            "dev-null" => out = PathBuf::from("/dev/null"),
             _ => symlink(&nowhere, &out).unwrap(),
         }
         sim.env("CULEDGER_OUT", &out);
@@ -70,7 +77,7 @@ fn output_directory_that_is_a_file_or_a_dangling_symlink_warns_once() {
             assert_eq!(std::fs::read(&out).unwrap(), b"not a directory", "the file was touched");
         }
         let leftovers: Vec<_> = std::fs::read_dir(sim.scratch()).unwrap().flatten().map(|e| e.file_name()).collect();
-        assert_eq!(leftovers.len(), 1, "{case}: {leftovers:?}");
+        assert_eq!(leftovers.len(), usize::from(case != "dev-null"), "{case}: {leftovers:?}");
     }
 }
 

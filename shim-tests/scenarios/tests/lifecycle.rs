@@ -161,14 +161,15 @@ fn exited(code: i64) -> (String, Option<i64>, Option<i64>) {
 /// status 0 once the last program thread is gone), with its final report.
 #[test]
 fn main_ending_with_pthread_exit_ends_the_process_with_its_final_report() {
-    for mode in ["pthread_exit", "pthread_exit_worker"] {
+    // The last: a worker that allocates, then calls exit(4), after main's pthread_exit.
+    for (mode, code) in [("pthread_exit", 0), ("pthread_exit_worker", 0), ("pthread_exit_worker_exit4", 4)] {
         let lab = Lab::new(mode);
         let start = Instant::now();
         let run = lab.run(&[mode]);
-        assert_eq!(run.status.and_then(|s| s.code()), Some(0), "{mode}: {}", run.describe());
+        assert_eq!(run.status.and_then(|s| s.code()), Some(code as i32), "{mode}: {}", run.describe());
         assert!(start.elapsed() < Duration::from_secs(10), "{mode}: took {:?}", start.elapsed());
         let r = lab.report();
-        assert_eq!(ending(&r), exited(0), "{mode}");
+        assert_eq!(ending(&r), exited(code), "{mode}");
         assert_eq!(live(&r), run.u64("live"), "{mode}");
     }
 }
@@ -420,9 +421,12 @@ fn concurrent_exits_keep_the_final_report() {
 /// (same pid, another file).
 #[test]
 fn exec_writes_the_report_and_the_new_image_starts_its_own() {
-    for how in ["execve", "execv", "execvp", "execvpe", "execl", "execle", "execlp", "fexecve"] {
+    for how in ["execve", "execv", "execvp", "execvpe", "execl", "execle", "execlp", "fexecve", "execveat", "threaded"]
+    {
         let lab = Lab::new(how);
-        let run = lab.run(&["exec", how, "child"]);
+        // `threaded`: execv from a second thread while a third allocates without pause;
+        // `execveat`: `execveat(fd, "", AT_EMPTY_PATH)`.
+        let run = if how == "threaded" { lab.run(&["exec_threaded"]) } else { lab.run(&["exec", how, "child"]) };
         assert_eq!(run.status.and_then(|s| s.code()), Some(0), "{how}: {}", run.describe());
         let reports = lab.reports();
         assert_eq!(reports.len(), 2, "{how}: {:?}", names(&reports));
@@ -444,6 +448,19 @@ fn exec_writes_the_report_and_the_new_image_starts_its_own() {
     let r = lab.report();
     assert_eq!(ending(&r), ("exec".into(), None, None));
     assert_eq!(live(&r), run.u64("parent_live"));
+}
+
+/// `execl` (a variadic entry culedger writes in assembly) passes every argument, 0 to 130 of
+/// them (past the argument registers, and past the 64 kept without allocating).
+#[test]
+fn execl_passes_any_number_of_arguments() {
+    for n in ["0", "1", "4", "5", "6", "63", "64", "65", "130"] {
+        let lab = Lab::new(&format!("execl_{n}"));
+        let run = lab.run(&["execl_many", n]);
+        run.assert_success();
+        assert_eq!((run.value("args"), run.value("in_order")), (n, "1"), "{}", run.describe());
+        assert_eq!(ending(&lab.report()), ("exec".into(), None, None), "{n}");
+    }
 }
 
 /// A failing exec returns to the program, which goes on: so does its report (the exec write
