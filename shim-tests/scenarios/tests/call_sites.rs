@@ -513,3 +513,27 @@ fn a_subinterpreters_allocation_names_its_own_frames() {
         );
     }
 }
+
+/// The raw frame walker through a generator, an asyncio coroutine, 800 frames of recursion
+/// and `sys.settrace`; a `multiprocessing` child ended by `terminate()` dies of SIGTERM as
+/// without culedger; a daemon thread allocating while the interpreter exits does not stop
+/// it from exiting, and the report is written.
+#[test]
+fn frames_through_generators_coroutines_recursion_and_tracing() {
+    let (sim, out) = machine("frames_rt");
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let mut cmd = sim.cmd(python);
+    cmd.arg(repo_root().join("shim-tests/py/frames_rt.py"));
+    let run = sim.run_ok(&mut cmd);
+    assert_eq!(run.value("mp_exitcode"), "-15", "{}", run.describe());
+    let r = only_report(&out);
+    for (tag, caller) in
+        [("generator", "in_generator"), ("coroutine", "in_coroutine"), ("recursion", "deep"), ("settrace", "traced")]
+    {
+        let a = allocation(&r, run.u64(tag));
+        let frames = python_frames(site(&r, &a["site"]));
+        let functions: Vec<&str> = frames.iter().map(|f| f.1.as_str()).take(2).collect();
+        assert_eq!(functions, ["alloc", caller], "{tag}: {frames:?}");
+    }
+    assert_eq!(r["health"]["site_misses"], 0, "{:#}", r["health"]);
+}
