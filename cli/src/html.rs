@@ -103,19 +103,66 @@ fn interpreter(object: &str) -> bool {
     ["libpython", "python3", "_ctypes", "libffi"].iter().any(|p| base.starts_with(p))
 }
 
-fn chart(g: &DeviceGroup) -> Chart {
+/// The query a process sized its pool from, as `explain`'s sizing finding names it: pid and
+/// time on the run's clock, and the sentence to mark it with.
+struct SizedFrom {
+    pid: i64,
+    at_us: i64,
+    why: String,
+}
+
+/// The sizing queries of one GPU from explain's JSON (`findings[kind=sizing].detail.ranks`).
+fn sized_from(explained: &Value, host: &str, device: i64) -> Vec<SizedFrom> {
+    let findings = explained["findings"].as_array().map(Vec::as_slice).unwrap_or_default();
+    findings
+        .iter()
+        .filter(|f| f["kind"] == "sizing")
+        .flat_map(|f| f["detail"]["ranks"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["host"] == host && r["device"] == device)
+        .filter_map(|r| {
+            let why = format!(
+                "{} sized its pool from it: told {} free, its pool took {} ({:.1}%)",
+                r["process"].as_str()?,
+                crate::units::fmt_bytes(r["told_bytes"].as_i64()?),
+                crate::units::fmt_bytes(r["pool_bytes"].as_i64()?),
+                r["fraction"].as_f64()? * 100.0
+            );
+            Some(SizedFrom { pid: r["pid"].as_i64()?, at_us: r["at_us"].as_i64()?, why })
+        })
+        .collect()
+}
+
+fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     let c = g.clock;
     let series = thin(g.series());
     let t = series.iter().map(|p| secs(c.since(p.t_unix_us))).collect();
     let cats =
         CATEGORIES.iter().enumerate().map(|(i, name)| (*name, series.iter().map(|p| p.cats[i]).collect())).collect();
+    // explain's sizing queries; without that finding (no pool), the report's sizing probe.
+    let explained_sizing = sized_from(explained, &g.host, g.index);
     let sizing = g.sizing_probe();
+    let mut sizing_why = None;
     let queries = g
         .probes()
         .into_iter()
         .map(|(m, p)| {
             let r = g.reading(m, p);
-            let is_sizing = sizing.as_ref().is_some_and(|(sm, sp, _)| sm.pid() == m.pid() && std::ptr::eq(*sp, p));
+            let at = c.since(m.abs_us(p));
+            let is_sizing = if explained_sizing.is_empty() {
+                let hit = sizing.as_ref().is_some_and(|(sm, sp, _)| sm.pid() == m.pid() && std::ptr::eq(*sp, p));
+                if hit {
+                    sizing_why = sizing.as_ref().map(|s| s.2.clone());
+                }
+                hit
+            } else {
+                match explained_sizing.iter().find(|s| s.pid == m.pid() && s.at_us == at) {
+                    Some(s) => {
+                        sizing_why = Some(s.why.clone());
+                        true
+                    }
+                    None => false,
+                }
+            };
             json!({
                 "t": secs(c.since(m.abs_us(p))), "pid": m.pid(), "api": p.api, "free": p.free_bytes,
                 "total": p.total_bytes, "error": p.error, "used": r.as_ref().map(|r| r.used_bytes),
@@ -140,9 +187,7 @@ fn chart(g: &DeviceGroup) -> Chart {
             json!({"t": secs(c.since(call.end_us)), "pid": call.member.pid(), "api": call.api, "bytes": call.measured})
         })
         .collect();
-    let sizing = sizing.map(|(m, p, why)| {
-        json!({"t": secs(c.since(m.abs_us(p))), "pid": m.pid(), "api": p.api, "free": p.free_bytes, "why": why})
-    });
+    let sizing = sizing_why.map(|why| json!({ "why": why }));
     let mut tree = Node { name: "all live bytes".into(), kind: "root", ..Node::default() };
     for m in &g.members {
         for s in &m.dev.sites {
@@ -187,11 +232,12 @@ fn chart(g: &DeviceGroup) -> Chart {
 fn run_data(run: &Run) -> Result<Value> {
     let summary = analysis::summarize(run, false);
     let explained = crate::explain::explain(run);
-    let charts: Vec<Chart> = analysis::groups(run).iter().map(chart).collect();
+    let explained = to(&explained)?;
+    let charts: Vec<Chart> = analysis::groups(run).iter().map(|g| chart(g, &explained)).collect();
     Ok(json!({
         "label": run.label,
         "summary": to(&summary)?,
-        "explain": to(&explained)?,
+        "explain": explained,
         "charts": to(&charts)?,
     }))
 }

@@ -77,7 +77,12 @@
     }
     var marks = [];
     ch.queries.forEach(function (q, k) { marks.push({ t: q.t, kind: q.sizing ? "s" : "q", tag: "Q" + (k + 1), q: q }); });
-    ch.costs.forEach(function (c) { marks.push({ t: c.t, kind: "c", tag: "D", c: c }); });
+    // Driver costs of one process and API in the same millisecond: one mark.
+    ch.costs.forEach(function (c) {
+      var last = marks[marks.length - 1];
+      if (last && last.c && last.c.pid === c.pid && last.c.api === c.api && Math.abs(last.t - c.t) < 0.001) { last.n++; last.bytes += c.bytes; return; }
+      marks.push({ t: c.t, kind: "c", tag: "D", c: c, n: 1, bytes: c.bytes });
+    });
     ch.failures.forEach(function (f, k) { marks.push({ t: f.t, kind: "f", tag: "F" + (k + 1), f: f }); });
     var color = { q: "#3366cc", s: "#1a4d99", c: "#8e44ad", f: "#d62728" };
     // The interesting window: from the first allocation to the end (or the last failure).
@@ -132,7 +137,7 @@
           (q.used != null ? "; device used " + fmtBytes(q.used) + ", tracked " + fmtBytes(q.tracked) + ", untracked " + fmtBytes(q.untracked) : "") +
           (q.sizing ? "  <- the sizing query (" + ch.sizing.why + ")" : "");
       } else if (m.c) {
-        text = "D " + m.t.toFixed(3) + "s pid " + m.c.pid + " " + m.c.api + ": hidden driver cost " + fmtBytes(m.c.bytes) + " (measured)";
+        text = "D " + m.t.toFixed(3) + "s pid " + m.c.pid + " " + m.c.api + (m.n > 1 ? " ×" + m.n : "") + ": hidden driver cost " + fmtBytes(m.bytes) + " (measured)";
       } else {
         text = m.tag + " " + m.t.toFixed(3) + "s pid " + m.f.pid + " " + m.f.api + " of " + fmtBytes(m.f.bytes) + " failed: " + m.f.error + " (it held " + fmtBytes(m.f.live) + ")";
       }

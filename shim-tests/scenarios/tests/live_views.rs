@@ -62,6 +62,16 @@ fn http_get(port: u16, path: &str) -> Option<String> {
         .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
 }
 
+/// A query string's value, percent-encoded.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Waits for `what` to hold, polling; panics with `describe` after `limit`.
 fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>, describe: impl Fn() -> String) -> T {
     let start = Instant::now();
@@ -218,6 +228,18 @@ fn prometheus_scrapes_the_kv_pool_of_a_running_server() {
     assert_eq!(kv_pools(&out), Some(pools.clone()));
     let host = kv[0]["metric"]["host"].as_str().unwrap_or_default().to_string();
     assert!(!host.is_empty(), "{kv:?}");
+    // Every query of the Grafana dashboard (docs/grafana-culedger.json) is valid PromQL and
+    // finds series (its variables set to every host and device).
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_root().join("docs/grafana-culedger.json")).unwrap())
+            .unwrap();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap().replace("$host", ".*").replace("$device", ".*");
+            let found = wait_for(Duration::from_secs(30), &expr, || query(&url_encode(&expr)), prom_log);
+            assert!(!found.is_empty(), "{expr}");
+        }
+    }
 
     std::fs::write(&stop, "").unwrap();
     let mut srv = srv;
