@@ -152,7 +152,8 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
             "gauge",
             "1 while the process runs (its report says running and, on this host, it is alive), else 0.",
             &l,
-            f64::from(u8::from(p.status == "running")),
+            // `running or killed (last report)`: another host's process, which cannot be asked.
+            f64::from(u8::from(p.status.starts_with("running"))),
         );
         e.sample(
             "culedger_process_start_time_seconds",
