@@ -65,7 +65,11 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS)
+# NVML of the simulated machine, next to the fake driver (PyTorch's driver table loads it).
+$(SIM)/lib/libnvidia-ml.so.1: shim-tests/fakenvml/fakenvml.c
+	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/lib/libnvidia-ml.so.1
 
 # A caching allocator linked against the runtime, as PyTorch's libc10_cuda.so is.
 $(SIM)/lib/libc10_cuda.so: shim-tests/native/c10_cuda_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcudart.so.12
