@@ -69,7 +69,12 @@ sim: headers
 $(SIM)/lib/libnvidia-ml.so.1: shim-tests/fakenvml/fakenvml.c
 	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
-cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/lib/libnvidia-ml.so.1
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/bin/init_reentry $(SIM)/lib/libnvidia-ml.so.1
+
+# A runtime calling the driver from its own initialisation, its entry points waiting for it
+# (exported from the program: -rdynamic); no CUDA library linked.
+$(SIM)/bin/init_reentry: shim-tests/native/init_reentry.c shim-tests/c/sim.h $(HDR)/cuda.h
+	$(CC) $(CFLAGS) -I$(HDR) -rdynamic -o $@ $< -ldl -lpthread
 
 # A caching allocator linked against the runtime, as PyTorch's libc10_cuda.so is.
 $(SIM)/lib/libc10_cuda.so: shim-tests/native/c10_cuda_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcudart.so.12
