@@ -300,6 +300,14 @@ table! {
     cuMemPoolSetAttribute 11020 => cuMemPoolSetAttribute;
     cuMemPoolTrimTo 11020 => cuMemPoolTrimTo;
     cuMemPoolSetAccess 11020 => cuMemPoolSetAccess;
+    cuMemPoolGetAccess 11020 => cuMemPoolGetAccess;
+    cuMemGetDefaultMemPool 13000 => cuMemGetDefaultMemPool;
+    cuDeviceGetGraphMemAttribute 11040 => cuDeviceGetGraphMemAttribute;
+    cuDeviceSetGraphMemAttribute 11040 => cuDeviceSetGraphMemAttribute;
+    cuDeviceGraphMemTrim 11040 => cuDeviceGraphMemTrim;
+    cuDeviceSetMemPool 11020 => cuDeviceSetMemPool;
+    cuMemGetMemPool 13000 => cuMemGetMemPool;
+    cuMemSetMemPool 13000 => cuMemSetMemPool;
     cuMemsetD16 2000 => cuMemsetD16;
     cuMemsetD16 3020 => cuMemsetD16_v2;
     cuMemsetD16 7000 ptds => cuMemsetD16_v2_ptds;

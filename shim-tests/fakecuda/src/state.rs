@@ -580,17 +580,20 @@ impl Proc {
         Ok((ctx, dev))
     }
 
-    /// Bytes of stream-ordered allocations live from `pool` (the fake's pools keep nothing
-    /// cached: a free gives the memory back at once, so reserved and used are the same).
-    pub fn pool_bytes(&self, pool: u64) -> u64 {
-        self.allocs.values().filter(|a| a.kind == Kind::Async { pool }).map(|a| a.span).sum()
+    /// (reserved, used) bytes of `pool`: the granules its live allocations hold, and their sizes
+    /// as requested (the fake's pools keep nothing cached: a free gives the memory back at once).
+    pub fn pool_bytes(&self, pool: u64) -> (u64, u64) {
+        self.allocs
+            .values()
+            .filter(|a| a.kind == Kind::Async { pool })
+            .fold((0, 0), |(r, u), a| (r + a.span, u + a.size))
     }
 
     /// Raises `pool`'s high-water marks to its current bytes.
     pub fn note_pool(&mut self, pool: u64) {
-        let now = self.pool_bytes(pool);
+        let (reserved, used) = self.pool_bytes(pool);
         let high = self.pool_high.entry(pool).or_insert((0, 0));
-        *high = (high.0.max(now), high.1.max(now));
+        *high = (high.0.max(reserved), high.1.max(used));
     }
 
     /// Reserves device address space: from the 32-bit window when `low`.

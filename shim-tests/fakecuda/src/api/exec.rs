@@ -167,16 +167,30 @@ fn function_attribute(attrib: c_int) -> R<c_int> {
 
 /// A `CUmemPool_attribute` value: (is 64-bit, value).
 fn pool_attribute(p: &Proc, pool: u64, attr: c_int) -> R<(bool, u64)> {
-    let now = p.pool_bytes(pool);
+    let (reserved, used) = p.pool_bytes(pool);
     let (reserved_high, used_high) = p.pool_high.get(&pool).copied().unwrap_or((0, 0));
     Ok(match attr {
-        1..=3 => (false, 1),  // the reuse policies, enabled by default
-        4 => (true, 0),       // RELEASE_THRESHOLD
-        5 | 7 => (true, now), // RESERVED_MEM_CURRENT, USED_MEM_CURRENT
-        6 => (true, reserved_high.max(now)),
-        8 => (true, used_high.max(now)),
+        1..=3 => (false, 1),   // the reuse policies, enabled by default
+        4 => (true, 0),        // RELEASE_THRESHOLD
+        5 => (true, reserved), // RESERVED_MEM_CURRENT
+        6 => (true, reserved_high.max(reserved)),
+        7 => (true, used), // USED_MEM_CURRENT
+        8 => (true, used_high.max(used)),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
+}
+
+/// The default pool of a device location (pinned allocations only).
+unsafe fn location_pool(location: *const CUmemLocation, alloc_type: c_int) -> R<CUmemoryPool> {
+    let loc = location.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let dev = with_init(|p| p.device(loc.id))?;
+    Ok(handle(tag::POOL, dev as u64) as CUmemoryPool)
 }
 
 /// Stream memory operations: the stream must be valid; a write to fake device memory writes
@@ -566,7 +580,8 @@ entry! {
         out(num_blocks, (2048 / block_size).clamp(1, 32))
     }
 
-    /// Reserved and used bytes are the pool's live allocations (nothing is kept cached).
+    /// Reserved bytes are the granules of the pool's live allocations, used bytes their requested
+    /// sizes (nothing is kept cached).
     fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) {
         if value.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -595,18 +610,80 @@ entry! {
             match attr {
                 1..=4 => Ok(()),
                 6 | 8 if value.cast::<u64>().read_unaligned() == 0 => {
-                    let now = p.pool_bytes(pool);
+                    let (reserved, used) = p.pool_bytes(pool);
                     let high = p.pool_high.entry(pool).or_insert((0, 0));
                     if attr == 6 {
-                        high.0 = now;
+                        high.0 = reserved;
                     } else {
-                        high.1 = now;
+                        high.1 = used;
                     }
                     Ok(())
                 }
                 _ => Err(CUDA_ERROR_INVALID_VALUE),
             }
         })
+    }
+
+    /// CUDA 13.0: a location's default pool. Device locations have the device's default pool;
+    /// the fake has no host pools.
+    fn cuMemGetDefaultMemPool(pool_out: *mut CUmemoryPool, location: *const CUmemLocation, alloc_type: c_int) {
+        let h = location_pool(location, alloc_type)?;
+        out(pool_out, h)
+    }
+
+    /// CUDA 13.0: a location's current pool (always its default pool in the fake).
+    fn cuMemGetMemPool(pool: *mut CUmemoryPool, location: *const CUmemLocation, alloc_type: c_int) {
+        let h = location_pool(location, alloc_type)?;
+        out(pool, h)
+    }
+
+    /// CUDA 13.0: only a device's own default pool can be current in the fake.
+    fn cuMemSetMemPool(location: *const CUmemLocation, alloc_type: c_int, pool: CUmemoryPool) {
+        let h = location_pool(location, alloc_type)?;
+        if h == pool { Ok(()) } else { Err(CUDA_ERROR_NOT_SUPPORTED) }
+    }
+
+    /// Every device reads and writes every pool (`CU_MEM_ACCESS_FLAGS_PROT_READWRITE`).
+    fn cuMemPoolGetAccess(flags: *mut c_int, pool: CUmemoryPool, location: *const CUmemLocation) {
+        let loc = location.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        with_init(|p| {
+            pool_device(p, pool)?;
+            if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            p.device(loc.id).map(|_| ())
+        })?;
+        out(flags, 3)
+    }
+
+    /// Graph memory (`cudaGraphAddMemAllocNode` pools): the fake's graphs have no allocation
+    /// nodes, so every figure is 0 (`USED_MEM_CURRENT/HIGH`, `RESERVED_MEM_CURRENT/HIGH`).
+    fn cuDeviceGetGraphMemAttribute(device: CUdevice, attr: c_int, value: *mut c_void) {
+        with_init(|p| p.device(device))?;
+        if !(0..=3).contains(&attr) || value.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        value.cast::<u64>().write_unaligned(0);
+        Ok(())
+    }
+
+    /// Only the high-water marks can be reset (to 0).
+    fn cuDeviceSetGraphMemAttribute(device: CUdevice, attr: c_int, value: *mut c_void) {
+        with_init(|p| p.device(device))?;
+        if !matches!(attr, 1 | 3) || value.is_null() || value.cast::<u64>().read_unaligned() != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+
+    fn cuDeviceGraphMemTrim(device: CUdevice) {
+        with_init(|p| p.device(device).map(|_| ()))
+    }
+
+    /// Only a device's own default pool can be its current pool in the fake.
+    fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) {
+        let d = with_init(|p| p.device(dev))?;
+        if pool as u64 == handle(tag::POOL, d as u64) { Ok(()) } else { Err(CUDA_ERROR_NOT_SUPPORTED) }
     }
 
     /// Nothing is cached, so there is nothing to trim.
