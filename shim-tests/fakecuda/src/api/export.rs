@@ -19,8 +19,10 @@
 //!   with its own computation: two fixed words for versions ending in 0 and 1, otherwise an
 //!   HMAC-MD2 (RFC 2104 over RFC 1319) of the call's context ([`integrity`]).
 //!
-//! The skip-init probe (`f8cff951-...`) and every other id answer `CUDA_ERROR_NOT_FOUND`, as a
-//! driver without that table does. Every call is traced (`init cuGetExportTable <uuid> -> <rc>`).
+//! The skip-init probe (`f8cff951-...`) answers `CUDA_ERROR_NOT_FOUND`, as a real driver does;
+//! any other id (a table the fake does not know, such as the one 13.5's runtime asks for,
+//! `21318c60-...`) answers `CUDA_ERROR_NOT_SUPPORTED`: that runtime then fails its calls
+//! cleanly with 801. Every call is traced (`init cuGetExportTable <uuid> -> <rc>`).
 
 use crate::api::ctx::{device_pci, device_uuid, retain_primary};
 use crate::config::Config;
@@ -442,7 +444,7 @@ fn show(id: &Uuid) -> String {
 }
 
 entry! {
-    /// The private table `p_export_table_id` (a 16-byte id), or `CUDA_ERROR_NOT_FOUND`.
+    /// The private table `p_export_table_id` (a 16-byte id), or the error described above.
     fn cuGetExportTable(pp_export_table: *mut *const c_void, p_export_table_id: *const Uuid) {
         if pp_export_table.is_null() || p_export_table_id.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -450,8 +452,12 @@ entry! {
         let id = p_export_table_id.read_unaligned();
         let found = table(&id);
         pp_export_table.write(found.unwrap_or(std::ptr::null()));
-        let rc = if found.is_some() { CUDA_SUCCESS } else { CUDA_ERROR_NOT_FOUND };
+        let rc = match found {
+            Some(_) => CUDA_SUCCESS,
+            None if id == SKIP_INIT_PROBE => CUDA_ERROR_NOT_FOUND,
+            None => CUDA_ERROR_NOT_SUPPORTED,
+        };
         crate::trace::line(|| format!("init cuGetExportTable {} -> {rc}", show(&id)));
-        found.map(|_| ()).ok_or(CUDA_ERROR_NOT_FOUND)
+        if rc == CUDA_SUCCESS { Ok(()) } else { Err(rc) }
     }
 }
