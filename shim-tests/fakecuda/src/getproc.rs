@@ -302,6 +302,9 @@ table! {
     cuMemPoolSetAccess 11020 => cuMemPoolSetAccess;
     cuMemPoolGetAccess 11020 => cuMemPoolGetAccess;
     cuMemGetDefaultMemPool 13000 => cuMemGetDefaultMemPool;
+    cuGraphGetNodes 10000 => cuGraphGetNodes;
+    cuGraphUpload 11010 => cuGraphUpload;
+    cuGraphUpload 11010 ptsz => cuGraphUpload_ptsz;
     cuDeviceGetGraphMemAttribute 11040 => cuDeviceGetGraphMemAttribute;
     cuDeviceSetGraphMemAttribute 11040 => cuDeviceSetGraphMemAttribute;
     cuDeviceGraphMemTrim 11040 => cuDeviceGraphMemTrim;

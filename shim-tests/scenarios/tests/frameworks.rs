@@ -149,6 +149,29 @@ fn torch_cuda_malloc_async_matches_torch() {
     common_checks(&t, &r);
 }
 
+/// `torch.cuda.graph` capture: the segments of the graph's private pool (allocated while the
+/// capture is active) land in `graphs`, the instantiation is a measured driver cost, and live
+/// is still memory_reserved().
+#[test]
+fn torch_graph_capture_lands_in_graphs() {
+    let Some(site) = frameworks() else { return };
+    let (sim, out) = machine("fw_torch_graph", &site);
+    let figures = sim.scratch().join("graph.json");
+    sim.run_ok(sim.python("frameworks/torch_graph.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    let r = only_report(&out);
+    let d = dev0(&r);
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]), "live == torch.cuda.memory_reserved()");
+    assert_eq!(n(&d["peak_bytes"]), n(&t["max_reserved"]));
+    let pool = n(&t["reserved"]) - n(&t["reserved_before"]);
+    assert!(pool > 0);
+    assert_eq!(n(&d["categories"]["graphs"]["live_bytes"]), pool, "the graph pool's segments: {}", d["categories"]);
+    assert_eq!((n(&d["graphs"]["captures"]), n(&d["graphs"]["instantiations"])), (1, 1), "{}", d["graphs"]);
+    assert_eq!(n(&d["graphs"]["captured_bytes"]), pool);
+    let inst = d["driver_costs"].as_array().unwrap().iter().find(|c| c["api"] == "cudaGraphInstantiateWithFlags");
+    assert_eq!(inst.map(|c| n(&c["bytes"])), Some(16 << 20), "FAKECUDA_GRAPH_MIB: {}", d["driver_costs"]);
+}
+
 /// CuPy's default pool: live == MemoryPool.total_bytes(), each kept array inside a live
 /// allocation, and the caller the script's function, not CuPy's `cupy/_creation/basic.py:empty`.
 #[test]

@@ -180,6 +180,18 @@ fn pool_attribute(p: &Proc, pool: u64, attr: c_int) -> R<(bool, u64)> {
     })
 }
 
+/// Uploading an instantiated graph: it and the stream must be valid; nothing to copy.
+fn graph_upload(exec: CUgraphExec, stream: CUstream, per_thread: bool) -> R {
+    with_init(|p| {
+        p.stream(stream, per_thread)?;
+        if p.execs.contains_key(&(exec as u64)) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    })
+}
+
 /// The default pool of a device location (pinned allocations only).
 unsafe fn location_pool(location: *const CUmemLocation, alloc_type: c_int) -> R<CUmemoryPool> {
     let loc = location.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -684,6 +696,21 @@ entry! {
     fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) {
         let d = with_init(|p| p.device(dev))?;
         if pool as u64 == handle(tag::POOL, d as u64) { Ok(()) } else { Err(CUDA_ERROR_NOT_SUPPORTED) }
+    }
+
+    /// The fake's graphs have no nodes (captured work is not recorded, only its allocations).
+    fn cuGraphGetNodes(h_graph: CUgraph, nodes: *mut CUgraphNode, num_nodes: *mut usize) {
+        let _ = nodes;
+        with_init(|p| if p.graphs.contains_key(&(h_graph as u64)) { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) })?;
+        out(num_nodes, 0)
+    }
+
+    fn cuGraphUpload(h_graph_exec: CUgraphExec, h_stream: CUstream) {
+        graph_upload(h_graph_exec, h_stream, false)
+    }
+
+    fn cuGraphUpload_ptsz(h_graph_exec: CUgraphExec, h_stream: CUstream) {
+        graph_upload(h_graph_exec, h_stream, true)
     }
 
     /// Nothing is cached, so there is nothing to trim.
