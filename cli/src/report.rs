@@ -401,7 +401,7 @@ fn fold_key(d: &DeviceSummary) -> (String, Vec<String>, Vec<String>, bool) {
 
 /// Devices grouped into classes of alike devices, each in device order, classes in the
 /// order of their first device.
-fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
+pub(crate) fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
     let mut classes: Vec<(_, Vec<usize>)> = Vec::new();
     for (i, d) in devices.iter().enumerate() {
         let key = fold_key(d);
