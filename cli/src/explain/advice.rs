@@ -114,8 +114,14 @@ pub struct AltAdvice {
     pub apis: Vec<String>,
 }
 
+/// GiB with two decimals; three below 0.01 GiB, so that a few MiB do not read as nothing.
 fn gib(b: i64) -> String {
-    format!("{:.2}", b as f64 / GIB)
+    let g = b as f64 / GIB;
+    if g != 0.0 && g.abs() < 0.01 {
+        format!("{g:.3}")
+    } else {
+        format!("{g:.2}")
+    }
 }
 
 /// The value of the engine's parameter: on a command line of the run, else its default.
