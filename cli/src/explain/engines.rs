@@ -158,14 +158,19 @@ pub fn matching_frame<'a>(report: &'a Report, id: Option<i64>, patterns: &[Strin
 
 /// The engine whose package the run's call sites run through.
 pub fn recognize(reports: &[&Report]) -> Option<(String, Sizing)> {
-    all().iter().cloned().find(|(_, s)| {
-        reports.iter().any(|r| r.sites.iter().any(|site| site.python.iter().any(|f| frame_matches(&s.recognize, f))))
-    })
+    all()
+        .iter()
+        .find(|(_, s)| {
+            reports
+                .iter()
+                .any(|r| r.sites.iter().any(|site| site.python.iter().any(|f| frame_matches(&s.recognize, f))))
+        })
+        .cloned()
 }
 
 /// The engine named `name` (pack name or engine name, any case).
 pub fn by_name(name: &str) -> Option<(String, Sizing)> {
-    all().iter().cloned().find(|(p, s)| p.eq_ignore_ascii_case(name) || s.engine.eq_ignore_ascii_case(name))
+    all().iter().find(|(p, s)| p.eq_ignore_ascii_case(name) || s.engine.eq_ignore_ascii_case(name)).cloned()
 }
 
 /// The value of `flag` on a command line (`--flag V` or `--flag=V`).

@@ -274,7 +274,9 @@ pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
 /// when the engine refused by its own check ("Not enough memory") before allocating its pool.
 fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
     let failed = |r: &Report| r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some();
-    let mut who_failed: Vec<(&Report, Option<(String, i64, String)>)> = Vec::new();
+    // Each process with its last query: (GPU, when, the function that made it).
+    type LastQuery = Option<(String, i64, String)>;
+    let mut who_failed: Vec<(&Report, LastQuery)> = Vec::new();
     for r in &run.procs {
         let touched = !r.devices.is_empty();
         let own_failures = r.devices.iter().any(|d| !d.failures.is_empty());
