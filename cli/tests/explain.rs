@@ -126,11 +126,16 @@ fn the_custom_allreduce_failure_is_reconciled_from_the_sizing_query() {
     assert_eq!(sizing.len(), 1);
     assert_eq!(sizing[0]["severity"], "info", "{:#}", sizing[0]);
     let ranks = sizing[0]["detail"]["ranks"].as_array().unwrap();
-    assert!(ranks.iter().all(|r| r["told_bytes"] == ranks[0]["told_bytes"] && r["pool_bytes"] == ranks[0]["pool_bytes"]));
+    assert!(ranks
+        .iter()
+        .all(|r| r["told_bytes"] == ranks[0]["told_bytes"] && r["pool_bytes"] == ranks[0]["pool_bytes"]));
     assert!(ranks.iter().all(|r| r["flagged"] == false), "{:#}", sizing[0]);
     // Rank 1's own query told more than that minimum: its failure says which it was sized from.
     let rank1 = fails.iter().find(|f| f["device"] == 1).unwrap();
-    assert!(rank1["text"].as_str().unwrap().contains("(the minimum over the ranks, as SGLang takes it; its own query told"));
+    assert!(rank1["text"]
+        .as_str()
+        .unwrap()
+        .contains("(the minimum over the ranks, as SGLang takes it; its own query told"));
 }
 
 #[test]
