@@ -7,6 +7,7 @@
 
 use crate::analysis::{groups, DeviceGroup};
 use crate::error::{Fail, Result};
+use crate::layout::printable;
 use crate::load::load_run;
 use crate::model::CATEGORIES;
 use crate::report::count;
@@ -284,13 +285,13 @@ pub fn command(req: &Request) -> Result<i32> {
     }
     let mut text = String::new();
     for o in outcomes.iter().filter(|o| o.status == "breach") {
-        text.push_str(&format!("BREACH {}\n", o.message));
+        text.push_str(&format!("BREACH {}\n", printable(&o.message)));
     }
     for o in outcomes.iter().filter(|o| o.status == "unmeasured") {
         if req.allow_unmeasured {
-            eprintln!("culedger: not checked: {}", o.message);
+            eprintln!("culedger: not checked: {}", printable(&o.message));
         } else {
-            text.push_str(&format!("UNMEASURED {}\n", o.message));
+            text.push_str(&format!("UNMEASURED {}\n", printable(&o.message)));
         }
     }
     let on = format!("on {}", count(gs.len(), "device", "devices"));

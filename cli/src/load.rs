@@ -142,7 +142,7 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
                 match read_file(&file) {
                     Ok(reports) => push(&mut run, reports, &file),
                     Err(message) => {
-                        eprintln!("culedger: skipping {message}");
+                        eprintln!("culedger: skipping {}", crate::layout::printable(&message));
                         run.skipped.push(message);
                     }
                 }

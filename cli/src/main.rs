@@ -30,6 +30,7 @@ mod runs;
 mod sites;
 mod top;
 mod units;
+mod wrap;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use doc::Format;
@@ -318,10 +319,12 @@ fn main() {
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(fail) => {
-            eprintln!("culedger: {}", fail.message);
+            eprintln!("culedger: {}", layout::printable(&fail.message));
             fail.code
         }
     };
+    // `culedger run` whose command died of a signal ends by that signal.
+    wrap::end_like_cmd();
     std::process::exit(code);
 }
 
