@@ -211,7 +211,7 @@ fn one_top_frame() {
     let d = with_title("custom-ar", "evil\x1b]0;pwned\x07\x1b[2J");
     let text = stdout(&common::culedger_env(&["top", "--once", d.path().to_str().unwrap()], &[("COLUMNS", "120")]));
     assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
-    assert!(text.contains("evil^[]0;pwned^G^[[2J"), "{text}");
+    assert!(text.contains("evil\\x1b]0;pwned\\x07\\x1b[2J"), "{text}");
 }
 
 /// Chromium: /usr/bin/chromium, else Debian's unpacked into target/test-deps/chromium.
