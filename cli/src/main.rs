@@ -30,8 +30,8 @@ mod runs;
 mod sites;
 mod top;
 mod units;
-mod wrap;
 mod whatif;
+mod wrap;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use doc::Format;
