@@ -248,16 +248,9 @@ fn real_libcudart_13_behaves_identically_under_culedger() {
         for line in lines {
             assert!(ta.lines().any(|l| l == line), "{path}: no `{line}` in\n{ta}");
         }
-        // culedger resolves `cuCtxGetDevice` (2000 ABI) through the driver's own resolver for its
-        // bookkeeping (src/hooks/real.rs, CU_CTX_GET_DEVICE): its one line, not the runtime's.
-        let ours = "getproc cuCtxGetDevice 2000 0 -> 0 cuCtxGetDevice";
-        let mut tb_runtime: Vec<&str> = tb.lines().collect();
-        if let Some(i) = tb_runtime.iter().rposition(|l| *l == ours) {
-            tb_runtime.remove(i);
-        }
         assert_eq!(
             ta.lines().collect::<Vec<_>>(),
-            tb_runtime,
+            culedger_scenarios::trace_without_culedger(&tb),
             "{path}: the real runtime asked the driver for something else under culedger"
         );
         let r = only_report(&keep);
