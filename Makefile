@@ -125,7 +125,7 @@ pythons:
 # The packaging tests read the wheels and tarballs of `make dist`; then the interposer's
 # integration tests run again on aarch64 under qemu (scripts/aarch64.sh).
 test: all pythons test-deps frameworks dist
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace --no-fail-fast
 	PYTHON=$(PYTHON) scripts/aarch64.sh test
 
 test-aarch64: all

@@ -30,6 +30,23 @@ use crate::state::{self, with_init};
 use crate::types::*;
 use std::os::raw::{c_int, c_uint, c_void};
 
+/// From the first table handed out, the fake is never unmapped by `dlclose`: a runtime that
+/// gives up during its initialisation (13.5's, on a private table the fake lacks) closes the
+/// driver but still reads the tables it got in its exit handlers. Only then: a program that
+/// never asks for a table (one that dlopens, uses and dlcloses the driver several times) sees
+/// it unloaded, as a driver without a runtime on it is.
+fn keep_mapped() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(keep_mapped as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            // RTLD_NODELETE on a NOLOAD reopen marks the loaded object; the extra reference
+            // is never closed either.
+            libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE);
+        }
+    });
+}
+
 /// A table of pointers that lives for the whole process.
 #[repr(transparent)]
 pub struct Table<const N: usize>(pub [*const c_void; N]);
@@ -452,6 +469,9 @@ entry! {
         let id = p_export_table_id.read_unaligned();
         let found = table(&id);
         pp_export_table.write(found.unwrap_or(std::ptr::null()));
+        if found.is_some() {
+            keep_mapped();
+        }
         let rc = match found {
             Some(_) => CUDA_SUCCESS,
             None if id == SKIP_INIT_PROBE => CUDA_ERROR_NOT_FOUND,
