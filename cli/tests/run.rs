@@ -142,12 +142,18 @@ kill -TERM $$"#,
 
 /// `cmd` in a process group of its own (so that the test can signal the whole group), with
 /// `ignored` ignored and `blocked` blocked, as a caller (`nohup`, a script's background job)
-/// would leave them.
+/// would leave them, and every other signal at its default action whatever the test itself
+/// inherited (`cargo test` started as a background job has SIGINT and SIGQUIT ignored).
 fn as_caller_leaves<'a>(cmd: &'a mut Command, ignored: &'static [i32], blocked: &'static [i32]) -> &'a mut Command {
     cmd.process_group(0);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
             for &sig in ignored {
                 libc::signal(sig, libc::SIG_IGN);
             }
