@@ -23,6 +23,7 @@ use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
 
+pub use findings::{Detail, FailDetail, Finding};
 pub use render::document;
 
 /// The schema id of `culedger explain --format json` (docs/explain.md).
