@@ -138,7 +138,7 @@ fn markers(g: &DeviceGroup, c: &Clock) -> Vec<Marker> {
         out.push(Marker {
             tag: format!("Q{}", k + 1),
             t,
-            text: format!("{} {} {}: told free {free}{used}", c.at(t), m.pid(), p.api),
+            text: format!("{} {} {}: told free {free}{used}", c.at(t), m.pid(), p.api).replace("device used", "used"),
             color: QUERY,
         });
     }
@@ -438,7 +438,11 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
             text(xf + dx, y_top + 50.0, cause.fail_text.clone(), anchor, 11)
                 .set("class", "failure-size")
                 .set("fill", FAILURE)
-                .set("font-weight", "bold"),
+                .set("font-weight", "bold")
+                // A white halo keeps it legible over the areas.
+                .set("stroke", "white")
+                .set("stroke-width", 3)
+                .set("paint-order", "stroke"),
         );
         let line_y = top + CHART_H + (2 * k) as f64 * LIST_LINE;
         grp = grp
@@ -468,9 +472,16 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         let (col, row) = if two { (k / rows, k % rows) } else { (0, k) };
         let x = if col == 0 { LEFT } else { LEFT + (WIDTH - LEFT - RIGHT) / 2.0 };
         grp = grp.add(
-            text(x, list_top + row as f64 * LIST_LINE, format!("{}: {}", mk.tag, mk.text), "start", 11)
-                .set("class", "marker-list")
-                .set("fill", mk.color),
+            // Two columns in a smaller font, so the longest line (a failure) fits its half.
+            text(
+                x,
+                list_top + row as f64 * LIST_LINE,
+                format!("{}: {}", mk.tag, mk.text),
+                "start",
+                if two { 9 } else { 11 },
+            )
+            .set("class", "marker-list")
+            .set("fill", mk.color),
         );
     }
     for (k, mk) in marks.iter().enumerate() {
