@@ -65,7 +65,12 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS)
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/bin/init_reentry
+
+# A runtime calling the driver from its own initialisation, its entry points waiting for it
+# (exported from the program: -rdynamic); no CUDA library linked.
+$(SIM)/bin/init_reentry: shim-tests/native/init_reentry.c shim-tests/c/sim.h $(HDR)/cuda.h
+	$(CC) $(CFLAGS) -I$(HDR) -rdynamic -o $@ $< -ldl -lpthread
 
 # A caching allocator linked against the runtime, as PyTorch's libc10_cuda.so is.
 $(SIM)/lib/libc10_cuda.so: shim-tests/native/c10_cuda_sim.c $(NATIVE_DEPS) $(SIM)/lib/libcudart.so.12

@@ -14,7 +14,8 @@
 #
 # The numbers come from the simulated stack's parameters below, chosen so that the mechanism
 # is the one the project started from. Then `culedger explain` on the failing run and
-# `culedger diff` of the two, a plot and the exports. Outputs under target/demo/. Exit status
+# `culedger diff` of the two, a plot, the exports and the HTML pages (`culedger html`: the failing
+# run; both runs with their diff). Outputs under target/demo/. Exit status
 # 0 when the story played out as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,8 +64,19 @@ echo "### culedger diff $OUT/nccl $OUT/custom-ar"
 "$BIN" diff "$OUT/nccl" "$OUT/custom-ar"
 "$BIN" plot "$OUT/custom-ar" -o "$OUT/custom-ar.svg"
 "$BIN" export "$OUT/custom-ar" --perfetto "$OUT/custom-ar.trace.json" --memory-viz "$OUT/custom-ar.pickle"
+# The pages: the failing run; the two runs with their diff first.
+"$BIN" html "$OUT/custom-ar" -o "$OUT/demo.html"
+"$BIN" html "$OUT/nccl" "$OUT/custom-ar" -o "$OUT/demo-diff.html"
+for page in "$OUT/demo.html" "$OUT/demo-diff.html"; do
+    page_bytes=$(wc -c < "$page")
+    if [ "$page_bytes" -ge $((5 << 20)) ]; then
+        echo "demo: $page is $page_bytes bytes, over the 5 MB it must stay under" >&2
+        exit 1
+    fi
+done
 echo
 echo "demo: plot $OUT/custom-ar.svg, Perfetto trace $OUT/custom-ar.trace.json, memory_viz snapshot $OUT/custom-ar.pickle"
+echo "demo: HTML page $OUT/demo.html, with the diff $OUT/demo-diff.html (open them in a browser; they need no network)"
 
 if [ "${status[nccl]}" -ne 0 ] || [ "${status[custom-ar]}" -ne 1 ] || [ "$explained" -ne 1 ]; then
     echo "demo: expected nccl to pass and custom-ar to fail with exit 1 (explained with exit 1); got" \

@@ -13,6 +13,17 @@
 #                      test (shim-tests/scenarios/tests/valgrind_smoke.rs), when the machine has
 #                      none; run as valgrind/usr/bin/valgrind.bin with
 #                      VALGRIND_LIB=valgrind/usr/libexec/valgrind.
+#   prometheus/        Debian's prometheus (`apt-get download`, no root), the server the
+#                      metrics test scrapes `culedger metrics --listen` with
+#                      (shim-tests/scenarios/tests/live_views.rs), when the machine has none.
+#   chromium/          Debian's chromium and the libraries this machine lacks for it (`apt-get
+#                      download` of what `apt-get -s install chromium` would add), for the
+#                      headless-browser test of `culedger html`, when there is no chromium;
+#                      run with LD_LIBRARY_PATH=chromium/usr/lib/<arch>-linux-gnu.
+#   tmux/              Debian's tmux (and the libraries it lacks), for the terminal test of
+#                      `culedger top`, when the machine has no tmux.
+#   prometheus_client/ the Python client library from PyPI (pip --target), whose text-format
+#                      parser the metrics tests use.
 # Wheels are cached under target/test-deps/wheels; the script returns at once when the
 # libraries are already unpacked.
 set -euo pipefail
@@ -35,6 +46,13 @@ fi
 debian_tool() {
     local name=$1 bin=$2 what=$3
     shift 3
+    # `--with-missing PKG`: PKG and the packages the machine lacks for it (what
+    # `apt-get -s install` would add; the simulation needs no root).
+    if [ "${1:-}" = --with-missing ]; then
+        local pkg=$2
+        set -- $(apt-get -s install --no-install-recommends "$pkg" 2>/dev/null | awk '/^Inst /{print $2}')
+        [ $# -gt 0 ] || set -- "$pkg"
+    fi
     if command -v "$name" >/dev/null 2>&1 || [ -x "$out/$name/$bin" ]; then
         return 0
     fi
@@ -54,6 +72,20 @@ debian_tool() {
 }
 debian_tool strace usr/bin/strace "the files-read audit will be skipped" strace libunwind8
 debian_tool valgrind usr/bin/valgrind.bin "the valgrind smoke test will fail" valgrind
+debian_tool prometheus usr/bin/prometheus "the Prometheus scrape test will be skipped" prometheus
+debian_tool chromium usr/lib/chromium/chromium "the headless-browser test of culedger html will be skipped" \
+    --with-missing chromium
+debian_tool tmux usr/bin/tmux "the terminal test of culedger top will be skipped" --with-missing tmux
+prom_client_ver=0.26.0
+if [ "$(cat "$out/prometheus_client/.version" 2>/dev/null)" != "$prom_client_ver" ]; then
+    rm -rf "$out/prometheus_client"
+    if "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+        --only-binary=:all: --target "$out/prometheus_client" "prometheus_client==$prom_client_ver"; then
+        echo "$prom_client_ver" > "$out/prometheus_client/.version"
+    else
+        echo "fetch-test-deps: pip install prometheus_client failed; the metrics parser tests will fail" >&2
+    fi
+fi
 if [ -f "$out/libomp/libomp.so" ] && [ "$(cat "$out/libomp/.version" 2>/dev/null)" = "$omp_ver-$arch" ]; then
     exit 0
 fi

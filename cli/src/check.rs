@@ -7,6 +7,7 @@
 
 use crate::analysis::{groups, DeviceGroup};
 use crate::error::{Fail, Result};
+use crate::layout::printable;
 use crate::load::load_run;
 use crate::model::CATEGORIES;
 use crate::report::count;
@@ -372,13 +373,13 @@ pub fn command(req: &Request) -> Result<i32> {
     };
     let mut text = String::new();
     for o in outcomes.iter().filter(|o| o.status == "breach") {
-        text.push_str(&line("BREACH", "1;31", &o.message));
+        text.push_str(&line("BREACH", "1;31", &printable(&o.message)));
     }
     for o in outcomes.iter().filter(|o| o.status == "unmeasured") {
         if req.allow_unmeasured {
-            eprintln!("culedger: not checked: {}", o.message);
+            eprintln!("culedger: not checked: {}", printable(&o.message));
         } else {
-            text.push_str(&line("UNMEASURED", "1;33", &o.message));
+            text.push_str(&line("UNMEASURED", "1;33", &printable(&o.message)));
         }
     }
     let on = format!("on {}", count(gs.len(), "device", "devices"));

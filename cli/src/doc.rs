@@ -1,8 +1,10 @@
 //! A tiny document model (headings, paragraphs, alerts, tables) rendered either as
 //! terminal text (fitted to the output width and optionally coloured, see `layout`) or as
-//! GitHub-flavoured markdown.
+//! GitHub-flavoured markdown. Either way every string of the document has its control
+//! characters escaped first (`layout::printable`): what a report file says cannot drive the
+//! terminal.
 
-use crate::layout::{render_table, wrap, wrap_indent, Style, TableSpec};
+use crate::layout::{printable, render_table, wrap, wrap_indent, Style, TableSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -82,10 +84,37 @@ impl Doc {
     }
 
     pub fn render(&self, format: Format, style: Style) -> String {
+        let doc = self.printable();
         match format {
-            Format::Markdown => self.markdown(),
-            _ => self.text(style),
+            Format::Markdown => doc.markdown(),
+            _ => doc.text(style),
         }
+    }
+
+    /// The document with the control characters of every string escaped.
+    fn printable(&self) -> Doc {
+        let p = |s: &String| printable(s).into_owned();
+        let blocks = self
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::Title(s) => Block::Title(p(s)),
+                Block::Heading(s) => Block::Heading(p(s)),
+                Block::Sub(s) => Block::Sub(p(s)),
+                Block::Para(s) => Block::Para(p(s)),
+                Block::Alert(s) => Block::Alert(p(s)),
+                Block::Verdict { text, bad } => Block::Verdict { text: p(text), bad: *bad },
+                Block::Note(s) => Block::Note(p(s)),
+                Block::Table(t) => Block::Table(Table {
+                    headers: t.headers.iter().map(p).collect(),
+                    rows: t.rows.iter().map(|r| r.iter().map(p).collect()).collect(),
+                    right: t.right.clone(),
+                    abbrev: t.abbrev.clone(),
+                }),
+                Block::Commands(c) => Block::Commands(c.iter().map(|(a, b)| (p(a), p(b))).collect()),
+            })
+            .collect();
+        Doc { blocks }
     }
 
     fn text(&self, style: Style) -> String {
@@ -224,6 +253,28 @@ mod tests {
         assert!(text.lines().all(|l| l.len() <= 50), "{text}");
         assert!(text.starts_with("  culedger report d    every GPU\n  culedger explain d   why it"), "{text}");
         assert!(d.render(Format::Markdown, style(false)).contains("- `culedger report d`: every GPU\n"));
+    }
+
+    #[test]
+    fn control_characters_are_shown_never_sent() {
+        let mut d = Doc::default();
+        let evil = "a\x1b]0;owned\x07b\x1b[2Jc\u{9b}31md\re\tf";
+        d.push(Block::Title(evil.into()));
+        d.push(Block::Verdict { text: evil.into(), bad: true });
+        let mut t = Table::new(&[evil], &[]);
+        t.row(vec![evil.into()]);
+        d.table(t);
+        for format in [Format::Text, Format::Markdown] {
+            for color in [false, true] {
+                let out = d.render(format, style(color));
+                let controls: Vec<char> = out.chars().filter(|&c| c != '\n' && c.is_control()).collect();
+                // Only culedger's own colours: ESC [ ... m around whole blocks.
+                let own = out.matches("\x1b[").count();
+                assert_eq!(controls.len(), own, "{format:?} color={color}: {out:?}");
+                assert!(out.contains(r"a\x1b]0;owned\x07b\x1b[2Jc\u{9b}31md\re\tf"), "{out}");
+            }
+        }
+        assert_eq!(printable("plain: ü, 日本"), "plain: ü, 日本");
     }
 
     #[test]

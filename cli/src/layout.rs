@@ -13,7 +13,11 @@
 //!   first column (the row's name), as wide data frames print; only a table whose first
 //!   column and one other do not fit is printed wider than the output.
 //! - Paragraphs ([`wrap`]) wrap at word boundaries; a word longer than the width is split.
+//! - Control characters ([`printable`]): a report file is untrusted input, and a process's
+//!   argv, title or comm may hold terminal escapes (OSC, CSI, BEL). Every text output shows
+//!   them as visible escapes (`\x1b`), so only culedger's own colours reach the terminal.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 
 /// Width when the output is not a terminal and `COLUMNS` is not set.
@@ -96,6 +100,31 @@ impl Style {
             s.to_string()
         }
     }
+}
+
+/// A character that would drive a terminal rather than show: C0 controls but the line
+/// break, DEL, C1 controls (`\u{9b}` is CSI on many terminals).
+fn is_terminal_control(c: char) -> bool {
+    c != '\n' && c.is_control()
+}
+
+/// `s` with every terminal control character written as a visible escape (`\t`, `\r`,
+/// `\x1b`, `\u{9b}`); `s` itself when it holds none. Used by every text renderer.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_terminal_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_terminal_control(c) && (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if is_terminal_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Whether to colour (see the module documentation for the order).

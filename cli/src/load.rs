@@ -142,7 +142,7 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
                 match read_file(&file) {
                     Ok(reports) => push(&mut run, reports, &file),
                     Err(message) => {
-                        eprintln!("culedger: skipping {message}");
+                        eprintln!("culedger: skipping {}", crate::layout::printable(&message));
                         run.skipped.push(message);
                     }
                 }
@@ -160,7 +160,39 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
             return Err(Fail::input(format!("{}: no such file or directory", path.display())));
         }
     }
-    // A stable order: by host, then start time, then pid.
+    sort(&mut run);
+    Ok(run)
+}
+
+/// Loads what `paths` hold now, for the views of a run that is still going (`top`,
+/// `metrics`): an empty or missing directory gives an empty run, and a file that cannot be
+/// read (half-written by a writer that does not rename, or being replaced) is counted in
+/// `skipped`, never printed: a live view reads the directory every second.
+pub fn load_live(paths: &[PathBuf]) -> Run {
+    let mut run =
+        Run { label: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "), ..Run::default() };
+    for path in paths {
+        let summary = if path.is_dir() { path.join("summary.json") } else { path.clone() };
+        if paths.len() == 1 {
+            run.summary = summary_meta(&summary);
+        }
+        let mut files = if path.is_dir() { report_files(path).unwrap_or_default() } else { vec![path.clone()] };
+        if files.is_empty() && summary.is_file() {
+            files.push(summary);
+        }
+        for file in files {
+            match read_file(&file) {
+                Ok(reports) => push(&mut run, reports, &file),
+                Err(message) => run.skipped.push(message),
+            }
+        }
+    }
+    sort(&mut run);
+    run
+}
+
+/// A stable order: by host, then start time, then pid.
+fn sort(run: &mut Run) {
     let mut order: Vec<usize> = (0..run.procs.len()).collect();
     order.sort_by_key(|&i| {
         let p = &run.procs[i].process;
@@ -168,7 +200,6 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
     });
     run.procs = order.iter().map(|&i| run.procs[i].clone()).collect();
     run.sources = order.iter().map(|&i| run.sources[i].clone()).collect();
-    Ok(run)
 }
 
 fn push(run: &mut Run, reports: Vec<Report>, source: &Path) {

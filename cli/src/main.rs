@@ -1,6 +1,7 @@
 //! `culedger`: run a program under the culedger interposer and read its reports.
 //!
-//! Subcommands: `run`, `report`, `explain`, `diff`, `check`, `export`, `plot`, `completions`. See
+//! Subcommands: `run`, `report`, `explain`, `diff`, `check`, `export`, `plot`, `top`, `metrics`,
+//! `html`, `completions`. See
 //! README.md. The output layer shared by the commands: `doc` (documents), `layout` (width,
 //! colour, wrapping, tables), `clock` (one time base per run), `runs` (run grouping,
 //! selections, how processes ended), `costs` (de-noised driver costs).
@@ -14,8 +15,10 @@ mod doc;
 mod error;
 mod explain;
 mod export;
+mod html;
 mod layout;
 mod load;
+mod metrics;
 mod model;
 mod plot;
 #[path = "../../src/report/redact.rs"]
@@ -26,7 +29,9 @@ mod run;
 mod runs;
 mod screen;
 mod sites;
+mod top;
 mod units;
+mod wrap;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use doc::Format;
@@ -277,6 +282,49 @@ enum Command {
         #[command(flatten)]
         select: SelectArgs,
     },
+    /// A live full-screen view of a run directory: per GPU the categories against its capacity,
+    /// untracked memory, each process, failures; refreshed every second.
+    #[command(long_about = "A live full-screen view of a run directory: per GPU the categories' live bytes \
+        against its capacity, tracked and untracked memory, the last free-memory query's age, each process \
+        and failures, read anew from the reports every second (the program is never polled). Keys: \
+        Tab/Right/l next GPU, Shift-Tab/Left/h previous, f fold alike GPUs, q/Esc/Ctrl-C quit.")]
+    Top {
+        /// Run directories or report files (a directory may still be empty)
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Print one frame as plain text and exit (for scripts and tests)
+        #[arg(long)]
+        once: bool,
+        /// Start with alike GPUs folded into one block
+        #[arg(long)]
+        fold: bool,
+    },
+    /// The run's figures in the Prometheus text format (docs/metrics.md): printed once, or
+    /// served at /metrics with --listen.
+    Metrics {
+        /// Run directories or report files
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Serve http://ADDR/metrics (e.g. 127.0.0.1:9464), reading the reports at each scrape
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Also export live bytes per call site (the largest 20 per device)
+        #[arg(long)]
+        sites: bool,
+    },
+    /// One self-contained HTML page of a run (or of two runs compared): verdict, findings,
+    /// timelines, processes, call sites, largest allocations.
+    Html {
+        /// A run directory, report file or summary.json; a second one adds their diff
+        #[arg(required = true, num_args = 1..=2, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// The HTML file to write
+        #[arg(short, long, value_name = "OUT.html")]
+        output: PathBuf,
+        /// Add up several runs found in a path (refused otherwise)
+        #[arg(long)]
+        merge_runs: bool,
+    },
     /// Print a shell completion script: `culedger completions bash > /etc/bash_completion.d/culedger`.
     Completions {
         /// The shell
@@ -297,10 +345,12 @@ fn main() {
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(fail) => {
-            eprintln!("culedger: {}", fail.message);
+            eprintln!("culedger: {}", layout::printable(&fail.message));
             fail.code
         }
     };
+    // `culedger run` whose command died of a signal ends by that signal.
+    wrap::end_like_cmd();
     std::process::exit(code);
 }
 
@@ -411,6 +461,16 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let run = load(&[path], &select.selection())?;
             let window = plot::Window { from_s: from, to_s: to };
             eprintln!("culedger: wrote {}", plot::write_svg(&run, &output, all_categories, window)?);
+            Ok(0)
+        }
+        Command::Top { paths, once, fold } => top::command(&paths, top::Options { once, fold }),
+        Command::Metrics { paths, listen, sites } => {
+            metrics::command(&paths, listen.as_deref(), &metrics::Options { sites })
+        }
+        Command::Html { paths, output, merge_runs } => {
+            let sel = merge_only(merge_runs);
+            let runs = paths.iter().map(|p| load(std::slice::from_ref(p), &sel)).collect::<Result<Vec<_>>>()?;
+            eprintln!("culedger: wrote {}", html::write(&runs, &output)?);
             Ok(0)
         }
         Command::Completions { shell } => {

@@ -1,9 +1,10 @@
 //! `culedger run [-o DIR] [--append] [--lib PATH] -- CMD ARGS...`: runs CMD with the
 //! interposer preloaded and a run id for the whole process tree (`CULEDGER_RUN_ID`),
-//! forwards SIGINT/SIGTERM/SIGHUP, then merges this run's reports into `DIR/summary.json`
-//! (with how CMD ended) and ends with one screen on stderr (`screen`: the verdict, one line
-//! per set of alike GPUs, explain's headline, the commands that go further), or the full
-//! report with `--report`.
+//! forwards SIGINT/SIGTERM/SIGHUP sent to it alone, then merges this run's reports into
+//! `DIR/summary.json` (with how CMD ended) and ends with one screen on stderr (`screen`: the
+//! verdict, one line per set of alike GPUs, explain's headline, the commands that go
+//! further), or the full report with `--report`. CMD starts with the signal dispositions and
+//! mask `culedger run` got, and when a signal ended CMD, it ends `culedger run` too (`wrap`).
 
 use crate::analysis::summarize;
 use crate::doc::Format;
@@ -11,12 +12,13 @@ use crate::error::{Fail, Result};
 use crate::layout::{ColorChoice, Stream, Style};
 use crate::load::{is_report_file_name, report_from_value, Run, SummaryMeta};
 use crate::model::SUMMARY_SCHEMA;
+use crate::wrap;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -184,26 +186,34 @@ pub fn run(req: Request) -> Result<i32> {
     let started = SystemTime::now();
     let run_id = new_run_id();
 
-    // Registered before the child exists, so no signal slips through unforwarded.
-    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
+    // Registered before the child exists, so no signal slips through unforwarded. A signal
+    // ignored at our start stays ignored here and in CMD (`nohup`: see `wrap`).
+    let forwarded: Vec<i32> = [SIGINT, SIGTERM, SIGHUP].into_iter().filter(|&s| !wrap::ignored_at_start(s)).collect();
+    let mut signals = SignalsInfo::<WithOrigin>::new(&forwarded)
         .map_err(|e| Fail::input(format!("cannot install signal handlers: {e}")))?;
     let handle = signals.handle();
+    // While this process has one thread. Without it, every signal a sender gave CMD too
+    // is forwarded once more.
+    let canary = wrap::Canary::start()
+        .map_err(|e| eprintln!("culedger: cannot tell group signals from ours ({e}); forwarding every one"))
+        .ok();
 
     let preload = preload_value(&lib, std::env::var("LD_PRELOAD").ok().as_deref());
-    let mut child = Command::new(&command[0])
-        .args(&command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("CULEDGER_OUT", &dir)
-        .env(ENV_RUN_ID, &run_id)
-        .spawn()
-        .map_err(|e| Fail { code: 127, message: format!("{}: cannot run: {e}", command[0]) })?;
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).env("LD_PRELOAD", preload).env("CULEDGER_OUT", &dir).env(ENV_RUN_ID, &run_id);
+    // SAFETY: the step only makes async-signal-safe calls (see `wrap::child_setup`).
+    unsafe { cmd.pre_exec(wrap::child_setup()) };
+    let mut child = cmd.spawn().map_err(|e| Fail { code: 127, message: format!("{}: cannot run: {e}", command[0]) })?;
     let pid = child.id() as libc::pid_t;
 
     let forwarder = std::thread::spawn(move || {
         for origin in signals.forever() {
-            // A terminal's ^C or hangup comes from the kernel to the whole foreground process
-            // group, child included: forwarding it would deliver it twice.
-            if origin.cause != Cause::Kernel {
+            // Sent to the whole process group or control group (a terminal's ^C or hangup,
+            // `kill -- -PGID`, `timeout`, systemd), CMD got it from its sender: forwarding it
+            // would deliver it twice. The canary is asked every time, so that it keeps no
+            // stale signal.
+            let everyone = canary.as_ref().is_some_and(|c| c.got(origin.signal));
+            if origin.cause != Cause::Kernel && !everyone {
                 // SAFETY: kill(2) on the child's pid, which stays valid: the child is reaped
                 // only after this thread has stopped (see `wait_unreaped`).
                 unsafe { libc::kill(pid, origin.signal) };
@@ -214,6 +224,7 @@ pub fn run(req: Request) -> Result<i32> {
     handle.close();
     let _ = forwarder.join();
     let status = child.wait().map_err(|e| Fail::input(format!("waiting for {}: {e}", command[0])))?;
+    wrap::note_end(&status);
 
     let signal = status.signal();
     let code = status.code().unwrap_or_else(|| 128 + signal.unwrap_or(0));

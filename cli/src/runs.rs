@@ -271,10 +271,17 @@ fn alive(r: &Report) -> Option<bool> {
     // SAFETY: kill with signal 0 only checks existence and permission.
     let exists =
         unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    if !exists {
+    // A zombie (killed, not yet reaped by its parent) still answers kill(pid, 0).
+    if !exists || zombie(p.pid) {
         return Some(false);
     }
     Some(started_unix_us(p.pid).is_none_or(|s| s <= p.start_us() + 1_000_000))
+}
+
+/// Whether a local process has ended and waits to be reaped (state Z or X in /proc).
+fn zombie(pid: i64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|s| s == "Z" || s == "X")
 }
 
 /// When a local process started (µs since the epoch), from /proc.

@@ -54,7 +54,7 @@ pub fn document(run: &Run, dir: &str) -> Doc {
         (format!("culedger report {dir}"), "every GPU in full".into()),
         (format!("culedger explain {dir}"), "why, with the numbers".into()),
     ];
-    cmds.push((format!("culedger plot {dir} -o plot.svg"), "each GPU over time".into()));
+    cmds.push((format!("culedger html {dir} -o run.html"), "all of it on one page".into()));
     d.push(Block::Commands(cmds));
     d
 }

@@ -146,3 +146,41 @@ fn check_budgets_file() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"), "{}", stderr(&o));
 }
+
+/// A report file is untrusted input: terminal control sequences in a process's argv, title,
+/// comm or host (OSC title, CSI clear screen, BEL, a C1 CSI, a carriage return) are shown
+/// escaped in every text output, never sent to the terminal raw.
+#[test]
+fn terminal_control_sequences_in_a_report_are_escaped() {
+    let evil = "x\u{1b}]0;owned\u{7}y\u{1b}[2J\u{9b}31mz\rw";
+    let mut doc: serde_json::Value = serde_json::from_str(&good_report()).unwrap();
+    doc["process"]["argv"] = serde_json::json!([evil, format!("--model={evil}")]);
+    doc["process"]["title"] = evil.into();
+    doc["process"]["comm"] = evil.into();
+    doc["process"]["exe"] = format!("/usr/bin/{evil}").into();
+    let d = tempdir();
+    let dir = d.path().join("run");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("culedger-4101.json"), serde_json::to_string(&doc).unwrap()).unwrap();
+    let other = fixtures().join("nccl");
+    let p = dir.to_str().unwrap();
+    let commands: [&[&str]; 7] = [
+        &["report", p],
+        &["report", p, "--format", "markdown"],
+        &["report", p, "--fold"],
+        &["explain", p],
+        &["diff", p, other.to_str().unwrap()],
+        &["diff", other.to_str().unwrap(), p],
+        &["check", p, "--budget", "untracked<=1KiB", "--no-failures"],
+    ];
+    for args in commands {
+        let o = culedger_env(args, &[("COLUMNS", "200")]);
+        for (stream, text) in [("stdout", stdout(&o)), ("stderr", stderr(&o))] {
+            let raw: Vec<char> = text.chars().filter(|&c| c != '\n' && c.is_control()).collect();
+            assert!(raw.is_empty(), "{args:?} {stream}: raw control characters {raw:?} in\n{text}");
+        }
+        assert!(!stdout(&o).is_empty(), "{args:?}: {}", stderr(&o));
+    }
+    let o = culedger_env(&["report", p], &[("COLUMNS", "200")]);
+    assert!(stdout(&o).contains(r"x\x1b]0;owned\x07y\x1b[2J\u{9b}31mz\rw"), "shown escaped:\n{}", stdout(&o));
+}

@@ -69,6 +69,8 @@ static void dlsym_case(const char *name, void *handle, const char *symbol) {
     void *p = dlsym(handle, symbol);
     const char *err = dlerror();
     printf("RESULT case=%s null=%d dlerror=%d\n", name, p == NULL, err != NULL);
+    /* The words too: a framework's "driver not found" diagnostic prints them. */
+    printf("DLERROR %s: %s\n", name, err ? err : "(none)");
 }
 
 static int dlsym_cases(void) {
@@ -76,6 +78,9 @@ static int dlsym_cases(void) {
     dlsym_case("null_handle_plain", NULL, "getpid");
     dlsym_case("default_hooked", RTLD_DEFAULT, "cuMemAlloc_v2");
     dlsym_case("default_runtime_absent", RTLD_DEFAULT, "cudaMalloc"); /* no runtime loaded */
+    void *self = dlopen(NULL, RTLD_NOW);
+    EXPECT(self != NULL);
+    dlsym_case("self_runtime_absent", self, "cudaMalloc");
     dlsym_case("default_unknown", RTLD_DEFAULT, "cuNoSuchFunction");
     dlsym_case("next_hooked", RTLD_NEXT, "cuMemAlloc_v2");
     dlsym_case("next_plain", RTLD_NEXT, "getpid");

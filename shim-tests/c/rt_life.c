@@ -46,13 +46,21 @@ static void *late_worker(void *arg) {
     return NULL;
 }
 
+static void *exiting_worker(void *arg) {
+    (void)arg;
+    usleep(200 * 1000);
+    dev_alloc(6 * MIB);
+    RESULT("worker_done=1");
+    exit(4);
+}
+
 static int main_pthread_exit(int with_worker) {
     RT(cudaSetDevice(0));
     dev_alloc(10 * MIB);
     RESULT("live=%zu", (with_worker ? 16 : 10) * MIB);
     if (with_worker) {
         pthread_t t;
-        EXPECT(pthread_create(&t, NULL, late_worker, NULL) == 0);
+        EXPECT(pthread_create(&t, NULL, with_worker == 2 ? exiting_worker : late_worker, NULL) == 0);
     }
     pthread_exit(NULL);
 }
@@ -139,6 +147,143 @@ static int handler(const char *how) {
     while (!got_signal) pause();
     RESULT("handled=%d", (int)got_signal);
     exit(7);
+}
+
+/* ---- every answer about a disposition, field for field ------------------------------------ */
+
+static void h1(int sig) { got_signal = sig; }
+static void h2(int sig) { got_signal = sig; }
+static void (*glibc_restorer)(void);
+
+static const char *handler_name(void (*h)(int)) {
+    if (h == SIG_DFL) return "DFL";
+    if (h == SIG_IGN) return "IGN";
+    if (h == h1) return "h1";
+    if (h == h2) return "h2";
+    return "other";
+}
+
+/* One line per answer: handler, flags, the mask's signals 1..64, the restorer (the one glibc
+ * puts in every sigaction it makes, none, or another). Run with and without culedger, the
+ * lines must be the same. */
+static void show(const char *what, int sig, const struct sigaction *q) {
+    unsigned long long mask = 0;
+    for (int s = 1; s <= 64; s++)
+        if (sigismember(&q->sa_mask, s) == 1) mask |= 1ull << (s - 1);
+    const char *restorer = q->sa_restorer == NULL ? "none" : q->sa_restorer == glibc_restorer ? "glibc" : "other";
+    RESULT("%s sig=%d handler=%s flags=%#x mask=%#llx restorer=%s", what, sig, handler_name(q->sa_handler),
+           (unsigned)q->sa_flags, mask, restorer);
+}
+
+static void query(const char *what, int sig) {
+    struct sigaction q;
+    memset(&q, 0x5a, sizeof q);
+    EXPECT(sigaction(sig, NULL, &q) == 0);
+    show(what, sig, &q);
+}
+
+static void set(const char *what, int sig, void (*h)(int), int flags, int masked) {
+    struct sigaction act, old;
+    memset(&act, 0, sizeof act);
+    memset(&old, 0x5a, sizeof old);
+    act.sa_handler = h;
+    act.sa_flags = flags;
+    sigemptyset(&act.sa_mask);
+    if (masked) {
+        sigaddset(&act.sa_mask, masked);
+        sigaddset(&act.sa_mask, SIGKILL); /* the kernel never keeps these two */
+        sigaddset(&act.sa_mask, SIGSTOP);
+    }
+    EXPECT(sigaction(sig, &act, &old) == 0);
+    show(what, sig, &old);
+    query(what, sig);
+}
+
+static void via(const char *what, int sig, sighandler_t (*fn)(int, sighandler_t), void (*h)(int)) {
+    void (*prev)(int) = fn(sig, h);
+    RESULT("%s sig=%d prev=%s", what, sig, handler_name(prev));
+    query(what, sig);
+}
+
+/* siginterrupt is deprecated, not gone: programs still call it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static int interrupting(int sig, int on) { return siginterrupt(sig, on); }
+#pragma GCC diagnostic pop
+
+extern sighandler_t bsd_signal(int, sighandler_t);
+extern sighandler_t sysv_signal(int, sighandler_t);
+
+static int sigview(void) {
+    struct sigaction act;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = h1;
+    EXPECT(sigaction(SIGUSR2, &act, NULL) == 0);
+    EXPECT(sigaction(SIGUSR2, NULL, &act) == 0);
+    glibc_restorer = act.sa_restorer;
+    RT(cudaSetDevice(0));
+    dev_alloc(3 * MIB); /* culedger is active from here */
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (unsigned i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        int s = sigs[i];
+        query("start", s);
+        via("signal-dfl", s, signal, SIG_DFL);
+        set("sigaction-dfl", s, SIG_DFL, 0, 0);
+        set("sigaction-dfl-masked", s, SIG_DFL, SA_NODEFER | SA_RESETHAND, SIGUSR1);
+        via("sysv-dfl", s, sysv_signal, SIG_DFL);
+        via("bsd-dfl", s, bsd_signal, SIG_DFL);
+        EXPECT(interrupting(s, 1) == 0);
+        query("interrupt-on", s);
+        via("interrupt-signal-dfl", s, signal, SIG_DFL);
+        via("interrupt-signal-h1", s, signal, h1);
+        via("interrupt-bsd-h2", s, bsd_signal, h2);
+        via("interrupt-back-dfl", s, signal, SIG_DFL);
+        EXPECT(interrupting(s, 0) == 0);
+        query("interrupt-off", s);
+        via("signal-h1", s, signal, h1);
+        via("sysv-h2", s, sysv_signal, h2);
+        set("sigaction-h1", s, h1, SA_SIGINFO | SA_ONSTACK, SIGUSR1);
+        via("signal-ign", s, signal, SIG_IGN);
+        via("signal-dfl-again", s, signal, SIG_DFL);
+        EXPECT(interrupting(s, 1) == 0);
+        set("interrupt-sigaction-restart", s, SIG_DFL, SA_RESTART, 0);
+        via("interrupt-signal-again", s, signal, SIG_DFL);
+        EXPECT(interrupting(s, 0) == 0);
+        query("end", s);
+    }
+    return 0;
+}
+
+/* siginterrupt, then a handler by signal(): a blocking read the signal interrupts fails with
+ * EINTR instead of restarting. `when` is "before" or "after" CUDA is active. */
+static int pipe_fds[2];
+static pthread_t reader;
+static void *term_then_write(void *arg) {
+    (void)arg;
+    usleep(200 * 1000);
+    pthread_kill(reader, SIGTERM);
+    usleep(1500 * 1000);
+    EXPECT(write(pipe_fds[1], "x", 1) == 1);
+    return NULL;
+}
+
+static int sigintr(const char *when) {
+    int early = !strcmp(when, "before");
+    if (early) EXPECT(interrupting(SIGTERM, 1) == 0);
+    RT(cudaSetDevice(0));
+    dev_alloc(3 * MIB);
+    if (!early) EXPECT(interrupting(SIGTERM, 1) == 0);
+    EXPECT(signal(SIGTERM, h1) != SIG_ERR);
+    EXPECT(pipe(pipe_fds) == 0);
+    reader = pthread_self();
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, term_then_write, NULL) == 0);
+    char c;
+    ssize_t n = read(pipe_fds[0], &c, 1);
+    int err = errno;
+    RESULT("read=%zd eintr=%d handled=%d", n, n < 0 && err == EINTR, (int)got_signal);
+    pthread_join(t, NULL);
+    return 0;
 }
 
 /* ---- several threads call exit() at once --------------------------------------------------- */
@@ -229,8 +374,67 @@ static int do_exec(const char *how, const char *target, const char *self) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         EXPECT(fd >= 0);
         fexecve(fd, args, environ);
+    } else if (!strcmp(how, "execveat")) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        EXPECT(fd >= 0);
+        execveat(fd, "", args, environ, AT_EMPTY_PATH);
     } else FAIL("unknown exec form %s", how);
     FAIL("%s %s failed: %s", how, path, strerror(errno));
+}
+
+static void *churn(void *arg);
+
+/* exec from a second thread while another one allocates without pause. */
+static const char *exec_self;
+static void *exec_from_thread(void *arg) {
+    (void)arg;
+    usleep(50 * 1000);
+    char *args[] = {(char *)"rt_life", (char *)"exec_child", NULL};
+    execv(exec_self, args);
+    FAIL("execv from a thread failed: %s", strerror(errno));
+}
+
+static int exec_threaded(const char *self) {
+    RT(cudaSetDevice(0));
+    dev_alloc(100 * MIB);
+    RESULT("parent_pid=%d parent_live=%zu", (int)getpid(), 100 * MIB);
+    fflush(stdout);
+    exec_self = self;
+    pthread_t c, e;
+    EXPECT(pthread_create(&c, NULL, churn, NULL) == 0);
+    EXPECT(pthread_create(&e, NULL, exec_from_thread, NULL) == 0);
+    sleep_forever();
+    return 1;
+}
+
+/* execl with `n` arguments after argv[0] (0 to 130): the new image prints how many it got. */
+#define A10(i) a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], a[i + 6], a[i + 7], a[i + 8], a[i + 9]
+static int execl_many(const char *self, int n) {
+    RT(cudaSetDevice(0));
+    dev_alloc(1 * MIB);
+    fflush(stdout);
+    static char *a[140];
+    static char words[140][16];
+    a[0] = (char *)"count_args";
+    for (int i = 1; i < 140; i++) {
+        snprintf(words[i], sizeof words[i], "w%d", i);
+        a[i] = i <= n ? words[i] : NULL;
+    }
+    /* Every slot passed; execl stops at the first NULL, after `n` of them. */
+    execl(self, "rt_life", A10(0), A10(10), A10(20), A10(30), A10(40), A10(50), A10(60), A10(70), A10(80),
+          A10(90), A10(100), A10(110), A10(120), a[130], a[131], (char *)NULL);
+    FAIL("execl failed: %s", strerror(errno));
+}
+
+static int count_args(int argc, char **argv) {
+    int ok = 1;
+    for (int i = 2; i < argc; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "w%d", i - 1);
+        ok &= !strcmp(argv[i], want);
+    }
+    RESULT("args=%d in_order=%d", argc - 2, ok);
+    return 0;
 }
 
 static int exec_fail(void) {
@@ -336,9 +540,15 @@ int main(int argc, char **argv) {
     const char *arg = argc > 2 ? argv[2] : "";
     if (!strcmp(mode, "pthread_exit")) return main_pthread_exit(0);
     if (!strcmp(mode, "pthread_exit_worker")) return main_pthread_exit(1);
+    if (!strcmp(mode, "pthread_exit_worker_exit4")) return main_pthread_exit(2);
+    if (!strcmp(mode, "exec_threaded")) return exec_threaded(argv[0]);
+    if (!strcmp(mode, "execl_many")) return execl_many(argv[0], atoi(arg));
+    if (!strcmp(mode, "count_args")) return count_args(argc, argv);
     if (!strcmp(mode, "sigwait")) return sigwaiter();
     if (!strcmp(mode, "hold")) return hold();
     if (!strcmp(mode, "handler")) return handler(arg);
+    if (!strcmp(mode, "sigview")) return sigview();
+    if (!strcmp(mode, "sigintr")) return sigintr(arg);
     if (!strcmp(mode, "exit_race")) return exit_race(argc > 3 ? atoi(argv[3]) : 2, !strcmp(arg, "main"));
     if (!strcmp(mode, "quick_exit")) return do_quick_exit();
     if (!strcmp(mode, "exit300")) return big_status(0);

@@ -9,7 +9,8 @@
 //!
 //! The shipped packs (`rules/*.json`) are embedded at build time. `CULEDGER_RULES=FILE`
 //! adds the user's rules in front of them, or replaces them with `"replace": true`; a bad
-//! file gives one warning naming its line, and the shipped rules are used.
+//! file gives one warning naming its line, and the shipped rules are used. The file is read
+//! only when it is a regular file of at most 4 MiB ([`read_rules_file`]).
 //!
 //! The live ledger classifies with the rules decidable from what it keeps per allocation
 //! (tag, capture, export; [`classify`]); frames, sizes, APIs and phases are applied when
@@ -129,12 +130,50 @@ pub fn ruleset() -> &'static RuleSet {
 pub fn init(path: Option<&Path>) -> Option<String> {
     let mut warning = None;
     RULES.get_or_init(|| {
-        let user = path.map(|p| (p.display().to_string(), std::fs::read_to_string(p).map_err(|e| e.to_string())));
+        let user = path.map(|p| (p.display().to_string(), read_rules_file(p)));
         let (set, w) = load(user.as_ref().map(|(label, text)| (label.as_str(), text.clone())));
         warning = w;
         set
     });
     warning
+}
+
+/// The largest rules file read (far above any real one: the shipped packs together are a
+/// few KiB).
+pub const MAX_RULES_BYTES: u64 = 4 << 20;
+
+/// The text of the rules file at `path`, or why it is not read. It is read on the first
+/// hooked thread, so only from a regular file (a FIFO would block it until a writer comes,
+/// `/dev/zero` never ends), opened without blocking, and at most [`MAX_RULES_BYTES`].
+pub fn read_rules_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = "not a regular file".to_string();
+    // Looked at before opening: opening some devices has effects of its own.
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(not_regular);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    // What was opened, should the name have been swapped meanwhile.
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(not_regular);
+    }
+    let too_big = || format!("larger than {} MiB", MAX_RULES_BYTES >> 20);
+    if meta.len() > MAX_RULES_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RULES_BYTES + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_RULES_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
 /// The built-in category for a rule set's verdict (user categories and tags that name no

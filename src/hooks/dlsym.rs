@@ -11,11 +11,18 @@
 //! The Rust side touches no thread-local storage, takes no lock and allocates nothing:
 //! it runs inside the dynamic loader's callers, before anything else is initialised.
 //! The real `dlsym` is found with `dlvsym` over the glibc versions that define it.
+//!
+//! A look-up that only our own export answers (`dlsym(RTLD_DEFAULT, "cudaMalloc")` in a
+//! process without CUDA) returns NULL, with the `dlerror()` the program would get without
+//! culedger: glibc names the object the look-up was made for (the caller for
+//! `RTLD_DEFAULT`, the handle's object otherwise; `DSO_FILENAME` in elf/dl-lookup.c,
+//! `_dl_lookup_symbol_x`), so the failing look-up we make from here is made under that
+//! object's name (see [`fail_as`]).
 
 use super::real::{claim, is_ours, note_runtime_symbol, resolve_next, unwrapped};
 use super::table::{by_name, exported, Kind};
-use libc::{c_char, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use libc::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
 pub const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
@@ -61,11 +68,73 @@ pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_voi
     f(handle, name)
 }
 
+/// The public head of glibc's `struct link_map` (<link.h>): what `dlopen` returns and
+/// `dladdr1(RTLD_DL_LINKMAP)` finds.
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *mut c_char,
+    l_ld: *mut c_void,
+    l_next: *mut LinkMap,
+    l_prev: *mut LinkMap,
+}
+
+/// glibc's `struct r_debug` (<link.h>): `r_map` is the main program's map.
+#[repr(C)]
+struct RDebug {
+    r_version: c_int,
+    r_map: *mut LinkMap,
+}
+
+const RTLD_DL_LINKMAP: c_int = 2;
+
+extern "C" {
+    fn dladdr1(addr: *const c_void, info: *mut libc::Dl_info, extra: *mut *mut c_void, flags: c_int) -> c_int;
+    static _r_debug: RDebug;
+}
+
+/// The map of the object holding `addr`; the main program's when none does (as glibc's
+/// `do_sym` assumes for a caller it cannot place).
+unsafe fn map_of(addr: *const c_void) -> *mut LinkMap {
+    let mut info: libc::Dl_info = std::mem::zeroed();
+    let mut map: *mut c_void = std::ptr::null_mut();
+    if dladdr1(addr, &mut info, &mut map, RTLD_DL_LINKMAP) != 0 && !map.is_null() {
+        return map.cast();
+    }
+    std::ptr::addr_of!(_r_debug).read().r_map
+}
+
+/// Held while our map carries another object's name.
+static RENAMED: AtomicBool = AtomicBool::new(false);
+
+/// Make `name`'s failing look-up for the caller's `dlerror()`, worded as glibc words it for
+/// the caller's own look-up: the one made from here (`RTLD_NEXT`, nothing behind us defines
+/// `name`) runs while our map bears the name of the object the caller's look-up was for.
+/// Another thread reading our map's name in those few instructions (`dl_iterate_phdr`,
+/// `dladdr`) would see that name.
+unsafe fn fail_as(handle: *mut c_void, caller: *const c_void, name: *const c_char) {
+    let named = if handle == RTLD_DEFAULT { map_of(caller) } else { handle.cast::<LinkMap>() };
+    let ours = map_of(dlsym_hook as *const c_void);
+    if named.is_null() || ours.is_null() || named == ours {
+        let _ = real_dlsym(RTLD_NEXT, name);
+        return;
+    }
+    crate::sync::atomic(&RENAMED);
+    while RENAMED.swap(true, Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+    let saved = (*ours).l_name;
+    (*ours).l_name = (*named).l_name;
+    let _ = real_dlsym(RTLD_NEXT, name);
+    (*ours).l_name = saved;
+    RENAMED.store(false, Ordering::Release);
+}
+
 /// Decide a `dlsym` call. Returns 0 to let the real dlsym answer (tail jump),
 /// [`RETURN_NULL`] to answer NULL, anything else is the address to return.
-extern "C" fn dlsym_hook(handle: *mut c_void, name: *const c_char) -> usize {
+extern "C" fn dlsym_hook(handle: *mut c_void, name: *const c_char, caller: *const c_void) -> usize {
     // Never unwind into the loader's caller.
-    match std::panic::catch_unwind(|| unsafe { decide(handle, name) }) {
+    match std::panic::catch_unwind(|| unsafe { decide(handle, name, caller) }) {
         Ok(v) => v,
         Err(_) => {
             resolve_real_dlsym();
@@ -74,7 +143,7 @@ extern "C" fn dlsym_hook(handle: *mut c_void, name: *const c_char) -> usize {
     }
 }
 
-unsafe fn decide(handle: *mut c_void, name: *const c_char) -> usize {
+unsafe fn decide(handle: *mut c_void, name: *const c_char, caller: *const c_void) -> usize {
     if resolve_real_dlsym() == 0 {
         // Cannot happen with glibc; without a real dlsym we must not jump to 0.
         return RETURN_NULL;
@@ -94,8 +163,8 @@ unsafe fn decide(handle: *mut c_void, name: *const c_char) -> usize {
         return if resolve_next(entry.sym, true) != 0 {
             exported(entry.sym) as usize
         } else {
-            // Ask again for the caller's dlerror() state, then answer NULL.
-            let _ = real_dlsym(RTLD_NEXT, name);
+            // The caller's dlerror() state, then NULL.
+            fail_as(handle, caller, name);
             RETURN_NULL
         };
     }
@@ -121,10 +190,12 @@ unsafe fn decide(handle: *mut c_void, name: *const c_char) -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     std::arch::naked_asm!(
-        // Keep the caller's arguments; 16-byte alignment for the call (entry rsp = 8 mod 16).
+        // Keep the caller's arguments; 16-byte alignment for the call (entry rsp = 8 mod 16);
+        // the caller's return address is the hook's third argument.
         "push rdi",
         "push rsi",
         "sub rsp, 8",
+        "mov rdx, [rsp + 24]",
         "call {hook}",
         "add rsp, 8",
         "pop rsi",
@@ -157,6 +228,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
         "stp x29, x30, [sp, #-32]!",
         "mov x29, sp",
         "stp x0, x1, [sp, #16]",
+        "mov x2, x30",
         "bl {hook}",
         "mov x9, x0",
         "ldp x0, x1, [sp, #16]",

@@ -29,7 +29,7 @@ pub use process::{prefetch_libc, real_sigaction};
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
 
 pub(crate) use dlopen::{dlopens, in_dlopen, in_dlopen_unless_none_since};
-pub(crate) use dlsym::real_dlsym;
+pub(crate) use dlsym::{real_dlsym, RTLD_DEFAULT};
 
 use libc::c_int;
 use std::cell::Cell;

@@ -1,7 +1,7 @@
 //! libc's process lifecycle: how a process ends (`exit`, `quick_exit`, `_exit`, `_Exit`),
 //! replaces itself (`execve`, `execv`, `execvp`, `execvpe`, `execl`, `execle`, `execlp`,
 //! `fexecve`, `execveat`), and who handles its signals (`sigaction`, `signal`,
-//! `bsd_signal`, `sysv_signal`). Each export does culedger's part (`crate::report`) and
+//! `bsd_signal`, `sysv_signal`, `siginterrupt`). Each export does culedger's part (`crate::report`) and
 //! forwards to the real function, found once with `dlsym(RTLD_NEXT)` (at activation, so
 //! that a fork child about to exec does not need the loader).
 //!
@@ -17,7 +17,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use super::dlsym::{real_dlsym, RTLD_NEXT};
-use crate::report::signals::{self, SigactionFn};
+use crate::report::signals::{self, SigactionFn, SignalKind};
 use libc::{c_char, c_int, sighandler_t};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,8 +64,9 @@ static SIGACTION: Real = Real::new(c"sigaction");
 static SIGNAL: Real = Real::new(c"signal");
 static BSD_SIGNAL: Real = Real::new(c"bsd_signal");
 static SYSV_SIGNAL: Real = Real::new(c"sysv_signal");
+static SIGINTERRUPT: Real = Real::new(c"siginterrupt");
 
-const ALL: [&Real; 12] = [
+const ALL: [&Real; 13] = [
     &EXIT,
     &QUICK_EXIT,
     &EXECVE,
@@ -78,6 +79,7 @@ const ALL: [&Real; 12] = [
     &SIGNAL,
     &BSD_SIGNAL,
     &SYSV_SIGNAL,
+    &SIGINTERRUPT,
 ];
 
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
@@ -87,6 +89,7 @@ type FexecveFn = unsafe extern "C" fn(c_int, *const *const c_char, *const *const
 type ExecveatFn =
     unsafe extern "C" fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
 type SignalFn = unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t;
+type SiginterruptFn = unsafe extern "C" fn(c_int, c_int) -> c_int;
 
 /// Resolve every real function now (called at activation).
 pub fn prefetch_libc() {
@@ -326,8 +329,8 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
 }
 
 /// A `signal`-family export: culedger's view for the signals it may catch, else the real one.
-unsafe fn signal_via(real: &Real, sig: c_int, handler: sighandler_t, flags: c_int) -> sighandler_t {
-    if let Some(old) = signals::program_signal(sig, handler, flags) {
+unsafe fn signal_via(real: &Real, sig: c_int, handler: sighandler_t, kind: SignalKind) -> sighandler_t {
+    if let Some(old) = signals::program_signal(sig, handler, kind) {
         return old;
     }
     match real.get::<SignalFn>() {
@@ -342,19 +345,29 @@ unsafe fn signal_via(real: &Real, sig: c_int, handler: sighandler_t, flags: c_in
 /// Interposes `signal` (BSD semantics, as glibc's).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-    signal_via(&SIGNAL, sig, handler, libc::SA_RESTART)
+    signal_via(&SIGNAL, sig, handler, SignalKind::Bsd)
 }
 
 /// Interposes `bsd_signal` (same as `signal`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-    signal_via(&BSD_SIGNAL, sig, handler, libc::SA_RESTART)
+    signal_via(&BSD_SIGNAL, sig, handler, SignalKind::Bsd)
 }
 
 /// Interposes `sysv_signal` (one-shot, not masked while it runs).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-    signal_via(&SYSV_SIGNAL, sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER)
+    signal_via(&SYSV_SIGNAL, sig, handler, SignalKind::Sysv)
+}
+
+/// Interposes `siginterrupt`: glibc's `signal` reads the set it keeps, which culedger's
+/// `signal` cannot see (see `report::signals`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
+    match SIGINTERRUPT.get::<SiginterruptFn>() {
+        Some(real) => signals::program_siginterrupt(real, sig, flag),
+        None => enosys(),
+    }
 }
 
 // ---- the main thread's exit ---------------------------------------------------------------------

@@ -389,33 +389,86 @@ unsafe fn runtime_owner() -> Option<*mut c_void> {
     (!h.is_null()).then_some(h)
 }
 
-/// The device of the calling thread's current context (driver), else the runtime's
-/// current device, else 0 (with one warning when neither function exists at all).
-pub fn current_device() -> i32 {
-    static NO_DEVICE_FUNCTION: AtomicBool = AtomicBool::new(false);
+/// What the driver (and, for a runtime hook, the runtime) says of the calling thread's
+/// current context.
+pub enum Current {
+    Device(i32),
+    /// No context is current (or the driver refused the question): a runtime in its own
+    /// initialisation loading its modules, a thread that never made one current.
+    NoContext,
+    /// The driver has no `cuCtxGetDevice` at all (none loaded, or one without it).
+    Unknowable,
+}
+
+fn driver_current() -> Current {
     let f = CU_CTX_GET_DEVICE.get();
-    if f == 0 && CUDA_GET_DEVICE.get() == 0 && !NO_DEVICE_FUNCTION.swap(true, Ordering::Relaxed) {
-        let line = "cannot tell the current device: the driver has no cuCtxGetDevice and no runtime \
-                    cudaGetDevice was found; memory is counted on device 0";
-        crate::warn!("{line}");
-        crate::ledger::global().note_warning(line);
+    if f == 0 {
+        return Current::Unknowable;
     }
-    if f != 0 {
-        let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
-        let mut dev: c_int = -1;
-        if unsafe { f(&mut dev) } == 0 && dev >= 0 {
-            return dev;
-        }
+    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
+    let mut dev: c_int = -1;
+    if unsafe { f(&mut dev) } == 0 && dev >= 0 {
+        Current::Device(dev)
+    } else {
+        Current::NoContext
     }
+}
+
+/// The runtime's current device (`cudaGetDevice`), for runtime hooks only.
+fn runtime_current() -> Option<i32> {
     let f = CUDA_GET_DEVICE.get();
-    if f != 0 {
-        let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
-        let mut dev: c_int = -1;
-        if unsafe { f(&mut dev) } == 0 && dev >= 0 {
-            return dev;
+    if f == 0 {
+        return None;
+    }
+    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
+    let mut dev: c_int = -1;
+    (unsafe { f(&mut dev) } == 0 && dev >= 0).then_some(dev)
+}
+
+/// The device a call of `sym` is charged to: the device of the calling thread's current
+/// context, asked of the driver. None when no context is current: there is no device to
+/// charge (the caller records nothing and counts the call, `Ledger::no_context`).
+///
+/// Only a runtime hook may then ask the runtime's `cudaGetDevice`: the program called the
+/// runtime entry point, so no runtime code is on the stack. A driver hook may be running
+/// inside a runtime (cudart loads its fatbins with `cuLibraryLoadData` from its own
+/// initialisation, with no context current, under its init lock): calling the runtime from
+/// there re-enters that initialisation, which waits for itself for ever. A driver hook asks
+/// the driver alone.
+///
+/// A driver without `cuCtxGetDevice` cannot tell the device at all: memory is counted on
+/// device 0, said once.
+pub fn current_device(sym: Sym) -> Option<i32> {
+    match device_of(sym) {
+        Current::Device(dev) => Some(dev),
+        Current::NoContext => None,
+        Current::Unknowable => {
+            static NO_DEVICE_FUNCTION: AtomicBool = AtomicBool::new(false);
+            if !NO_DEVICE_FUNCTION.swap(true, Ordering::Relaxed) {
+                let line = "cannot tell the current device: the driver has no cuCtxGetDevice (and no runtime \
+                            cudaGetDevice could be asked); memory is counted on device 0";
+                crate::warn!("{line}");
+                crate::ledger::global().note_warning(line);
+            }
+            Some(0)
         }
     }
-    0
+}
+
+/// What the calling thread's current device is for a call of `sym`, as [`current_device`]
+/// decides it, without its device-0 stand-in: a measurement (a hidden driver cost) is
+/// left out rather than charged to a guessed device.
+pub fn device_of(sym: Sym) -> Current {
+    let driver = driver_current();
+    if let Current::Device(_) = driver {
+        return driver;
+    }
+    if TABLE[sym as usize].kind == Kind::Runtime {
+        if let Some(dev) = runtime_current() {
+            return Current::Device(dev);
+        }
+    }
+    driver
 }
 
 /// The device of stream `s` (a driver stream; the runtime's stream handles are the same):
@@ -423,9 +476,9 @@ pub fn current_device() -> i32 {
 /// `CU_STREAM_PER_THREAD`), else `cuStreamGetDevice` (CUDA 12.8+), else the device of the
 /// stream's context (`cuStreamGetCtx`, made current for the question and popped again),
 /// else the current device. Real driver functions only: no hook, no lock.
-pub fn stream_device(s: u64) -> i32 {
+pub fn stream_device(sym: Sym, s: u64) -> Option<i32> {
     if s <= CU_STREAM_PER_THREAD {
-        return current_device();
+        return current_device(sym);
     }
     type GetDevice = unsafe extern "C" fn(CUstream, *mut c_int) -> c_int;
     type GetCtx = unsafe extern "C" fn(CUstream, *mut CUcontext) -> c_int;
@@ -437,7 +490,7 @@ pub fn stream_device(s: u64) -> i32 {
         let f: GetDevice = unsafe { std::mem::transmute::<usize, GetDevice>(f) };
         let mut dev: c_int = -1;
         if unsafe { f(stream, &mut dev) } == 0 && dev >= 0 {
-            return dev;
+            return Some(dev);
         }
     }
     let (get_ctx, push, pop, get_dev) =
@@ -457,13 +510,13 @@ pub fn stream_device(s: u64) -> i32 {
                     let mut popped: CUcontext = std::ptr::null_mut();
                     pop(&mut popped);
                     if rc == 0 && dev >= 0 {
-                        return dev;
+                        return Some(dev);
                     }
                 }
             }
         }
     }
-    current_device()
+    current_device(sym)
 }
 
 /// The device the driver says `ptr` was allocated on (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).

@@ -284,6 +284,7 @@ pub(super) fn render(l: &Ledger) -> Value {
         "unwrapped_symbols": unwrapped,
         "warnings": warnings,
         "warnings_dropped": h.warnings_dropped.load(Ordering::Relaxed),
+        "no_context_calls": h.no_context_calls.load(Ordering::Relaxed),
         "history_frozen": frozen,
     });
     json!({"devices": devices, "host": host, "health": health})

@@ -157,6 +157,8 @@ struct Health {
     warnings: Mutex<Vec<String>>,
     /// Distinct warnings not kept because the list was full.
     warnings_dropped: AtomicU64,
+    /// Hooked calls made with no context current on the calling thread: nothing charged.
+    no_context_calls: AtomicU64,
 }
 
 /// The record a pointer resolved to, and the address range it was found in: the
@@ -844,6 +846,17 @@ impl Ledger {
     pub fn note_loss(&self, what: &str) {
         self.health.lost_events.fetch_add(1, Ordering::Relaxed);
         self.note_warning(&format!("not recorded: {what}"));
+    }
+
+    /// A hooked call made while no context was current on the calling thread (a runtime
+    /// loading its modules during its own initialisation): there was no device to charge.
+    pub fn no_context(&self) {
+        self.health.no_context_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Hooked calls counted by [`no_context`](Self::no_context).
+    pub fn no_context_calls(&self) -> u64 {
+        self.health.no_context_calls.load(Ordering::Relaxed)
     }
 
     /// An entry point handed out unwrapped (listed once).

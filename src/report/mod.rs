@@ -310,6 +310,13 @@ impl Reporter {
         if self.state.compare_exchange(INACTIVE, STARTING, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return;
         }
+        if self.install_handlers && another_copy_first() {
+            // No session: no report, no handlers, no flush thread; the hooks go on
+            // forwarding (the other copy's hooks call ours as the next definition).
+            crate::debug!("another copy of libculedger is loaded before this one and reports; this one stands down");
+            self.state.store(ACTIVE, Ordering::Release);
+            return;
+        }
         if catch_unwind(AssertUnwindSafe(|| self.start(getpid()))).is_err() {
             crate::warn!("internal error while starting the report; continuing");
         }
@@ -731,6 +738,29 @@ fn signals_blocked(signals: &[c_int]) -> bool {
         libc::pthread_sigmask(libc::SIG_BLOCK, ptr::null(), &mut set) == 0
             && signals.iter().all(|&sig| libc::sigismember(&set, sig) == 1)
     }
+}
+
+/// Is another copy of libculedger (a wheel's and a build's, both preloaded) ahead of this one
+/// in the global scope? Its exports then answer the program (and call ours as the next
+/// definition): it writes the report, this copy must not write a second one. Told by the
+/// object defining the first `culedger_push_tag`: another one that defines the first
+/// `cuMemAlloc_v2` too.
+fn another_copy_first() -> bool {
+    use crate::hooks::{real_dlsym, RTLD_DEFAULT};
+    /// An address in this very object (taking the address of one of our exports would give
+    /// the first copy's: references to exported symbols are interposed too).
+    static HERE: u8 = 0;
+    let object = |p: *const c_void| {
+        // SAFETY: dladdr fills in a local.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        (!p.is_null() && unsafe { libc::dladdr(p, &mut info) } != 0).then_some(info.dli_fbase)
+    };
+    // SAFETY: NUL-terminated names.
+    let (tag, alloc) = unsafe {
+        (real_dlsym(RTLD_DEFAULT, c"culedger_push_tag".as_ptr()), real_dlsym(RTLD_DEFAULT, c"cuMemAlloc_v2".as_ptr()))
+    };
+    let first = object(tag);
+    first.is_some() && first != object(&HERE as *const u8 as *const c_void) && first == object(alloc)
 }
 
 // ---- the process-wide API ---------------------------------------------------------------

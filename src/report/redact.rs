@@ -19,7 +19,10 @@
 //!   `NAME=<redacted>` (`HF_TOKEN=...`, `OPENAI_API_KEY=...`).
 //! - Inside any argument (and any option value): the password of a URL
 //!   (`postgres://user:<redacted>@host`, `redis://:<redacted>@host`), URL query parameters
-//!   with a secret name (`?access_token=<redacted>`), an HTTP header with a secret name
+//!   with a secret name (`?access_token=<redacted>`) and the signatures and credentials of
+//!   signed URLs (a signed URL is a bearer token): Azure SAS `sig`, AWS `X-Amz-Signature`,
+//!   `X-Amz-Credential`, `X-Amz-Security-Token`, Google `X-Goog-Signature`,
+//!   `X-Goog-Credential`, the older `Signature`, `AWSAccessKeyId`, `GoogleAccessId`, an HTTP header with a secret name
 //!   (`-H "Authorization: <redacted>"`, `X-Api-Key: <redacted>`), the string value of a
 //!   JSON member with a secret name (`{"hf_token": "<redacted>"}`), and the credentials
 //!   after `Bearer`/`Basic` (`Bearer <redacted>`).
@@ -53,6 +56,17 @@ pub fn is_secret_name(name: &str) -> bool {
         let rest = &name[at + t.len()..];
         !(rest.starts_with('s') || rest.starts_with("ize"))
     })
+}
+
+/// Is a URL query parameter secret: a secret name, or the signature or signing identity of
+/// a signed URL (its last word `sig` or `signature`, or an access-key id)?
+fn is_secret_query_param(name: &str) -> bool {
+    if is_secret_name(name) {
+        return true;
+    }
+    let name = name.to_ascii_lowercase();
+    let last = name.rsplit(['-', '_', '.']).next().unwrap_or("");
+    matches!(last, "sig" | "signature") || matches!(name.as_str(), "awsaccesskeyid" | "googleaccessid")
 }
 
 /// Is `name` shaped like an environment variable or a `key=value` override?
@@ -128,7 +142,7 @@ fn redact_url_body(url: &str) -> String {
             let params: Vec<String> = query
                 .split('&')
                 .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if is_secret_name(k) => format!("{k}={REDACTED}"),
+                    Some((k, _)) if is_secret_query_param(k) => format!("{k}={REDACTED}"),
                     _ => kv.to_string(),
                 })
                 .collect();
@@ -534,6 +548,53 @@ mod tests {
             assert_eq!(r(&[&format!("DATABASE_URL={url}")]), [format!("DATABASE_URL={want}")], "env {url}");
         }
         assert_eq!(r(&["DATABASE_PASSWORD=x"]), ["DATABASE_PASSWORD=<redacted>"]);
+    }
+
+    #[test]
+    fn signed_urls_lose_their_signatures_and_credentials() {
+        let cases = [
+            (
+                "https://acct.blob.core.windows.net/c/model.bin?sv=2022-11-02&ss=b&srt=o&sp=r\
+                 &se=2026-01-01T00:00:00Z&spr=https&sig=AbC%2Bd%2FeF%3D",
+                "https://acct.blob.core.windows.net/c/model.bin?sv=2022-11-02&ss=b&srt=o&sp=r\
+                 &se=2026-01-01T00:00:00Z&spr=https&sig=<redacted>",
+            ),
+            (
+                "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+                 &X-Amz-Credential=AKIAEXAMPLE%2F20260101%2Fus-east-1%2Fs3%2Faws4_request\
+                 &X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600&X-Amz-Security-Token=IQo\
+                 &X-Amz-SignedHeaders=host&X-Amz-Signature=0a1b2c3d",
+                "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+                 &X-Amz-Credential=<redacted>&X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600\
+                 &X-Amz-Security-Token=<redacted>&X-Amz-SignedHeaders=host&X-Amz-Signature=<redacted>",
+            ),
+            (
+                "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256\
+                 &X-Goog-Credential=sa%40p.iam.gserviceaccount.com%2F20260101%2Fauto\
+                 &X-Goog-Date=20260101T000000Z&X-Goog-Expires=900&X-Goog-SignedHeaders=host\
+                 &X-Goog-Signature=5f6e",
+                "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256\
+                 &X-Goog-Credential=<redacted>&X-Goog-Date=20260101T000000Z&X-Goog-Expires=900\
+                 &X-Goog-SignedHeaders=host&X-Goog-Signature=<redacted>",
+            ),
+            (
+                "https://b.s3.amazonaws.com/k?AWSAccessKeyId=AKIA&Expires=1767225600&Signature=vjb%2B",
+                "https://b.s3.amazonaws.com/k?AWSAccessKeyId=<redacted>&Expires=1767225600&Signature=<redacted>",
+            ),
+            (
+                "https://storage.googleapis.com/b/o?GoogleAccessId=sa&Expires=1&Signature=x",
+                "https://storage.googleapis.com/b/o?GoogleAccessId=<redacted>&Expires=1&Signature=<redacted>",
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(r(&[url]), [want], "positional");
+            assert_eq!(r(&["--model-url", url]), ["--model-url", want]);
+            assert_eq!(r(&[&format!("--weights={url}")]), [format!("--weights={want}")]);
+            assert_eq!(r(&[&format!("MODEL_URL={url}")]), [format!("MODEL_URL={want}")]);
+        }
+        // Parameters that only look alike stay.
+        let plain = "https://h/p?signed=1&design=a&sigma=2&x-amz-date=3";
+        assert_eq!(r(&[plain]), [plain]);
     }
 
     fn argv(line: &[&str]) -> Vec<String> {

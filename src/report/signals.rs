@@ -10,10 +10,16 @@
 //! inside culedger's bookkeeping (holding a ledger lock the write needs) is handled the
 //! moment the bookkeeping ends.
 //!
-//! The program keeps full control: `sigaction`, `signal`, `bsd_signal` and `sysv_signal` are
-//! hooked (`hooks::process`). Installing a handler (or `SIG_IGN`) replaces ours for real;
-//! setting `SIG_DFL` keeps ours in place; every query answers what the program itself set
-//! last (or what was there before culedger), never our handler. Not covered: `sigset` and
+//! The program keeps full control: `sigaction`, `signal`, `bsd_signal`, `sysv_signal` and
+//! `siginterrupt` are hooked (`hooks::process`). Installing a handler (or `SIG_IGN`) replaces
+//! ours for real; setting `SIG_DFL` keeps ours in place; every query answers what glibc would
+//! answer for what the program itself set last (or what was there before culedger), field for
+//! field, never our handler: glibc's `__libc_sigaction` adds `SA_RESTORER` and its own
+//! restorer to every action it installs (x86_64), and the kernel drops `SIGKILL` and `SIGSTOP`
+//! from a mask. `signal`/`bsd_signal` set `SA_RESTART` unless `siginterrupt` marked the
+//! signal (glibc's `__bsd_signal` and its `_sigintr` set, sysdeps/posix/signal.c,
+//! siginterrupt.c); `sysv_signal` sets `SA_RESETHAND | SA_NODEFER | SA_INTERRUPT`
+//! (sysdeps/posix/sysv_signal.c). Not covered: `sigset` and
 //! raw `rt_sigaction` system calls (they see our handler; a handler they install replaces
 //! ours all the same). A process that is pid 1 of its namespace is left alone: the kernel
 //! does not deliver default-action signals to it, and catching them would change that.
@@ -44,6 +50,49 @@ unsafe impl Sync for Dispositions {}
 static PROGRAM: Dispositions = Dispositions(UnsafeCell::new(unsafe { MaybeUninit::zeroed().assume_init() }));
 
 static LOCK: AtomicBool = AtomicBool::new(false);
+
+/// Signals `siginterrupt(sig, 1)` marked (bit n = signal n): glibc's `signal` leaves
+/// `SA_RESTART` off for them.
+static INTERRUPTING: AtomicU64 = AtomicU64::new(0);
+
+/// What glibc's `sigaction` adds to every action it installs, as the kernel then answers:
+/// `SA_RESTORER` (0 where glibc does not set one) and the restorer. Learned from our own
+/// handler once it is installed.
+static RESTORER_FLAG: AtomicU64 = AtomicU64::new(0);
+static RESTORER: AtomicU64 = AtomicU64::new(0);
+
+/// The flag bits the kernel keeps (Linux 5.11 and later clear those outside its uapi set,
+/// `SA_INTERRUPT` among them; older kernels keep every bit). Learned with our handler, which
+/// is installed with `SA_INTERRUPT` (a no-op) to tell.
+static KEPT_FLAGS: AtomicU64 = AtomicU64::new(u32::MAX as u64);
+
+/// Linux's `UAPI_SA_FLAGS` (include/linux/signal_types.h), with the arch's `SA_RESTORER` and
+/// arm64's `SA_EXPOSE_TAGBITS`.
+const UAPI_SA_FLAGS: c_int = libc::SA_NOCLDSTOP
+    | libc::SA_NOCLDWAIT
+    | libc::SA_SIGINFO
+    | libc::SA_ONSTACK
+    | libc::SA_RESTART
+    | libc::SA_NODEFER
+    | libc::SA_RESETHAND
+    | SA_RESTORER
+    | 0x800;
+
+/// Linux's `SA_RESTORER` (x86_64, aarch64; the libc crate leaves it out).
+const SA_RESTORER: c_int = 0x0400_0000;
+
+/// glibc's `SA_INTERRUPT` (a historical no-op flag the kernel keeps; `sysv_signal` sets it).
+const SA_INTERRUPT: c_int = 0x2000_0000;
+
+/// Which `signal`-style function a registration comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SignalKind {
+    /// `signal`, `bsd_signal`: the signal masked while its handler runs, `SA_RESTART` unless
+    /// `siginterrupt` marked it.
+    Bsd,
+    /// `sysv_signal`: one-shot, not masked.
+    Sysv,
+}
 
 fn bit(sig: c_int) -> u64 {
     if (1..NSIG as c_int).contains(&sig) {
@@ -110,7 +159,7 @@ unsafe fn install_ours(real: SigactionFn, sig: c_int) -> bool {
     let mut act: libc::sigaction = std::mem::zeroed();
     act.sa_sigaction = our_handler();
     // SA_ONSTACK: some runtimes (Go) require it of every handler in the process.
-    act.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+    act.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK | SA_INTERRUPT;
     libc::sigemptyset(&mut act.sa_mask);
     let wanted = WANTED.load(Ordering::Acquire);
     for s in 1..NSIG as c_int {
@@ -118,7 +167,47 @@ unsafe fn install_ours(real: SigactionFn, sig: c_int) -> bool {
             libc::sigaddset(&mut act.sa_mask, s);
         }
     }
-    real(sig, &act, ptr::null_mut()) == 0
+    if real(sig, &act, ptr::null_mut()) != 0 {
+        return false;
+    }
+    let mut now: libc::sigaction = std::mem::zeroed();
+    if real(sig, ptr::null(), &mut now) == 0 && now.sa_sigaction == our_handler() {
+        RESTORER_FLAG.store((now.sa_flags & SA_RESTORER) as u64, Ordering::Relaxed);
+        RESTORER.store(now.sa_restorer.map_or(0, |f| f as usize as u64), Ordering::Relaxed);
+        let kept = if now.sa_flags & SA_INTERRUPT != 0 { -1 } else { UAPI_SA_FLAGS };
+        KEPT_FLAGS.store(kept as u32 as u64, Ordering::Relaxed);
+    }
+    true
+}
+
+/// `act` as the kernel would keep it had glibc's `sigaction` installed it, which is what a
+/// later query would answer.
+fn as_installed(act: &libc::sigaction) -> libc::sigaction {
+    let mut kept = *act;
+    kept.sa_flags &= KEPT_FLAGS.load(Ordering::Relaxed) as u32 as c_int;
+    let flag = RESTORER_FLAG.load(Ordering::Relaxed) as c_int;
+    if flag != 0 {
+        kept.sa_flags |= flag;
+        let f = RESTORER.load(Ordering::Relaxed) as usize;
+        // SAFETY: the restorer glibc itself installs (an `extern "C" fn()`), or none.
+        kept.sa_restorer = (f != 0).then(|| unsafe { std::mem::transmute::<usize, extern "C" fn()>(f) });
+    }
+    // SAFETY: a valid set.
+    unsafe {
+        libc::sigdelset(&mut kept.sa_mask, libc::SIGKILL);
+        libc::sigdelset(&mut kept.sa_mask, libc::SIGSTOP);
+    }
+    kept
+}
+
+/// Copy `answer` into the program's `old`, as glibc's `sigaction` fills it in: where glibc
+/// keeps no restorer (the kernel answers none), `old.sa_restorer` is left as it was.
+fn answer(old: &mut libc::sigaction, answer: &libc::sigaction) {
+    let restorer = old.sa_restorer;
+    *old = *answer;
+    if RESTORER_FLAG.load(Ordering::Relaxed) == 0 && answer.sa_flags & SA_RESTORER == 0 {
+        old.sa_restorer = restorer;
+    }
 }
 
 /// At activation: catch each of `signals` the program leaves at its default action.
@@ -172,7 +261,7 @@ pub unsafe fn program_sigaction(
     if let Some(new) = act.as_ref() {
         if new.sa_sigaction == libc::SIG_DFL && super::is_ours() && libc::getpid() != 1 {
             // The default, as far as the program can tell: ours stays (or comes back).
-            g.table()[sig as usize] = *new;
+            g.table()[sig as usize] = as_installed(new);
             if !ours_now {
                 install_ours(real, sig);
             }
@@ -184,18 +273,18 @@ pub unsafe fn program_sigaction(
         }
     }
     if let Some(old) = old.as_mut() {
-        *old = believed;
+        answer(old, &believed);
     }
     0
 }
 
-/// `signal`-style registration (`signal`, `bsd_signal`: `SA_RESTART` and the signal masked
-/// while it runs; `sysv_signal`: `SA_RESETHAND | SA_NODEFER`) through [`program_sigaction`];
-/// `None` when `sig` is not one culedger may catch (the caller forwards).
+/// `signal`-style registration through [`program_sigaction`], with the flags and mask
+/// glibc's function of that `kind` uses; `None` when `sig` is not one culedger may catch
+/// (the caller forwards).
 ///
 /// # Safety
 /// As `signal(2)`.
-pub unsafe fn program_signal(sig: c_int, handler: sighandler_t, flags: c_int) -> Option<sighandler_t> {
+pub unsafe fn program_signal(sig: c_int, handler: sighandler_t, kind: SignalKind) -> Option<sighandler_t> {
     if !wanted(sig) {
         return None;
     }
@@ -206,16 +295,53 @@ pub unsafe fn program_signal(sig: c_int, handler: sighandler_t, flags: c_int) ->
     }
     let mut act: libc::sigaction = std::mem::zeroed();
     act.sa_sigaction = handler;
-    act.sa_flags = flags;
     libc::sigemptyset(&mut act.sa_mask);
-    if flags & libc::SA_NODEFER == 0 {
-        libc::sigaddset(&mut act.sa_mask, sig);
+    match kind {
+        SignalKind::Bsd => {
+            libc::sigaddset(&mut act.sa_mask, sig);
+            let interrupting = INTERRUPTING.load(Ordering::Acquire) & bit(sig) != 0;
+            act.sa_flags = if interrupting { 0 } else { libc::SA_RESTART };
+        }
+        SignalKind::Sysv => act.sa_flags = libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT,
     }
     let mut old: libc::sigaction = std::mem::zeroed();
     if program_sigaction(real, sig, &act, &mut old) != 0 {
         return Some(libc::SIG_ERR);
     }
     Some(old.sa_sigaction)
+}
+
+/// Our `siginterrupt`: glibc's (which keeps the set its `signal` reads and changes the
+/// installed action's `SA_RESTART`), then, while our handler stands in for the program's
+/// default, the same change to what the program believes is installed, and our handler's
+/// own flags back.
+///
+/// # Safety
+/// `real` is glibc's `siginterrupt`.
+pub unsafe fn program_siginterrupt(real: unsafe extern "C" fn(c_int, c_int) -> c_int, sig: c_int, on: c_int) -> c_int {
+    let guard = wanted(sig).then(Guard::lock);
+    let rc = real(sig, on);
+    if rc != 0 {
+        return rc;
+    }
+    if on != 0 {
+        INTERRUPTING.fetch_or(bit(sig), Ordering::AcqRel);
+    } else {
+        INTERRUPTING.fetch_and(!bit(sig), Ordering::AcqRel);
+    }
+    let (Some(g), Some(real_sa)) = (guard, self::real()) else { return rc };
+    let mut cur: libc::sigaction = std::mem::zeroed();
+    if real_sa(sig, ptr::null(), &mut cur) == 0 && cur.sa_sigaction == our_handler() {
+        let mut believed = g.table()[sig as usize];
+        if on != 0 {
+            believed.sa_flags &= !libc::SA_RESTART;
+        } else {
+            believed.sa_flags |= libc::SA_RESTART;
+        }
+        g.table()[sig as usize] = as_installed(&believed);
+        install_ours(real_sa, sig);
+    }
+    rc
 }
 
 /// Our handler. Only async-signal-safe work: the final write is done by the flush thread.

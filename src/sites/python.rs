@@ -61,7 +61,48 @@ pub struct Runtime {
     frame_type: u64,
     /// Free-threaded builds keep per-thread bytecode: lines fall back to the first line.
     lines: bool,
+    /// 3.10 and 3.11: where the interpreters and their thread states are, to find the
+    /// calling thread's state in a subinterpreter.
+    interps: Option<Interps>,
 }
+
+/// `_PyRuntime.interpreters` and the links to follow (3.10, 3.11; x86_64 and aarch64 share
+/// them). `PyGILState_GetThisThreadState` answers the main interpreter's thread state even
+/// while the thread runs in a subinterpreter (`_xxsubinterpreters.run_string`): its frames
+/// would end at the main interpreter's `run_string` line. Offsets from CPython's
+/// Include/internal/pycore_runtime.h (`pyruntimestate.interpreters`), pycore_interp.h
+/// (`_is.next`, `tstate_head` in 3.10, `threads.head` in 3.11) and cpython/pystate.h
+/// (`_ts.next`, `thread_id`).
+#[derive(Clone, Copy, Debug)]
+struct Interps {
+    /// `&_PyRuntime.interpreters.head`; `main` follows it.
+    head: u64,
+    interp_next: u64,
+    interp_threads: u64,
+    ts_next: u64,
+    ts_thread_id: u64,
+}
+
+impl Interps {
+    fn of(minor: u32, runtime: u64) -> Option<Interps> {
+        if runtime == 0 {
+            return None;
+        }
+        match minor {
+            10 => {
+                Some(Interps { head: runtime + 32, interp_next: 0, interp_threads: 8, ts_next: 8, ts_thread_id: 176 })
+            }
+            11 => {
+                Some(Interps { head: runtime + 40, interp_next: 0, interp_threads: 16, ts_next: 8, ts_thread_id: 152 })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Most interpreters and thread states looked through for the calling thread's own.
+const MAX_INTERPS: usize = 64;
+const MAX_THREADS: usize = 1024;
 
 /// What the look-up found.
 pub enum Found {
@@ -173,6 +214,7 @@ pub fn find() -> Option<Found> {
         bytes_type,
         frame_type,
         lines,
+        interps: Interps::of(minor, runtime),
     })))
 }
 
@@ -278,7 +320,8 @@ impl Runtime {
         if tstate == 0 || max == 0 {
             return Ok(());
         }
-        if tstate % 8 != 0 {
+        let tstate = self.own_thread_state(r, tstate);
+        if !tstate.is_multiple_of(8) {
             return Err(Miss("misaligned thread state"));
         }
         let l = &self.layout;
@@ -320,6 +363,47 @@ impl Runtime {
             frame = r.u64(frame + l.frame_previous).ok_or(Miss("previous frame"))?;
         }
         Ok(())
+    }
+
+    /// Does thread state `ts` have a current frame?
+    fn has_frames(&self, r: &mut Reader, ts: u64) -> bool {
+        let l = &self.layout;
+        match r.u64(ts + l.ts_frame) {
+            Some(0) | None => false,
+            Some(f) if l.shape == Shape::CFrame => r.u64(f + l.cframe_current).is_some_and(|c| c != 0),
+            Some(_) => true,
+        }
+    }
+
+    /// The thread state the calling thread runs Python in: `gilstate` (the main
+    /// interpreter's), unless there are subinterpreters and one holds a state of this
+    /// thread with frames (newest interpreter first: the innermost `run_string`).
+    fn own_thread_state(&self, r: &mut Reader, gilstate: u64) -> u64 {
+        let Some(i) = self.interps else { return gilstate };
+        let (Some(mut interp), Some(main)) = (r.u64(i.head), r.u64(i.head + 8)) else { return gilstate };
+        if interp == main {
+            return gilstate;
+        }
+        // SAFETY: no preconditions; CPython's `thread_id` is `PyThread_get_thread_ident()`,
+        // which is `pthread_self()`.
+        let me = unsafe { libc::pthread_self() } as u64;
+        for _ in 0..MAX_INTERPS {
+            if interp == 0 || interp == main || !interp.is_multiple_of(8) {
+                break;
+            }
+            let mut ts = r.u64(interp + i.interp_threads).unwrap_or(0);
+            for _ in 0..MAX_THREADS {
+                if ts == 0 || !ts.is_multiple_of(8) {
+                    break;
+                }
+                if r.u64(ts + i.ts_thread_id) == Some(me) && self.has_frames(r, ts) {
+                    return ts;
+                }
+                ts = r.u64(ts + i.ts_next).unwrap_or(0);
+            }
+            interp = r.u64(interp + i.interp_next).unwrap_or(0);
+        }
+        gilstate
     }
 
     /// The instruction position of `frame`, in code units from the start of the bytecode.

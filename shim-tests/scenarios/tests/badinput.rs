@@ -53,12 +53,19 @@ fn one_warning(run: &Run, about: &str) -> String {
 #[test]
 fn output_directory_that_is_a_file_or_a_dangling_symlink_warns_once() {
     let plain = plain_run("out_plain", "rt_ledger", &["basic"], &[]);
-    for case in ["file", "dangling-symlink"] {
+    // Also a FIFO nobody reads and /dev/null: nothing blocks, nothing is written there.
+    for case in ["file", "dangling-symlink", "fifo", "dev-null"] {
         let (mut sim, _) = preloaded(case);
-        let out = sim.scratch().join("out");
+        let mut out = sim.scratch().join("out");
         let nowhere = sim.scratch().join("nowhere");
         match case {
             "file" => std::fs::write(&out, b"not a directory").unwrap(),
+            "fifo" => {
+                let c = std::ffi::CString::new(out.to_str().unwrap()).unwrap();
+                // SAFETY: a NUL-terminated path.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            }
+            "dev-null" => out = PathBuf::from("/dev/null"),
             _ => symlink(&nowhere, &out).unwrap(),
         }
         sim.env("CULEDGER_OUT", &out);
@@ -70,7 +77,7 @@ fn output_directory_that_is_a_file_or_a_dangling_symlink_warns_once() {
             assert_eq!(std::fs::read(&out).unwrap(), b"not a directory", "the file was touched");
         }
         let leftovers: Vec<_> = std::fs::read_dir(sim.scratch()).unwrap().flatten().map(|e| e.file_name()).collect();
-        assert_eq!(leftovers.len(), 1, "{case}: {leftovers:?}");
+        assert_eq!(leftovers.len(), usize::from(case != "dev-null"), "{case}: {leftovers:?}");
     }
 }
 
@@ -102,6 +109,34 @@ fn as_unprivileged(cmd: &mut Command) -> Option<u32> {
     Some(65534)
 }
 
+/// `program` and what it loads (the fake runtime and driver, libculedger) copied into the
+/// scratch directory for another user, who may not reach the checkout (a clone in root's
+/// home or in a `mktemp -d` directory), and the command that runs the copy with culedger
+/// preloaded; or why that user cannot reach the scratch directory either.
+fn reachable_copy(sim: &mut Sim, program: &str) -> Result<Command, String> {
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).unwrap_or(0);
+    std::fs::set_permissions(sim.scratch(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if let Some(closed) = sim.scratch().ancestors().skip(1).find(|a| mode(a) & 0o001 == 0) {
+        return Err(format!("{} is not traversable by other users", closed.display()));
+    }
+    let dir = sim.scratch().join("reach");
+    let (bin, lib) = (dir.join("bin"), dir.join("lib"));
+    for (from, to) in [
+        (culedger_scenarios::bin(program), bin.join(program)),
+        (culedger_scenarios::lib_dir().join("libcudart.so.12"), lib.join("libcudart.so.12")),
+        (culedger_scenarios::lib_dir().join("libcuda.so.1"), lib.join("libcuda.so.1")),
+        (libculedger(), lib.join("libculedger.so")),
+    ] {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    }
+    for p in [&dir, &bin, &lib] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    sim.env("LD_PRELOAD", lib.join("libculedger.so")).env("LD_LIBRARY_PATH", &lib);
+    Ok(sim.cmd(bin.join(program)))
+}
+
 #[test]
 fn read_only_or_foreign_output_directory_warns_once() {
     let plain = plain_run("ro_plain", "rt_ledger", &["basic"], &[]);
@@ -110,6 +145,17 @@ fn read_only_or_foreign_output_directory_warns_once() {
         let out = sim.scratch().join("out");
         std::fs::create_dir(&out).unwrap();
         let mut cmd = sim.cmd("rt_ledger");
+        // Root runs the program as another user, who may not reach the checkout.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            match reachable_copy(&mut sim, "rt_ledger") {
+                Ok(copy) => cmd = copy,
+                Err(why) => {
+                    eprintln!("read_only_or_foreign_output_directory_warns_once: {case} not run: {why}");
+                    continue;
+                }
+            }
+        }
         cmd.arg("basic");
         let user = as_unprivileged(&mut cmd);
         match (case, user) {

@@ -482,3 +482,58 @@ print("RESULT child_status=%d child=%d" % (status, pid))
         assert_eq!(r["sites"][0]["id"], 1, "ids start over in the child");
     }
 }
+
+/// On CPython 3.10 and 3.11 an allocation inside a subinterpreter is attributed to the
+/// subinterpreter's own frames (the calling thread's own thread state there), not to the
+/// main interpreter's `run_string` line (`PyGILState_GetThisThreadState` answers the main
+/// interpreter's state). Runs on each such interpreter present.
+#[test]
+fn a_subinterpreters_allocation_names_its_own_frames() {
+    let found: Vec<Python> = pythons::supported().into_iter().filter(|p| matches!(p.minor, 10 | 11)).collect();
+    if found.is_empty() {
+        eprintln!("a_subinterpreters_allocation_names_its_own_frames: no CPython 3.10 or 3.11 here: not run");
+        return;
+    }
+    for py in found {
+        let (sim, out) = machine(&format!("subinterp_{}", py.minor));
+        let script = repo_root().join("shim-tests/py/subinterp_rt.py");
+        let mut cmd = sim.cmd(&py.command);
+        cmd.arg(&script);
+        let run = sim.run_ok(&mut cmd);
+        assert_eq!(run.value("rc"), "0", "{}", run.describe());
+        let r = only_report(&out);
+        let a = allocation(&r, run.u64("sub_ptr"));
+        let frames = python_frames(site(&r, &a["site"]));
+        let functions: Vec<&str> = frames.iter().map(|f| f.1.as_str()).collect();
+        assert_eq!(functions.first(), Some(&"alloc_in_subinterpreter"), "{}: {frames:?}", py.label());
+        assert!(
+            frames.iter().all(|f| f.0 == "<string>"),
+            "{}: only the subinterpreter's frames: {frames:?}",
+            py.label()
+        );
+    }
+}
+
+/// The raw frame walker through a generator, an asyncio coroutine, 800 frames of recursion
+/// and `sys.settrace`; a `multiprocessing` child ended by `terminate()` dies of SIGTERM as
+/// without culedger; a daemon thread allocating while the interpreter exits does not stop
+/// it from exiting, and the report is written.
+#[test]
+fn frames_through_generators_coroutines_recursion_and_tracing() {
+    let (sim, out) = machine("frames_rt");
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let mut cmd = sim.cmd(python);
+    cmd.arg(repo_root().join("shim-tests/py/frames_rt.py"));
+    let run = sim.run_ok(&mut cmd);
+    assert_eq!(run.value("mp_exitcode"), "-15", "{}", run.describe());
+    let r = only_report(&out);
+    for (tag, caller) in
+        [("generator", "in_generator"), ("coroutine", "in_coroutine"), ("recursion", "deep"), ("settrace", "traced")]
+    {
+        let a = allocation(&r, run.u64(tag));
+        let frames = python_frames(site(&r, &a["site"]));
+        let functions: Vec<&str> = frames.iter().map(|f| f.1.as_str()).take(2).collect();
+        assert_eq!(functions, ["alloc", caller], "{tag}: {frames:?}");
+    }
+    assert_eq!(r["health"]["site_misses"], 0, "{:#}", r["health"]);
+}

@@ -161,14 +161,15 @@ fn exited(code: i64) -> (String, Option<i64>, Option<i64>) {
 /// status 0 once the last program thread is gone), with its final report.
 #[test]
 fn main_ending_with_pthread_exit_ends_the_process_with_its_final_report() {
-    for mode in ["pthread_exit", "pthread_exit_worker"] {
+    // The last: a worker that allocates, then calls exit(4), after main's pthread_exit.
+    for (mode, code) in [("pthread_exit", 0), ("pthread_exit_worker", 0), ("pthread_exit_worker_exit4", 4)] {
         let lab = Lab::new(mode);
         let start = Instant::now();
         let run = lab.run(&[mode]);
-        assert_eq!(run.status.and_then(|s| s.code()), Some(0), "{mode}: {}", run.describe());
+        assert_eq!(run.status.and_then(|s| s.code()), Some(code as i32), "{mode}: {}", run.describe());
         assert!(start.elapsed() < Duration::from_secs(10), "{mode}: took {:?}", start.elapsed());
         let r = lab.report();
-        assert_eq!(ending(&r), exited(0), "{mode}");
+        assert_eq!(ending(&r), exited(code), "{mode}");
         assert_eq!(live(&r), run.u64("live"), "{mode}");
     }
 }
@@ -301,6 +302,80 @@ fn the_program_keeps_control_of_its_signals() {
     assert_eq!(ending(&lab.report()), ("signal".into(), None, Some(15)));
 }
 
+/// `rt_life ARGS` run without culedger, as ground truth.
+fn bare(lab: &Lab, args: &[&str]) -> Run {
+    let mut cmd = lab.cmd(args);
+    cmd.env_remove("LD_PRELOAD");
+    lab.sim.run(&mut cmd)
+}
+
+fn result_lines(run: &Run) -> Vec<&str> {
+    run.stdout.lines().filter(|l| l.starts_with("RESULT ")).collect()
+}
+
+/// Every answer about the dispositions of the signals culedger catches is the one glibc
+/// gives without culedger, field for field: the handler, the flags (with the `SA_RESTORER`
+/// glibc adds, without the bits the kernel drops, `SA_RESTART` as `siginterrupt` left it),
+/// the mask as set (less `SIGKILL` and `SIGSTOP`) and the restorer, through `sigaction`,
+/// `signal`, `bsd_signal`, `sysv_signal` and `siginterrupt`.
+#[test]
+fn every_answer_about_a_disposition_is_glibcs() {
+    let lab = Lab::new("sigview");
+    let want = bare(&lab, &["sigview"]);
+    want.assert_success();
+    let got = lab.run(&["sigview"]);
+    got.assert_success();
+    let (want, got) = (result_lines(&want), result_lines(&got));
+    assert!(want.len() > 100, "{want:?}");
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(g, w, "under culedger (left) and without it (right)");
+    }
+    assert_eq!(got.len(), want.len());
+    assert_eq!(ending(&lab.report()), exited(0), "the program ran under culedger to its end");
+}
+
+/// `siginterrupt(SIGTERM, 1)` then a handler by `signal()`: a blocking read the signal
+/// interrupts fails with `EINTR` (it does not restart and wait for the data), whether
+/// `siginterrupt` came before culedger's activation or after.
+#[test]
+fn siginterrupt_keeps_a_handler_interrupting() {
+    for when in ["before", "after"] {
+        let lab = Lab::new(&format!("sigintr_{when}"));
+        let want = bare(&lab, &["sigintr", when]);
+        assert_eq!(want.value("read"), "-1", "{}", want.describe());
+        let got = lab.run(&["sigintr", when]);
+        got.assert_success();
+        assert_eq!(
+            (got.value("read"), got.value("eintr"), got.value("handled")),
+            ("-1", "1", "15"),
+            "{when}: {}",
+            got.describe()
+        );
+        assert_eq!(ending(&lab.report()), exited(0), "{when}");
+    }
+}
+
+/// Two copies of the library preloaded (a wheel's and a build's): the copy ahead in the
+/// search order reports, the other stands down without a report, and each allocation is
+/// counted once. In either order.
+#[test]
+fn a_second_preloaded_copy_stands_down_without_a_report() {
+    for first in [true, false] {
+        let mut lab = Lab::new(&format!("two_copies_{first}"));
+        let copy = lab.sim.scratch().join("wheel/culedger/libculedger.so");
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(libculedger(), &copy).unwrap();
+        let (a, b) = if first { (libculedger(), copy) } else { (copy, libculedger()) };
+        lab.sim.env("LD_PRELOAD", format!("{}:{}", a.display(), b.display()));
+        let run = lab.run(&["exec_child"]);
+        run.assert_success();
+        assert!(!run.stderr.contains("culedger:"), "{}", run.describe());
+        let report = lab.report();
+        assert_eq!(live(&report), run.u64("child_live"), "counted once");
+        assert_eq!(ending(&report), exited(0));
+    }
+}
+
 #[test]
 fn quick_exit_writes_the_final_report_after_the_programs_handlers() {
     let lab = Lab::new("quick_exit");
@@ -346,9 +421,12 @@ fn concurrent_exits_keep_the_final_report() {
 /// (same pid, another file).
 #[test]
 fn exec_writes_the_report_and_the_new_image_starts_its_own() {
-    for how in ["execve", "execv", "execvp", "execvpe", "execl", "execle", "execlp", "fexecve"] {
+    for how in ["execve", "execv", "execvp", "execvpe", "execl", "execle", "execlp", "fexecve", "execveat", "threaded"]
+    {
         let lab = Lab::new(how);
-        let run = lab.run(&["exec", how, "child"]);
+        // `threaded`: execv from a second thread while a third allocates without pause;
+        // `execveat`: `execveat(fd, "", AT_EMPTY_PATH)`.
+        let run = if how == "threaded" { lab.run(&["exec_threaded"]) } else { lab.run(&["exec", how, "child"]) };
         assert_eq!(run.status.and_then(|s| s.code()), Some(0), "{how}: {}", run.describe());
         let reports = lab.reports();
         assert_eq!(reports.len(), 2, "{how}: {:?}", names(&reports));
@@ -370,6 +448,19 @@ fn exec_writes_the_report_and_the_new_image_starts_its_own() {
     let r = lab.report();
     assert_eq!(ending(&r), ("exec".into(), None, None));
     assert_eq!(live(&r), run.u64("parent_live"));
+}
+
+/// `execl` (a variadic entry culedger writes in assembly) passes every argument, 0 to 130 of
+/// them (past the argument registers, and past the 64 kept without allocating).
+#[test]
+fn execl_passes_any_number_of_arguments() {
+    for n in ["0", "1", "4", "5", "6", "63", "64", "65", "130"] {
+        let lab = Lab::new(&format!("execl_{n}"));
+        let run = lab.run(&["execl_many", n]);
+        run.assert_success();
+        assert_eq!((run.value("args"), run.value("in_order")), (n, "1"), "{}", run.describe());
+        assert_eq!(ending(&lab.report()), ("exec".into(), None, None), "{n}");
+    }
 }
 
 /// A failing exec returns to the program, which goes on: so does its report (the exec write

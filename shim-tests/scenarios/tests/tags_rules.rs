@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 const MIB: u64 = 1 << 20;
 
 fn libculedger() -> PathBuf {
-    let p = repo_root().join("target/release/libculedger.so");
+    let p = std::env::var_os("CULEDGER_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/release/libculedger.so"));
     assert!(p.is_file(), "{} is missing: run `make` first", p.display());
     p
 }
@@ -147,4 +149,50 @@ fn a_bad_rule_file_gives_one_warning_naming_the_line_and_the_shipped_rules() {
     let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("culedger:")).collect();
     assert_eq!(lines.len(), 1, "{}", run.describe());
     assert!(lines[0].contains("CULEDGER_RULES=/nonexistent/rules.json: cannot read it"), "{}", lines[0]);
+}
+
+/// `CULEDGER_RULES` naming something that is not a regular file of at most 4 MiB (a FIFO
+/// nobody writes, `/dev/zero`, `/dev/urandom`, a directory, a 5 MiB file): the program runs
+/// as always, at once and without growing (a 4 GiB address-space limit holds), with one
+/// warning saying why the file was not read, and the shipped rules in effect.
+#[test]
+fn a_rules_path_that_blocks_or_never_ends_gives_one_warning() {
+    let holder = Sim::new("odd_rules_paths");
+    let fifo = holder.scratch().join("rules.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = holder.scratch().join("big.json");
+    std::fs::write(&big, format!("{{\"culedger_rules\": 1, \"rules\": []{}}}", " ".repeat(5 << 20))).unwrap();
+    let not_regular = "not a regular file";
+    let cases = [
+        (fifo.clone(), not_regular),
+        ("/dev/zero".into(), not_regular),
+        ("/dev/urandom".into(), not_regular),
+        (holder.scratch().to_path_buf(), not_regular),
+        (big, "larger than 4 MiB"),
+    ];
+    for (n, (path, why)) in cases.into_iter().enumerate() {
+        let path = path.display().to_string();
+        let mut sim = Sim::new(&format!("odd_rules_{n}"));
+        let out = sim.scratch().join("out");
+        sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out).env("CULEDGER_RULES", &path);
+        sim.timeout(std::time::Duration::from_secs(30));
+        let mut cmd = sim.cmd("rt_tags");
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                let limit = libc::rlimit { rlim_cur: 4 << 30, rlim_max: 4 << 30 };
+                libc::setrlimit(libc::RLIMIT_AS, &limit);
+                Ok(())
+            });
+        }
+        let run = sim.run(&mut cmd);
+        run.assert_success();
+        let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("culedger:")).collect();
+        let want = format!("culedger: CULEDGER_RULES={path}: cannot read it ({why}); using the built-in rules");
+        assert_eq!(lines, [want], "{path}");
+        let report = only_report(&out);
+        assert_eq!(report["health"]["warnings"].as_array().unwrap().len(), 1, "{path}");
+    }
 }

@@ -20,7 +20,7 @@ fn stream_ordered(
     call: impl FnOnce() -> c_int,
     p: impl FnOnce() -> Option<u64>,
 ) -> c_int {
-    let place = |_: &_, _| Some(stream_device(s as u64));
+    let place = |l: &_, _| super::charged(l, stream_device(sym, s as u64));
     allocation_on(sym, MemKind::Async, size as u64, place, call, || p().map(|a| (a, size as u64)))
 }
 
@@ -130,7 +130,10 @@ pub unsafe fn cu_mem_alloc_from_pool_async(
     let place = |l: &crate::ledger::Ledger, ptr: Option<u64>| match l.pool_of(pool as u64) {
         Some(PoolPlace::Device(dev)) => Some(dev),
         Some(PoolPlace::Host) => None,
-        None => Some(ptr.and_then(pointer_device).unwrap_or_else(|| stream_device(s as u64))),
+        None => match ptr.and_then(pointer_device) {
+            Some(dev) => Some(dev),
+            None => super::charged(l, stream_device(sym, s as u64)),
+        },
     };
     allocation_on(
         sym,

@@ -3,7 +3,7 @@
 //! by the driver's free-memory figure; the delta is recorded per API (approximate).
 
 use super::{api, measured};
-use crate::hooks::real::{current_device, measure_free};
+use crate::hooks::real::{device_of, measure_free, Current};
 use crate::hooks::table::*;
 use crate::hooks::types::*;
 use crate::hooks::{record, Depth};
@@ -77,7 +77,7 @@ fn ctx_create(sym: Sym, dev: CUdevice, call: impl FnOnce() -> c_int) -> c_int {
     if !depth.outer {
         return call();
     }
-    let before = if current_device() == dev { measure_free() } else { None };
+    let before = if matches!(device_of(sym), Current::Device(d) if d == dev) { measure_free() } else { None };
     let rc = call();
     let after = if rc == 0 && before.is_some() { measure_free() } else { None };
     record(api(sym), |l| {

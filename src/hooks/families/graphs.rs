@@ -23,7 +23,11 @@ fn stream_key(s: CUstream) -> u64 {
 
 fn begin(sym: Sym, s: CUstream, call: impl FnOnce() -> c_int) -> c_int {
     // On the stream's device: allocations there are the captured ones.
-    super::on_success(sym, call, |l| l.capture_begin(stream_device(s as u64), stream_key(s), api(sym)))
+    super::on_success(sym, call, |l| {
+        if let Some(dev) = super::charged(l, stream_device(sym, s as u64)) {
+            l.capture_begin(dev, stream_key(s), api(sym))
+        }
+    })
 }
 
 /// `cuStreamBeginCapture` (v1, no mode) and its `_ptsz` form.
@@ -72,7 +76,11 @@ pub unsafe fn end_capture(sym: Sym, real: cuStreamEndCapture::Real, s: CUstream,
     let depth = Depth::enter();
     let rc = real(s, g);
     if depth.outer {
-        record(api(sym), |l| l.capture_end(stream_device(s as u64), stream_key(s), api(sym)));
+        record(api(sym), |l| {
+            if let Some(dev) = super::charged(l, stream_device(sym, s as u64)) {
+                l.capture_end(dev, stream_key(s), api(sym))
+            }
+        });
     }
     rc
 }

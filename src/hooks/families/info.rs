@@ -27,9 +27,13 @@ unsafe fn record_probe(depth: &Depth, sym: Sym, rc: c_int, free: *mut usize, tot
     let (f, t) = if rc == 0 { (out(free), out(total)) } else { (None, None) };
     // Who asked: the query an engine sizes its memory from. Engines repeat queries from
     // the same place: the thread's previous site is reused when the frames provably match.
-    let site = crate::sites::capture_repeat(sym as usize);
+    let dev = current_device(sym);
+    let site = if dev.is_some() { crate::sites::capture_repeat(sym as usize) } else { (0, false) };
     depth.record(api(sym), |l| {
-        // The probe also records the device's total.
-        l.probe_site(current_device(), api(sym), f, t, rc, site);
+        // The probe also records the device's total. With no context current there is no
+        // device the answer was about (the query failed): counted only.
+        if let Some(dev) = super::charged(l, dev) {
+            l.probe_site(dev, api(sym), f, t, rc, site);
+        }
     });
 }

@@ -11,10 +11,11 @@ pub mod ipc;
 pub mod pools;
 pub mod vmm;
 
-use super::real::{current_device, measure_free};
+use super::real::{current_device, device_of, measure_free, Current};
 use super::table::{Sym, TABLE};
 use super::types::error_name;
 use super::Depth;
+use crate::ledger::Ledger;
 use crate::ledger::{Facts, MemKind};
 use libc::c_int;
 
@@ -34,7 +35,17 @@ pub(crate) fn allocation(
     call: impl FnOnce() -> c_int,
     result: impl FnOnce() -> Option<(u64, u64)>,
 ) -> c_int {
-    allocation_on(sym, mem, bytes, |_, _| Some(current_device()), call, result)
+    allocation_on(sym, mem, bytes, |l, _| charged(l, current_device(sym)), call, result)
+}
+
+/// The device a call is charged to, or None (counted in `health.no_context_calls`) when
+/// the calling thread had no current context: nothing is charged then.
+#[inline]
+pub(crate) fn charged(l: &Ledger, dev: Option<i32>) -> Option<i32> {
+    if dev.is_none() {
+        l.no_context();
+    }
+    dev
 }
 
 /// [`allocation`] on the device `place` names, asked after the call with the new pointer
@@ -122,6 +133,7 @@ pub(crate) fn undoable<U>(
 /// worked) and the call site.
 pub(crate) struct Measured {
     pub rc: c_int,
+    /// The device of the calling thread's current context after the call.
     pub dev: i32,
     pub delta: Option<i64>,
     pub site: u32,
@@ -131,7 +143,9 @@ pub(crate) struct Measured {
 
 /// Forward a call with hidden driver cost, bracketed by the driver's free-memory figure;
 /// `after` records what was measured, with the call site and the start of the measurement
-/// window on the ledger's `t_us` clock.
+/// window on the ledger's `t_us` clock. With no context current after the call (cudart
+/// loading its modules during its own initialisation) there is no device to charge and no
+/// free memory to measure: the call is counted (`health.no_context_calls`) and nothing else.
 #[inline]
 pub(crate) fn measured(
     sym: Sym,
@@ -150,8 +164,13 @@ pub(crate) fn measured(
         (Some((b, _)), Some((a, _))) => Some(b as i64 - a as i64),
         _ => None,
     };
-    let site = crate::sites::capture();
-    depth.record(api(sym), |l| after(l, Measured { rc, dev: current_device(), delta, site, start_us }));
+    let dev = device_of(sym);
+    let site = if let Current::Device(_) = dev { crate::sites::capture() } else { 0 };
+    depth.record(api(sym), |l| match dev {
+        Current::Device(dev) => after(l, Measured { rc, dev, delta, site, start_us }),
+        Current::NoContext => l.no_context(),
+        Current::Unknowable => {}
+    });
     rc
 }
 

@@ -32,7 +32,8 @@ pub unsafe fn cu_mem_create(
             // Host-located VMM memory is not device memory.
             return;
         }
-        let dev = if location.id >= 0 { location.id } else { current_device() };
+        let dev = if location.id >= 0 { Some(location.id) } else { super::charged(l, current_device(sym)) };
+        let Some(dev) = dev else { return };
         if rc == 0 {
             if let Some(h) = out(handle) {
                 let facts = crate::ledger::Facts { tag, site, ..Default::default() };

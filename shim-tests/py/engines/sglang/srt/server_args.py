@@ -20,6 +20,7 @@ class ServerArgs:
     attention_workspace_mib: int = 384
     dist_init_dir: str = None
     truth_dir: str = None
+    serve_until: str = None
 
 
 def prepare_server_args(argv):
@@ -40,8 +41,11 @@ def prepare_server_args(argv):
     p.add_argument("--attention-workspace-mib", type=int, default=384)
     p.add_argument("--dist-init-dir", default=None, help="rendezvous directory (default: a fresh temporary one)")
     p.add_argument("--truth-dir", default=None, help="write the ground truth there (ENGINE_SIM_TRUTH_DIR)")
+    p.add_argument("--serve-until", default=None,
+                   help="once started, the ranks keep serving until this file exists (simulation: a server "
+                        "that stays up, for the live views; at most 10 minutes)")
     a = p.parse_args(argv)
     disable_ca = a.disable_custom_all_reduce or a.allreduce != "custom"
     return ServerArgs(a.model_path, a.tp_size, a.mem_fraction_static, disable_ca, a.disable_cuda_graph,
                       a.cuda_graph_max_bs, a.max_running_requests, a.max_total_tokens, a.model_mib, a.layers,
-                      a.context_length, a.attention_workspace_mib, a.dist_init_dir, a.truth_dir)
+                      a.context_length, a.attention_workspace_mib, a.dist_init_dir, a.truth_dir, a.serve_until)

@@ -1,5 +1,7 @@
 """sglang/srt/managers/scheduler.py (simulated): one process per tensor-parallel rank."""
+import os
 import sys
+import time
 import traceback
 
 import setproctitle
@@ -15,6 +17,13 @@ class Scheduler:
         self.max_total_num_tokens = self.tp_worker.max_total_num_tokens
 
 
+def serve(until):
+    """Stays up like a serving rank (its memory held) until the file `until` exists."""
+    deadline = time.monotonic() + 600
+    while until and not os.path.exists(until) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
     # Generate the prefix and configure the process, as SGLang's run_scheduler_process does.
     prefix = f" TP{tp_rank}" if server_args.tp_size > 1 else ""
@@ -27,6 +36,7 @@ def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
             f"{free / 2**30:.2f} GiB free")
         truth.write()
         pipe_writer.send({"status": "ready", "max_total_num_tokens": scheduler.max_total_num_tokens})
+        serve(server_args.serve_until)
     except Exception as e:
         truth.status = "failed"
         torch.distributed.mark_dead()

@@ -1,0 +1,321 @@
+//! `culedger html PATH [PATH2] -o OUT.html`: one self-contained page of a run (no network
+//! when it is viewed: the chart library, the styles, the script and the data are inlined).
+//!
+//! The figures are those of `report`, `explain` and `diff` (their JSON documents are embedded
+//! as they are), plus what a chart needs: per GPU the categories' merged timeline
+//! (`DeviceGroup::series`), the free-memory queries with what they told, the sizing query,
+//! the measured driver costs and the failures, and a call-site tree of live bytes. The page
+//! (html/page.js) draws them with uPlot (html/vendor/uplot, pinned, MIT), writing every
+//! string from the reports as text, never as markup: a report is untrusted input.
+
+use crate::analysis::{self, DeviceGroup};
+use crate::error::{Fail, Result};
+use crate::load::Run;
+use crate::model::CATEGORIES;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const UPLOT_JS: &str = include_str!("html/vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("html/vendor/uplot/uPlot.min.css");
+const UPLOT_LICENSE: &str = include_str!("html/vendor/uplot/LICENSE");
+const PAGE_JS: &str = include_str!("html/page.js");
+const PAGE_CSS: &str = include_str!("html/page.css");
+/// Timeline points per GPU at most (a longer timeline is thinned, its extremes kept).
+const MAX_POINTS: usize = 4000;
+/// Call-site tree: deepest level kept.
+const MAX_DEPTH: usize = 40;
+
+/// One GPU's chart data.
+#[derive(Serialize)]
+struct Chart {
+    host: String,
+    index: i64,
+    capacity: Option<i64>,
+    /// Seconds on the run's clock, and per category the live bytes at each time.
+    t: Vec<f64>,
+    cats: BTreeMap<&'static str, Vec<i64>>,
+    queries: Vec<Value>,
+    failures: Vec<Value>,
+    costs: Vec<Value>,
+    sizing: Option<Value>,
+    /// Live bytes by call frames: `{name, kind, bytes, children}`.
+    tree: Node,
+}
+
+#[derive(Serialize, Default)]
+struct Node {
+    name: String,
+    /// `python`, `native` or `root`.
+    kind: &'static str,
+    bytes: i64,
+    children: Vec<Node>,
+}
+
+impl Node {
+    fn add(&mut self, path: &[(String, &'static str)], bytes: i64) {
+        self.bytes += bytes;
+        let Some(((name, kind), rest)) = path.split_first() else { return };
+        let i = match self.children.iter().position(|c| &c.name == name && c.kind == *kind) {
+            Some(i) => i,
+            None => {
+                self.children.push(Node { name: name.clone(), kind, ..Node::default() });
+                self.children.len() - 1
+            }
+        };
+        self.children[i].add(rest, bytes);
+    }
+
+    fn sort(&mut self) {
+        self.children.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
+        self.children.iter_mut().for_each(Node::sort);
+    }
+}
+
+/// Keeps at most [`MAX_POINTS`] of a step series: evenly spaced, plus each bucket's highest
+/// total so that peaks survive.
+fn thin(points: Vec<analysis::Point>) -> Vec<analysis::Point> {
+    if points.len() <= MAX_POINTS {
+        return points;
+    }
+    let per = points.len().div_ceil(MAX_POINTS / 2);
+    let mut out = Vec::new();
+    for chunk in points.chunks(per) {
+        out.push(chunk[0].clone());
+        if let Some(max) = chunk.iter().max_by_key(|p| p.total()) {
+            if max.t_unix_us != chunk[0].t_unix_us {
+                out.push(max.clone());
+            }
+        }
+    }
+    out
+}
+
+fn secs(us: i64) -> f64 {
+    us as f64 / 1e6
+}
+
+/// The interpreter's own native frames (its eval loop, ctypes, libffi): the Python frames
+/// already say what they ran.
+fn interpreter(object: &str) -> bool {
+    let base = object.rsplit('/').next().unwrap_or(object);
+    ["libpython", "python3", "_ctypes", "libffi"].iter().any(|p| base.starts_with(p))
+}
+
+/// The query a process sized its pool from, as `explain`'s sizing finding names it: pid and
+/// time on the run's clock, and the sentence to mark it with.
+struct SizedFrom {
+    pid: i64,
+    at_us: i64,
+    why: String,
+}
+
+/// The sizing queries of one GPU from explain's JSON (`findings[kind=sizing].detail.ranks`).
+fn sized_from(explained: &Value, host: &str, device: i64) -> Vec<SizedFrom> {
+    let findings = explained["findings"].as_array().map(Vec::as_slice).unwrap_or_default();
+    findings
+        .iter()
+        .filter(|f| f["kind"] == "sizing")
+        .flat_map(|f| f["detail"]["ranks"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["host"] == host && r["device"] == device)
+        .filter_map(|r| {
+            let why = format!(
+                "{} sized its pool from it: told {} free, its pool took {} ({:.1}%)",
+                r["process"].as_str()?,
+                crate::units::fmt_bytes(r["told_bytes"].as_i64()?),
+                crate::units::fmt_bytes(r["pool_bytes"].as_i64()?),
+                r["fraction"].as_f64()? * 100.0
+            );
+            Some(SizedFrom { pid: r["pid"].as_i64()?, at_us: r["at_us"].as_i64()?, why })
+        })
+        .collect()
+}
+
+fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
+    let c = g.clock;
+    let series = thin(g.series());
+    let t = series.iter().map(|p| secs(c.since(p.t_unix_us))).collect();
+    let cats =
+        CATEGORIES.iter().enumerate().map(|(i, name)| (*name, series.iter().map(|p| p.cats[i]).collect())).collect();
+    // explain's sizing queries; without that finding (no pool), the report's sizing probe.
+    let explained_sizing = sized_from(explained, &g.host, g.index);
+    let sizing = g.sizing_probe();
+    let mut sizing_why = None;
+    let queries = g
+        .probes()
+        .into_iter()
+        .map(|(m, p)| {
+            let r = g.reading(m, p);
+            let at = c.since(m.abs_us(p));
+            let is_sizing = if explained_sizing.is_empty() {
+                let hit = sizing.as_ref().is_some_and(|(sm, sp, _)| sm.pid() == m.pid() && std::ptr::eq(*sp, p));
+                if hit {
+                    sizing_why = sizing.as_ref().map(|s| s.2.clone());
+                }
+                hit
+            } else {
+                match explained_sizing.iter().find(|s| s.pid == m.pid() && s.at_us == at) {
+                    Some(s) => {
+                        sizing_why = Some(s.why.clone());
+                        true
+                    }
+                    None => false,
+                }
+            };
+            json!({
+                "t": secs(c.since(m.abs_us(p))), "pid": m.pid(), "api": p.api, "free": p.free_bytes,
+                "total": p.total_bytes, "error": p.error, "used": r.as_ref().map(|r| r.used_bytes),
+                "tracked": r.as_ref().map(|r| r.tracked_bytes), "untracked": r.as_ref().map(|r| r.untracked_bytes),
+                "sizing": is_sizing,
+            })
+        })
+        .collect();
+    let failures = g
+        .failures()
+        .into_iter()
+        .map(|(m, f)| {
+            json!({"t": secs(c.since(m.abs_us(f))), "pid": m.pid(), "api": f.api, "bytes": f.bytes,
+                   "error": f.error_name, "live": f.live_bytes})
+        })
+        .collect();
+    let costs = g
+        .members
+        .iter()
+        .flat_map(|m| crate::costs::calls_of(*m))
+        .map(|call| {
+            json!({"t": secs(c.since(call.end_us)), "pid": call.member.pid(), "api": call.api, "bytes": call.measured})
+        })
+        .collect();
+    let sizing = sizing_why.map(|why| json!({ "why": why }));
+    let mut tree = Node { name: "all live bytes".into(), kind: "root", ..Node::default() };
+    for m in &g.members {
+        for s in &m.dev.sites {
+            if s.live_bytes <= 0 {
+                continue;
+            }
+            let rec = m.report.sites.iter().find(|r| r.id == s.site);
+            let mut path: Vec<(String, &'static str)> = Vec::new();
+            if let Some(rec) = rec {
+                path.extend(rec.python.iter().rev().map(|f| {
+                    let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+                    (format!("{} ({file}:{})", f.function, f.line), "python")
+                }));
+                path.extend(rec.native.iter().rev().filter(|n| !n.internal && !interpreter(&n.object)).map(|n| {
+                    let object = n.object.rsplit('/').next().unwrap_or(&n.object);
+                    (format!("{} ({object})", n.symbol.as_deref().unwrap_or(&n.offset)), "native")
+                }));
+            }
+            if path.is_empty() {
+                path.push((s.caller.clone().unwrap_or_else(|| format!("site {}", s.site)), "native"));
+            }
+            path.truncate(MAX_DEPTH);
+            tree.add(&path, s.live_bytes);
+        }
+    }
+    tree.sort();
+    Chart {
+        host: g.host.clone(),
+        index: g.index,
+        capacity: g.total_bytes(),
+        t,
+        cats,
+        queries,
+        failures,
+        costs,
+        sizing,
+        tree,
+    }
+}
+
+/// The page's data for one run.
+fn run_data(run: &Run) -> Result<Value> {
+    let summary = analysis::summarize(run, false);
+    let explained = crate::explain::explain(run);
+    let explained = to(&explained)?;
+    let charts: Vec<Chart> = analysis::groups(run).iter().map(|g| chart(g, &explained)).collect();
+    Ok(json!({
+        "label": run.label,
+        "summary": to(&summary)?,
+        "explain": explained,
+        "charts": to(&charts)?,
+    }))
+}
+
+fn to<T: Serialize>(v: &T) -> Result<Value> {
+    serde_json::to_value(v).map_err(|e| Fail::input(format!("html: {e}")))
+}
+
+/// JSON that can sit inside a `<script>` element: `<` is escaped (`\u003c`) so that no
+/// string from a report can close the element or open a comment.
+fn script_json(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into()).replace('<', "\\u003c")
+}
+
+/// The whole page.
+pub fn page(runs: &[Run]) -> Result<String> {
+    let mut data = json!({
+        "tool": format!("culedger {}", env!("CARGO_PKG_VERSION")),
+        "runs": runs.iter().map(run_data).collect::<Result<Vec<_>>>()?,
+    });
+    if let [a, b] = runs {
+        data["diff"] = to(&crate::diff::diff(a, b, false))?;
+    }
+    let title = runs.iter().map(|r| r.label.as_str()).collect::<Vec<_>>().join(" vs ");
+    let title = title.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    Ok(format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>culedger: {title}</title>\n<style>{UPLOT_CSS}</style>\n<style>{PAGE_CSS}</style>\n</head><body>\n\
+         <main id=\"app\"><p id=\"loading\">Loading…</p></main>\n\
+         <script id=\"culedger-data\" type=\"application/json\">{}</script>\n\
+         <!-- uPlot 1.6.32, https://github.com/leeoniya/uPlot\n{}-->\n<script>{UPLOT_JS}</script>\n\
+         <script>{PAGE_JS}</script>\n</body></html>\n",
+        script_json(&data),
+        UPLOT_LICENSE.replace("--", "- -"),
+    ))
+}
+
+/// Writes the page of `runs` (one, or two to compare) to `out`; returns what was written.
+pub fn write(runs: &[Run], out: &Path) -> Result<String> {
+    if out
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_none_or(|e| !e.eq_ignore_ascii_case("html") && !e.eq_ignore_ascii_case("htm"))
+    {
+        return Err(Fail::input(format!("html: {}: the output must end in .html", out.display())));
+    }
+    let text = page(runs)?;
+    let tmp = out.with_extension("html.tmp");
+    std::fs::write(&tmp, &text)
+        .and_then(|_| std::fs::rename(&tmp, out))
+        .map_err(|e| Fail::input(format!("html: cannot write {}: {e}", out.display())))?;
+    Ok(format!("{} ({} KiB)", out.display(), text.len().div_ceil(1024)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_strings_cannot_close_the_script() {
+        let v = json!({"title": "</script><script>alert(1)</script><!--"});
+        let s = script_json(&v);
+        assert!(!s.contains('<'), "{s}");
+        assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), v);
+    }
+
+    #[test]
+    fn call_frames_add_up() {
+        let mut root = Node::default();
+        let a = ("a".to_string(), "python");
+        root.add(&[a.clone(), ("b".into(), "native")], 5);
+        root.add(&[a.clone(), ("c".into(), "native")], 7);
+        root.add(&[("d".into(), "python")], 1);
+        root.sort();
+        assert_eq!(root.bytes, 13);
+        assert_eq!(root.children[0].name, "a");
+        assert_eq!(root.children[0].bytes, 12);
+        assert_eq!(root.children[0].children[0].name, "c");
+    }
+}

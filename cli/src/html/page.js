@@ -1,0 +1,234 @@
+// culedger html: draws the page from the JSON in #culedger-data (report, explain and diff
+// documents, plus chart data; see cli/src/html.rs). Every string that comes from a report is
+// written with textContent, never as markup.
+(function () {
+  "use strict";
+  var CATS = ["weights", "kv_pool", "ipc", "graphs", "comm", "other"];
+  var COLORS = { weights: "#4e79a7", kv_pool: "#f28e2c", ipc: "#e15759", graphs: "#76b7b2", comm: "#59a14f", other: "#edc949" };
+  var data = JSON.parse(document.getElementById("culedger-data").textContent);
+  var app = document.getElementById("app");
+  var painted = 0;
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    if (attrs) for (var k in attrs) { if (k === "text") e.textContent = attrs[k]; else e.setAttribute(k, attrs[k]); }
+    (children || []).forEach(function (c) { if (c != null) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c); });
+    return e;
+  }
+  function fmtBytes(b) {
+    if (b == null) return "-";
+    var sign = b < 0 ? "-" : "", a = Math.abs(b), u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    if (a < 1024) return sign + a + " B";
+    while (a >= 1024 && i < u.length - 1) { a /= 1024; i++; }
+    return sign + a.toFixed(2) + " " + u[i];
+  }
+  function fmtDelta(b) { return (b > 0 ? "+" : "") + fmtBytes(b); }
+  function fmtSecs(us) { return (us / 1e6).toFixed(3) + "s"; }
+  function table(head, rows, numeric) {
+    var t = el("table");
+    t.appendChild(el("tr", null, head.map(function (h, i) { return el("th", { text: h, "class": numeric && numeric[i] ? "num" : "" }); })));
+    rows.forEach(function (r) {
+      t.appendChild(el("tr", null, r.map(function (c, i) { return el("td", { text: c == null ? "-" : String(c), "class": numeric && numeric[i] ? "num" : "" }); })));
+    });
+    return t;
+  }
+
+  function findings(ex) {
+    var box = el("section", { id: "findings" });
+    box.appendChild(el("h2", { text: "Findings: " + ex.verdict }));
+    var more = null;
+    ex.findings.forEach(function (f, k) {
+      if (k === 3) { more = el("details", null, [el("summary", { text: (ex.findings.length - 3) + " more findings" })]); box.appendChild(more); }
+      var head = el("div", null, [el("span", { "class": "sev " + f.severity, text: f.severity }), el("span", { "class": "title", text: f.title })]);
+      var div = el("div", { "class": "finding " + f.severity }, [head, el("div", { "class": "text", text: f.text })]);
+      if (f.callers && f.callers.length) div.appendChild(el("div", { "class": "callers", text: "call sites: " + f.callers.join(", ") }));
+      (more || box).appendChild(div);
+    });
+    (ex.notes || []).forEach(function (n) { box.appendChild(el("p", { "class": "meta", text: "Note: " + n })); });
+    return box;
+  }
+
+  // One GPU's timeline: categories stacked (step functions), the capacity line, and the
+  // free-memory queries (blue; the sizing query bold), driver costs (purple) and failures
+  // (red) marked on the canvas and listed under it.
+  function timeline(ch, box, summary) {
+    var cats = CATS.filter(function (c) { return (ch.cats[c] || []).some(function (v) { return v > 0; }); });
+    if (!ch.t.length || !cats.length) { box.appendChild(el("p", { "class": "meta", text: "No tracked allocation on this GPU (a context or peer mapping only)." })); return; }
+    var raw = {}, stacked = [], acc = ch.t.map(function () { return 0; });
+    cats.forEach(function (c) { raw[c] = ch.cats[c]; acc = acc.map(function (v, i) { return v + ch.cats[c][i]; }); stacked.push(acc.slice()); });
+    // End the steps at the end of the run (the last report).
+    var tEnd = Math.max(ch.t[ch.t.length - 1], summary.end);
+    var xs = ch.t.concat([tEnd]);
+    function ext(a) { return a.concat([a[a.length - 1]]); }
+    var GiB = 1073741824;
+    var series = [{ label: "t (s)", value: function (u, v) { return v == null ? "-" : v.toFixed(3) + "s"; } }];
+    var plotData = [xs];
+    for (var i = cats.length - 1; i >= 0; i--) {
+      (function (c, i) {
+        series.push({ label: c, stroke: COLORS[c] || "#999", fill: COLORS[c] || "#999", width: 1, points: { show: false },
+          paths: uPlot.paths.stepped({ align: 1 }),
+          value: function (u, v, si, idx) { return idx == null ? "-" : fmtBytes(ext(raw[c])[idx]); } });
+        plotData.push(ext(stacked[i]).map(function (v) { return v / GiB; }));
+      })(cats[i], i);
+    }
+    if (ch.capacity) {
+      series.push({ label: "capacity", stroke: "#7f7f7f", dash: [6, 4], width: 1.5, points: { show: false }, value: function () { return fmtBytes(ch.capacity); } });
+      plotData.push(xs.map(function () { return ch.capacity / GiB; }));
+    }
+    var marks = [];
+    ch.queries.forEach(function (q, k) { marks.push({ t: q.t, kind: q.sizing ? "s" : "q", tag: "Q" + (k + 1), q: q }); });
+    // Driver costs of one process and API in the same millisecond: one mark.
+    ch.costs.forEach(function (c) {
+      var last = marks[marks.length - 1];
+      if (last && last.c && last.c.pid === c.pid && last.c.api === c.api && Math.abs(last.t - c.t) < 0.001) { last.n++; last.bytes += c.bytes; return; }
+      marks.push({ t: c.t, kind: "c", tag: "D", c: c, n: 1, bytes: c.bytes });
+    });
+    ch.failures.forEach(function (f, k) { marks.push({ t: f.t, kind: "f", tag: "F" + (k + 1), f: f }); });
+    var color = { q: "#3366cc", s: "#1a4d99", c: "#8e44ad", f: "#d62728" };
+    // The interesting window: from the first allocation to the end (or the last failure).
+    var first = xs[0], last = tEnd;
+    for (var j = 0; j < xs.length; j++) { if (stacked[stacked.length - 1][Math.min(j, stacked[0].length - 1)] > 0) { first = xs[j]; break; } }
+    var span = Math.max(last - first, 0.001);
+    var chartDiv = el("div", { "class": "chart" });
+    box.appendChild(chartDiv);
+    var width = Math.max(480, Math.min(1200, (app.clientWidth || 1100) - 40));
+    var opts = {
+      width: width, height: 300, series: series,
+      scales: { x: { time: false, min: first - span * 0.03, max: last + span * 0.03 }, y: { range: function (u, lo, hi) { return [0, Math.max(hi, (ch.capacity || 0) / GiB) * 1.05]; } } },
+      axes: [{ label: "seconds since the run's first process started" }, { label: "GiB", size: 60 }],
+      cursor: { drag: { x: true, y: false } },
+      hooks: { draw: [function (u) {
+        var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
+        ctx.save();
+        marks.forEach(function (m) {
+          if (m.t < u.scales.x.min || m.t > u.scales.x.max) return;
+          var x = Math.round(u.valToPos(m.t, "x", true));
+          ctx.strokeStyle = color[m.kind]; ctx.lineWidth = m.kind === "s" || m.kind === "f" ? 2.5 : 1;
+          ctx.setLineDash(m.kind === "c" ? [2, 3] : []);
+          ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke();
+          if (m.kind !== "c") { ctx.fillStyle = color[m.kind]; ctx.font = "bold " + Math.round(11 * devicePixelRatio) + "px sans-serif"; ctx.fillText(m.tag, x + 3, top + 12 * devicePixelRatio); }
+          if (m.q && m.q.used != null) { // what the device used at the query
+            var y = Math.round(u.valToPos(m.q.used / GiB, "y", true));
+            ctx.fillStyle = "#333"; ctx.fillRect(x - 3, y - 3, 6, 6);
+          }
+        });
+        ctx.restore();
+        // Count painted pixels once: the page says in the DOM that its charts were drawn.
+        if (!u._counted) {
+          u._counted = true;
+          try {
+            var img = ctx.getImageData(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height).data, n = 0;
+            for (var p = 3; p < img.length; p += 16) if (img[p] > 0) n++;
+            chartDiv.setAttribute("data-painted", String(n));
+            if (n > 0) painted++;
+            document.body.setAttribute("data-charts-painted", String(painted));
+          } catch (e) { chartDiv.setAttribute("data-painted", "unknown"); }
+        }
+      }] }
+    };
+    new uPlot(opts, plotData, chartDiv);
+    box.appendChild(el("div", { "class": "legend-note", text: "Stacked live bytes per category; dashed: capacity; squares: device used at a query. Drag to zoom, double-click to reset." }));
+    var list = el("ul", { "class": "marks" });
+    marks.sort(function (a, b) { return a.t - b.t; }).forEach(function (m) {
+      var text;
+      if (m.q) {
+        var q = m.q;
+        text = m.tag + " " + m.t.toFixed(3) + "s pid " + q.pid + " " + q.api + ": told free " + fmtBytes(q.free) + (q.total != null ? " of " + fmtBytes(q.total) : "") +
+          (q.used != null ? "; device used " + fmtBytes(q.used) + ", tracked " + fmtBytes(q.tracked) + ", untracked " + fmtBytes(q.untracked) : "") +
+          (q.sizing ? "  <- the sizing query (" + ch.sizing.why + ")" : "");
+      } else if (m.c) {
+        text = "D " + m.t.toFixed(3) + "s pid " + m.c.pid + " " + m.c.api + (m.n > 1 ? " ×" + m.n : "") + ": hidden driver cost " + fmtBytes(m.bytes) + " (measured)";
+      } else {
+        text = m.tag + " " + m.t.toFixed(3) + "s pid " + m.f.pid + " " + m.f.api + " of " + fmtBytes(m.f.bytes) + " failed: " + m.f.error + " (it held " + fmtBytes(m.f.live) + ")";
+      }
+      list.appendChild(el("li", { "class": m.kind, text: text }));
+    });
+    box.appendChild(list);
+  }
+
+  // An icicle of live bytes by call frames (outermost on top), as nested flex rows.
+  function icicle(tree) {
+    var box = el("div", { "class": "icicle" });
+    if (!tree.children.length) { box.appendChild(el("p", { "class": "meta", text: "No call sites recorded on this GPU." })); return box; }
+    var levels = [];
+    function walk(n, depth, offset) {
+      (levels[depth] = levels[depth] || []).push({ n: n, off: offset });
+      var o = offset;
+      n.children.forEach(function (c) { walk(c, depth + 1, o); o += c.bytes; });
+    }
+    walk(tree, 0, 0);
+    var total = tree.bytes || 1;
+    levels.slice(0, 24).forEach(function (cells) {
+      var row = el("div", { "class": "row" }), at = 0;
+      cells.forEach(function (c) {
+        if (c.off > at) row.appendChild(el("div", { "class": "cell gap", style: "width:" + ((c.off - at) / total * 100) + "%" }));
+        var w = c.n.bytes / total * 100;
+        var cell = el("div", { "class": "cell " + c.n.kind, style: "width:" + w + "%", text: w > 4 ? c.n.name : "" });
+        cell.title = c.n.name + ": " + fmtBytes(c.n.bytes);
+        row.appendChild(cell);
+        at = c.off + c.n.bytes;
+      });
+      box.appendChild(row);
+    });
+    box.appendChild(el("div", { "class": "legend-note", text: "Live bytes by call frames, outermost on top (blue: Python, orange: native). Hover for sizes." }));
+    return box;
+  }
+
+  function runSection(run, k) {
+    var s = run.summary, ex = run.explain;
+    var sec = el("section", { "class": "run", id: "run-" + k });
+    sec.appendChild(el("h1", { text: "culedger: " + run.label }));
+    sec.appendChild(el("div", { "class": "meta", text: data.tool + " · run " + (s.run_ids.join(", ") || "-") + " · " + s.processes.length + " processes · " + s.devices.length + " GPUs · times are seconds since " + new Date(s.t0_unix_us / 1000).toISOString() }));
+    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed ? "failed" : "ok"), id: k === 0 ? "verdict" : null, text: s.verdict.text }));
+    sec.appendChild(findings(ex));
+    sec.appendChild(el("h2", { text: "GPUs" }));
+    sec.appendChild(table(["GPU", "processes", "tracked", "peak", "untracked at last query", "used at last query", "capacity", "failures", "biggest category"],
+      s.overview.map(function (o) { return [o.host + " GPU " + o.index, o.processes, fmtBytes(o.tracked_bytes), fmtBytes(o.peak_bytes), fmtBytes(o.untracked_bytes), fmtBytes(o.used_bytes), fmtBytes(o.total_bytes), o.failures, o.biggest_category ? o.biggest_category + " " + fmtBytes(o.biggest_category_bytes) : "-"]; }),
+      [0, 1, 1, 1, 1, 1, 1, 1, 0]));
+    var end = 0;
+    s.processes.forEach(function (p) { end = Math.max(end, (p.started_at_us + p.duration_us) / 1e6); });
+    run.charts.forEach(function (ch, i) {
+      var d = s.devices[i];
+      var box = el("div", { "class": "gpu" + (d.failures_total > 0 ? " failed" : ""), "data-gpu": ch.host + ":" + ch.index });
+      box.appendChild(el("h3", { text: ch.host + " GPU " + ch.index + " — " + fmtBytes(d.live_bytes) + " tracked, peak " + fmtBytes(d.peak_bytes) + (d.total_bytes ? " of " + fmtBytes(d.total_bytes) : "") + (d.failed_requests ? " · " + d.failed_requests + " failed allocation(s)" : "") }));
+      timeline(ch, box, { end: end });
+      if (d.driver_costs.length) {
+        box.appendChild(el("h3", { text: "Hidden driver costs (de-noised)" }));
+        box.appendChild(table(["pid", "process", "API", "calls", "bytes", "measured"], d.driver_costs.map(function (c) { return [c.pid, c.label, c.api, c.calls, fmtBytes(c.bytes), fmtBytes(c.measured_bytes)]; }), [1, 0, 0, 1, 1, 1]));
+      }
+      var det = el("details", i === 0 ? { open: "" } : null, [el("summary", { text: "Call sites on GPU " + ch.index }), icicle(ch.tree)]);
+      box.appendChild(det);
+      sec.appendChild(box);
+    });
+    sec.appendChild(el("h2", { text: "Processes" }));
+    sec.appendChild(table(["pid", "host", "process", "status", "started", "ran", "pinned host"],
+      s.processes.map(function (p) { return [p.pid, p.host, p.label, p.status, fmtSecs(p.started_at_us), fmtSecs(p.duration_us), fmtBytes(p.pinned_live_bytes)]; }),
+      [1, 0, 0, 0, 1, 1, 1]));
+    sec.appendChild(el("h2", { text: "Largest allocations" }));
+    var top = [];
+    s.devices.forEach(function (d) { d.top_allocations.forEach(function (a) { top.push([d, a]); }); });
+    top.sort(function (x, y) { return y[1].bytes - x[1].bytes; });
+    sec.appendChild(table(["GPU", "pid", "bytes", "category", "API", "at", "caller"],
+      top.slice(0, 25).map(function (x) { var a = x[1]; return [x[0].host + " GPU " + x[0].index, a.pid, fmtBytes(a.bytes), a.category, a.api, fmtSecs(a.at_us), a.caller]; }),
+      [0, 1, 1, 0, 0, 1, 0]));
+    return sec;
+  }
+
+  function diffSection(d) {
+    var sec = el("section", { id: "diff" });
+    sec.appendChild(el("h1", { text: "Diff: " + d.a + " → " + d.b }));
+    sec.appendChild(el("div", { "class": "verdict ok", text: d.headline }));
+    d.devices.forEach(function (dev) {
+      sec.appendChild(el("h3", { text: dev.device + (dev.only_in ? " (only in " + dev.only_in + ")" : "") }));
+      var rows = dev.totals.concat(dev.categories, dev.driver_costs).filter(function (r) { return r.a || r.b; });
+      sec.appendChild(table(["", "A", "B", "change"], rows.map(function (r) { return [r.name, fmtBytes(r.a), fmtBytes(r.b), fmtDelta(r.delta) + (r.pct != null ? " (" + r.pct.toFixed(1) + "%)" : "")]; }), [0, 1, 1, 1]));
+      dev.failures_b.forEach(function (f) { sec.appendChild(el("p", { "class": "meta", text: "B failed: " + f })); });
+    });
+    return sec;
+  }
+
+  app.removeChild(document.getElementById("loading"));
+  if (data.diff) app.appendChild(diffSection(data.diff));
+  data.runs.forEach(function (r, k) { app.appendChild(runSection(r, k)); });
+  document.body.setAttribute("data-rendered", "1");
+})();

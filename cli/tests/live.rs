@@ -1,0 +1,322 @@
+//! `culedger metrics`, `top --once` and `html` on the fixtures, checked against `culedger
+//! report --format json` of the same run:
+//! - the exposition parsed by the real `prometheus_client` parser (PyPI, fetched into
+//!   target/test-deps/prometheus_client by `make test-deps`), names and labels as documented;
+//! - one `top` frame as text;
+//! - the HTML page loaded by headless Chromium (Debian's, /usr/bin/chromium or fetched into
+//!   target/test-deps/chromium): the rendered DOM shows the verdict, every GPU and a drawn
+//!   timeline, the console shows nothing; a hostile title stays text.
+//!
+//! The running-server checks (a real Prometheus scraping `--listen`, `top` in tmux) are in
+//! shim-tests/scenarios/tests/live_views.rs.
+
+mod common;
+
+use common::{crate_dir, culedger, fixtures, stderr, stdout, tempdir};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    crate_dir().parent().unwrap().to_path_buf()
+}
+
+fn report(path: &Path) -> Value {
+    let o = culedger(&["report", "--format", "json", path.to_str().unwrap()]);
+    serde_json::from_slice(&o.stdout).expect("report json")
+}
+
+/// The exposition parsed by prometheus_client: `[{name, type, samples: [{name, labels, value}]}]`.
+fn parse(text: &str) -> Vec<Value> {
+    let lib = repo().join("target/test-deps/prometheus_client");
+    assert!(lib.join("prometheus_client").is_dir(), "{} is missing: run `make test-deps`", lib.display());
+    let script = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = []
+for f in text_string_to_metric_families(sys.stdin.read()):
+    out.append({"name": f.name, "type": f.type, "documentation": f.documentation,
+                "samples": [{"name": s.name, "labels": s.labels, "value": s.value} for s in f.samples]})
+print(json.dumps(out))
+"#;
+    let mut child = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .args(["-c", script])
+        .env("PYTHONPATH", &lib)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "prometheus_client refused the exposition: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap()
+}
+
+fn samples<'a>(families: &'a [Value], name: &str) -> Vec<&'a Value> {
+    families.iter().flat_map(|f| f["samples"].as_array().unwrap()).filter(|s| s["name"] == name).collect()
+}
+
+fn value(families: &[Value], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples(families, name)
+        .into_iter()
+        .find(|s| labels.iter().all(|(k, v)| s["labels"][*k] == *v))
+        .and_then(|s| s["value"].as_f64())
+}
+
+#[test]
+fn metrics_parse_and_agree_with_the_report() {
+    for fixture in ["custom-ar-tp8", "nccl"] {
+        let dir = fixtures().join(fixture);
+        let o = culedger(&["metrics", dir.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let families = parse(&stdout(&o));
+        let r = report(&dir);
+        // Names as docs/metrics.md says: counters end in _total, sizes in _bytes, all culedger_.
+        for f in &families {
+            let name = f["name"].as_str().unwrap();
+            assert!(name.starts_with("culedger_"), "{name}");
+            for s in f["samples"].as_array().unwrap() {
+                let sample = s["name"].as_str().unwrap();
+                if f["type"] == "counter" {
+                    assert!(sample.ends_with("_total"), "{sample}");
+                }
+                assert!(!sample.contains("site"), "no call-site series by default: {sample}");
+            }
+            assert!(!f["documentation"].as_str().unwrap().is_empty(), "{name} has no HELP");
+        }
+        let devices = r["devices"].as_array().unwrap();
+        for d in devices {
+            let (host, dev) = (d["host"].as_str().unwrap(), d["index"].to_string());
+            let l = [("host", host), ("device", dev.as_str())];
+            for c in d["categories"].as_array().unwrap() {
+                let lc = [l[0], l[1], ("category", c["name"].as_str().unwrap())];
+                assert_eq!(
+                    value(&families, "culedger_category_live_bytes", &lc),
+                    c["live_bytes"].as_f64(),
+                    "{fixture} {lc:?}"
+                );
+                assert_eq!(
+                    value(&families, "culedger_category_peak_bytes", &lc),
+                    c["peak_bytes"].as_f64(),
+                    "{fixture} {lc:?}"
+                );
+            }
+            assert_eq!(value(&families, "culedger_device_capacity_bytes", &l), d["total_bytes"].as_f64());
+            assert_eq!(value(&families, "culedger_device_tracked_bytes", &l), d["live_bytes"].as_f64());
+            assert_eq!(
+                value(&families, "culedger_device_untracked_bytes", &l),
+                d["last_query"]["untracked_bytes"].as_f64()
+            );
+            assert_eq!(
+                value(&families, "culedger_device_failed_allocations_total", &l),
+                d["failures_total"].as_f64(),
+                "{fixture} {l:?}"
+            );
+            let costs: f64 = d["driver_costs"].as_array().unwrap().iter().map(|c| c["bytes"].as_f64().unwrap()).sum();
+            let exported: f64 = samples(&families, "culedger_driver_cost_bytes")
+                .iter()
+                .filter(|s| s["labels"]["host"] == host && s["labels"]["device"] == dev.as_str())
+                .map(|s| s["value"].as_f64().unwrap())
+                .sum();
+            assert_eq!(exported, costs, "{fixture} {l:?}: driver costs by API add up to the report's");
+            let age = value(&families, "culedger_device_last_query_age_seconds", &l).unwrap();
+            assert!(age > 0.0, "{age}");
+            for p in d["processes"].as_array().unwrap() {
+                let pid = p["pid"].to_string();
+                let lp = [l[0], l[1], ("pid", pid.as_str())];
+                assert_eq!(value(&families, "culedger_process_live_bytes", &lp), p["live_bytes"].as_f64());
+            }
+        }
+        // A rank carries its rank and title as labels.
+        let rank0 = samples(&families, "culedger_process_pinned_host_bytes")
+            .into_iter()
+            .find(|s| s["labels"]["rank"] == "0")
+            .expect("rank 0");
+        assert!(rank0["labels"]["title"].as_str().unwrap().starts_with("sglang::scheduler_TP0"), "{rank0}");
+        let failed = value(&families, "culedger_run_failed", &[]).unwrap();
+        assert_eq!(failed == 1.0, r["verdict"]["failed"].as_bool().unwrap(), "{fixture}");
+    }
+}
+
+#[test]
+fn call_sites_only_when_asked() {
+    let dir = fixtures().join("custom-ar");
+    let o = culedger(&["metrics", "--sites", dir.to_str().unwrap()]);
+    let families = parse(&stdout(&o));
+    let sites = samples(&families, "culedger_site_live_bytes");
+    assert!(!sites.is_empty() && sites.len() <= 2 * 20, "{}", sites.len());
+    let r = report(&dir);
+    let top = &r["devices"][0]["sites"][0];
+    let l = [("device", "0"), ("caller", top["caller"].as_str().unwrap())];
+    assert_eq!(value(&families, "culedger_site_live_bytes", &l), top["live_bytes"].as_f64());
+}
+
+/// A copy of a fixture with rank 0's title replaced.
+fn with_title(fixture: &str, title: &str) -> tempfile::TempDir {
+    let d = tempdir();
+    for e in std::fs::read_dir(fixtures().join(fixture)).unwrap().flatten() {
+        let mut v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        if v["process"]["title"] == "sglang::scheduler_TP0" {
+            v["process"]["title"] = title.into();
+        }
+        std::fs::write(d.path().join(e.file_name()), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    d
+}
+
+#[test]
+fn hostile_label_values_are_escaped() {
+    let title = "a\"b\\c\nd}e";
+    let d = with_title("custom-ar", title);
+    let o = culedger(&["metrics", d.path().to_str().unwrap()]);
+    let families = parse(&stdout(&o));
+    let s = samples(&families, "culedger_process_running").into_iter().find(|s| s["labels"]["rank"] == "0").unwrap();
+    assert_eq!(s["labels"]["title"], title);
+}
+
+#[test]
+fn metrics_of_an_empty_or_missing_directory() {
+    let d = tempdir();
+    let o = culedger(&["metrics", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let families = parse(&stdout(&o));
+    assert_eq!(value(&families, "culedger_reports", &[]), Some(0.0));
+    std::fs::write(d.path().join("culedger-h-1-2.json"), "{\"schema\": \"culedger/1\", \"proc").unwrap();
+    let families = parse(&stdout(&culedger(&["metrics", d.path().to_str().unwrap()])));
+    assert_eq!(value(&families, "culedger_reports_unreadable", &[]), Some(1.0));
+    let o = culedger(&["metrics", "/nonexistent/culedger-run"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+}
+
+#[test]
+fn one_top_frame() {
+    let dir = fixtures().join("custom-ar-tp8");
+    let o = common::culedger_env(&["top", "--once", dir.to_str().unwrap()], &[("COLUMNS", "120")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let r = report(&dir);
+    assert!(text.contains(r["verdict"]["text"].as_str().unwrap()), "{text}");
+    for d in r["devices"].as_array().unwrap() {
+        assert!(text.contains(&format!("sim-host GPU {} ", d["index"])), "GPU {}: {text}", d["index"]);
+    }
+    assert!(text.contains("kv_pool") && text.contains("9.09 GiB"), "{text}");
+    assert!(common::widest(&text) <= 120, "{text}");
+    let folded =
+        stdout(&common::culedger_env(&["top", "--once", "--fold", dir.to_str().unwrap()], &[("COLUMNS", "120")]));
+    assert!(folded.contains("GPUs 1,2,3,4,5,6,7 (7 alike)"), "{folded}");
+    // A title with an escape sequence reaches the terminal as visible text.
+    let d = with_title("custom-ar", "evil\x1b]0;pwned\x07\x1b[2J");
+    let text = stdout(&common::culedger_env(&["top", "--once", d.path().to_str().unwrap()], &[("COLUMNS", "120")]));
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    assert!(text.contains("evil^[]0;pwned^G^[[2J"), "{text}");
+}
+
+/// Chromium: /usr/bin/chromium, else Debian's unpacked into target/test-deps/chromium.
+fn chromium() -> Option<Command> {
+    if Path::new("/usr/bin/chromium").is_file() {
+        return Some(Command::new("/usr/bin/chromium"));
+    }
+    let root = repo().join("target/test-deps/chromium");
+    let bin = root.join("usr/lib/chromium/chromium");
+    if !bin.is_file() {
+        return None;
+    }
+    let lib = root.join(format!("usr/lib/{}-linux-gnu", std::env::consts::ARCH));
+    let mut c = Command::new(bin);
+    c.env("LD_LIBRARY_PATH", format!("{}:{}", lib.display(), lib.join("pulseaudio").display()));
+    Some(c)
+}
+
+/// The page's DOM after its scripts ran, and the console lines Chromium logged.
+fn render(page: &Path) -> Option<(String, Vec<String>)> {
+    let mut cmd = chromium()?;
+    let profile = tempdir();
+    let o = cmd
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,1000",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(o.status.success(), "chromium: {}", stderr(&o));
+    // Console messages of the page (console.*, uncaught exceptions) are logged as `CONSOLE`.
+    let console = stderr(&o).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
+    Some((stdout(&o), console))
+}
+
+#[test]
+fn html_renders_in_a_real_browser() {
+    if chromium().is_none() {
+        eprintln!("SKIP: no chromium (make test-deps fetches Debian's into target/test-deps/chromium)");
+        return;
+    }
+    let out = tempdir();
+    let one = out.path().join("tp8.html");
+    let tp8 = fixtures().join("custom-ar-tp8");
+    let o = culedger(&["html", tp8.to_str().unwrap(), "-o", one.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&one).unwrap();
+    assert!(text.len() < 5 << 20, "{} bytes", text.len());
+    // Self-contained: nothing fetched when it is viewed.
+    for needle in ["<script src", "<link ", "@import", "url(http"] {
+        assert!(!text.contains(needle), "{needle}");
+    }
+    let (dom, console) = render(&one).unwrap();
+    assert!(console.is_empty(), "console: {console:?}");
+    assert!(dom.contains("data-rendered=\"1\""), "the page's script did not finish");
+    let r = report(&tp8);
+    let verdict = r["verdict"]["text"].as_str().unwrap();
+    assert!(dom.contains(&format!("id=\"verdict\">{verdict}<")), "verdict missing");
+    // Findings first: explain's first finding comes before the first GPU.
+    let first = dom.find("rank 0 (pid 6101) could not allocate").expect("explain's finding");
+    let gpus = r["devices"].as_array().unwrap();
+    for d in gpus {
+        let at =
+            dom.find(&format!("data-gpu=\"sim-host:{}\"", d["index"])).unwrap_or_else(|| panic!("GPU {}", d["index"]));
+        assert!(first < at);
+    }
+    let drawn = gpus.iter().filter(|d| d["peak_bytes"].as_i64().unwrap() > 0).count();
+    assert!(drawn == 8, "{drawn}");
+    assert!(dom.contains(&format!("data-charts-painted=\"{drawn}\"")), "not every timeline was drawn");
+    assert_eq!(dom.matches("<canvas").count(), drawn);
+    assert!(dom.contains("the sizing query"), "the sizing query is marked");
+    assert!(dom.contains("failed: cudaErrorMemoryAllocation"), "the failure is marked");
+    assert!(dom.contains("hidden driver cost"), "driver costs are marked");
+    assert!(dom.contains("MHATokenToKVPool._create_buffers"), "the call-site view");
+    assert!(dom.contains("Largest allocations"));
+
+    // Two runs: their diff first; a title that is markup stays text.
+    let hostile = with_title("custom-ar", "<img src=x onerror=alert(1)></script>");
+    let two = out.path().join("diff.html");
+    let nccl = fixtures().join("nccl");
+    let o = culedger(&["html", nccl.to_str().unwrap(), hostile.path().to_str().unwrap(), "-o", two.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (dom, console) = render(&two).unwrap();
+    assert!(console.is_empty(), "console: {console:?}");
+    assert!(dom.contains("id=\"diff\""), "the diff");
+    assert!(dom.find("id=\"diff\"") < dom.find("id=\"run-0\""));
+    assert!(!dom.contains("<img"), "a report's title became markup");
+    assert!(dom.contains("&lt;img src=x onerror=alert(1)&gt;"), "the title shows as text");
+}
+
+#[test]
+fn html_refuses_other_extensions() {
+    let o = culedger(&["html", fixtures().join("nccl").to_str().unwrap(), "-o", "/tmp/x.svg"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).lines().count(), 1);
+}
