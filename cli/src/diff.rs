@@ -368,15 +368,7 @@ fn fold_key(d: &DevDiff) -> (Option<String>, Vec<String>, bool, bool, bool) {
 
 /// Device pairs grouped into classes of alike pairs, each in device order.
 fn fold_classes(devices: &[DevDiff]) -> Vec<Vec<usize>> {
-    let mut classes: Vec<(_, Vec<usize>)> = Vec::new();
-    for (i, d) in devices.iter().enumerate() {
-        let key = fold_key(d);
-        match classes.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, members)) => members.push(i),
-            None => classes.push((key, vec![i])),
-        }
-    }
-    classes.into_iter().map(|(_, m)| m).collect()
+    crate::report::classes_by(devices, fold_key)
 }
 
 /// The pairs folded under `first`: one row each with the figures that tell them apart.

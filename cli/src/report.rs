@@ -411,12 +411,18 @@ fn fold_key(d: &DeviceSummary) -> (String, Vec<String>, Vec<String>, bool) {
 /// Devices grouped into classes of alike devices, each in device order, classes in the
 /// order of their first device.
 pub(crate) fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
-    let mut classes: Vec<(_, Vec<usize>)> = Vec::new();
-    for (i, d) in devices.iter().enumerate() {
-        let key = fold_key(d);
-        match classes.iter_mut().find(|(k, _)| *k == key) {
+    classes_by(devices, fold_key)
+}
+
+/// Items grouped by `key`: the indices of each class in order, classes in the order of
+/// their first item (`diff` folds its device pairs the same way).
+pub(crate) fn classes_by<T, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> Vec<Vec<usize>> {
+    let mut classes: Vec<(K, Vec<usize>)> = Vec::new();
+    for (i, d) in items.iter().enumerate() {
+        let k = key(d);
+        match classes.iter_mut().find(|(c, _)| *c == k) {
             Some((_, members)) => members.push(i),
-            None => classes.push((key, vec![i])),
+            None => classes.push((k, vec![i])),
         }
     }
     classes.into_iter().map(|(_, m)| m).collect()
