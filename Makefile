@@ -29,7 +29,7 @@ NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1 $(SIM)/min-noresolver/libcuda.so.1
 MIN_CC = mkdir -p $(@D) && $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1
 
-.PHONY: all build lib cli sim headers pythons test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
+.PHONY: all build lib cli sim headers pythons frameworks test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
 all: build sim
 
 build:
@@ -65,7 +65,11 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/bin/init_reentry
+# NVML of the simulated machine, next to the fake driver (PyTorch's driver table loads it).
+$(SIM)/lib/libnvidia-ml.so.1: shim-tests/fakenvml/fakenvml.c
+	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/bin/init_reentry $(SIM)/lib/libnvidia-ml.so.1
 
 # A runtime calling the driver from its own initialisation, its entry points waiting for it
 # (exported from the program: -rdynamic); no CUDA library linked.
@@ -108,6 +112,11 @@ $(SIM)/bin/cu13_%: shim-tests/c13/cu13_%.c shim-tests/c/sim.h $(HDR13)/cuda.h $(
 $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)/lib/libcudart.so.12
 	$(CC) $(CFLAGS) -I$(HDR) -Ishim-tests/c -o $@ $< -L$(SIM)/lib -l:libcudart.so.12 -lpthread -Wl,-rpath,'$$ORIGIN/../lib'
 
+# Real PyTorch, CuPy and NCCL wheels (pinned, about 2.7 GB) for the framework tests, into
+# target/frameworks/site; without network the tests skip with one line (scripts/fetch-frameworks.sh).
+frameworks:
+	PYTHON=$(PYTHON) scripts/fetch-frameworks.sh
+
 # Extra CPython interpreters for the call-site tests (Debian's 3.13 and 3.14 under
 # target/pythons); a version that cannot be fetched is skipped with one line.
 pythons:
@@ -115,8 +124,8 @@ pythons:
 
 # The packaging tests read the wheels and tarballs of `make dist`; then the interposer's
 # integration tests run again on aarch64 under qemu (scripts/aarch64.sh).
-test: all pythons test-deps dist
-	$(CARGO) test --release --workspace
+test: all pythons test-deps frameworks dist
+	$(CARGO) test --release --workspace --no-fail-fast
 	PYTHON=$(PYTHON) scripts/aarch64.sh test
 
 test-aarch64: all

@@ -26,6 +26,9 @@ pub struct Diff {
     pub b_t0_unix_us: i64,
     /// One sentence: what changed most.
     pub headline: String,
+    /// When one side's start failed: the first line of `culedger explain`'s "What to change"
+    /// for it (null otherwise).
+    pub what_to_change: Option<String>,
     /// The categories the text lists (non-empty on either side, or all with --all-categories).
     pub categories_shown: Vec<String>,
     pub devices: Vec<DevDiff>,
@@ -247,6 +250,12 @@ pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
         devices.iter().map(|d| (d.device.clone(), d.since_sizing.as_ref())).collect();
     let headline =
         crate::explain::diffs::cause_headline(&sa, &sb, &sizing).unwrap_or_else(|| headline(&sa, &sb, &devices));
+    // The same recommendation as `culedger explain` of the side whose start failed.
+    let what_to_change = [rb, ra]
+        .into_iter()
+        .map(crate::explain::explain)
+        .find(|e| e.what_to_change.is_some())
+        .and_then(|e| crate::explain::gist(&e).1);
     let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
     Diff {
         schema: DIFF_SCHEMA,
@@ -257,6 +266,7 @@ pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
         a_t0_unix_us: Clock::of(&ra.procs).t0_us,
         b_t0_unix_us: Clock::of(&rb.procs).t0_us,
         headline,
+        what_to_change,
         categories_shown: CATEGORIES
             .iter()
             .filter(|c| ca.contains(c) || cb.contains(c))
@@ -413,6 +423,9 @@ pub fn document(d: &Diff, fold: Option<bool>) -> Doc {
     let (sa, sb) = (short(&d.a), short(&d.b));
     let mut doc = Doc::default();
     doc.push(Block::Title(d.headline.clone()));
+    if let Some(w) = &d.what_to_change {
+        doc.para(format!("What to change: {w}"));
+    }
     doc.para(format!("culedger diff: A = {}, B = {}", d.a, d.b));
     doc.para(format!(
         "Times are seconds since each run's first process started (A: {}, B: {}).",

@@ -183,12 +183,15 @@ impl Doc {
     }
 }
 
-/// [`Block::Commands`] as text: two spaces, the commands padded to the longest (at most half
-/// the width), then what each shows, wrapped under itself; a longer command has its text on
+/// [`Block::Commands`] as text: two spaces, the commands padded to the longest (at most two
+/// thirds of the width, unless every line fits whole), then what each shows, wrapped under itself; a longer command has its text on
 /// the next line.
 fn commands_text(cmds: &[(String, String)], width: usize) -> String {
     let longest = cmds.iter().map(|(c, _)| crate::layout::display_width(c)).max().unwrap_or(0);
-    let col = (longest + 5).min(width * 2 / 3);
+    let widest = cmds.iter().map(|(_, w)| crate::layout::display_width(w)).max().unwrap_or(0);
+    // Every line whole when the longest command and the longest text fit side by side; else
+    // the commands take at most two thirds of the width.
+    let col = if longest + 4 + widest <= width { longest + 4 } else { (longest + 5).min(width * 2 / 3) };
     let mut out = String::new();
     for (cmd, what) in cmds {
         let lead = format!("  {cmd}");

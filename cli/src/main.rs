@@ -31,6 +31,7 @@ mod screen;
 mod sites;
 mod top;
 mod units;
+mod whatif;
 mod wrap;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
@@ -325,6 +326,30 @@ enum Command {
         #[arg(long)]
         merge_runs: bool,
     },
+    /// Replay the recorded start through the engine's sizing formula with another value of its
+    /// parameter: per rank the pool, what arrived after the sizing query, whether it fits.
+    #[command(long_about = "Replay the recorded start through the engine's sizing formula (the rule packs' \
+        `sizing`: SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization, TensorRT-LLM's \
+        --kv_cache_free_gpu_memory_fraction) with another value of its parameter: per rank the pool it would \
+        get, what arrived after its sizing query in the recorded run, the memory left and whether it fits. \
+        Exit status: 0 every rank fits, 1 one does not, 2 bad input (an unknown engine or parameter: the \
+        message names those it knows).")]
+    Whatif {
+        /// A run directory, report file or summary.json
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// The parameter and its value, e.g. mem_fraction_static=0.86 (or --mem-fraction-static=0.86)
+        #[arg(long = "set", value_name = "NAME=VALUE", required = true, allow_hyphen_values = true)]
+        sets: Vec<String>,
+        /// The engine (sglang, vllm, trtllm) [default: the one the reports' call sites show]
+        #[arg(long, value_name = "ENGINE")]
+        engine: Option<String>,
+        /// Output format
+        #[arg(long, value_enum, default_value = "text")]
+        format: FormatArg,
+        #[command(flatten)]
+        select: SelectArgs,
+    },
     /// Print a shell completion script: `culedger completions bash > /etc/bash_completion.d/culedger`.
     Completions {
         /// The shell
@@ -472,6 +497,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let runs = paths.iter().map(|p| load(std::slice::from_ref(p), &sel)).collect::<Result<Vec<_>>>()?;
             eprintln!("culedger: wrote {}", html::write(&runs, &output)?);
             Ok(0)
+        }
+        Command::Whatif { path, sets, engine, format, select } => {
+            let run = load(&[path], &select.selection())?;
+            let w = whatif::whatif(&run, &sets, engine.as_deref())?;
+            emit(format.into(), color, || whatif::document(&w), &w)?;
+            Ok(w.exit_code)
         }
         Command::Completions { shell } => {
             let shell = match shell {

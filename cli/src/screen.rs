@@ -52,7 +52,7 @@ pub fn document(run: &Run, dir: &str) -> Doc {
     d.para("Go further:");
     let mut cmds = vec![
         (format!("culedger report {dir}"), "every GPU in full".into()),
-        (format!("culedger explain {dir}"), "why, with the numbers".into()),
+        (format!("culedger explain {dir}"), "why, what to change".into()),
     ];
     cmds.push((format!("culedger html {dir} -o run.html"), "all of it on one page".into()));
     d.push(Block::Commands(cmds));
@@ -60,10 +60,9 @@ pub fn document(run: &Run, dir: &str) -> Doc {
 }
 
 /// The first line of explain's "What to change" (the knob, its direction and value), shown
-/// under explain's headline. explain does not recommend changes yet; once it does, this
-/// returns the first of its recommendations.
-fn first_recommendation(_e: &Explanation) -> Option<String> {
-    None
+/// under explain's headline.
+fn first_recommendation(e: &Explanation) -> Option<String> {
+    crate::explain::gist(e).1
 }
 
 /// How the command `culedger run` started ended, from its summary.

@@ -45,22 +45,11 @@ struct View {
     fold: bool,
 }
 
-/// A string from a report, safe to show: control characters (C0, DEL, C1: what starts an
-/// escape sequence or moves the cursor) become visible `^X` / `<U+XXXX>` text.
+/// A string from a report, safe to show: its control characters written as visible escapes
+/// (`layout::printable`, as every text output writes them), the line break too (a frame's
+/// line is one screen row).
 pub fn clean(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c as u32 {
-            0..=0x1f => {
-                out.push('^');
-                out.push(char::from(c as u8 + 0x40));
-            }
-            0x7f => out.push_str("^?"),
-            0x80..=0x9f => out.push_str(&format!("<U+{:04X}>", c as u32)),
-            _ => out.push(c),
-        }
-    }
-    out
+    crate::layout::printable(s).replace('\n', "\\n")
 }
 
 /// The rows of the GPU list: each a list of device indices into `summary.devices` (one each,
@@ -447,7 +436,7 @@ mod tests {
 
     #[test]
     fn control_bytes_are_shown_not_sent() {
-        assert_eq!(clean("a\x1b[2Jb\x07\u{9b}c\x7f"), "a^[[2Jb^G<U+009B>c^?");
+        assert_eq!(clean("a\x1b[2Jb\x07\u{9b}c\x7f\nd"), "a\\x1b[2Jb\\x07\\u{9b}c\\x7f\\nd");
         assert_eq!(clean("sglang::scheduler_TP0 ✓"), "sglang::scheduler_TP0 ✓");
     }
 

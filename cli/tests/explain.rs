@@ -119,15 +119,23 @@ fn the_custom_allreduce_failure_is_reconciled_from_the_sizing_query() {
         assert!(text.contains("went to peer access and IPC opens (not visible to that query)"), "{text}");
         assert!(text.contains("no longer fit") && text.contains("short by"), "{text}");
     }
-    // The launcher's context on GPU 0 made rank 0's pool smaller than rank 1's.
+    // The launcher's context on GPU 0 left rank 0's own query less free memory, but SGLang
+    // sizes every rank from the minimum over the ranks (get_available_gpu_memory with
+    // distributed=True): the ranks asked for the same pool, and none is flagged.
     let sizing = findings(&v, "sizing");
     assert_eq!(sizing.len(), 1);
-    let launcher = reports("tests/fixtures/custom-ar")
+    assert_eq!(sizing[0]["severity"], "info", "{:#}", sizing[0]);
+    let ranks = sizing[0]["detail"]["ranks"].as_array().unwrap();
+    assert!(ranks
         .iter()
-        .find(|r| r["process"]["env"].get("RANK").is_none())
-        .map(|r| r["process"]["pid"].as_i64().unwrap())
-        .unwrap();
-    assert!(sizing[0]["text"].as_str().unwrap().contains(&format!("the context of pid {launcher}")), "{:#}", sizing[0]);
+        .all(|r| r["told_bytes"] == ranks[0]["told_bytes"] && r["pool_bytes"] == ranks[0]["pool_bytes"]));
+    assert!(ranks.iter().all(|r| r["flagged"] == false), "{:#}", sizing[0]);
+    // Rank 1's own query told more than that minimum: its failure says which it was sized from.
+    let rank1 = fails.iter().find(|f| f["device"] == 1).unwrap();
+    assert!(rank1["text"]
+        .as_str()
+        .unwrap()
+        .contains("(the minimum over the ranks, as SGLang takes it; its own query told"));
 }
 
 #[test]
@@ -242,6 +250,12 @@ fn diff_leads_with_the_cause() {
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"]);
     let text = stdout(&o);
     let head = text.split("\nculedger diff:").next().unwrap().replace('\n', " ");
+    // Under the headline: the same recommendation as `culedger explain` of the failing side.
+    let (head, change) = head.split_once(" What to change: ").expect("the recommendation under the headline");
+    let e = json("tests/fixtures/custom-ar");
+    let first = e["what_to_change"]["lines"][0].as_str().unwrap();
+    assert_eq!(change.trim_end().trim_end_matches('.'), first.replace('\n', " "), "{text}");
+    assert!(first.starts_with("Lower --mem-fraction-static from 0.97 to at most "), "{first}");
     assert!(
         head.starts_with(
             "custom-ar/ ran out of memory: part 16 of its KV pool (916.00 MiB, kv_pool, cudaMalloc) failed on 2 of 2 GPUs"

@@ -211,7 +211,7 @@ fn one_top_frame() {
     let d = with_title("custom-ar", "evil\x1b]0;pwned\x07\x1b[2J");
     let text = stdout(&common::culedger_env(&["top", "--once", d.path().to_str().unwrap()], &[("COLUMNS", "120")]));
     assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
-    assert!(text.contains("evil^[]0;pwned^G^[[2J"), "{text}");
+    assert!(text.contains("evil\\x1b]0;pwned\\x07\\x1b[2J"), "{text}");
 }
 
 /// Chromium: /usr/bin/chromium, else Debian's unpacked into target/test-deps/chromium.
@@ -319,4 +319,41 @@ fn html_refuses_other_extensions() {
     let o = culedger(&["html", fixtures().join("nccl").to_str().unwrap(), "-o", "/tmp/x.svg"]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).lines().count(), 1);
+}
+
+/// Every fixture (failures, a leak, a shared GPU, stray contexts, a truncated report) gives a
+/// frame, an exposition the parser takes, and a page that renders without console output.
+#[test]
+fn every_fixture_renders() {
+    let browser = chromium().is_some();
+    if !browser {
+        eprintln!("SKIP: the pages in a browser: no chromium (make test-deps fetches it)");
+    }
+    let out = tempdir();
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "{names:?}");
+    for name in names {
+        let dir = fixtures().join(&name);
+        let d = dir.to_str().unwrap();
+        let o = common::culedger_env(&["top", "--once", d], &[("COLUMNS", "100")]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        assert!(stdout(&o).contains("GPU"), "{name}");
+        let o = culedger(&["metrics", d]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        assert!(!parse(&stdout(&o)).is_empty(), "{name}");
+        let page = out.path().join(format!("{name}.html"));
+        let o = culedger(&["html", d, "-o", page.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        if browser {
+            let (dom, console) = render(&page).unwrap();
+            assert!(console.is_empty(), "{name}: {console:?}");
+            assert!(dom.contains("data-rendered=\"1\""), "{name}: the page's script did not finish");
+        }
+    }
 }

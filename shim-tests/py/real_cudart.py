@@ -3,9 +3,9 @@ wheel) loaded with ctypes by path, as SGLang's CudaRTLibrary loads it, on the fa
 
 The real runtime resolves the driver exactly as culedger must survive it: dlopen
 libcuda.so.1, dlsym cuGetProcAddress_v2, a probe, ~420 entries by base name and version.
-It then needs cuGetExportTable, which the fake driver does not offer, so its calls fail
-with cudaErrorNotSupported and it unloads the driver. Under culedger the program must see
-exactly the same results. Usage: real_cudart.py PATH_TO_LIBCUDART
+It then asks cuGetExportTable for its private tables, which the fake driver implements, and
+runs: a malloc, a memory query and a free. Under culedger the program must see exactly the
+same results. Usage: real_cudart.py PATH_TO_LIBCUDART
 """
 import ctypes
 import sys
@@ -25,5 +25,6 @@ free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
 rc_info = lib.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total))
 rc_free = lib.cudaFree(p)
 print(f"RESULT driver_rc={rc_drv} driver={drv.value} runtime_rc={rc_rt} runtime={rtv.value} "
-      f"count_rc={rc_count} count={count.value} malloc_rc={rc_malloc} info_rc={rc_info} free_rc={rc_free}",
+      f"count_rc={rc_count} count={count.value} malloc_rc={rc_malloc} info_rc={rc_info} free_rc={rc_free} "
+      f"free={free.value}",
       flush=True)

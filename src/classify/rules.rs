@@ -257,9 +257,11 @@ pub fn parse_pack(text: &str, default_name: &str) -> Result<Pack, String> {
     let top = doc.as_object().ok_or_else(|| "line 1: expected a JSON object at the top".to_string())?;
     let key_line = |k: &str| lines.key_line(k).unwrap_or(1);
     for k in top.keys() {
-        if !["culedger_rules", "pack", "source", "comment", "replace", "rules"].contains(&k.as_str()) {
+        // `sizing` (an engine's pool-sizing formula) is read by the command line's `explain` and
+        // `whatif`, not by the classifier.
+        if !["culedger_rules", "pack", "source", "comment", "replace", "sizing", "rules"].contains(&k.as_str()) {
             return Err(format!(
-                "line {}: unknown key \"{k}\" (expected culedger_rules, pack, source, comment, replace, rules)",
+                "line {}: unknown key \"{k}\" (expected culedger_rules, pack, source, comment, replace, sizing, rules)",
                 key_line(k)
             ));
         }
@@ -284,6 +286,9 @@ pub fn parse_pack(text: &str, default_name: &str) -> Result<Pack, String> {
     let name = string_field("pack")?.unwrap_or_else(|| default_name.into());
     let source = string_field("source")?.unwrap_or_default();
     string_field("comment")?;
+    if top.get("sizing").is_some_and(|v| !v.is_object()) {
+        return Err(format!("line {}: \"sizing\" must be an object", key_line("sizing")));
+    }
     let replace = match top.get("replace") {
         None => false,
         Some(Value::Bool(b)) => *b,

@@ -104,18 +104,40 @@ unsafe fn map_of(addr: *const c_void) -> *mut LinkMap {
     std::ptr::addr_of!(_r_debug).read().r_map
 }
 
-/// Held while our map carries another object's name.
+/// Held while our map carries the main program's name.
 static RENAMED: AtomicBool = AtomicBool::new(false);
 
 /// Make `name`'s failing look-up for the caller's `dlerror()`, worded as glibc words it for
-/// the caller's own look-up: the one made from here (`RTLD_NEXT`, nothing behind us defines
-/// `name`) runs while our map bears the name of the object the caller's look-up was for.
-/// Another thread reading our map's name in those few instructions (`dl_iterate_phdr`,
-/// `dladdr`) would see that name.
+/// the caller's own look-up, which names the object it was made for.
+///
+/// - That object's own scope, when it does not hold us (a library calling with
+///   `RTLD_DEFAULT`, a handle of a library): the same look-up on its map fails with that
+///   object's name, as the caller's would without culedger. Nothing of the loader's is
+///   written.
+/// - The main program (a call from it with `RTLD_DEFAULT`, or `dlopen(NULL)`'s handle): its
+///   scope holds us. The look-up behind us (`RTLD_NEXT`) is made while our map bears the
+///   main program's name, the empty string, which no `dlopen` by name can match; another
+///   thread's `dladdr` or `dl_iterate_phdr` in those few instructions would see our object
+///   unnamed.
+/// - Anything else (our own map, none found, a library whose scope holds us): the look-up
+///   behind us, named after us.
 unsafe fn fail_as(handle: *mut c_void, caller: *const c_void, name: *const c_char) {
     let named = if handle == RTLD_DEFAULT { map_of(caller) } else { handle.cast::<LinkMap>() };
     let ours = map_of(dlsym_hook as *const c_void);
     if named.is_null() || ours.is_null() || named == ours {
+        let _ = real_dlsym(RTLD_NEXT, name);
+        return;
+    }
+    let main = std::ptr::addr_of!(_r_debug).read().r_map;
+    if named != main {
+        if !real_dlsym(named.cast(), name).is_null() {
+            // Its scope holds a definition (ours, through a dependency on us).
+            let _ = real_dlsym(RTLD_NEXT, name);
+        }
+        return;
+    }
+    let main_name = if main.is_null() { std::ptr::null_mut() } else { (*main).l_name };
+    if main_name.is_null() || *main_name != 0 {
         let _ = real_dlsym(RTLD_NEXT, name);
         return;
     }
@@ -124,7 +146,7 @@ unsafe fn fail_as(handle: *mut c_void, caller: *const c_void, name: *const c_cha
         std::hint::spin_loop();
     }
     let saved = (*ours).l_name;
-    (*ours).l_name = (*named).l_name;
+    (*ours).l_name = main_name;
     let _ = real_dlsym(RTLD_NEXT, name);
     (*ours).l_name = saved;
     RENAMED.store(false, Ordering::Release);

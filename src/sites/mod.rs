@@ -448,7 +448,24 @@ pub fn python_version() -> Option<String> {
     PY_VERSION.get().cloned()
 }
 
-/// Is `file` the interpreter's own (standard library, frozen modules, shims) or PyTorch's?
+/// Python packages of the frameworks that allocate on a program's behalf: a frame in one of them
+/// is plumbing (`torch/cuda/memory.py:mem_get_info`, CuPy's `cupy/_creation/basic.py:empty`),
+/// not the caller a user wants named. Matched as a path component (`.../torch/...`), so an
+/// installed package and a source checkout count alike.
+const FRAMEWORK_PACKAGES: &[&str] = &[
+    "/torch/",
+    "/cupy/",
+    "/cupyx/",
+    "/cupy_backends/",
+    "/cuda/bindings/",
+    "/cuda/core/",
+    "/cuda/pathfinder/",
+    "/triton/",
+    "/numba/cuda/",
+];
+
+/// Is `file` the interpreter's own (standard library, ctypes and its wrappers included, frozen
+/// modules, shims) or a framework's ([`FRAMEWORK_PACKAGES`])?
 ///
 /// CPython 3.13+ runs a specialised call of a class with a Python `__init__`
 /// (`CALL_ALLOC_AND_ENTER_INIT`) through the shim code object `_Py_InitCleanup`
@@ -457,7 +474,7 @@ pub fn runtime_file(file: &str) -> bool {
     file.starts_with("<frozen ")
         || file == "__init__"
         || (file.contains("/lib/python3") && !file.contains("-packages/"))
-        || file.contains("/torch/")
+        || FRAMEWORK_PACKAGES.iter().any(|p| file.contains(p))
 }
 
 /// A comprehension's own frame (3.11 and older run them as functions): `caller` names the
@@ -478,7 +495,7 @@ pub fn short_file(file: &str) -> &str {
 }
 
 /// The short form of a site: `file:function` of the innermost Python frame outside the
-/// interpreter's and PyTorch's files (comprehension frames skipped), else `object!symbol` of the first native frame outside
+/// interpreter's and the frameworks' files ([`runtime_file`]; comprehension frames skipped), else `object!symbol` of the first native frame outside
 /// culedger/CUDA/libc (`object+0xOFFSET` without a symbol); None when nothing is known.
 pub fn short(site: &Site) -> Option<String> {
     if let Some(f) = site.python.iter().find(|f| !runtime_file(&f.file) && !comprehension(&f.function)) {
@@ -609,6 +626,22 @@ mod tests {
             native: vec![nat("libcudart.so.12", Some("cudaMalloc"), true)],
         };
         assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
+        // CuPy's own allocation path and its Cython-generated frames, then the user's script.
+        let cupy = Site {
+            python: vec![
+                py("/srv/venv/lib/python3.11/site-packages/cupy/_creation/basic.py", "empty"),
+                py("/srv/venv/lib/python3.11/site-packages/cupyx/scipy/sparse/_coo.py", "coo_matrix.__init__"),
+                py("/usr/lib/python3.11/ctypes/__init__.py", "__getitem__"),
+                py("/home/u/cupy_pool.py", "make_buffers"),
+            ],
+            native: vec![],
+        };
+        assert_eq!(short(&cupy).unwrap(), "cupy_pool.py:make_buffers");
+        let info = Site {
+            python: vec![py("/opt/torch-src/torch/cuda/memory.py", "mem_get_info"), py("/w/probe.py", "probe")],
+            native: vec![],
+        };
+        assert_eq!(short(&info).unwrap(), "probe.py:probe", "a source checkout of torch is torch's too");
         let c = Site { python: vec![py("/a/m.py", "f.<locals>.<listcomp>"), py("/a/m.py", "f")], native: vec![] };
         assert_eq!(short(&c).unwrap(), "m.py:f");
         // CPython 3.13+'s `__init__` shim between a class call and the caller.

@@ -9,6 +9,12 @@
 //! else its base name; without one, the first native frame outside culedger, CUDA and libc,
 //! as `object!symbol` (`object+offset` without a symbol). Reports from writers before call
 //! sites have none: callers then say "call site unknown".
+//!
+//! The frame shown is the one that explains the call (`explaining`): the innermost frame an
+//! engine pack names (its sizing formula's query functions: `profile_max_num_token`, not
+//! `get_available_gpu_memory`), else the innermost frame outside the interpreter, PyTorch and
+//! thin API wrappers (a ctypes binding named after the CUDA or NCCL call it wraps:
+//! `CudaRTLibrary.cudaDeviceEnablePeerAccess`), with a short chain of its callers.
 
 use crate::model::{Report, SiteRec};
 
@@ -43,9 +49,77 @@ pub fn short(site: &SiteRec) -> Option<String> {
     })
 }
 
-/// The short form of site `id` of `report`: the `caller` the report gives for it, else one
-/// computed from its frames.
+/// A function named after the API it wraps (`CudaRTLibrary.cudaIpcOpenMemHandle`,
+/// `NCCLLibrary.ncclCommInitRank`): a binding, not the code that decided to call it.
+fn api_wrapper(function: &str) -> bool {
+    let last = function.rsplit('.').next().unwrap_or(function);
+    ["cuda", "cu", "nccl"]
+        .iter()
+        .any(|p| last.strip_prefix(p).and_then(|r| r.chars().next()).is_some_and(|c| c.is_ascii_uppercase()))
+}
+
+/// The frame that explains a call, and its callers as a short chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explaining {
+    /// `file:function`, as [`short`] writes it.
+    pub short: String,
+    pub function: String,
+    /// `a <- b <- c`: the frame and its callers up to the frame an engine pack names (at
+    /// most five frames, the middle elided).
+    pub chain: String,
+}
+
+/// The explaining frame of site `id` of `report` (see the module head). For a free-memory
+/// query (`query`) the frame an engine pack names is the one that explains it (the query's
+/// own helper, `get_available_gpu_memory`, says nothing); for other calls the first frame
+/// outside the wrappers, with the chain of its callers up to that named frame when it lies
+/// below (peer access opened inside `profile_max_num_token`'s query).
+pub fn explaining(report: &Report, id: Option<i64>, query: bool) -> Option<Explaining> {
+    let id = id.filter(|&i| i != 0)?;
+    let site = report.sites.iter().find(|s| s.id == id)?;
+    let frames: Vec<&crate::sites::PyFrameRec> =
+        site.python.iter().filter(|f| !runtime_file(&f.file) && !comprehension(&f.function)).collect();
+    let named = super::engines::query_functions();
+    let anchor = frames.iter().position(|f| super::engines::frame_matches(named, f));
+    let first = frames.iter().position(|f| !api_wrapper(&f.function))?;
+    let explains = match anchor {
+        Some(a) if query => a,
+        _ => first,
+    };
+    let end = match anchor {
+        Some(a) if a >= explains => a,
+        _ => (explains + 2).min(frames.len() - 1),
+    };
+    let names: Vec<&str> = frames[explains..=end].iter().map(|f| f.function.as_str()).collect();
+    let chain = if names.len() > 5 {
+        format!("{} <- ... <- {}", names[..2].join(" <- "), names[names.len() - 2..].join(" <- "))
+    } else {
+        names.join(" <- ")
+    };
+    let f = frames[explains];
+    Some(Explaining { short: format!("{}:{}", short_file(&f.file), f.function), function: f.function.clone(), chain })
+}
+
+/// The short form followed by the caller chain (`file:function (a <- b <- c)`) when the
+/// chain reaches beyond the frame itself.
+pub fn with_chain(report: &Report, id: Option<i64>) -> Option<String> {
+    match explaining(report, id, false) {
+        Some(e) if e.chain.contains(" <- ") => Some(format!("{} ({})", e.short, e.chain)),
+        _ => caller(report, id),
+    }
+}
+
+/// The explaining frame of a query's site.
+pub fn query_caller(report: &Report, id: Option<i64>) -> Option<String> {
+    explaining(report, id, true).map(|e| e.short).or_else(|| caller(report, id))
+}
+
+/// The short form of site `id` of `report`: its explaining frame when the report keeps its
+/// frames, else the `caller` the report gives for it, else one computed from its frames.
 pub fn caller(report: &Report, id: Option<i64>) -> Option<String> {
+    if let Some(e) = explaining(report, id, false) {
+        return Some(e.short);
+    }
     let id = id.filter(|&i| i != 0)?;
     let given = report.devices.iter().flat_map(|d| &d.top_allocations).find(|a| a.site == Some(id));
     if let Some(c) = given.and_then(|a| a.caller.clone()) {

@@ -46,6 +46,24 @@ pub enum Detail {
     Untracked(Box<UntrackedDetail>),
     Growth(GrowthDetail),
     Imbalance(ImbalanceDetail),
+    Start(StartDetail),
+}
+
+/// A start that failed without a failed allocation.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartDetail {
+    pub processes: Vec<StartRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StartRow {
+    pub pid: i64,
+    pub process: String,
+    /// `exited with status 1`, `was killed by SIGKILL`.
+    pub status: String,
+    /// Its last free-memory query (on the run's clock) and the function that made it.
+    pub last_query_at_us: Option<i64>,
+    pub last_query_function: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,6 +78,8 @@ pub struct FailDetail {
     pub bytes: i64,
     pub error_name: String,
     pub caller: Option<String>,
+    /// The explaining frame and its callers (`a <- b <- c`).
+    pub caller_chain: Option<String>,
     /// Which part of what it was allocating: `the second half of its pool`, `its pool`, ...
     pub part: String,
     /// The category of the burst's successful allocations (a failure records none).
@@ -74,7 +94,11 @@ pub struct FailDetail {
     /// Free memory when it failed: measured by the query that followed, else estimated.
     pub free_bytes: Option<i64>,
     pub free_measured: bool,
-    /// Requested minus free (positive: the shortfall).
+    /// What the request needed: its size, or for a call that asks the driver for memory
+    /// without a size (an IPC open, peer access) what the same call cost the process when it
+    /// succeeded (0 when unknown).
+    pub needed_bytes: i64,
+    /// Needed minus free (positive: the shortfall; nothing left is a shortage too).
     pub short_by_bytes: Option<i64>,
     /// Findings with the same mechanism share it (the text folds them).
     #[serde(skip)]
@@ -208,9 +232,11 @@ fn pct(part: i64, whole: i64) -> f64 {
 
 /// Every finding of a run, most important first.
 pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
-    let failures = failed_allocations(gs, !run.skipped.is_empty());
+    let ev = super::advice::evaluate_run(run, gs);
+    let mut failures = failed_allocations(gs, !run.skipped.is_empty(), ev.as_ref());
+    failures.extend(failed_start(run, gs));
     let mut out = failures.clone();
-    out.extend(sizing(gs, !failures.is_empty()));
+    out.extend(sizing(gs, !failures.is_empty(), ev.as_ref()));
     let windows: Vec<(String, i64, i64, i64)> = failures
         .iter()
         .filter_map(|f| match &f.detail {
@@ -240,7 +266,91 @@ pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. Failed allocations.
+// 1. Failed allocations, and starts that failed without one.
+
+/// Processes that touched a GPU and exited with a failure status (or were killed by a
+/// signal) without a failed allocation of their own, leaving out a parent whose child failed
+/// (a launcher reports its ranks' failure): a start that failed is always a finding, also
+/// when the engine refused by its own check ("Not enough memory") before allocating its pool.
+fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
+    let failed = |r: &Report| r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some();
+    // Each process with its last query: (GPU, when, the function that made it).
+    type LastQuery = Option<(String, i64, String)>;
+    let mut who_failed: Vec<(&Report, LastQuery)> = Vec::new();
+    for r in &run.procs {
+        let touched = !r.devices.is_empty();
+        let own_failures = r.devices.iter().any(|d| !d.failures.is_empty());
+        let child_failed = run.procs.iter().any(|c| c.process.ppid == r.process.pid && failed(c));
+        if !failed(r) || !touched || own_failures || child_failed {
+            continue;
+        }
+        // Its last free-memory query: where it was when it gave up.
+        let last = gs
+            .iter()
+            .flat_map(|g| g.members.iter().filter(|m| std::ptr::eq(m.report, r)).map(move |m| (g, *m)))
+            .flat_map(|(g, m)| m.dev.probes.iter().map(move |p| (g, m, p)))
+            .max_by_key(|(_, m, p)| m.abs_us(*p))
+            .map(|(g, m, p)| {
+                let function =
+                    callers::explaining(m.report, p.site, true).map(|e| e.function).unwrap_or_else(|| "?".into());
+                (format!("GPU {}", g.index), g.clock.since(m.abs_us(p)), function)
+            });
+        who_failed.push((r, last));
+    }
+    if who_failed.is_empty() {
+        return Vec::new();
+    }
+    let status = |r: &Report| match (r.process.exit_code, r.process.signal) {
+        (_, Some(sig)) => format!("was killed by {}", crate::runs::signal_name(sig)),
+        (Some(c), _) => format!("exited with status {c}"),
+        _ => "failed".into(),
+    };
+    let n = who_failed.len();
+    let (r0, last0) = &who_failed[0];
+    let where_ = match last0 {
+        Some((gpu, at, function)) => {
+            format!(" after its last free-memory query (on {gpu} at {}, from {function})", crate::clock::fmt_secs(*at))
+        }
+        None => String::new(),
+    };
+    let text = format!(
+        "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was          refused; the engine gave up by its own check (its log says why), or something other than GPU memory          failed.",
+        who(r0),
+        status(r0),
+        if n > 1 { format!(", and so did {} more", crate::report::count(n - 1, "process", "processes")) } else { String::new() }
+    );
+    vec![Finding {
+        kind: "failed_start",
+        severity: "failure",
+        title: if n == 1 {
+            format!("{} {} without a failed allocation", who(r0), status(r0))
+        } else {
+            format!("{n} processes failed without a failed allocation")
+        },
+        text,
+        host: None,
+        device: None,
+        pids: who_failed.iter().map(|(r, _)| r.process.pid).collect(),
+        callers: who_failed.iter().filter_map(|(_, l)| l.as_ref().map(|l| l.2.clone())).fold(Vec::new(), |mut v, c| {
+            if !v.contains(&c) {
+                v.push(c);
+            }
+            v
+        }),
+        detail: Detail::Start(StartDetail {
+            processes: who_failed
+                .iter()
+                .map(|(r, l)| StartRow {
+                    pid: r.process.pid,
+                    process: who(r),
+                    status: status(r),
+                    last_query_at_us: l.as_ref().map(|l| l.1),
+                    last_query_function: l.as_ref().map(|l| l.2.clone()),
+                })
+                .collect(),
+        }),
+    }]
+}
 
 /// Which part of its burst a failed attempt is, in words.
 fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>) -> String {
@@ -275,7 +385,7 @@ fn before_words(part: &str, done: usize) -> String {
 }
 
 /// The failure findings, in device order; failed attempts of one burst are one finding.
-fn failed_allocations(gs: &[DeviceGroup], skipped: bool) -> Vec<Finding> {
+fn failed_allocations(gs: &[DeviceGroup], skipped: bool, ev: Option<&super::advice::Evaluation>) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
     for g in gs {
         for m in &g.members {
@@ -291,7 +401,27 @@ fn failed_allocations(gs: &[DeviceGroup], skipped: bool) -> Vec<Finding> {
                     continue;
                 }
                 bursts.push((burst[0], out.len()));
-                let finding = failure_finding(g, *m, &st, i, &burst, f, skipped);
+                let mut finding = failure_finding(g, *m, &st, i, &burst, f, skipped);
+                if let Some(r) = ev.and_then(|e| e.ranks.iter().find(|r| r.pid == m.pid() && r.device == g.index)) {
+                    // The engine sized every rank from the minimum over the ranks: say so where
+                    // the rank's own query told more.
+                    let e = ev.expect("the evaluation");
+                    let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
+                    if used != r.told_bytes {
+                        let own = format!("from {} free at", fmt_bytes(r.told_bytes));
+                        finding.text = finding.text.replacen(
+                            &own,
+                            &format!(
+                                "from {} free (the minimum over the ranks, as {} takes it; its own query told {}) at",
+                                fmt_bytes(used),
+                                e.engine,
+                                fmt_bytes(r.told_bytes)
+                            ),
+                            1,
+                        );
+                    }
+                }
+                let finding = finding;
                 out.push((s.abs_us, finding));
             }
         }
@@ -323,12 +453,14 @@ fn failure_finding(
         .next();
     let part = part_words(st, burst, told, category);
     let caller = callers::caller(m.report, f.site);
+    let caller_chain = callers::explaining(m.report, f.site, false).map(|e| e.chain);
     let name = who(m.report);
     let (free, measured) = match &recon {
         Some(r) => (Some(r.free_bytes), r.closed_by.is_some()),
         None => (None, false),
     };
-    let short_by = free.map(|fr| f.bytes - fr);
+    let needed = super::advice::needed(m, f);
+    let short_by = free.map(|fr| needed - fr);
     let at = clock.at(st[i].abs_us);
     let title = format!(
         "{name} could not allocate {part} on {} ({}, {}{}{})",
@@ -339,7 +471,7 @@ fn failure_finding(
         caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
     );
     let text = match &recon {
-        Some(r) => conclusion(&name, &part, f.bytes, r, short_by.unwrap_or(0), &clock, skipped),
+        Some(r) => conclusion(&name, &part, (f.bytes, needed, &f.api), r, short_by.unwrap_or(0), &clock, skipped),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
              sized the request from. The process held {} on the GPU at that moment.",
@@ -379,7 +511,7 @@ fn failure_finding(
         Some(r) => {
             let kinds: Vec<String> =
                 r.items.iter().map(|i| format!("{}:{}", i.kind, i.api.clone().unwrap_or_default())).collect();
-            format!("{part}|{}|{}", kinds.join(","), short_by.is_some_and(|s| s > 0))
+            format!("{part}|{}|{}", kinds.join(","), short_by.is_some_and(|s| s > 0) || free.is_some_and(|f| f <= 0))
         }
         None => format!("{part}|no query"),
     };
@@ -401,6 +533,7 @@ fn failure_finding(
             bytes: f.bytes,
             error_name: f.error_name.clone(),
             caller,
+            caller_chain,
             part,
             category: category.map(str::to_string),
             burst_attempts: burst.len(),
@@ -409,6 +542,7 @@ fn failure_finding(
             reconciliation: recon,
             free_bytes: free,
             free_measured: measured,
+            needed_bytes: needed,
             short_by_bytes: short_by,
             signature,
         })),
@@ -419,7 +553,7 @@ fn failure_finding(
 fn conclusion(
     name: &str,
     part: &str,
-    requested: i64,
+    (requested, needed, api): (i64, i64, &str),
     r: &Recon,
     short_by: i64,
     clock: &Clock,
@@ -493,11 +627,13 @@ fn conclusion(
     let failed = format!(
         "{} ({})",
         part.replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
-        fmt_bytes(requested)
+        super::advice::needed_words(requested, needed, api)
     );
     let pool_done = done.map(|d| format!("{} took {}", before_words(part, d.calls as usize), fmt_bytes(d.bytes)));
     let tail = if short_by > 0 {
         format!("{failed} no longer fit: {free}, short by {}", fmt_bytes(short_by))
+    } else if r.free_bytes <= 0 {
+        format!("{failed} no longer fit: nothing was left")
     } else {
         format!(
             "{failed} failed although {free}, {} more than it asked for: not a lack of free memory as far as the \
@@ -608,7 +744,7 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
     s
 }
 
-fn sizing(gs: &[DeviceGroup], any_failure: bool) -> Option<Finding> {
+fn sizing(gs: &[DeviceGroup], any_failure: bool, ev: Option<&super::advice::Evaluation>) -> Option<Finding> {
     let mut rows: Vec<(SizingRow, i64)> = Vec::new();
     for g in gs {
         for m in &g.members {
@@ -646,6 +782,18 @@ fn sizing(gs: &[DeviceGroup], any_failure: bool) -> Option<Finding> {
     }
     if rows.is_empty() {
         return None;
+    }
+    // With the engine's formula, what each rank was told and asked for is the formula's: its
+    // inputs as the engine took them (SGLang: the minimum over the ranks) and the pool it
+    // computed, not the pool so far plus the part that failed.
+    if let Some(e) = ev {
+        for (r, _) in &mut rows {
+            if let Some(x) = e.ranks.iter().find(|x| x.pid == r.pid && x.device == r.device) {
+                r.told_bytes = x.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(r.told_bytes);
+                r.pool_bytes = x.pool_bytes.max(0);
+                r.fraction = r.pool_bytes as f64 / r.told_bytes.max(1) as f64;
+            }
+        }
     }
     let reference = reference_pool(&rows.iter().map(|(r, _)| r.pool_bytes).collect::<Vec<_>>());
     let alike = |pool: i64| pct((pool - reference).abs(), reference) <= POOL_DIFF_PCT;
@@ -907,7 +1055,14 @@ fn untracked_growth(g: &DeviceGroup, failure_windows: &[(String, i64, i64, i64)]
     Some(Finding {
         kind: "untracked_growth",
         severity,
-        title: format!("Untracked memory on {} rose by {} between two queries", gpu(g), fmt_bytes(net)),
+        // The same figure as the text's first sentence; the part beyond the new processes'
+        // contexts beside it.
+        title: format!(
+            "Untracked memory on {} rose by {} between two queries{}",
+            gpu(g),
+            fmt_bytes(rise),
+            if expected > 0 { format!(" ({} beyond new processes' contexts)", fmt_bytes(net)) } else { String::new() }
+        ),
         text,
         host: Some(g.host.clone()),
         device: Some(g.index),

@@ -9,11 +9,19 @@
 //! - `render`: text and markdown;
 //! - `callers`: call sites in words;
 //! - `diffs`: what `culedger diff` shows of it (the cause in its headline, the
-//!   reconciliations side by side).
+//!   reconciliations side by side);
+//! - `engines`: the engines' sizing formulas, as the rule packs give them;
+//! - `advice`: "What to change", from the formula evaluated on the run.
 
+pub mod advice;
 pub mod callers;
 pub mod diffs;
-mod findings;
+pub mod engines;
+pub mod findings;
+// The rule language's patterns, shared with the classifier.
+#[path = "../../../src/classify/glob.rs"]
+#[allow(dead_code)]
+mod glob;
 pub mod recon;
 mod render;
 pub mod steps;
@@ -60,6 +68,9 @@ pub struct Explanation {
     /// What limits the explanation: reports that could not be read, processes without a
     /// final report, lost events.
     pub notes: Vec<String>,
+    /// For a failed or refused start of an engine whose sizing formula the rule packs give:
+    /// the parameter to change, its value, and the numbers behind it (null otherwise).
+    pub what_to_change: Option<advice::Advice>,
 }
 
 /// The process in words for sentences: `rank 1 (pid 5102)` when it has a rank, else
@@ -94,6 +105,7 @@ pub fn explain(run: &Run) -> Explanation {
     let clock = Clock::of(&run.procs);
     let gs = crate::analysis::groups(run);
     let found = findings::all(run, &gs);
+
     let count = |sev: &str| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count("failure"), count("warning"));
     let infos = count("info");
@@ -114,6 +126,7 @@ pub fn explain(run: &Run) -> Explanation {
         }
         format!("{}, most important first", parts.join(" and "))
     };
+    let what_to_change = if failures > 0 { advice::advise(run, &gs, &found) } else { None };
     Explanation {
         schema: EXPLAIN_SCHEMA,
         label: run.label.clone(),
@@ -126,7 +139,15 @@ pub fn explain(run: &Run) -> Explanation {
         findings: found,
         sites_recorded: run.procs.iter().any(callers::recorded),
         notes: notes(run),
+        what_to_change,
     }
+}
+
+/// The headline of an explanation and its first "What to change" line, for a command that
+/// prints only the gist (`culedger run`'s ending).
+pub fn gist(e: &Explanation) -> (String, Option<String>) {
+    let head = e.findings.first().map_or_else(|| e.verdict.clone(), |f| f.title.clone());
+    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
 }
 
 /// What limits the explanation.

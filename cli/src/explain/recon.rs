@@ -37,6 +37,8 @@ pub struct QueryRef {
     pub total_bytes: Option<i64>,
     /// Its call site (short form), when recorded.
     pub caller: Option<String>,
+    /// The explaining frame and its callers (`a <- b <- c`), when the report keeps frames.
+    pub caller_chain: Option<String>,
 }
 
 impl QueryRef {
@@ -48,7 +50,8 @@ impl QueryRef {
             api: p.api.clone(),
             free_bytes: p.free_bytes.unwrap_or(0),
             total_bytes: p.total_bytes,
-            caller: callers::caller(m.report, p.site),
+            caller: callers::query_caller(m.report, p.site),
+            caller_chain: callers::explaining(m.report, p.site, true).map(|e| e.chain),
         }
     }
 }
@@ -193,7 +196,7 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
             }
             let sites = m.dev.driver_costs.iter().filter(|d| d.api == api).flat_map(|d| d.sites.iter().copied());
             for s in sites {
-                push_unique(&mut it.callers, callers::caller(m.report, Some(s)));
+                push_unique(&mut it.callers, callers::with_chain(m.report, Some(s)));
             }
             it
         })

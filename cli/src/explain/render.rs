@@ -39,6 +39,12 @@ fn recon_table(r: &Recon, d: Option<&FailDetail>) -> Table {
         fmt_bytes(r.query.free_bytes),
         r.query.caller.iter().cloned().collect(),
     );
+    let with_chain = |short: &Option<String>, chain: &Option<String>| -> Vec<String> {
+        match (short, chain) {
+            (Some(s), Some(c)) if c.contains(" <- ") => vec![format!("{s} ({c})")],
+            (s, _) => s.iter().cloned().collect(),
+        }
+    };
     for it in &r.items {
         row(format!("- {}", it.what), minus(it), it.callers.clone());
     }
@@ -51,10 +57,14 @@ fn recon_table(r: &Recon, d: Option<&FailDetail>) -> Table {
     };
     row(end, fmt_bytes(r.free_bytes), Vec::new());
     if let Some(d) = d {
-        row(format!("requested: {} of {}", d.api, d.part), fmt_bytes(d.bytes), d.caller.iter().cloned().collect());
+        row(format!("requested: {} of {}", d.api, d.part), fmt_bytes(d.bytes), with_chain(&d.caller, &d.caller_chain));
+        if d.bytes == 0 && d.needed_bytes > 0 {
+            row(format!("needed: what a successful {} cost it", d.api), fmt_bytes(d.needed_bytes), Vec::new());
+        }
         if let Some(s) = d.short_by_bytes {
+            let shortage = s > 0 || d.free_bytes.is_some_and(|f| f <= 0);
             row(
-                if s > 0 { "short by".into() } else { "to spare (not a shortage)".into() },
+                if shortage { "short by".into() } else { "to spare (not a shortage)".into() },
                 fmt_bytes(s.abs()),
                 Vec::new(),
             );
@@ -314,5 +324,16 @@ pub fn document(e: &Explanation) -> Doc {
     if fs.is_empty() {
         d.para("Nothing alarming was found; `culedger report` shows where the memory went.");
     }
+    if let Some(a) = &e.what_to_change {
+        what_to_change(&mut d, a);
+    }
     d
+}
+
+/// "What to change", most useful first.
+pub fn what_to_change(d: &mut Doc, a: &crate::explain::advice::Advice) {
+    d.push(Block::Heading("What to change".into()));
+    for (k, line) in a.lines.iter().enumerate() {
+        d.para(format!("{}. {line}.", k + 1));
+    }
 }

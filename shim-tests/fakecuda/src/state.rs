@@ -41,6 +41,13 @@ pub mod tag {
     /// A pool made by `cuMemPoolCreate`.
     pub const MADE_POOL: u64 = 0x0b01;
     pub const PHYS: u64 = 0x0a11;
+    pub const EVENT: u64 = 0x0e7e;
+    /// A kernel of a library (the id is the library's).
+    pub const KERNEL: u64 = 0x0ce1;
+    /// A function: of a library's kernel in a context, or of a module (the id is theirs).
+    pub const FUNC: u64 = 0x0f0c;
+    /// A library's module in a context (`cuLibraryGetModule`; the id is the library's).
+    pub const LIBRARY_MODULE: u64 = 0x0d1b;
 }
 
 /// Builds a handle value from a tag and an id.
@@ -192,6 +199,15 @@ pub struct Phys {
 pub struct Stream {
     pub ctx: u64,
     pub dev: usize,
+    pub flags: u32,
+    pub priority: i32,
+}
+
+/// A created event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub ctx: u64,
+    pub flags: u32,
 }
 
 /// An ongoing stream capture.
@@ -255,6 +271,17 @@ pub struct Proc {
     pub graphs: HashMap<u64, Graph>,
     pub execs: HashMap<u64, Costly>,
     pub modules: HashMap<u64, Costly>,
+    /// Loaded context-independent libraries (`cuLibraryLoad*`). A real driver loads them lazily
+    /// (`CUDA_MODULE_LOADING=LAZY`, the default since CUDA 12.2): nothing is charged until a kernel
+    /// of the library is first used in a context ([`Proc::use_library`]).
+    pub libraries: HashMap<u64, ()>,
+    /// A library loaded into a context: (library, context) -> its cost there.
+    pub lib_loads: HashMap<(u64, u64), Costly>,
+    pub events: HashMap<u64, Event>,
+    /// Context-local storage of the runtime's private table: (context, key) -> value.
+    pub ctx_storage: HashMap<(u64, usize), usize>,
+    /// High-water marks of stream-ordered pools: pool -> (reserved, used) bytes.
+    pub pool_high: HashMap<u64, (u64, u64)>,
     /// Enabled peer mappings: (context, peer context) -> cost.
     pub peers: HashMap<(u64, u64), Costly>,
     /// Opened IPC handles: (slot, id, opening context) -> mapped base.
@@ -394,6 +421,11 @@ impl Proc {
             graphs: HashMap::new(),
             execs: HashMap::new(),
             modules: HashMap::new(),
+            libraries: HashMap::new(),
+            lib_loads: HashMap::new(),
+            events: HashMap::new(),
+            ctx_storage: HashMap::new(),
+            pool_high: HashMap::new(),
             peers: HashMap::new(),
             ipc_opens: HashMap::new(),
         }
@@ -509,6 +541,14 @@ impl Proc {
                 }
             }
         }
+        let loads: Vec<(u64, u64)> = self.lib_loads.keys().filter(|(_, c)| *c == h).copied().collect();
+        for k in loads {
+            if let Some(c) = self.lib_loads.remove(&k) {
+                self.uncharge(c.dev, c.charged);
+            }
+        }
+        self.events.retain(|_, e| e.ctx != h);
+        self.ctx_storage.retain(|(c, _), _| *c != h);
         let peers: Vec<(u64, u64)> = self.peers.keys().filter(|(a, b)| *a == h || *b == h).copied().collect();
         for k in peers {
             if let Some(c) = self.peers.remove(&k) {
@@ -522,6 +562,38 @@ impl Proc {
         }
         CTX_STACK.with(|s| s.borrow_mut().retain(|c| *c != h));
         Ok(())
+    }
+
+    /// A kernel of library `lib` is used in the current context: the first use there loads the
+    /// library into it (charging `FAKECUDA_MODULE_MIB` on the context's device until the library
+    /// is unloaded or the context destroyed).
+    pub fn use_library(&mut self, lib: u64) -> R<(u64, usize)> {
+        if !self.libraries.contains_key(&lib) {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (ctx, dev) = self.current()?;
+        if !self.lib_loads.contains_key(&(lib, ctx)) {
+            let cost = Config::get().module_cost;
+            self.charge(dev, cost)?;
+            self.lib_loads.insert((lib, ctx), Costly { ctx, dev, charged: cost });
+        }
+        Ok((ctx, dev))
+    }
+
+    /// (reserved, used) bytes of `pool`: the granules its live allocations hold, and their sizes
+    /// as requested (the fake's pools keep nothing cached: a free gives the memory back at once).
+    pub fn pool_bytes(&self, pool: u64) -> (u64, u64) {
+        self.allocs
+            .values()
+            .filter(|a| a.kind == Kind::Async { pool })
+            .fold((0, 0), |(r, u), a| (r + a.span, u + a.size))
+    }
+
+    /// Raises `pool`'s high-water marks to its current bytes.
+    pub fn note_pool(&mut self, pool: u64) {
+        let (reserved, used) = self.pool_bytes(pool);
+        let high = self.pool_high.entry(pool).or_insert((0, 0));
+        *high = (high.0.max(reserved), high.1.max(used));
     }
 
     /// Reserves device address space: from the 32-bit window when `low`.

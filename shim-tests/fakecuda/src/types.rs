@@ -76,6 +76,8 @@ pub const CU_MEM_HANDLE_TYPE_ALL: c_int = 0x1 | 0x2 | 0x4 | 0x8;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 0x1;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 0x1;
 pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 0x2;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 0x3;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: c_int = 0x4;
 pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_int = 0x1;
 
 pub const CU_MEMORYTYPE_HOST: c_uint = 0x1;

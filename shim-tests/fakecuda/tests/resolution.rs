@@ -157,7 +157,11 @@ fn header_typedefs(dir: &str) -> (c_int, Typedefs, Aliases) {
     let mut typedefs = BTreeSet::new();
     let mut defines = BTreeMap::new();
     for line in text.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix("typedef CUresult (CUDAAPI *PFN_") {
+        // Both spellings occur (the green-context and device-resource typedefs have no space).
+        let typedef = line
+            .strip_prefix("typedef CUresult (CUDAAPI *PFN_")
+            .or_else(|| line.strip_prefix("typedef CUresult(CUDAAPI *PFN_"));
+        if let Some(rest) = typedef {
             let name = &rest[..rest.find(')').expect("typedef name")];
             let (base, tail) = name.split_once("_v").unwrap_or((name, ""));
             let (ver, flavor) = match tail.split_once('_') {

@@ -249,6 +249,18 @@ impl Drop for Sim {
     }
 }
 
+/// The driver trace `trace` of a program run under culedger, less culedger's own look-up of
+/// `cuCtxGetDevice` through the driver's resolver (its bookkeeping, src/hooks/real.rs): what
+/// the program itself asked the driver for, to compare with its trace without culedger.
+pub fn trace_without_culedger(trace: &str) -> Vec<&str> {
+    let ours = "getproc cuCtxGetDevice 2000 0 -> 0 cuCtxGetDevice";
+    let mut lines: Vec<&str> = trace.lines().collect();
+    if let Some(i) = lines.iter().rposition(|l| *l == ours) {
+        lines.remove(i);
+    }
+    lines
+}
+
 /// A finished program.
 #[derive(Debug)]
 pub struct Run {

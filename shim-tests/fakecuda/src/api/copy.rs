@@ -63,19 +63,32 @@ fn copy(dst: u64, dst_side: Side, src: u64, src_side: Side, len: usize, stream: 
 }
 
 fn memset(dst: u64, value: u8, n: usize, stream: Option<(CUstream, bool)>) -> R {
+    memset_wide(dst, &[value], n, stream)
+}
+
+/// Sets `n` elements of `pattern.len()` bytes each (`cuMemsetD8/D16/D32`).
+fn memset_wide(dst: u64, pattern: &[u8], n: usize, stream: Option<(CUstream, bool)>) -> R {
+    let bytes = n.checked_mul(pattern.len()).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if !dst.is_multiple_of(pattern.len() as u64) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
     let d = with_init(|p| {
         match stream {
             Some((h, per_thread)) => p.stream(h, per_thread).map(|_| ())?,
             None => p.current().map(|_| ())?,
         }
-        if n == 0 {
+        if bytes == 0 {
             return Ok(End::Fake);
         }
-        device_end(p, dst, n as u64)
+        device_end(p, dst, bytes as u64)
     })?;
     if let End::Real(d) = d {
-        // SAFETY: managed memory mapped for at least n bytes from d (checked above).
-        unsafe { std::ptr::write_bytes(d, value, n) };
+        // SAFETY: managed memory mapped for at least `bytes` bytes from d (checked above).
+        unsafe {
+            for i in 0..bytes {
+                d.add(i).write(pattern[i % pattern.len()]);
+            }
+        }
     }
     Ok(())
 }
@@ -160,5 +173,45 @@ entry! {
     }
     fn cuMemsetD8Async_ptsz(dst_device: CUdeviceptr, uc: u8, n: usize, h_stream: CUstream) {
         memset(dst_device, uc, n, Some((h_stream, true)))
+    }
+
+    fn cuMemsetD16_v2(dst_device: CUdeviceptr, us: u16, n: usize) {
+        memset_wide(dst_device, &us.to_ne_bytes(), n, None)
+    }
+    fn cuMemsetD16_v2_ptds(dst_device: CUdeviceptr, us: u16, n: usize) {
+        memset_wide(dst_device, &us.to_ne_bytes(), n, None)
+    }
+    fn cuMemsetD16(dst_device: CUdeviceptrV1, us: u16, n: c_uint) {
+        memset_wide(dst_device as u64, &us.to_ne_bytes(), n as usize, None)
+    }
+    fn cuMemsetD16Async(dst_device: CUdeviceptr, us: u16, n: usize, h_stream: CUstream) {
+        memset_wide(dst_device, &us.to_ne_bytes(), n, Some((h_stream, false)))
+    }
+    fn cuMemsetD16Async_ptsz(dst_device: CUdeviceptr, us: u16, n: usize, h_stream: CUstream) {
+        memset_wide(dst_device, &us.to_ne_bytes(), n, Some((h_stream, true)))
+    }
+    fn cuMemsetD32_v2(dst_device: CUdeviceptr, ui: u32, n: usize) {
+        memset_wide(dst_device, &ui.to_ne_bytes(), n, None)
+    }
+    fn cuMemsetD32_v2_ptds(dst_device: CUdeviceptr, ui: u32, n: usize) {
+        memset_wide(dst_device, &ui.to_ne_bytes(), n, None)
+    }
+    fn cuMemsetD32(dst_device: CUdeviceptrV1, ui: u32, n: c_uint) {
+        memset_wide(dst_device as u64, &ui.to_ne_bytes(), n as usize, None)
+    }
+    fn cuMemsetD32Async(dst_device: CUdeviceptr, ui: u32, n: usize, h_stream: CUstream) {
+        memset_wide(dst_device, &ui.to_ne_bytes(), n, Some((h_stream, false)))
+    }
+    fn cuMemsetD32Async_ptsz(dst_device: CUdeviceptr, ui: u32, n: usize, h_stream: CUstream) {
+        memset_wide(dst_device, &ui.to_ne_bytes(), n, Some((h_stream, true)))
+    }
+    fn cuMemcpyDtoDAsync_v2(dst_device: CUdeviceptr, src_device: CUdeviceptr, byte_count: usize, h_stream: CUstream) {
+        copy(dst_device, device_end, src_device, device_end, byte_count, Some((h_stream, false)))
+    }
+    fn cuMemcpyDtoDAsync_v2_ptsz(dst_device: CUdeviceptr, src_device: CUdeviceptr, byte_count: usize, h_stream: CUstream) {
+        copy(dst_device, device_end, src_device, device_end, byte_count, Some((h_stream, true)))
+    }
+    fn cuMemcpyDtoDAsync(dst_device: CUdeviceptrV1, src_device: CUdeviceptrV1, byte_count: c_uint, h_stream: CUstream) {
+        copy(dst_device as u64, device_end, src_device as u64, device_end, byte_count as usize, Some((h_stream, false)))
     }
 }

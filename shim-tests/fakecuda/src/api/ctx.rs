@@ -6,50 +6,65 @@ use crate::state::{self, with, with_init, Costly};
 use crate::types::*;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 
-/// Last valid `CUdevice_attribute` + 1 (`CU_DEVICE_ATTRIBUTE_MAX` in cuda.h 12.9).
-pub const DEVICE_ATTRIBUTE_MAX: c_int = 144;
+/// Last valid `CUdevice_attribute` + 1 for the driver's version: `CU_DEVICE_ATTRIBUTE_MAX` is 144
+/// in cuda.h 12.9 and 160 in 13.5 (a 13.2 runtime reads the attributes from 144 on at init).
+pub fn device_attribute_max() -> c_int {
+    if Config::get().driver_version >= 13000 {
+        160
+    } else {
+        144
+    }
+}
 /// Flags `cuCtxCreate` accepts (scheduling, MAP_HOST, LMEM_RESIZE_TO_MAX, coredump, SYNC_MEMOPS).
 const CTX_FLAGS_ALL: c_uint = 0xff;
+/// The greatest (numerically lowest) stream priority, as an H100 reports it.
+pub const STREAM_PRIORITY_GREATEST: c_int = -5;
 
 /// Device attributes the fake reports (an H100/H200-class device); others in range read 0.
 const ATTRIBUTES: &[(c_int, c_int)] = &[
-    (1, 1024),       // MAX_THREADS_PER_BLOCK
-    (2, 1024),       // MAX_BLOCK_DIM_X
-    (3, 1024),       // MAX_BLOCK_DIM_Y
-    (4, 64),         // MAX_BLOCK_DIM_Z
-    (5, 2147483647), // MAX_GRID_DIM_X
-    (6, 65535),      // MAX_GRID_DIM_Y
-    (7, 65535),      // MAX_GRID_DIM_Z
-    (8, 49152),      // MAX_SHARED_MEMORY_PER_BLOCK
-    (9, 65536),      // TOTAL_CONSTANT_MEMORY
-    (10, 32),        // WARP_SIZE
-    (12, 65536),     // MAX_REGISTERS_PER_BLOCK
-    (13, 1980000),   // CLOCK_RATE (kHz)
-    (16, 132),       // MULTIPROCESSOR_COUNT
-    (19, 1),         // CAN_MAP_HOST_MEMORY
-    (31, 1),         // CONCURRENT_KERNELS
-    (32, 1),         // ECC_ENABLED
-    (36, 2619000),   // MEMORY_CLOCK_RATE (kHz)
-    (37, 5120),      // GLOBAL_MEMORY_BUS_WIDTH
-    (38, 52428800),  // L2_CACHE_SIZE
-    (39, 2048),      // MAX_THREADS_PER_MULTIPROCESSOR
-    (40, 3),         // ASYNC_ENGINE_COUNT
-    (41, 1),         // UNIFIED_ADDRESSING
-    (75, 9),         // COMPUTE_CAPABILITY_MAJOR
-    (76, 0),         // COMPUTE_CAPABILITY_MINOR
-    (81, 233472),    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-    (83, 1),         // MANAGED_MEMORY
-    (89, 1),         // CONCURRENT_MANAGED_ACCESS
-    (91, 0),         // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-    (95, 1),         // COOPERATIVE_LAUNCH
-    (99, 1),         // HOST_REGISTER_SUPPORTED
-    (102, 1),        // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-    (103, 1),        // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-    (106, 32),       // MAX_BLOCKS_PER_MULTIPROCESSOR
-    (113, 1),        // READ_ONLY_HOST_REGISTER_SUPPORTED
-    (115, 1),        // MEMORY_POOLS_SUPPORTED
-    (116, 1),        // GPU_DIRECT_RDMA_SUPPORTED
-    (125, 1),        // IPC_EVENT_SUPPORTED (the documented IPC capability check)
+    (1, 1024),          // MAX_THREADS_PER_BLOCK
+    (2, 1024),          // MAX_BLOCK_DIM_X
+    (3, 1024),          // MAX_BLOCK_DIM_Y
+    (4, 64),            // MAX_BLOCK_DIM_Z
+    (5, 2147483647),    // MAX_GRID_DIM_X
+    (6, 65535),         // MAX_GRID_DIM_Y
+    (7, 65535),         // MAX_GRID_DIM_Z
+    (8, 49152),         // MAX_SHARED_MEMORY_PER_BLOCK
+    (9, 65536),         // TOTAL_CONSTANT_MEMORY
+    (10, 32),           // WARP_SIZE
+    (12, 65536),        // MAX_REGISTERS_PER_BLOCK
+    (13, 1980000),      // CLOCK_RATE (kHz)
+    (16, 132),          // MULTIPROCESSOR_COUNT
+    (19, 1),            // CAN_MAP_HOST_MEMORY
+    (31, 1),            // CONCURRENT_KERNELS
+    (32, 1),            // ECC_ENABLED
+    (36, 2619000),      // MEMORY_CLOCK_RATE (kHz)
+    (37, 5120),         // GLOBAL_MEMORY_BUS_WIDTH
+    (38, 52428800),     // L2_CACHE_SIZE
+    (39, 2048),         // MAX_THREADS_PER_MULTIPROCESSOR
+    (40, 3),            // ASYNC_ENGINE_COUNT
+    (41, 1),            // UNIFIED_ADDRESSING
+    (75, 9),            // COMPUTE_CAPABILITY_MAJOR
+    (76, 0),            // COMPUTE_CAPABILITY_MINOR
+    (81, 233472),       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    (83, 1),            // MANAGED_MEMORY
+    (89, 1),            // CONCURRENT_MANAGED_ACCESS
+    (91, 0),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    (95, 1),            // COOPERATIVE_LAUNCH
+    (99, 1),            // HOST_REGISTER_SUPPORTED
+    (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+    (103, 1),           // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+    (106, 32),          // MAX_BLOCKS_PER_MULTIPROCESSOR
+    (113, 1),           // READ_ONLY_HOST_REGISTER_SUPPORTED
+    (115, 1),           // MEMORY_POOLS_SUPPORTED
+    (116, 1),           // GPU_DIRECT_RDMA_SUPPORTED
+    (125, 1),           // IPC_EVENT_SUPPORTED (the documented IPC capability check)
+    (131, -1),          // NUMA_ID: none
+    (132, 0),           // MULTICAST_SUPPORTED: no (the cuMulticast* calls answer not supported)
+    (134, 0),           // HOST_NUMA_ID: node 0 (NCCL asks VMM granularity for HOST_NUMA memory)
+    (139, 0x2335_10de), // GPU_PCI_DEVICE_ID: an H200's device and vendor id
+    (141, 1),           // HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+    (145, 1),           // HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 ];
 
 /// Creates a context on `dev`, makes it current (pushed), and returns its handle.
@@ -68,6 +83,55 @@ unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> stat
     pctx.write(h as CUcontext);
     Ok(())
 }
+
+/// Retains `dev`'s primary context (creating it on first retain) and writes its handle.
+///
+/// # Safety
+/// `pctx` is the caller's C out-pointer (NULL or writable).
+pub unsafe fn retain_primary(pctx: *mut CUcontext, dev: CUdevice) -> state::R {
+    if pctx.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = with_init(|p| {
+        let d = p.device(dev)?;
+        let h = match p.primary[d].0 {
+            Some(h) => h,
+            None => p.create_ctx(d, true)?,
+        };
+        p.primary[d] = (Some(h), p.primary[d].1 + 1);
+        Ok(h)
+    })?;
+    out(pctx, h as CUcontext)
+}
+
+/// A device's PCI (domain, bus, device): one bus per device.
+pub fn device_pci(dev: CUdevice) -> (c_int, c_int, c_int) {
+    (0, dev + 1, 0)
+}
+
+/// A device's UUID: stable for a machine name and ordinal, different between devices.
+pub fn device_uuid(dev: CUdevice) -> [u8; 16] {
+    let h = crate::config::machine_hash(&Config::get().machine);
+    let mut u = [0u8; 16];
+    u[..8].copy_from_slice(&h.to_le_bytes());
+    u[8..12].copy_from_slice(b"fake");
+    u[12..].copy_from_slice(&(dev as u32).to_be_bytes());
+    u
+}
+
+unsafe fn get_uuid(uuid: *mut [u8; 16], dev: CUdevice) -> state::R {
+    with_init(|p| p.device(dev))?;
+    out(uuid, device_uuid(dev))
+}
+
+/// `CUlimit` values a context reports (stack size, printf FIFO, malloc heap, ...); set values
+/// are kept per process.
+fn limit_slot(limit: c_int) -> state::R<usize> {
+    usize::try_from(limit).ok().filter(|l| *l < LIMITS_DEFAULT.len()).ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+/// Defaults of `CU_LIMIT_STACK_SIZE` .. `CU_LIMIT_SHMEM_SIZE` (a real H100's).
+const LIMITS_DEFAULT: [usize; 8] = [1024, 1 << 20, 8 << 20, 2, 2048, 0, 32, 0];
+static LIMITS: std::sync::Mutex<[usize; 8]> = std::sync::Mutex::new(LIMITS_DEFAULT);
 
 /// Shared body of the primary-context release ABIs.
 fn primary_release(dev: CUdevice) -> state::R {
@@ -160,11 +224,14 @@ entry! {
 
     fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) {
         with_init(|p| p.device(dev))?;
-        if !(1..DEVICE_ATTRIBUTE_MAX).contains(&attrib) {
+        if !(1..device_attribute_max()).contains(&attrib) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let (domain, bus, device) = device_pci(dev);
         let v = match attrib {
-            33 => dev + 1, // PCI_BUS_ID: one bus per device
+            33 => bus,
+            34 => device,
+            50 => domain,
             _ => ATTRIBUTES.iter().find(|(a, _)| *a == attrib).map_or(0, |(_, v)| *v),
         };
         out(pi, v)
@@ -188,19 +255,7 @@ entry! {
     }
 
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
-        if pctx.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = with_init(|p| {
-            let d = p.device(dev)?;
-            let h = match p.primary[d].0 {
-                Some(h) => h,
-                None => p.create_ctx(d, true)?,
-            };
-            p.primary[d] = (Some(h), p.primary[d].1 + 1);
-            Ok(h)
-        })?;
-        out(pctx, h as CUcontext)
+        retain_primary(pctx, dev)
     }
 
     fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
@@ -354,13 +409,83 @@ entry! {
         error_string(error, p_str, false)
     }
 
-    /// The real runtime fetches private tables here; the fake has none.
-    fn cuGetExportTable(pp_export_table: *mut *const c_void, p_export_table_id: *const c_void) {
-        let _ = p_export_table_id;
-        if !pp_export_table.is_null() {
-            pp_export_table.write(std::ptr::null());
+    /// CUDA 9.2 ABI (same as `_v2` on Linux: the UUID only).
+    fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: CUdevice) {
+        get_uuid(uuid, dev)
+    }
+
+    fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: CUdevice) {
+        get_uuid(uuid, dev)
+    }
+
+    /// `domain:bus:device.function`, as the real driver formats it.
+    fn cuDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: c_int, dev: CUdevice) {
+        with_init(|p| p.device(dev))?;
+        if pci_bus_id.is_null() || len <= 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        crate::trace::line(|| format!("init cuGetExportTable -> {CUDA_ERROR_NOT_SUPPORTED}"));
-        Err(CUDA_ERROR_NOT_SUPPORTED)
+        let (domain, bus, device) = device_pci(dev);
+        let s = format!("{domain:08X}:{bus:02X}:{device:02X}.0");
+        let n = s.len().min(len as usize - 1);
+        std::ptr::copy_nonoverlapping(s.as_ptr(), pci_bus_id.cast::<u8>(), n);
+        pci_bus_id.add(n).write(0);
+        Ok(())
+    }
+
+    /// Peer attributes (performance rank, access, atomics, array access): every pair of distinct
+    /// devices is connected.
+    fn cuDeviceGetP2PAttribute(value: *mut c_int, attrib: c_int, src_device: CUdevice, dst_device: CUdevice) {
+        let same = with_init(|p| Ok(p.device(src_device)? == p.device(dst_device)?))?;
+        if same || !(1..=5).contains(&attrib) {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        out(value, if attrib == 1 { 0 } else { 1 })
+    }
+
+    fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) {
+        with_init(|p| p.device(dev))?;
+        if flags & !CTX_FLAGS_ALL != 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+    }
+
+    fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) {
+        with_init(|p| p.device(dev))?;
+        if flags & !CTX_FLAGS_ALL != 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+    }
+
+    /// An H100's range: priorities 0 (least) to -5 (greatest).
+    fn cuCtxGetStreamPriorityRange(least_priority: *mut c_int, greatest_priority: *mut c_int) {
+        with_init(|p| p.current().map(|_| ()))?;
+        if !least_priority.is_null() {
+            least_priority.write(0);
+        }
+        if !greatest_priority.is_null() {
+            greatest_priority.write(STREAM_PRIORITY_GREATEST);
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetFlags(flags: *mut c_uint) {
+        with_init(|p| p.current().map(|_| ()))?;
+        out(flags, 0)
+    }
+
+    fn cuCtxGetId(ctx: CUcontext, ctx_id: *mut u64) {
+        let h = with_init(|p| if ctx.is_null() { p.current().map(|(h, _)| h) } else { p.ctx(ctx as u64).map(|_| ctx as u64) })?;
+        out(ctx_id, h & 0xffff_ffff)
+    }
+
+    fn cuCtxGetLimit(pvalue: *mut usize, limit: c_int) {
+        let slot = limit_slot(limit)?;
+        let v = LIMITS.lock().map_or(LIMITS_DEFAULT[slot], |l| l[slot]);
+        out(pvalue, v)
+    }
+
+    fn cuCtxSetLimit(limit: c_int, value: usize) {
+        let slot = limit_slot(limit)?;
+        with_init(|p| p.current().map(|_| ()))?;
+        if let Ok(mut l) = LIMITS.lock() {
+            l[slot] = value;
+        }
+        Ok(())
     }
 }

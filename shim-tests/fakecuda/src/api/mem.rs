@@ -80,6 +80,7 @@ unsafe fn alloc_async(
             Some(h) => (pool_device(p, h)?, h as u64),
         };
         let base = p.alloc_device(ctx, dev, size as u64, Kind::Async { pool: pool_h }, false)?;
+        p.note_pool(pool_h);
         if let Some(graph) = key.and_then(|k| p.captures.get(&k)).map(|c| c.graph) {
             if let Some(g) = p.graphs.get_mut(&graph) {
                 g.alloc_nodes.push(base);
@@ -100,7 +101,7 @@ fn free_async(dptr: u64, stream: CUstream, per_thread: bool) -> R {
 
 /// Device of a memory pool handle: a device's default pool or a live pool made by
 /// `cuMemPoolCreate` (`CUDA_ERROR_INVALID_VALUE` if it is neither).
-fn pool_device(p: &Proc, pool: CUmemoryPool) -> R<usize> {
+pub fn pool_device(p: &Proc, pool: CUmemoryPool) -> R<usize> {
     let h = pool as u64;
     let dev = (h & 0xffff_ffff) as usize;
     match tag_of(h) {

@@ -6,6 +6,8 @@
 
 pub mod copy;
 pub mod ctx;
+pub mod exec;
+pub mod export;
 pub mod ipc;
 pub mod mem;
 pub mod stream;

@@ -194,7 +194,10 @@ fn load_costly(p: &mut Proc, tag: u64, ctx: u64, dev: usize) -> R<u64> {
 }
 
 /// Loads a module for the current context from an image (`image` non-NULL).
-unsafe fn module_load(module: *mut CUmodule, image_ok: bool) -> R {
+///
+/// # Safety
+/// `module` is the caller's C out-pointer (NULL or writable).
+pub unsafe fn module_load(module: *mut CUmodule, image_ok: bool) -> R {
     if module.is_null() || !image_ok {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -206,15 +209,16 @@ unsafe fn module_load(module: *mut CUmodule, image_ok: bool) -> R {
     Ok(())
 }
 
-/// Loads a context-independent library: charged to the current context's device (device 0 if
-/// none is current).
+/// Loads a context-independent library. Nothing is charged yet: a real driver loads lazily, and
+/// the cost comes when a kernel of it is first used in a context ([`Proc::use_library`]).
 unsafe fn library_load(library: *mut CUlibrary, source_ok: bool, options_ok: bool) -> R {
     if library.is_null() || !source_ok || !options_ok {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let h = with_init(|p| {
-        let dev = p.current().map_or(0, |(_, d)| d);
-        load_costly(p, tag::LIBRARY, 0, dev)
+        let h = p.new_handle(tag::LIBRARY);
+        p.libraries.insert(h, ());
+        Ok(h)
     })?;
     library.write(h as CUlibrary);
     Ok(())
@@ -237,9 +241,9 @@ unsafe fn check_file(fname: *const c_char) -> R<bool> {
     }
 }
 
-fn unload_costly(h: u64, tag: u64) -> R {
+fn unload_module(h: u64) -> R {
     with_init(|p| {
-        if tag_of(h) != tag {
+        if tag_of(h) != tag::MODULE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let c = p.modules.remove(&h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -248,9 +252,25 @@ fn unload_costly(h: u64, tag: u64) -> R {
     })
 }
 
+/// Unloads a library from every context it was loaded into.
+fn unload_library(h: u64) -> R {
+    with_init(|p| {
+        if tag_of(h) != tag::LIBRARY || p.libraries.remove(&h).is_none() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let loads: Vec<(u64, u64)> = p.lib_loads.keys().filter(|(l, _)| *l == h).copied().collect();
+        for k in loads {
+            if let Some(c) = p.lib_loads.remove(&k) {
+                p.drop_costly(c);
+            }
+        }
+        Ok(())
+    })
+}
+
 /// The context and device of a stream: a created stream's own; for the default streams (NULL,
 /// legacy, per-thread) the calling thread's current context.
-fn stream_ctx(h: CUstream) -> R<(u64, usize)> {
+pub fn stream_ctx(h: CUstream) -> R<(u64, usize)> {
     with_init(|p| match h as usize {
         0 | CU_STREAM_LEGACY | CU_STREAM_PER_THREAD => p.current(),
         v => p.streams.get(&(v as u64)).map(|s| (s.ctx, s.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE),
@@ -313,7 +333,7 @@ entry! {
         let h = with_init(|p| {
             let (ctx, dev) = p.current()?;
             let h = p.new_handle(tag::STREAM);
-            p.streams.insert(h, Stream { ctx, dev });
+            p.streams.insert(h, Stream { ctx, dev, flags, priority: 0 });
             Ok(h)
         })?;
         ph_stream.write(h as CUstream);
@@ -476,10 +496,10 @@ entry! {
     }
 
     fn cuModuleUnload(hmod: CUmodule) {
-        unload_costly(hmod as u64, tag::MODULE)
+        unload_module(hmod as u64)
     }
 
-    /// Context-independent: charged to the current context's device (device 0 if none is current).
+    /// Context-independent and lazy: nothing is charged until a kernel of it is used.
     fn cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_options_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_int, library_option_values: *mut *mut c_void, num_library_options: c_uint) {
         let opts = options_ok(num_jit_options, jit_options, jit_options_values)
             && options_ok(num_library_options, library_options, library_option_values);
@@ -494,6 +514,6 @@ entry! {
     }
 
     fn cuLibraryUnload(library: CUlibrary) {
-        unload_costly(library as u64, tag::LIBRARY)
+        unload_library(library as u64)
     }
 }

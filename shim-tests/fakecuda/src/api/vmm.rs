@@ -51,8 +51,18 @@ fn covering_maps(p: &Proc, ptr: u64, size: usize) -> R<Vec<u64>> {
 }
 
 entry! {
+    /// Device memory, and host memory (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`: NCCL asks for
+    /// them), share one granularity.
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_int) {
-        with_init(|p| prop_device(p, prop))?;
+        let host = prop.as_ref().is_some_and(|pr| {
+            pr.type_ == CU_MEM_ALLOCATION_TYPE_PINNED
+                && matches!(pr.location.type_, CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
+        });
+        if host {
+            with_init(|_| Ok(()))?;
+        } else {
+            with_init(|p| prop_device(p, prop))?;
+        }
         if !(0..=CU_MEM_ALLOC_GRANULARITY_RECOMMENDED).contains(&option) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }

@@ -1,0 +1,150 @@
+/* A simulated NVML (libnvidia-ml.so.1) next to the fake driver: the devices of the simulated
+ * machine (FAKECUDA_DEVICES, default 8) with the PCI bus ids and UUID strings the fake driver
+ * reports, no NVLink, no fabric, no running processes.
+ *
+ * PyTorch's driver table (c10/cuda/driver_api.cpp) dlopens libnvidia-ml.so.1 and resolves these
+ * entry points; its expandable segments ask NVML about the fabric and peers, and a NULL function
+ * there is a crash. Nothing here allocates device memory, so it needs no accounting. The
+ * signatures are NVML's (nvml.h); handles point into a static table. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
+       NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7 };
+
+#define MAX_DEVICES 16
+struct fake_device { unsigned index; };
+static struct fake_device devices[MAX_DEVICES];
+static int initialised;
+
+static unsigned device_count(void) {
+    const char *v = getenv("FAKECUDA_DEVICES");
+    if (!v) return 8;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return (end != v && n >= 0 && n <= MAX_DEVICES) ? (unsigned)n : 8;
+}
+
+static int valid(const struct fake_device *d) {
+    return d >= devices && d < devices + device_count();
+}
+
+nvmlReturn_t nvmlInit_v2(void) {
+    for (unsigned i = 0; i < MAX_DEVICES; i++) devices[i].index = i;
+    initialised = 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned flags) { (void)flags; return nvmlInit_v2(); }
+nvmlReturn_t nvmlShutdown(void) { initialised = 0; return NVML_SUCCESS; }
+
+const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = device_count();
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCount(unsigned *count) { return nvmlDeviceGetCount_v2(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+/* The fake driver's bus ids: domain 0, bus = ordinal + 1, device 0 (cuDeviceGetPCIBusId).
+ * Accepts the driver's form and the short one ("0000:01:00.0"), in any case. */
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_device **device) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!pci || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned domain, bus, dev, fn;
+    if (sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) return NVML_ERROR_INVALID_ARGUMENT;
+    if (domain != 0 || dev != 0 || fn != 0 || bus == 0 || bus > device_count()) return NVML_ERROR_NOT_FOUND;
+    *device = &devices[bus - 1];
+    return NVML_SUCCESS;
+}
+
+/* "GPU-" and a UUID in the form nvidia-smi prints; stable per ordinal. */
+static void uuid_of(unsigned i, char *out, size_t len) {
+    snprintf(out, len, "GPU-fa4ec0da-0000-4000-8000-%012x", i);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(struct fake_device *d, char *uuid, unsigned length) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
+    char buf[96];
+    uuid_of(d->index, buf, sizeof buf);
+    if (strlen(buf) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(uuid, buf, strlen(buf) + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **device) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < device_count(); i++) {
+        char buf[96];
+        uuid_of(i, buf, sizeof buf);
+        if (!strcasecmp(buf, uuid)) { *device = &devices[i]; return NVML_SUCCESS; }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* No NVLink on the simulated machine. */
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(struct fake_device *d, unsigned link, int *type) {
+    (void)link; (void)type;
+    return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(struct fake_device *d, unsigned link, void *pci) {
+    (void)link; (void)pci;
+    return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
+}
+/* No multi-node fabric either. */
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(struct fake_device *d, void *info) {
+    (void)info;
+    return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
+}
+
+/* NVML does not see the simulated processes: none are listed. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(struct fake_device *d, unsigned *count, void *infos) {
+    (void)infos;
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    return NVML_SUCCESS;
+}
+
+/* Every pair of distinct devices is peer-capable (as cuDeviceCanAccessPeer says). */
+nvmlReturn_t nvmlDeviceGetP2PStatus(struct fake_device *a, struct fake_device *b, int index, int *status) {
+    (void)index;
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(a) || !valid(b) || !status) return NVML_ERROR_INVALID_ARGUMENT;
+    *status = a == b ? 4 /* NVML_P2P_STATUS_NOT_SUPPORTED */ : 0 /* NVML_P2P_STATUS_OK */;
+    return NVML_SUCCESS;
+}
+
+/* The version the fake driver reports (FAKECUDA_DRIVER_VERSION, default 12090). */
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    if (!version) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *v = getenv("FAKECUDA_DRIVER_VERSION");
+    int n = v ? atoi(v) : 0;
+    *version = n >= 2000 ? n : 12090;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) { return nvmlSystemGetCudaDriverVersion_v2(version); }

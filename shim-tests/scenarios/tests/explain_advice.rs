@@ -1,0 +1,237 @@
+//! "What to change" checked by applying it: the demo's configuration (scripts/demo-config.sh:
+//! the simulated SGLang server, 8 ranks on 8 simulated 96 GiB GPUs, the custom all-reduce) and a
+//! simulated vLLM start under `culedger run`, then `culedger explain`'s recommended value rerun:
+//! it must start, and 0.02 beyond it must still fail (the advice is neither wrong nor
+//! needlessly timid). `culedger whatif` must agree with both reruns. The regression tests of
+//! the explain defects a new user found use the same configurations.
+//!
+//! Needs `make` (the simulated stack, the release `libculedger.so` and `culedger`).
+
+use culedger_scenarios::{repo_root, Sim};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn built(rel: &str) -> PathBuf {
+    let p = repo_root().join(rel);
+    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
+    p
+}
+
+/// A start-up under `culedger run` (so that the run's summary records the command line, as a
+/// user's run does); its exit code and run directory.
+fn start(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32) {
+    let out = sim.scratch().join(dir);
+    let script = repo_root().join("shim-tests/py/engines").join(engine);
+    let mut cmd = sim.cmd(built("target/release/culedger"));
+    cmd.args(["run", "-o"]).arg(&out).arg("--lib").arg(built("target/release/libculedger.so"));
+    cmd.args(["--", "python3"]).arg(script).args(args);
+    let run = sim.run(&mut cmd);
+    (out, run.status.and_then(|s| s.code()).unwrap_or(-1))
+}
+
+fn sglang(name: &str, fraction: f64) -> (Sim, PathBuf, i32) {
+    let mut sim = Sim::new(name);
+    sim.env("FAKECUDA_DEVICES", "8")
+        .env("FAKECUDA_TOTAL_MIB", "98304")
+        .env("FAKECUDA_PEER_MIB", "1024")
+        .env("FAKECUDA_GRAPH_MIB", "116")
+        .timeout(std::time::Duration::from_secs(180));
+    let args: Vec<String> = [
+        "--tp",
+        "8",
+        "--model-mib",
+        "77184",
+        "--mem-fraction-static",
+        &format!("{fraction:.2}"),
+        "--allreduce",
+        "custom",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (out, code) = start(&sim, "run", "sglang_server.py", &args);
+    (sim, out, code)
+}
+
+fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
+    let mut sim = Sim::new(name);
+    sim.env("FAKECUDA_DEVICES", "2")
+        .env("FAKECUDA_TOTAL_MIB", "24576")
+        .env("FAKECUDA_PEER_MIB", "1024")
+        .env("FAKECUDA_GRAPH_MIB", "116")
+        .timeout(std::time::Duration::from_secs(180));
+    let args: Vec<String> =
+        ["--tp", "2", "--model-mib", "8192", "--layers", "8", "--gpu-memory-utilization", &format!("{utilization:.2}")]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let (out, code) = start(&sim, "run", "vllm_server.py", &args);
+    (sim, out, code)
+}
+
+fn culedger(args: &[&str]) -> (i32, String) {
+    let o = Command::new(built("target/release/culedger")).args(args).env("NO_COLOR", "1").output().unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn explain(dir: &Path) -> (i32, Value) {
+    let (code, out) = culedger(&["explain", dir.to_str().unwrap(), "--format", "json"]);
+    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")))
+}
+
+fn whatif(dir: &Path, set: &str) -> i32 {
+    culedger(&["whatif", dir.to_str().unwrap(), "--set", set]).0
+}
+
+#[test]
+fn sglang_lower_mem_fraction_static_works_when_applied() {
+    let (_s, dir, code) = sglang("advice_sg90", 0.90);
+    assert_eq!(code, 1, "the demo's custom all-reduce start fails");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1);
+    let a = &v["what_to_change"];
+    assert_eq!(a["direction"], "lower", "{a:#}");
+    assert_eq!(a["flag"], "--mem-fraction-static");
+    assert_eq!(a["value"], 0.9);
+    let rec = a["recommended"].as_f64().unwrap();
+    assert!(rec < 0.9, "{a:#}");
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines[0].starts_with(&format!("Lower --mem-fraction-static from 0.90 to at most {rec:.2}")), "{lines:?}");
+    assert!(lines[1].starts_with("The reserve was (1 - 0.90) x 95.00 GiB = 9.50 GiB"), "{lines:?}");
+    assert!(lines[1].contains("peer access 7.00, other ranks' contexts 3.50, IPC opens 0.03"), "{lines:?}");
+    // The structural alternative, named from the call sites of the arrivals.
+    let alt = &a["alternatives"][0];
+    assert_eq!(alt["flag"], "--disable-custom-all-reduce", "{a:#}");
+    assert_eq!(alt["bytes"].as_i64().unwrap() >> 20, 7 * 1024 + 28, "{alt}");
+    assert!(lines.iter().any(|l| l.contains("margin of 2.00 GiB")), "{lines:?}");
+
+    // Applied: it starts; 0.02 beyond, it still fails; whatif says the same of both.
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("--mem-fraction-static={:.2}", rec + 0.02)), 1);
+    let (_s1, _d1, code) = sglang("advice_sg_rec", rec);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts");
+    let (_s2, d2, code) = sglang("advice_sg_beyond", rec + 0.02);
+    assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+
+    // Defect 1: at 0.88 an IPC open fails with 0 B left; it needs the 2 MiB each open cost: a
+    // shortage, not "not a shortage".
+    if (rec + 0.02 - 0.88).abs() < 1e-6 {
+        let (_, v88) = explain(&d2);
+        for f in v88["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "failed_allocation") {
+            let d = &f["detail"];
+            assert!(!f["text"].as_str().unwrap().contains("not a shortage"), "{f:#}");
+            if d["api"] == "cudaIpcOpenMemHandle" {
+                assert_eq!(d["needed_bytes"].as_i64().unwrap(), 2 << 20, "{f:#}");
+                assert!(d["short_by_bytes"].as_i64().unwrap() > 0, "{f:#}");
+            }
+        }
+    }
+
+    // Defect 2: SGLang sizes every rank from the minimum over the ranks: no rank's pool is
+    // flagged, and what each was told is that minimum.
+    let sizing = v["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "sizing").expect("sizing");
+    assert_ne!(sizing["severity"], "warning", "{sizing:#}");
+    let told: Vec<i64> =
+        sizing["detail"]["ranks"].as_array().unwrap().iter().map(|r| r["told_bytes"].as_i64().unwrap()).collect();
+    assert!(told.windows(2).all(|w| w[0] == w[1]), "{told:?}");
+
+    // Defect 4: the frame that explains: the probe is profile_max_num_token's, the peer access
+    // the custom all-reduce's opening of its peers inside that query, the pool's part
+    // MHATokenToKVPool._create_buffers.
+    let f = v["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "failed_allocation").unwrap();
+    let r = &f["detail"]["reconciliation"];
+    assert_eq!(r["query"]["caller"], "model_runner.py:ModelRunner.profile_max_num_token", "{r:#}");
+    let peer = r["items"].as_array().unwrap().iter().find(|i| i["api"] == "cudaDeviceEnablePeerAccess").unwrap();
+    let c = peer["callers"][0].as_str().unwrap();
+    assert!(c.starts_with("simcomm.py:CustomAllreduceBase.open_peers (CustomAllreduceBase.open_peers <- "), "{c}");
+    assert!(c.ends_with("get_available_gpu_memory <- ModelRunner.profile_max_num_token)"), "{c}");
+    assert!(f["title"].as_str().unwrap().ends_with("from MHATokenToKVPool._create_buffers)"), "{f:#}");
+}
+
+#[test]
+fn sglang_not_enough_memory_is_a_finding_and_raise_works_when_applied() {
+    // Defect 5: at 0.70 the formula's pool is negative; SGLang raises "Not enough memory"
+    // after its sizing query without allocating its pool: a failed start, not "no findings".
+    let (_s, dir, code) = sglang("advice_sg70", 0.70);
+    assert_eq!(code, 1);
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1, "{v:#}");
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "failed_start", "{v:#}");
+    assert_eq!(f["severity"], "failure");
+    assert_eq!(f["detail"]["processes"].as_array().unwrap().len(), 8, "the ranks, not the launcher: {f:#}");
+    assert_eq!(f["detail"]["processes"][0]["last_query_function"], "ModelRunner.profile_max_num_token", "{f:#}");
+    let a = &v["what_to_change"];
+    assert_eq!(a["direction"], "raise", "{a:#}");
+    let rec = a["recommended"].as_f64().unwrap();
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", rec - 0.02)), 1);
+    let (_s1, _d, code) = sglang("advice_sg_raised", rec);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts");
+    let (_s2, _d, code) = sglang("advice_sg_below", rec - 0.02);
+    assert_eq!(code, 1, "{:.2} still fails", rec - 0.02);
+}
+
+#[test]
+fn untracked_growth_title_and_text_say_the_same() {
+    // Defect 3: at 0.87 (it starts) the title said "rose by 11.49 GiB", the text 11.99 GiB.
+    let (_s, dir, code) = sglang("advice_sg87", 0.87);
+    assert_eq!(code, 0);
+    let (_, v) = explain(&dir);
+    let mut seen = 0;
+    for f in v["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "untracked_growth") {
+        let title = f["title"].as_str().unwrap();
+        let text = f["text"].as_str().unwrap();
+        let figure = |s: &str| s.split("rose by ").nth(1).unwrap().split(' ').take(2).collect::<Vec<_>>().join(" ");
+        assert_eq!(figure(title), figure(text), "{f:#}");
+        seen += 1;
+    }
+    assert_eq!(seen, 8, "{v:#}");
+}
+
+#[test]
+fn vllm_refused_start_lower_gpu_memory_utilization_works_when_applied() {
+    // The custom all-reduce's peer access took 1 GiB before vLLM's initial snapshot: at 0.95
+    // the free memory is below total x utilization and Worker.init_device refuses to start.
+    let (_s, dir, code) = vllm("advice_vllm95", 0.95);
+    assert_eq!(code, 1);
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1);
+    assert_eq!(v["findings"][0]["kind"], "failed_start", "{v:#}");
+    let a = &v["what_to_change"];
+    assert_eq!(a["engine"], "vLLM", "{a:#}");
+    assert_eq!(a["direction"], "lower", "{a:#}");
+    assert_eq!(a["value"], 0.95);
+    let rec = a["recommended"].as_f64().unwrap();
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={:.2}", rec + 0.02)), 1);
+    let (_s1, _d, code) = vllm("advice_vllm_rec", rec);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts");
+    let (_s2, _d, code) = vllm("advice_vllm_beyond", rec + 0.02);
+    assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+}
+
+#[test]
+fn whatif_refuses_unknown_parameters_and_engines() {
+    let (_s, dir, _) = vllm("advice_vllm_bad", 0.95);
+    let d = dir.to_str().unwrap();
+    let o = Command::new(built("target/release/culedger"))
+        .args(["whatif", d, "--set", "mem_fraction_static=0.8"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("gpu_memory_utilization") && err.contains("sglang (SGLang"), "{err}");
+    let o = Command::new(built("target/release/culedger"))
+        .args(["whatif", d, "--engine", "nope", "--set", "x=1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown engine \"nope\""));
+    let (code, out) = culedger(&["whatif", d, "--set", "gpu_memory_utilization=0.5", "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "culedger-whatif/1");
+    assert_eq!(v["ranks"].as_array().unwrap().len(), 2, "{v:#}");
+}

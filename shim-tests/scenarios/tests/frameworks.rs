@@ -1,0 +1,199 @@
+//! Real frameworks on the simulated driver under culedger: PyTorch 2.15 (NVIDIA's libcudart
+//! 13.2) with each of its allocators, and CuPy 14.2, each compared with the framework's own
+//! accounting. The wheels come from `scripts/fetch-frameworks.sh` (`make test` runs it) into
+//! `target/frameworks/site`; without network the tests skip with the script's one line.
+
+use culedger_scenarios::reports::{libculedger, only_report};
+use culedger_scenarios::{repo_root, Sim};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The installed frameworks, or None (after one line saying why) when they could not be fetched.
+fn frameworks() -> Option<PathBuf> {
+    let base = repo_root().join("target/frameworks");
+    let site = base.join("site");
+    if site.join("torch/__init__.py").is_file() && site.join("cupy/__init__.py").is_file() {
+        return Some(site);
+    }
+    match std::fs::read_to_string(base.join("unavailable")) {
+        Ok(reason) => {
+            eprintln!("skipped: real-framework test: {}", reason.trim());
+            None
+        }
+        Err(_) => panic!("{} missing: run scripts/fetch-frameworks.sh (make test runs it)", site.display()),
+    }
+}
+
+/// A 2-device machine with a 13.2 driver, the frameworks on `PYTHONPATH`, culedger preloaded.
+fn machine(test: &str, site: &PathBuf) -> (Sim, PathBuf) {
+    let mut sim = Sim::new(test);
+    let out = sim.scratch().join("out");
+    sim.env("FAKECUDA_DRIVER_VERSION", "13020")
+        .env("FAKECUDA_DEVICES", "2")
+        .env("FAKECUDA_TOTAL_MIB", "81920")
+        .env("PYTHONPATH", site)
+        .env("LD_PRELOAD", libculedger())
+        .env("CULEDGER_OUT", &out)
+        .timeout(Duration::from_secs(600));
+    (sim, out)
+}
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn dev0(r: &Value) -> &Value {
+    r["devices"].as_array().unwrap().iter().find(|d| d["index"] == 0).expect("device 0 in the report")
+}
+
+/// The Python functions of a site, innermost first.
+fn site_functions(r: &Value, id: &Value) -> Vec<String> {
+    let site = r["sites"].as_array().unwrap().iter().find(|s| &s["id"] == id).expect("site listed");
+    site["python"].as_array().unwrap().iter().map(|f| f["function"].as_str().unwrap().to_string()).collect()
+}
+
+/// Runs torch_alloc.py with `conf` as PYTORCH_CUDA_ALLOC_CONF: (torch's figures, the report).
+fn torch_run(test: &str, conf: &str) -> Option<(Value, Value)> {
+    let site = frameworks()?;
+    let (mut sim, out) = machine(test, &site);
+    if !conf.is_empty() {
+        sim.env("PYTORCH_CUDA_ALLOC_CONF", conf);
+    }
+    let figures = sim.scratch().join("torch.json");
+    sim.run_ok(sim.python("frameworks/torch_alloc.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    Some((t, only_report(&out)))
+}
+
+/// What every allocator shares: the probe records what torch was told, the callers of the
+/// device's sites are the script's functions, not torch's plumbing.
+fn common_checks(t: &Value, r: &Value) {
+    let d = dev0(r);
+    let probe = &d["probes"].as_array().unwrap()[0];
+    assert_eq!(probe["api"], "cudaMemGetInfo");
+    assert_eq!(
+        (n(&probe["free_bytes"]), n(&probe["total_bytes"])),
+        (n(&t["free"]), n(&t["total"])),
+        "what torch was told"
+    );
+    assert!(site_functions(r, &probe["site"]).contains(&"probe_free_memory".to_string()), "{probe}");
+    let callers: Vec<&str> = d["sites"].as_array().unwrap().iter().filter_map(|a| a["caller"].as_str()).collect();
+    assert!(
+        callers.contains(&"torch_alloc.py:load_weights") && callers.contains(&"torch_alloc.py:run_step"),
+        "{callers:?}"
+    );
+    assert!(callers.iter().all(|c| c.starts_with("torch_alloc.py:")), "{callers:?}");
+    assert_eq!(n(&r["health"]["lost_events"]), 0);
+}
+
+/// The caching allocator (cudaMalloc segments): live == memory_reserved(), peak ==
+/// max_memory_reserved(), every segment of memory_snapshot() a live allocation at its address
+/// with its size, and empty_cache()'s free recorded.
+#[test]
+fn torch_caching_allocator_matches_torch() {
+    let Some((t, r)) = torch_run("fw_torch_native", "") else { return };
+    assert_eq!(t["allocator"], "native");
+    let d = dev0(&r);
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]), "live == torch.cuda.memory_reserved()");
+    assert_eq!(n(&d["peak_bytes"]), n(&t["max_reserved"]), "peak == torch.cuda.max_memory_reserved()");
+    let live: Vec<(u64, u64)> = d["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (u64::from_str_radix(a["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap(), n(&a["bytes"]))
+        })
+        .collect();
+    let segments = t["segments"].as_array().unwrap();
+    assert!(!segments.is_empty());
+    for s in segments {
+        let seg = (n(&s["address"]), n(&s["total_size"]));
+        assert!(live.contains(&seg), "segment {seg:x?} is not a live allocation of the report: {live:x?}");
+    }
+    assert_eq!(live.len(), segments.len(), "no live allocation the snapshot does not know");
+    assert!(n(&t["reserved_before_empty_cache"]) > n(&t["reserved"]), "empty_cache() gave a segment back");
+    assert_eq!(n(&d["free_count"]), 1, "the freed activation segment");
+    common_checks(&t, &r);
+}
+
+/// Expandable segments (VMM through torch's driver table, NVML loaded): live ==
+/// memory_reserved(), peak == max_memory_reserved(), and the physical chunks add up to the
+/// snapshot's segments (the report's VMM records are handles, not addresses).
+#[test]
+fn torch_expandable_segments_match_torch() {
+    let Some((t, r)) = torch_run("fw_torch_expandable", "expandable_segments:True") else { return };
+    let d = dev0(&r);
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]), "live == torch.cuda.memory_reserved()");
+    assert_eq!(n(&d["peak_bytes"]), n(&t["max_reserved"]), "peak == torch.cuda.max_memory_reserved()");
+    let mapped: u64 = t["segments"].as_array().unwrap().iter().map(|s| n(&s["total_size"])).sum();
+    assert_eq!(mapped, n(&d["live_bytes"]), "the snapshot's segments are what is mapped");
+    assert!(d["top_allocations"].as_array().unwrap().iter().all(|a| a["kind"] == "vmm_physical"));
+    assert!(n(&d["free_count"]) > 0, "empty_cache() unmapped and released chunks");
+    common_checks(&t, &r);
+}
+
+/// cudaMallocAsync: the pool's allocations are torch's requests, so the probe's live bytes are
+/// memory_allocated() at that moment and the peak is max_memory_allocated(); the pool's
+/// reserved bytes are the driver's own (granule-rounded) figure. The tensors torch frees at
+/// interpreter exit go back to the driver, so the final live figure is not compared.
+#[test]
+fn torch_cuda_malloc_async_matches_torch() {
+    let Some((t, r)) = torch_run("fw_torch_async", "backend:cudaMallocAsync") else { return };
+    assert_eq!(t["allocator"], "cudaMallocAsync");
+    let d = dev0(&r);
+    let probe = &d["probes"].as_array().unwrap()[0];
+    assert_eq!(n(&probe["live_bytes"]), n(&t["allocated"]), "live at the probe == torch.cuda.memory_allocated()");
+    assert_eq!(n(&d["peak_bytes"]), n(&t["max_allocated"]), "peak == torch.cuda.max_memory_allocated()");
+    assert!(n(&t["reserved"]) >= n(&t["allocated"]));
+    common_checks(&t, &r);
+}
+
+/// `torch.cuda.graph` capture: the segments of the graph's private pool (allocated while the
+/// capture is active) land in `graphs`, the instantiation is a measured driver cost, and live
+/// is still memory_reserved().
+#[test]
+fn torch_graph_capture_lands_in_graphs() {
+    let Some(site) = frameworks() else { return };
+    let (sim, out) = machine("fw_torch_graph", &site);
+    let figures = sim.scratch().join("graph.json");
+    sim.run_ok(sim.python("frameworks/torch_graph.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    let r = only_report(&out);
+    let d = dev0(&r);
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]), "live == torch.cuda.memory_reserved()");
+    assert_eq!(n(&d["peak_bytes"]), n(&t["max_reserved"]));
+    let pool = n(&t["reserved"]) - n(&t["reserved_before"]);
+    assert!(pool > 0);
+    assert_eq!(n(&d["categories"]["graphs"]["live_bytes"]), pool, "the graph pool's segments: {}", d["categories"]);
+    assert_eq!((n(&d["graphs"]["captures"]), n(&d["graphs"]["instantiations"])), (1, 1), "{}", d["graphs"]);
+    assert_eq!(n(&d["graphs"]["captured_bytes"]), pool);
+    let inst = d["driver_costs"].as_array().unwrap().iter().find(|c| c["api"] == "cudaGraphInstantiateWithFlags");
+    assert_eq!(inst.map(|c| n(&c["bytes"])), Some(16 << 20), "FAKECUDA_GRAPH_MIB: {}", d["driver_costs"]);
+}
+
+/// CuPy's default pool: live == MemoryPool.total_bytes(), each kept array inside a live
+/// allocation, and the caller the script's function, not CuPy's `cupy/_creation/basic.py:empty`.
+#[test]
+fn cupy_pool_matches_cupy() {
+    let Some(site) = frameworks() else { return };
+    let (sim, out) = machine("fw_cupy", &site);
+    let figures = sim.scratch().join("cupy.json");
+    sim.run_ok(sim.python("frameworks/cupy_alloc.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    let r = only_report(&out);
+    let d = dev0(&r);
+    assert_eq!(n(&t["runtime"]), 13020, "NVIDIA's runtime, not the fake one");
+    assert_eq!(n(&d["live_bytes"]), n(&t["total_bytes"]), "live == MemoryPool.total_bytes()");
+    let allocs = d["top_allocations"].as_array().unwrap();
+    for a in t["arrays"].as_array().unwrap() {
+        let ptr = n(&a["ptr"]);
+        let holder = allocs.iter().find(|x| {
+            let base = u64::from_str_radix(x["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            ptr >= base && ptr + n(&a["nbytes"]) <= base + n(&x["bytes"])
+        });
+        let holder = holder.unwrap_or_else(|| panic!("array at {ptr:#x} is in no live allocation: {allocs:?}"));
+        assert_eq!(holder["caller"], "cupy_alloc.py:make_buffers");
+    }
+    assert!(allocs.iter().any(|a| a["caller"] == "cupy_alloc.py:scratch"), "the pooled temporary stays live");
+}
