@@ -465,10 +465,26 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
 }
 
 /// The bytes a failed request needed: its size, or for a call that asks for driver memory
-/// (an IPC open, peer access), what the same call cost the process when it succeeded.
+/// (an IPC open, peer access), what the same call cost the process when it succeeded (the
+/// median of its measured calls, else their mean).
 pub fn needed(m: Member, f: &crate::model::Failure) -> i64 {
     if f.bytes > 0 {
         return f.bytes;
+    }
+    // The median of the calls' own measurements: a measurement window is the free memory
+    // before and after the call, and another process allocating meanwhile (the other ranks
+    // starting up beside it) inflates the few calls it overlapped; the mean would carry that.
+    let mut each: Vec<i64> = m
+        .dev
+        .events
+        .iter()
+        .filter(|e| e.kind == "driver_cost" && e.api == f.api)
+        .filter_map(|e| e.bytes)
+        .filter(|&b| b > 0)
+        .collect();
+    if !each.is_empty() {
+        each.sort_unstable();
+        return each[each.len() / 2];
     }
     m.dev.driver_costs.iter().find(|c| c.api == f.api && c.calls > 0).map_or(0, |c| c.bytes / c.calls)
 }
