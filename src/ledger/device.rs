@@ -498,9 +498,10 @@ pub(crate) struct DeviceStats {
     pub failures: FirstN<Failure, FAILURES_KEPT>,
     pub untracked: Option<i64>,
     pub untracked_max: Option<i64>,
-    /// Probes whose call site was a repeat of the thread's previous query's
-    /// (`sites::capture_repeat`), counted here under the lock the probe takes anyway
-    /// (`health.site_repeats`: a process-wide atomic increment per query cost about 1 ns).
+    /// Probes and allocations whose call site was proven equal to the thread's previous one
+    /// from that place (`sites::capture_repeat`, `sites::capture_alloc`), counted here under
+    /// the lock the record takes anyway (`health.site_repeats`; a process-wide atomic would
+    /// be one more shared cache line per call).
     pub site_repeats: u64,
     pub ipc: IpcStats,
     pub graphs: GraphStats,
