@@ -16,7 +16,6 @@
 //! frozen stretch stay, and the timeline points inside it keep the categories the live
 //! ledger gave them. Live records are never frozen (they are bounded by the live set).
 
-
 use super::device::{Alloc, Key};
 use crate::classify::tags::TagId;
 

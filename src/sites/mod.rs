@@ -741,7 +741,8 @@ mod tests {
     #[test]
     fn a_repeat_proves_its_slots_directly_or_through_the_reader() {
         const MARK: u32 = 999_999;
-        let edit = |f: &dyn Fn(&mut Last)| REPEAT.with(|r| f(r.queries.borrow_mut().last[0].as_mut().expect("remembered")));
+        let edit =
+            |f: &dyn Fn(&mut Last)| REPEAT.with(|r| f(r.queries.borrow_mut().last[0].as_mut().expect("remembered")));
         let mut got = Vec::new();
         for step in 0..7 {
             match step {
@@ -835,7 +836,8 @@ mod tests {
                 }
                 // Broken proofs in three ways and a good one in the last: the good one answers.
                 7 | 8 => {
-                    let v: Vec<Last> = [1, 2, 4, 0].iter().map(|&h| variant(&truth, h, if h == 0 { GOOD } else { BAD })).collect();
+                    let v: Vec<Last> =
+                        [1, 2, 4, 0].iter().map(|&h| variant(&truth, h, if h == 0 { GOOD } else { BAD })).collect();
                     ways(|w| {
                         *w = Ways::new();
                         for (i, l) in v.iter().enumerate() {
@@ -871,7 +873,8 @@ mod tests {
         let reused: Vec<(bool, bool)> = seen.iter().map(|(a, q)| (a.1, q.1)).collect();
         assert!(seen.iter().all(|(a, q)| a.0 != 0 && q.0 != 0), "{seen:?}");
         assert_eq!(&reused[1..], [(true, true), (true, true)], "{seen:?}");
-        let kept = REPEAT.with(|r| (r.queries.borrow().last[0].is_some(), r.allocs.borrow().last.iter().flatten().count()));
+        let kept =
+            REPEAT.with(|r| (r.queries.borrow().last[0].is_some(), r.allocs.borrow().last.iter().flatten().count()));
         assert_eq!(kept, (true, 1));
     }
 
