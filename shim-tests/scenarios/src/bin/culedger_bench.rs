@@ -415,7 +415,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             met: Some(m.added <= 100.0),
         });
     }
-    // ---- the driver through cuGetProcAddress: large allocations, queries, copies ----
+    // ---- the driver through cuGetProcAddress: large allocations (its query and copy below) ----
     // 2 MiB from one call site (above CULEDGER_SITE_MIN: a site each, proven after the first),
     // the same with no site, and the pair with addresses that only grow (the minimal driver's
     // own way) against addresses the driver reuses (MINCUDA_REUSE=1).
@@ -460,24 +460,6 @@ fn bench(args: &[String]) -> Result<(), String> {
     }
     b.settings.borrow_mut().clear();
     b.both.borrow_mut().clear();
-    for (mode, name) in [
-        ("drv_meminfo", "free-memory query, cuMemGetInfo, repeated from one site, cuGetProcAddress path"),
-        ("drv_h2d", "host-to-device copy, cuMemcpyHtoD, cuGetProcAddress path"),
-    ] {
-        if !want(mode) {
-            continue;
-        }
-        let args = [vec![mode.to_string(), live_1k.clone()], per_op.to_vec()].concat();
-        let m = b.rounds(&bench_rt, &args, "ns").figure();
-        rows.push(Row {
-            name: name.into(),
-            unit: "ns",
-            measured: Some(m),
-            value: None,
-            target: "<= 40 ns".into(),
-            met: Some(m.added <= 40.0),
-        });
-    }
 
     if want("threads") {
         let (threads, inner_rounds, pairs) = (16, if b.quick { 2 } else { 5 }, if b.quick { 500 } else { 5000 });
@@ -531,6 +513,8 @@ fn bench(args: &[String]) -> Result<(), String> {
         ("h2d", "host-to-device copy, cudaMemcpy"),
         ("h2d_async", "host-to-device copy, cudaMemcpyAsync"),
         ("meminfo", "free-memory query, cudaMemGetInfo"),
+        ("drv_meminfo", "free-memory query, cuMemGetInfo, repeated from one site, cuGetProcAddress path"),
+        ("drv_h2d", "host-to-device copy, cuMemcpyHtoD, cuGetProcAddress path"),
         ("dlsym", "dlsym of a non-CUDA name, on a handle"),
         ("dlsym_default", "dlsym of a non-CUDA name, RTLD_DEFAULT"),
     ] {
