@@ -14,11 +14,16 @@
  *                                          memory (warnings) and copies mixed in;
  *                                          resident bytes at CHECKPOINTS evenly spaced points
  *   bench_rt nocuda                        touches no CUDA: prints its thread count, exits
+ *   bench_rt drv_pair LIVE BATCHES BATCH KIB   cuMemAlloc+cuMemFree pairs of KIB KiB from one call
+ *                                          site, through entries resolved by cuGetProcAddress (as
+ *                                          NCCL and nvcc-built code reach the driver)
+ *   bench_rt drv_meminfo|drv_h2d LIVE BATCHES BATCH   cuMemGetInfo / a 64-byte cuMemcpyHtoD, likewise
  *
  * Timed modes print one `RESULT ns=<ns per operation>` per batch after one warm-up batch, in the
  * calling thread's CPU time; `threads` prints each round's wall time and the CPU time of its
  * threads. */
 #define _GNU_SOURCE
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -83,6 +88,63 @@ static void op_meminfo(void) {
 static void *dl_handle;
 static void op_dlsym(void) {
     if (!dlsym(dl_handle, "getpid")) FAIL("dlsym failed");
+}
+
+/* ---- the driver through cuGetProcAddress ------------------------------------------------------ */
+
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static CUresult (*drv_alloc)(CUdeviceptr *, size_t);
+static CUresult (*drv_free)(CUdeviceptr);
+static CUresult (*drv_info)(size_t *, size_t *);
+static CUresult (*drv_h2d)(CUdeviceptr, const void *, size_t);
+static size_t drv_bytes;
+/* Not DRV(): this program does not link the driver (it is reached through dlopen only). */
+#define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) FAIL("%s: CUresult %d", #call, (int)r_); } while (0)
+static CUdeviceptr drv_dst;
+
+static void *resolve(get_proc_fn get, const char *name) {
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CU(get(name, &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+    if (!fn) FAIL("%s not resolved", name);
+    return fn;
+}
+
+/* The driver's entries, looked up the way NCCL does: dlsym of the resolver only, then every
+ * entry through it; a context current on device 0 and LIVE allocations of 64 KiB kept. */
+static void drv_setup(int live) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) FAIL("dlopen libcuda.so.1: %s", dlerror());
+    get_proc_fn get = (get_proc_fn)dlsym(h, "cuGetProcAddress_v2");
+    if (!get) FAIL("no cuGetProcAddress_v2");
+    CUresult (*init)(unsigned) = (CUresult(*)(unsigned))resolve(get, "cuInit");
+    CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(CUcontext *, CUdevice))resolve(get, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))resolve(get, "cuCtxSetCurrent");
+    drv_alloc = (CUresult(*)(CUdeviceptr *, size_t))resolve(get, "cuMemAlloc");
+    drv_free = (CUresult(*)(CUdeviceptr))resolve(get, "cuMemFree");
+    drv_info = (CUresult(*)(size_t *, size_t *))resolve(get, "cuMemGetInfo");
+    drv_h2d = (CUresult(*)(CUdeviceptr, const void *, size_t))resolve(get, "cuMemcpyHtoD");
+    CUcontext ctx;
+    CU(init(0));
+    CU(retain(&ctx, 0));
+    CU(set_current(ctx));
+    for (int i = 0; i < live; i++) {
+        CUdeviceptr p;
+        CU(drv_alloc(&p, 64 << 10));
+    }
+}
+
+/* One call site for every allocation (a server's weights and pools come from a few lines). */
+static __attribute__((noinline)) void op_drv_pair(void) {
+    CUdeviceptr p = 0;
+    if (drv_alloc(&p, drv_bytes) != CUDA_SUCCESS || drv_free(p) != CUDA_SUCCESS) FAIL("pair failed");
+}
+static void op_drv_meminfo(void) {
+    size_t f, t;
+    if (drv_info(&f, &t) != CUDA_SUCCESS) FAIL("meminfo failed");
+}
+static void op_drv_h2d(void) {
+    if (drv_h2d(drv_dst, copy_src, sizeof copy_src) != CUDA_SUCCESS) FAIL("copy failed");
 }
 
 /* ---- threads ---------------------------------------------------------------------------------- */
@@ -253,6 +315,17 @@ int main(int argc, char **argv) {
         return live(argc > 2 ? atol(argv[2]) : 0, a3);
     } else if (!strcmp(mode, "churn")) {
         return churn(argc > 2 ? atol(argv[2]) : 0, a3);
+    } else if (!strcmp(mode, "drv_pair")) {
+        drv_setup(a2);
+        drv_bytes = (size_t)(argc > 5 ? atol(argv[5]) : 2048) << 10;
+        timed(op_drv_pair, a3, a4);
+    } else if (!strcmp(mode, "drv_meminfo")) {
+        drv_setup(a2);
+        timed(op_drv_meminfo, a3, a4);
+    } else if (!strcmp(mode, "drv_h2d")) {
+        drv_setup(a2);
+        CU(drv_alloc(&drv_dst, 4096));
+        timed(op_drv_h2d, a3, a4);
     } else if (!strcmp(mode, "nocuda")) {
         printf("RESULT threads=%d\n", count_threads());
     } else {

@@ -18,7 +18,10 @@
  * - built with -DMINCUDA_NO_RESOLVER, everything but `cuGetProcAddress_v2` is exported (a driver
  *   older than CUDA 11.3, which has no resolver);
  * - MINCUDA_HIDE=name,name,... : the resolver answers CUDA_ERROR_NOT_FOUND for these base names
- *   (read once, at the first resolution), as a driver that lacks them would. */
+ *   (read once, at the first resolution), as a driver that lacks them would.
+ * - MINCUDA_REUSE=1 (read by cuInit): a free of a device's most recent allocation gives its
+ *   range back, so the next allocation gets the same address (as a driver or a caching
+ *   allocator reusing a freed block); otherwise addresses only grow. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -51,6 +54,8 @@ static struct ctx contexts[MAX_DEVICES];
 static _Atomic uint64_t next_addr[MAX_DEVICES];
 static _Atomic uint64_t allocated[MAX_DEVICES];
 static _Atomic int initialized;
+static int reuse;                              /* MINCUDA_REUSE */
+static _Atomic uint64_t top_base[MAX_DEVICES]; /* the most recent allocation, for MINCUDA_REUSE */
 static __thread struct ctx *current;
 
 /* ---- entry points --------------------------------------------------------------------------- */
@@ -62,6 +67,8 @@ ALWAYS CUresult cuInit(unsigned int flags) {
         uint64_t zero = 0;
         atomic_compare_exchange_strong(&next_addr[d], &zero, DEVICE_BASE + (uint64_t)d * DEVICE_SPAN + 0x200000);
     }
+    const char *r = getenv("MINCUDA_REUSE");
+    reuse = r && r[0] == '1';
     atomic_store(&initialized, 1);
     return CUDA_SUCCESS;
 }
@@ -129,12 +136,19 @@ EXPORT CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes) {
     uint64_t rounded = (bytes + 511) & ~(uint64_t)511;
     *p = atomic_fetch_add_explicit(&next_addr[c->device], rounded, memory_order_relaxed);
     atomic_fetch_add_explicit(&allocated[c->device], rounded, memory_order_relaxed);
+    if (reuse) atomic_store_explicit(&top_base[c->device], *p, memory_order_relaxed);
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemFree(CUdeviceptr p) {
     if (!p) return CUDA_ERROR_INVALID_VALUE;
-    return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+    if (reuse) {
+        int d = current->device;
+        uint64_t top = p;
+        if (atomic_compare_exchange_strong(&top_base[d], &top, 0)) atomic_store(&next_addr[d], p);
+    }
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {

@@ -225,8 +225,9 @@ pub(crate) struct Allocation {
     pub category: Category,
 }
 
-/// A hasher for [`Key`]s (a discriminant and an address or handle): a multiply and a fold
-/// per word, instead of SipHash on the path of a host-to-device copy.
+/// A hasher for [`Key`]s (a discriminant and an address or handle) and ids: a multiply and
+/// a fold per word, instead of SipHash on the path of a host-to-device copy. Its keys are
+/// culedger's or the driver's, not a program's input.
 #[derive(Default)]
 pub(crate) struct KeyHasher(u64);
 
@@ -249,7 +250,20 @@ impl Hasher for KeyHasher {
     fn write_isize(&mut self, v: isize) {
         self.write_u64(v as u64);
     }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
 }
+
+/// A map keyed by culedger's own ids and addresses, hashed by [`KeyHasher`]: the per-site
+/// figures and the history's index are updated on every large allocation and free, where
+/// SipHash was several times the rest of the update.
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 /// A record taken out of a shard, with the host-to-device bytes kept beside it: what a
 /// failed free puts back ([`DeviceLedger::restore`]).
@@ -498,9 +512,10 @@ pub(crate) struct DeviceStats {
     pub failures: FirstN<Failure, FAILURES_KEPT>,
     pub untracked: Option<i64>,
     pub untracked_max: Option<i64>,
-    /// Probes whose call site was a repeat of the thread's previous query's
-    /// (`sites::capture_repeat`), counted here under the lock the probe takes anyway
-    /// (`health.site_repeats`: a process-wide atomic increment per query cost about 1 ns).
+    /// Probes and allocations whose call site was proven equal to the thread's previous one
+    /// from that place (`sites::capture_repeat`, `sites::capture_alloc`), counted here under
+    /// the lock the record takes anyway (`health.site_repeats`; a process-wide atomic would
+    /// be one more shared cache line per call).
     pub site_repeats: u64,
     pub ipc: IpcStats,
     pub graphs: GraphStats,
@@ -508,7 +523,7 @@ pub(crate) struct DeviceStats {
     pub timeline: Timeline,
     pub events: FirstN<Event, EVENTS_KEPT>,
     /// Per call site (bounded by the site table's size).
-    pub sites: HashMap<u32, SiteStats>,
+    pub sites: FastMap<u32, SiteStats>,
 }
 
 impl DeviceStats {

@@ -16,8 +16,6 @@
 //! frozen stretch stay, and the timeline points inside it keep the categories the live
 //! ledger gave them. Live records are never frozen (they are bounded by the live set).
 
-use std::collections::HashMap;
-
 use super::device::{Alloc, Key};
 use crate::classify::tags::TagId;
 
@@ -60,7 +58,7 @@ pub(crate) struct History {
     /// In allocation order (seqs increase: stamps are taken under the shard lock).
     pub recs: Vec<Rec>,
     /// Live records by key: (is a VMM handle, base or handle) to index in `recs`.
-    live: HashMap<(bool, u64), u32>,
+    live: super::device::FastMap<(bool, u64), u32>,
     /// Entry points named by records (few: the hooked allocation functions).
     pub apis: Vec<&'static str>,
     /// Records frozen so far, and the last seq a frozen record covered.
@@ -101,7 +99,7 @@ impl History {
         History {
             min,
             recs: Vec::new(),
-            live: HashMap::new(),
+            live: Default::default(),
             apis: Vec::new(),
             frozen: 0,
             frozen_upto_seq: 0,

@@ -435,11 +435,30 @@ impl Ledger {
     /// `dev`, the allocation is flagged captured. Live allocations overlapping the new one
     /// (frees we missed) are replaced and counted as implicit frees, with a warning.
     pub fn alloc(&self, dev: i32, ptr: u64, bytes: u64, kind: MemKind, api: &'static str, facts: Facts) {
+        self.alloc_site(dev, ptr, bytes, kind, api, facts, false)
+    }
+
+    /// [`alloc`](Self::alloc) whose `facts.site` came from `sites::capture_alloc`: `repeated`
+    /// when it was proven equal to a previous one, counted in [`site_repeats`](Self::site_repeats).
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_site(
+        &self,
+        dev: i32,
+        ptr: u64,
+        bytes: u64,
+        kind: MemKind,
+        api: &'static str,
+        facts: Facts,
+        repeated: bool,
+    ) {
         if ptr == 0 {
             self.note_warning(&format!("{api}: allocation of {bytes} bytes at NULL on device {dev} ignored"));
             return;
         }
-        let displaced = self.on_device(dev, api, |d, now| d.insert(Key::Addr(ptr), bytes, kind, api, facts, now));
+        let displaced = self.on_device(dev, api, |d, now| {
+            d.stats.site_repeats += u64::from(repeated);
+            d.insert(Key::Addr(ptr), bytes, kind, api, facts, now)
+        });
         if let Some(d) = displaced.filter(|d| d.count > 0) {
             self.warn_displaced(api, dev, format_args!("allocation at 0x{ptr:x}"), d);
         }
@@ -546,6 +565,12 @@ impl Ledger {
 
     /// `vmm_create` with the facts known when it was made (the thread's tag).
     pub fn vmm_create_with(&self, dev: i32, handle: u64, bytes: u64, api: &'static str, facts: Facts) {
+        self.vmm_create_site(dev, handle, bytes, api, facts, false)
+    }
+
+    /// [`vmm_create_with`](Self::vmm_create_with) with a site from `sites::capture_alloc`
+    /// (`repeated` as in [`alloc_site`](Self::alloc_site)).
+    pub fn vmm_create_site(&self, dev: i32, handle: u64, bytes: u64, api: &'static str, facts: Facts, repeated: bool) {
         if self.shard(dev, api).is_none() {
             return;
         }
@@ -557,8 +582,11 @@ impl Ledger {
             self.warn_displaced(api, old_dev, format_args!("handle 0x{handle:x}"), displaced);
         }
         let kind = MemKind::VmmPhysical;
-        if let Some(d) = self.on_device(dev, api, |d, now| d.insert(Key::Handle(handle), bytes, kind, api, facts, now))
-        {
+        let inserted = self.on_device(dev, api, |d, now| {
+            d.stats.site_repeats += u64::from(repeated);
+            d.insert(Key::Handle(handle), bytes, kind, api, facts, now)
+        });
+        if let Some(d) = inserted {
             self.warn_displaced(api, dev, format_args!("handle 0x{handle:x}"), d);
         }
     }
@@ -691,7 +719,8 @@ impl Ledger {
         self.on_device(dev, api, |d, now| d.probe(api, free, total, error, (site, repeated), now));
     }
 
-    /// Probes recorded with a repeated call site (`probe_site`), on every device.
+    /// Probes and allocations recorded with a repeated call site (`probe_site`, `alloc_site`),
+    /// on every device.
     pub fn site_repeats(&self) -> u64 {
         self.shards().map(|(_, shard)| shard.lock().stats.site_repeats).sum()
     }

@@ -3,6 +3,12 @@
 //! key stops as soon as it passes where the key would be) and backward-shift removal (no
 //! tombstones). The records sit in the slots themselves, so a live allocation costs its
 //! record divided by the load (7/8 at most; the table grows by half when full).
+//!
+//! The newest record waits beside the slots (`young`) until another key is inserted. A
+//! record freed before the next allocation (the alloc+free pair of a loop, a temporary) then
+//! never enters the slots: with fresh keys, as a driver handing out addresses upwards gives
+//! them, each such record would otherwise land at a new home inside some run, shift that run
+//! up on insert and back down on removal, where a key that comes back finds its old slot.
 
 use crate::pages::Zeroed;
 
@@ -21,18 +27,22 @@ pub(crate) struct Table<T: Copy> {
     /// In memory of their own once large (`crate::pages`: growing a table of tens of MiB through
     /// malloc would leave holes in the program's heap).
     slots: Zeroed<T>,
+    /// Records in the slots (`young` not counted).
     len: usize,
+    /// The most recently inserted record, not in the slots yet; vacant when none (it was
+    /// removed, or none was inserted since the last one moved in).
+    young: T,
 }
 
-impl<T: Copy> Default for Table<T> {
+impl<T: Copy + Keyed> Default for Table<T> {
     fn default() -> Self {
-        Table { slots: Zeroed::default(), len: 0 }
+        Table { slots: Zeroed::default(), len: 0, young: T::vacant() }
     }
 }
 
-impl<T: Copy + std::fmt::Debug> std::fmt::Debug for Table<T> {
+impl<T: Copy + Keyed> std::fmt::Debug for Table<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Table").field("len", &self.len).field("capacity", &self.slots.len()).finish()
+        f.debug_struct("Table").field("len", &self.len()).field("capacity", &self.slots.len()).finish()
     }
 }
 
@@ -56,9 +66,15 @@ impl<T: Keyed + Copy> Table<T> {
         }
     }
 
-    #[cfg(test)]
+    /// Records held, `young` included.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.len + usize::from(self.young.key() != 0)
+    }
+
+    /// Is `key` the young record's (never for 0)?
+    #[inline]
+    fn is_young(&self, key: u64) -> bool {
+        key != 0 && self.young.key() == key
     }
 
     /// The slot holding `key` (never 0).
@@ -85,31 +101,54 @@ impl<T: Keyed + Copy> Table<T> {
 
     #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<&T> {
+        if self.is_young(key) {
+            return Some(&self.young);
+        }
         self.find(key).map(|i| &self.slots[i])
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
+        if self.is_young(key) {
+            return Some(&mut self.young);
+        }
         self.find(key).map(|i| &mut self.slots[i])
     }
 
     pub(crate) fn contains(&self, key: u64) -> bool {
-        self.find(key).is_some()
+        self.is_young(key) || self.find(key).is_some()
     }
 
-    /// Put `r` (key non-zero) in; the record it replaces (same key), if any.
+    /// Put `r` (key non-zero) in; the record it replaces (same key), if any. `r` becomes the
+    /// young record; the previous young one moves into the slots.
     #[inline]
     pub(crate) fn insert(&mut self, r: T) -> Option<T> {
         debug_assert!(r.key() != 0);
+        if self.is_young(r.key()) {
+            return Some(std::mem::replace(&mut self.young, r));
+        }
+        if let Some(i) = self.find(r.key()) {
+            return Some(std::mem::replace(&mut self.slots[i], r));
+        }
+        let older = std::mem::replace(&mut self.young, r);
+        if older.key() != 0 {
+            self.settle(older);
+        }
+        None
+    }
+
+    /// Put `r`, whose key is in neither the slots nor `young`, in the slots.
+    #[inline]
+    fn settle(&mut self, r: T) {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
         match self.slot_for(r.key()) {
-            Ok(i) => Some(std::mem::replace(&mut self.slots[i], r)),
+            // Not reached: the caller looked the key up.
+            Ok(i) => self.slots[i] = r,
             Err(i) => {
                 self.slots[i] = r;
                 self.len += 1;
-                None
             }
         }
     }
@@ -179,6 +218,9 @@ impl<T: Keyed + Copy> Table<T> {
     /// back by one, in one copy (backward-shift removal: no tombstones).
     #[inline]
     pub(crate) fn remove(&mut self, key: u64) -> Option<T> {
+        if self.is_young(key) {
+            return Some(std::mem::replace(&mut self.young, T::vacant()));
+        }
         let i = self.find(key)?;
         let r = self.slots[i];
         self.len -= 1;
@@ -210,7 +252,7 @@ impl<T: Keyed + Copy> Table<T> {
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.slots.iter().filter(|r| r.key() != 0)
+        self.slots.iter().chain(std::iter::once(&self.young)).filter(|r| r.key() != 0)
     }
 }
 
@@ -255,6 +297,42 @@ mod tests {
         fn vacant() -> Self {
             R(0, 0)
         }
+    }
+
+    /// The newest record stays out of the slots until another key comes: a record removed
+    /// before that (an alloc+free pair) never moves a slot; a key met again, young or settled,
+    /// is replaced where it is.
+    #[test]
+    fn the_newest_record_waits_beside_the_slots() {
+        let mut t: Table<R> = Table::default();
+        let base = 0x7f00_0000_0000u64;
+        for i in 0..1000 {
+            t.insert(R(base + i * 0x1_0000, 1));
+        }
+        let settled = t.len;
+        assert_eq!(settled, 999, "all but the newest are in the slots");
+        assert!(t.find(base + 999 * 0x1_0000).is_none() && t.get(base + 999 * 0x1_0000).is_some());
+        assert_eq!(t.remove(base + 999 * 0x1_0000), Some(R(base + 999 * 0x1_0000, 1)));
+        // Pairs on growing, never reused addresses.
+        for i in 0..5000u64 {
+            let key = base + (1 << 32) + i * (2 << 20);
+            assert_eq!(t.insert(R(key, 2)), None);
+            assert_eq!((t.len, t.len()), (settled, settled + 1), "pair {i}: no slot taken");
+            assert!(t.find(key).is_none() && t.contains(key));
+            t.get_mut(key).unwrap().1 = 3;
+            assert_eq!(t.remove(key), Some(R(key, 3)));
+            assert_eq!(t.len(), settled);
+        }
+        // A young key inserted again is replaced in place; a settled one too, the young kept.
+        let (a, b) = (base + (2 << 32), base + (3 << 32));
+        assert_eq!(t.insert(R(a, 4)), None);
+        assert_eq!(t.insert(R(a, 5)), Some(R(a, 4)));
+        assert_eq!(t.insert(R(b, 6)), None, "a moves into the slots");
+        assert!(t.find(a).is_some() && t.find(b).is_none());
+        assert_eq!(t.insert(R(a, 7)), Some(R(a, 5)));
+        assert_eq!(t.get(b), Some(&R(b, 6)), "b is still the young one");
+        assert_eq!(t.values().filter(|r| r.0 == a || r.0 == b).count(), 2);
+        assert_eq!(t.values().count(), t.len());
     }
 
     #[test]

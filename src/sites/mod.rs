@@ -261,9 +261,10 @@ fn intern_raw(rt: Option<&'static python::Runtime>, py: &[python::RawPy], ips: &
     TABLE.get().lock().intern(&raw, site)
 }
 
-/// What the previous [`capture_repeat`] of a thread saw: its key, stack pointer, Python
-/// frames (raw), native return addresses with the stack slots they were read from, and the
-/// site they made.
+/// What a previous [`capture_repeat`] or [`capture_alloc`] of a thread saw: its key, stack
+/// pointer, Python frames (raw), native return addresses with the stack slots they were read
+/// from, and the site they made.
+#[derive(Clone)]
 struct Last {
     epoch: u64,
     key: usize,
@@ -278,9 +279,33 @@ struct Last {
     slots_known: Option<u64>,
 }
 
-/// A thread's state for [`capture_repeat`], in one thread-local.
+/// How many allocation sites a thread remembers: weights and buffers are made by a few lines
+/// taking turns (a layer's tensors, a pool's key and value buffers), which one remembered site
+/// would miss every time.
+const ALLOC_WAYS: usize = 4;
+
+/// The remembered captures of one kind of call: tried most recent hit first, a miss replaces
+/// the oldest replaced.
+struct Ways<const N: usize> {
+    last: [Option<Last>; N],
+    /// The way that answered last (tried first).
+    hit: usize,
+    /// The way the next miss replaces.
+    next: usize,
+}
+
+impl<const N: usize> Ways<N> {
+    const fn new() -> Self {
+        Ways { last: [const { None }; N], hit: 0, next: 0 }
+    }
+}
+
+/// A thread's state for [`capture_repeat`] and [`capture_alloc`], in one thread-local.
 struct Repeat {
-    last: std::cell::RefCell<Option<Last>>,
+    /// Free-memory queries: one remembered site.
+    queries: std::cell::RefCell<Ways<1>>,
+    /// Allocations of at least `CULEDGER_SITE_MIN` bytes.
+    allocs: std::cell::RefCell<Ways<ALLOC_WAYS>>,
     /// Calls left before the Python runtime is looked for by the clock even though no
     /// `dlopen` entered since the last look (`python::runtime_unless_unchanged`).
     py_recheck_in: std::cell::Cell<u8>,
@@ -295,7 +320,8 @@ const PY_RECHECK_EVERY: u8 = 64;
 thread_local! {
     static REPEAT: Repeat = const {
         Repeat {
-            last: std::cell::RefCell::new(None),
+            queries: std::cell::RefCell::new(Ways::new()),
+            allocs: std::cell::RefCell::new(Ways::new()),
             py_recheck_in: std::cell::Cell::new(0),
             dlopen_clear_at: std::cell::Cell::new(u64::MAX),
         }
@@ -333,14 +359,26 @@ fn stack_pointer() -> u64 {
 /// which costs nothing there, where a process-wide atomic increment here cost about 1 ns.
 pub fn capture_repeat(key: usize) -> (u32, bool) {
     crate::hooks::init();
-    catch_unwind(AssertUnwindSafe(|| repeat_inner(key))).unwrap_or_else(|_| {
+    catch_unwind(AssertUnwindSafe(|| repeat_inner(key, |r| &r.queries))).unwrap_or_else(|_| {
+        miss("internal error");
+        (0, false)
+    })
+}
+
+/// [`capture_repeat`] for allocations (keyed by the entry point): the thread remembers the
+/// sites of its last [`ALLOC_WAYS`] distinct allocating places, so lines that take turns are
+/// each proven equal to their own previous capture. The hook counts a reused site in the
+/// record it makes (`Ledger::alloc_site`). See docs/sites.md, "Repeated allocation sites".
+pub fn capture_alloc(key: usize) -> (u32, bool) {
+    crate::hooks::init();
+    catch_unwind(AssertUnwindSafe(|| repeat_inner(key, |r| &r.allocs))).unwrap_or_else(|_| {
         miss("internal error");
         (0, false)
     })
 }
 
 #[inline(never)]
-fn repeat_inner(key: usize) -> (u32, bool) {
+fn repeat_inner<const N: usize>(key: usize, ways: fn(&Repeat) -> &std::cell::RefCell<Ways<N>>) -> (u32, bool) {
     let sp = stack_pointer();
     let epoch = EPOCH.load(Ordering::Relaxed);
     // One access to the thread-local (each is a call in a shared library): the proof, and
@@ -358,25 +396,32 @@ fn repeat_inner(key: usize) -> (u32, bool) {
             } else {
                 None
             };
-            // try_: a signal handler's query inside this thread's own capture finds it busy, and
+            // try_: a signal handler's call inside this thread's own capture finds it busy, and
             // captures without remembering.
-            let mut last = state.last.try_borrow_mut().ok();
+            let mut ways = ways(state).try_borrow_mut().ok();
             // The mapping cache is loaded by the first (full) capture; the Python walk wants it
             // fresh, a repeat of native frames only does not.
-            let known = last.as_ref().is_some_and(|l| l.is_some());
+            let known = ways.as_ref().is_some_and(|w| w.last.iter().any(Option::is_some));
             if !known || rt.is_some() {
                 maps::before_capture();
             }
             let py = if rt.is_some() { python_raw_with(rt) } else { Vec::new() };
-            if let Some(l) = last.as_ref().and_then(|l| l.as_ref()) {
-                let fits = l.epoch == epoch
-                    && l.key == key
-                    && l.sp == sp
-                    && sp != 0
-                    && l.py.len() == py.len()
-                    && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
-                if fits && slots_hold(sp, l) {
-                    return (l.id, true);
+            if let Some(w) = ways.as_mut() {
+                // The way that answered last first, then the others in order.
+                let first = w.hit;
+                for i in std::iter::once(first).chain((0..N).filter(|&i| i != first)) {
+                    let Some(l) = &w.last[i] else { continue };
+                    let fits = l.epoch == epoch
+                        && l.key == key
+                        && l.sp == sp
+                        && sp != 0
+                        && l.py.len() == py.len()
+                        && l.py.iter().zip(&py).all(|(&(c, u), f)| c == f.code && u == f.unit.unwrap_or(u32::MAX));
+                    if fits && slots_hold(sp, l) {
+                        let id = l.id;
+                        w.hit = i;
+                        return (id, true);
+                    }
                 }
             }
             if known && rt.is_none() {
@@ -389,8 +434,11 @@ fn repeat_inner(key: usize) -> (u32, bool) {
             // Remembered only when every kept return address has its slot (the caching unwinder
             // took the backtrace), each above the stack pointer, and the site was interned.
             let usable = id != 0 && sp != 0 && slots.len() == ips.len() && slots.iter().all(|&s| s > sp && s % 8 == 0);
-            if let Some(l) = last.as_mut() {
-                **l = usable.then(|| Last {
+            if let (Some(w), true) = (ways.as_mut(), usable) {
+                let i = w.next;
+                w.next = (i + 1) % N;
+                w.hit = i;
+                w.last[i] = Some(Last {
                     epoch,
                     key,
                     sp,
@@ -693,7 +741,8 @@ mod tests {
     #[test]
     fn a_repeat_proves_its_slots_directly_or_through_the_reader() {
         const MARK: u32 = 999_999;
-        let edit = |f: &dyn Fn(&mut Last)| REPEAT.with(|r| f(r.last.borrow_mut().as_mut().expect("remembered")));
+        let edit =
+            |f: &dyn Fn(&mut Last)| REPEAT.with(|r| f(r.queries.borrow_mut().last[0].as_mut().expect("remembered")));
         let mut got = Vec::new();
         for step in 0..7 {
             match step {
@@ -718,7 +767,7 @@ mod tests {
                 }
             }
             if step == 2 {
-                let known = REPEAT.with(|r| r.last.borrow().as_ref().and_then(|l| l.slots_known));
+                let known = REPEAT.with(|r| r.queries.borrow().last[0].as_ref().and_then(|l| l.slots_known));
                 assert_eq!(known, Some(maps::generation()), "the slots lie in the cached stack");
             }
             got.push(query_here());
@@ -730,6 +779,103 @@ mod tests {
             [id, id, MARK, id, MARK, id, MARK],
             "reused, caught directly, reused through the reader, caught there, reused after a refresh"
         );
+    }
+
+    const ALLOC_KEY: usize = 0xa110c;
+
+    fn ways<R>(f: impl FnOnce(&mut Ways<ALLOC_WAYS>) -> R) -> R {
+        REPEAT.with(|r| f(&mut r.allocs.borrow_mut()))
+    }
+
+    #[inline(never)]
+    fn alloc_here() -> (u32, bool) {
+        std::hint::black_box(capture_alloc(std::hint::black_box(ALLOC_KEY)))
+    }
+
+    /// What breaks an allocation site's proof. A test binary's frames are all culedger's (one
+    /// native frame is kept), so places cannot differ here by their frames: what the thread
+    /// remembers is altered instead, each way given a marked id. A marked id that comes back
+    /// was proven; the true one was captured again. (Native callers, Python lines, callers two
+    /// frames up and threads: tests/alloc_sites.rs, on the simulated stack.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn an_allocation_site_is_reused_only_while_its_proof_holds() {
+        const GOOD: u32 = 999_001;
+        const BAD: u32 = 999_002;
+        let mut truth: Option<Last> = None;
+        let variant = |t: &Option<Last>, how: usize, id: u32| -> Last {
+            let mut l = Last { id, ..t.clone().expect("captured") };
+            match how {
+                0 => {}
+                1 => l.key ^= 1,
+                2 => l.sp -= 16,
+                3 => l.py.push((0x1234, 7)),
+                4 => l.ips[0] ^= 1,
+                _ => l.epoch += 1,
+            }
+            l
+        };
+        let mut got = Vec::new();
+        let mut hits = Vec::new();
+        for step in 0..10 {
+            match step {
+                0 => ways(|w| *w = Ways::new()),
+                1 => {
+                    truth = ways(|w| w.last[0].take());
+                    let good = variant(&truth, 0, GOOD);
+                    ways(|w| w.last[0] = Some(good.clone()));
+                }
+                // Another key, stack pointer, Python frame, return address, or a fork since:
+                // each alone breaks the proof.
+                2..=6 => {
+                    let bad = variant(&truth, step - 1, BAD);
+                    ways(|w| {
+                        *w = Ways::new();
+                        w.last[0] = Some(bad.clone());
+                    })
+                }
+                // Broken proofs in three ways and a good one in the last: the good one answers.
+                7 | 8 => {
+                    let v: Vec<Last> =
+                        [1, 2, 4, 0].iter().map(|&h| variant(&truth, h, if h == 0 { GOOD } else { BAD })).collect();
+                    ways(|w| {
+                        *w = Ways::new();
+                        for (i, l) in v.iter().enumerate() {
+                            w.last[i] = Some(l.clone());
+                        }
+                        w.next = 0;
+                    })
+                }
+                _ => {}
+            }
+            got.push(alloc_here());
+            hits.push(ways(|w| w.hit));
+        }
+        let id = got[0].0;
+        assert!(id != 0 && id != GOOD && id != BAD);
+        let miss = (id, false);
+        assert_eq!(
+            got,
+            [miss, (GOOD, true), miss, miss, miss, miss, miss, (GOOD, true), (GOOD, true), (GOOD, true)],
+            "captured, proven, five broken proofs, the fourth way proven"
+        );
+        assert_eq!(&hits[7..], [3, 3, 3], "the way that answered is tried first");
+    }
+
+    /// Queries and allocations are remembered apart: a query between two allocations from
+    /// one place does not cost the second its proof, nor the allocation the next query's.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn queries_and_allocations_are_remembered_apart() {
+        REPEAT.with(|r| *r.allocs.borrow_mut() = Ways::new());
+        let seen: Vec<((u32, bool), (u32, bool))> =
+            (0..3).map(|_| (alloc_here(), std::hint::black_box(capture_repeat(0x5151)))).collect();
+        let reused: Vec<(bool, bool)> = seen.iter().map(|(a, q)| (a.1, q.1)).collect();
+        assert!(seen.iter().all(|(a, q)| a.0 != 0 && q.0 != 0), "{seen:?}");
+        assert_eq!(&reused[1..], [(true, true), (true, true)], "{seen:?}");
+        let kept =
+            REPEAT.with(|r| (r.queries.borrow().last[0].is_some(), r.allocs.borrow().last.iter().flatten().count()));
+        assert_eq!(kept, (true, 1));
     }
 
     #[test]

@@ -24,6 +24,11 @@ fn bench_harness_prints_every_figure() {
         "report write at exit",
         "report size",
         "call-site capture per large allocation",
+        "alloc+free pair, 2 MiB, one call site (site proven), cuGetProcAddress path",
+        "alloc+free pair, 2 MiB, CULEDGER_SITE_MIN=1GiB, growing addresses",
+        "alloc+free pair, 2 MiB, CULEDGER_SITE_MIN=1GiB, reused addresses",
+        "free-memory query, cuMemGetInfo, repeated from one site",
+        "host-to-device copy, cuMemcpyHtoD",
     ] {
         let line = stdout.lines().find(|l| l.starts_with(figure)).unwrap_or_else(|| panic!("no {figure:?}:\n{stdout}"));
         let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();

@@ -66,14 +66,20 @@ pub(crate) fn allocation_on(
     if depth.outer {
         let name = api(sym);
         // The call site, only for allocations that matter (and every failure): the small
-        // path pays one comparison.
-        let site = if rc != 0 || crate::sites::wanted(bytes) { crate::sites::capture() } else { 0 };
+        // path pays one comparison; a place the thread allocated from lately, a proof.
+        let (site, repeated) = if rc != 0 {
+            (crate::sites::capture(), false)
+        } else if crate::sites::wanted(bytes) {
+            crate::sites::capture_alloc(sym as usize)
+        } else {
+            (0, false)
+        };
         let tag = depth.tag();
         depth.record(name, |l| {
             if rc == 0 {
                 if let Some((ptr, size)) = result().filter(|&(ptr, _)| ptr != 0) {
                     if let Some(dev) = place(l, Some(ptr)) {
-                        l.alloc(dev, ptr, size, mem, name, Facts { tag, site, ..Facts::default() });
+                        l.alloc_site(dev, ptr, size, mem, name, Facts { tag, site, ..Facts::default() }, repeated);
                     }
                 }
             } else if let Some(dev) = place(l, None) {

@@ -25,7 +25,11 @@ pub unsafe fn cu_mem_create(
     let location = (*prop).location;
     let name = api(sym);
     let wanted = location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && (rc != 0 || crate::sites::wanted(size as u64));
-    let site = if wanted { crate::sites::capture() } else { 0 };
+    let (site, repeated) = match wanted {
+        true if rc == 0 => crate::sites::capture_alloc(sym as usize),
+        true => (crate::sites::capture(), false),
+        false => (0, false),
+    };
     let tag = depth.tag();
     depth.record(name, |l| {
         if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
@@ -37,7 +41,7 @@ pub unsafe fn cu_mem_create(
         if rc == 0 {
             if let Some(h) = out(handle) {
                 let facts = crate::ledger::Facts { tag, site, ..Default::default() };
-                l.vmm_create_with(dev, h, size as u64, name, facts);
+                l.vmm_create_site(dev, h, size as u64, name, facts, repeated);
             }
         } else {
             l.failure_at(dev, name, size as u64, rc, error_name(TABLE[sym as usize].kind, rc), site);

@@ -9,6 +9,11 @@
 //! `libcudart.so.12`) and this binary's `worker` mode (the runtime embedded as an rlib, like
 //! NCCL's static cudart).
 //!
+//! Also: `bench_rt drv_*` reach the driver through `cuGetProcAddress` only (as NCCL and
+//! nvcc-built code do): 2 MiB pairs from one call site with and without a site, on growing and
+//! on reused addresses (`MINCUDA_REUSE=1`), the free-memory query and the copy; and, when
+//! `make frameworks` has installed it, a real-torch step loop on the simulated driver.
+//!
 //! ```text
 //! culedger_bench [--quick] [--rounds N] [--only TEXT] [--json PATH]   the table of figures
 //! culedger_bench longrun PAIRS                                        memory and report size over a long run
@@ -69,6 +74,8 @@ struct Bench {
     runs: std::cell::Cell<usize>,
     /// Settings given to culedger (the `With` side) on top of its defaults.
     settings: std::cell::RefCell<Vec<(&'static str, String)>>,
+    /// Environment of both sides (the minimal driver's switches).
+    both: std::cell::RefCell<Vec<(&'static str, String)>>,
 }
 
 /// One program run's `RESULT` lines and the output directory culedger wrote into.
@@ -92,6 +99,7 @@ impl Bench {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        cmd.envs(self.both.borrow().iter().map(|(k, v)| (k, v)));
         let n = self.runs.get();
         self.runs.set(n + 1);
         let out = (side == Side::With).then(|| self.scratch.join(format!("out-{n}")));
@@ -329,6 +337,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         quick,
         runs: std::cell::Cell::new(0),
         settings: Default::default(),
+        both: Default::default(),
     };
     let want = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     let mut rows = Vec::new();
@@ -406,6 +415,52 @@ fn bench(args: &[String]) -> Result<(), String> {
             met: Some(m.added <= 100.0),
         });
     }
+    // ---- the driver through cuGetProcAddress: large allocations (its query and copy below) ----
+    // 2 MiB from one call site (above CULEDGER_SITE_MIN: a site each, proven after the first),
+    // the same with no site, and the pair with addresses that only grow (the minimal driver's
+    // own way) against addresses the driver reuses (MINCUDA_REUSE=1).
+    let drv_pair = [vec!["drv_pair".into(), live_1k.clone()], per_op.to_vec(), vec!["2048".into()]].concat();
+    for (key, name, site_min, reuse, limit) in [
+        (
+            "drv_pair_site",
+            "alloc+free pair, 2 MiB, one call site (site proven), cuGetProcAddress path",
+            None,
+            false,
+            250.0,
+        ),
+        (
+            "drv_pair_nosite",
+            "alloc+free pair, 2 MiB, CULEDGER_SITE_MIN=1GiB, growing addresses",
+            Some("1GiB"),
+            false,
+            100.0,
+        ),
+        (
+            "drv_pair_reused",
+            "alloc+free pair, 2 MiB, CULEDGER_SITE_MIN=1GiB, reused addresses",
+            Some("1GiB"),
+            true,
+            100.0,
+        ),
+    ] {
+        if !want(key) && !want("pair") {
+            continue;
+        }
+        *b.settings.borrow_mut() = site_min.map(|v| vec![("CULEDGER_SITE_MIN", v.to_string())]).unwrap_or_default();
+        *b.both.borrow_mut() = if reuse { vec![("MINCUDA_REUSE", "1".into())] } else { vec![] };
+        let m = b.rounds(&bench_rt, &drv_pair, "ns").figure();
+        rows.push(Row {
+            name: name.into(),
+            unit: "ns",
+            measured: Some(m),
+            value: None,
+            target: format!("<= {limit:.0} ns"),
+            met: Some(m.added <= limit),
+        });
+    }
+    b.settings.borrow_mut().clear();
+    b.both.borrow_mut().clear();
+
     if want("threads") {
         let (threads, inner_rounds, pairs) = (16, if b.quick { 2 } else { 5 }, if b.quick { 500 } else { 5000 });
         let cores = cpus().min(threads) as f64;
@@ -458,6 +513,8 @@ fn bench(args: &[String]) -> Result<(), String> {
         ("h2d", "host-to-device copy, cudaMemcpy"),
         ("h2d_async", "host-to-device copy, cudaMemcpyAsync"),
         ("meminfo", "free-memory query, cudaMemGetInfo"),
+        ("drv_meminfo", "free-memory query, cuMemGetInfo, repeated from one site, cuGetProcAddress path"),
+        ("drv_h2d", "host-to-device copy, cuMemcpyHtoD, cuGetProcAddress path"),
         ("dlsym", "dlsym of a non-CUDA name, on a handle"),
         ("dlsym_default", "dlsym of a non-CUDA name, RTLD_DEFAULT"),
     ] {
@@ -583,6 +640,12 @@ fn bench(args: &[String]) -> Result<(), String> {
         });
     }
 
+    if want("torch") {
+        if let Some(row) = torch_steps(&b)? {
+            rows.push(row);
+        }
+    }
+
     let table = print_table(&rows);
     println!(
         "culedger bench: {} rounds x {} batches x {} ops per side; minimal driver {}; {} CPUs; load average {}; {:.0} s",
@@ -613,6 +676,58 @@ fn bench(args: &[String]) -> Result<(), String> {
     }
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// A step loop of real PyTorch on the simulated driver (`shim-tests/py/frameworks/torch_steps.py`),
+/// with and without culedger, when `make frameworks` has installed it; None (after a line
+/// saying so) otherwise.
+fn torch_steps(b: &Bench) -> Result<Option<Row>, String> {
+    let site = repo_root().join("target/frameworks/site");
+    if !site.join("torch/__init__.py").is_file() {
+        println!("bench: real-torch step loop skipped: {} has no torch (make frameworks)", site.display());
+        return Ok(None);
+    }
+    let (batches, steps) = if b.quick { ("3", "20") } else { ("15", "50") };
+    let mut p = Paired::default();
+    // Each run imports torch (seconds): five rounds at most, one in quick mode.
+    for round in 0..b.rounds.min(if b.quick { 1 } else { 5 }) {
+        let order = if round % 2 == 0 { [Side::Plain, Side::With] } else { [Side::With, Side::Plain] };
+        for side in order {
+            let mut sim = culedger_scenarios::Sim::new(&format!("bench_torch_{round}_{side:?}"));
+            sim.env("FAKECUDA_DRIVER_VERSION", "13020")
+                .env("FAKECUDA_DEVICES", "1")
+                .env("FAKECUDA_TOTAL_MIB", "81920")
+                .env("PYTHONPATH", &site)
+                .timeout(Duration::from_secs(600));
+            if side == Side::With {
+                let out = sim.scratch().join("out");
+                sim.env("LD_PRELOAD", &b.paths.lib).env("CULEDGER_OUT", out);
+            }
+            let run = sim.run_ok(sim.python("frameworks/torch_steps.py").args([batches, steps]));
+            let values: Vec<f64> = run.all("ns").iter().filter_map(|v| v.parse().ok()).collect();
+            if values.is_empty() {
+                return Err(format!("torch_steps.py printed no figure\n{}", run.describe()));
+            }
+            match side {
+                Side::Plain => p.plain.push(values),
+                Side::With => p.with.push(values),
+            }
+        }
+    }
+    let m = p.figure();
+    Ok(Some(Row {
+        name: format!("real-torch step loop, per step (ratio with/without {:.3}x)", m.with / m.plain),
+        unit: "us",
+        measured: Some(Measured {
+            plain: m.plain / 1e3,
+            with: m.with / 1e3,
+            added: m.added / 1e3,
+            spread: m.spread.map(|(lo, hi)| (lo / 1e3, hi / 1e3)),
+        }),
+        value: None,
+        target: "(no target: the ratio)".into(),
+        met: None,
+    }))
 }
 
 /// Distinct call sites a report names (`caller` of its allocations; call sites come with [4]).
@@ -650,6 +765,7 @@ fn longrun(args: &[String]) -> Result<(), String> {
         quick: false,
         runs: std::cell::Cell::new(0),
         settings: Default::default(),
+        both: Default::default(),
     };
     let t0 = Instant::now();
     let out = b.run(Side::With, &b.paths.bench_rt, &["churn".into(), pairs.to_string(), "20".into()]);
