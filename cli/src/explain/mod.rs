@@ -31,6 +31,7 @@ use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
 
+pub use findings::{Detail, FailDetail, Finding};
 pub use render::document;
 
 /// The schema id of `culedger explain --format json` (docs/explain.md).
@@ -146,7 +147,7 @@ pub fn explain(run: &Run) -> Explanation {
 /// prints only the gist (`culedger run`'s ending).
 pub fn gist(e: &Explanation) -> (String, Option<String>) {
     let head = e.findings.first().map_or_else(|| e.verdict.clone(), |f| f.title.clone());
-    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first().cloned()))
+    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
 }
 
 /// What limits the explanation.
