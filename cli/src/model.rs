@@ -331,6 +331,10 @@ pub struct HostMem {
     pub registered_peak_bytes: i64,
     pub registered_count: i64,
     pub unregistered_count: i64,
+    pub vmm_live_bytes: i64,
+    pub vmm_peak_bytes: i64,
+    pub vmm_create_count: i64,
+    pub vmm_release_count: i64,
 }
 
 impl Process {

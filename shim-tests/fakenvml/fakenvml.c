@@ -4,7 +4,10 @@
  *
  * PyTorch's driver table (c10/cuda/driver_api.cpp) dlopens libnvidia-ml.so.1 and resolves these
  * entry points; its expandable segments ask NVML about the fabric and peers, and a NULL function
- * there is a crash. Nothing here allocates device memory, so it needs no accounting. The
+ * there is a crash. NCCL (src/misc/nvmlwrap.cc, ncclNvmlEnsureInitialized) resolves the
+ * unversioned names and calls nvmlDeviceGetHandleByIndex and nvmlDeviceGetCudaComputeCapability
+ * for every device without checking that they exist. Nothing here allocates device memory, so it
+ * needs no accounting. The
  * signatures are NVML's (nvml.h); handles point into a static table. */
 #include <ctype.h>
 #include <stdio.h>
@@ -68,6 +71,27 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **
     return NVML_SUCCESS;
 }
 
+/* The unversioned name (the library exports both; NCCL resolves this one). */
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, struct fake_device **device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(struct fake_device *d, unsigned *index) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = d->index;
+    return NVML_SUCCESS;
+}
+
+/* Compute capability 9.0, as the fake driver's device attributes 75/76 say. */
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(struct fake_device *d, int *major, int *minor) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = 9;
+    *minor = 0;
+    return NVML_SUCCESS;
+}
+
 /* The fake driver's bus ids: domain 0, bus = ordinal + 1, device 0 (cuDeviceGetPCIBusId).
  * Accepts the driver's form and the short one ("0000:01:00.0"), in any case. */
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_device **device) {
@@ -77,6 +101,72 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_devic
     if (sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) return NVML_ERROR_INVALID_ARGUMENT;
     if (domain != 0 || dev != 0 || fn != 0 || bus == 0 || bus > device_count()) return NVML_ERROR_NOT_FOUND;
     *device = &devices[bus - 1];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pci, struct fake_device **device) {
+    return nvmlDeviceGetHandleByPciBusId_v2(pci, device);
+}
+
+/* nvml.h's nvmlPciInfo_t (nvmlDeviceGetPciInfo_v3) and nvmlPciInfoExt_v1_t. */
+struct pci_info {
+    char bus_id_legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id, reserved[4];
+};
+struct pci_info_ext {
+    unsigned version, domain, bus, device, pci_device_id, pci_subsystem_id, base_class, sub_class;
+    char bus_id[16];
+};
+/* An H200's device and vendor id (the fake driver's attribute GPU_PCI_DEVICE_ID), NVIDIA as the
+ * subsystem vendor. NCCL's topology (src/graph/xml.cc, ncclTopoGetXmlFromSys) reads them when
+ * the device has no /sys entry, as on the simulated machine. */
+#define PCI_DEVICE_ID 0x233510deu
+#define PCI_SUBSYSTEM_ID 0x000010deu
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(struct fake_device *d, struct pci_info *pci) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02x:00.0", d->index + 1);
+    pci->bus = d->index + 1;
+    pci->pci_device_id = PCI_DEVICE_ID;
+    pci->pci_subsystem_id = PCI_SUBSYSTEM_ID;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfoExt(struct fake_device *d, struct pci_info_ext *pci) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !pci) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned version = pci->version;
+    memset(pci, 0, sizeof *pci);
+    pci->version = version;
+    pci->bus = d->index + 1;
+    pci->pci_device_id = PCI_DEVICE_ID;
+    pci->pci_subsystem_id = PCI_SUBSYSTEM_ID;
+    pci->base_class = 0x03; /* display controller */
+    pci->sub_class = 0x02;  /* 3D controller */
+    snprintf(pci->bus_id, sizeof pci->bus_id, "0000:%02x:00.0", d->index + 1);
+    return NVML_SUCCESS;
+}
+
+/* PCIe Gen5 x16. */
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(struct fake_device *d, unsigned *gen) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !gen) return NVML_ERROR_INVALID_ARGUMENT;
+    *gen = 5;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(struct fake_device *d, unsigned *width) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !width) return NVML_ERROR_INVALID_ARGUMENT;
+    *width = 16;
+    return NVML_SUCCESS;
+}
+/* In MB/s per lane, as nvml.h's NVML_PCIE_LINK_MAX_SPEED_32000MBPS. */
+nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(struct fake_device *d, unsigned *speed) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !speed) return NVML_ERROR_INVALID_ARGUMENT;
+    *speed = 32000;
     return NVML_SUCCESS;
 }
 

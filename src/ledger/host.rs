@@ -1,4 +1,5 @@
-//! Host memory CUDA knows about: pinned allocations and registered ranges, keyed by pointer.
+//! Host memory CUDA knows about: pinned allocations and registered ranges, keyed by pointer,
+//! and host-located VMM physical memory, keyed by handle.
 
 use std::collections::HashMap;
 
@@ -51,11 +52,12 @@ impl HostPool {
     }
 }
 
-/// Pinned and registered host memory.
+/// Pinned and registered host memory, and host-located VMM memory (keyed by handle).
 #[derive(Debug, Default)]
 pub(crate) struct HostLedger {
     pub pinned: HostPool,
     pub registered: HostPool,
+    pub vmm: HostPool,
 }
 
 #[cfg(test)]

@@ -272,6 +272,10 @@ pub(super) fn render(l: &Ledger) -> Value {
             "registered_peak_bytes": h.registered.peak_bytes,
             "registered_count": h.registered.added,
             "unregistered_count": h.registered.removed,
+            "vmm_live_bytes": h.vmm.live_bytes,
+            "vmm_peak_bytes": h.vmm.peak_bytes,
+            "vmm_create_count": h.vmm.added,
+            "vmm_release_count": h.vmm.removed,
         })
     };
     let h = &l.health;

@@ -43,7 +43,7 @@ use once_cell::sync::OnceCell;
 
 use device::{DeviceLedger, Key, Removed};
 use host::HostLedger;
-use vmm::{Change, Mapping, VmmTable};
+use vmm::{Change, Mapping, VmmTable, HOST};
 
 /// Upper bound on device ordinals we account (larger ordinals are counted as lost).
 pub const MAX_DEVICES: usize = 64;
@@ -108,6 +108,8 @@ pub struct VmmUndo {
     change: Change,
     /// Physical records whose memory went with the change.
     freed: Vec<Taken>,
+    /// Host-located handles whose memory went with it: (handle, bytes).
+    host_freed: Vec<(u64, u64)>,
 }
 
 impl VmmUndo {
@@ -575,7 +577,9 @@ impl Ledger {
             return;
         }
         let previous = self.vmm.lock().create(handle, dev);
-        if let Some(old_dev) = previous.filter(|&d| d != dev) {
+        if previous == Some(HOST) {
+            self.host_vmm_displaced(handle, api);
+        } else if let Some(old_dev) = previous.filter(|&d| d != dev) {
             // The handle value was live on another device: its release was missed.
             let gone = self.on_device(old_dev, api, |d, now| d.remove(Key::Handle(handle), now)).flatten();
             let displaced = device::Displaced { count: 1, bytes: gone.unwrap_or(0) };
@@ -588,6 +592,32 @@ impl Ledger {
         });
         if let Some(d) = inserted {
             self.warn_displaced(api, dev, format_args!("handle 0x{handle:x}"), d);
+        }
+    }
+
+    /// Host-located physical memory `handle` of `bytes` (`cuMemCreate` with a
+    /// `CU_MEM_LOCATION_TYPE_HOST*` location: NCCL's `ncclCuMemHostAlloc`): counted in the host
+    /// ledger, live as long as device-located memory would be.
+    pub fn host_vmm_create(&self, handle: u64, bytes: u64, api: &'static str) {
+        let previous = self.vmm.lock().create(handle, HOST);
+        match previous {
+            Some(HOST) => self.host_vmm_displaced(handle, api),
+            Some(old_dev) => {
+                let gone = self.on_device(old_dev, api, |d, now| d.remove(Key::Handle(handle), now)).flatten();
+                let displaced = device::Displaced { count: 1, bytes: gone.unwrap_or(0) };
+                self.warn_displaced(api, old_dev, format_args!("handle 0x{handle:x}"), displaced);
+            }
+            None => {}
+        }
+        self.host_add(|h| &mut h.vmm, handle, bytes, api);
+    }
+
+    /// A host-located handle value was created again: its release was missed.
+    fn host_vmm_displaced(&self, handle: u64, api: &str) {
+        if let Some(old) = self.host.lock().vmm.remove(handle) {
+            self.note_warning(&format!(
+                "{api}: host VMM handle 0x{handle:x} was still live ({old} bytes); its release was missed, counted as released"
+            ));
         }
     }
 
@@ -605,13 +635,23 @@ impl Ledger {
         let freed = change
             .gone
             .iter()
+            .filter(|&&(_, dev)| dev != HOST)
             .filter_map(|&(handle, dev)| {
                 let mut d = self.existing(dev)?.lock();
                 self.take_from(&mut d, dev, Key::Handle(handle))
             })
             .collect();
+        let host_freed = {
+            let mut h = self.host.lock();
+            change
+                .gone
+                .iter()
+                .filter(|&&(_, dev)| dev == HOST)
+                .filter_map(|&(handle, _)| Some((handle, h.vmm.remove(handle)?)))
+                .collect()
+        };
         self.bump();
-        VmmUndo { change, freed }
+        VmmUndo { change, freed, host_freed }
     }
 
     /// One reference to `handle` released; its memory goes when no reference and no
@@ -655,6 +695,9 @@ impl Ledger {
     pub fn vmm_undo(&self, u: VmmUndo) {
         for t in u.freed {
             self.restore(t);
+        }
+        for (handle, bytes) in u.host_freed {
+            self.host.lock().vmm.restore(handle, bytes);
         }
         self.vmm.lock().undo(u.change);
         self.bump();

@@ -609,6 +609,37 @@ fn host_pinned_and_registered() {
     assert_eq!(j["devices"].as_array().unwrap().len(), 0, "host memory is no device");
 }
 
+/// Host-located VMM memory (NCCL's ncclCuMemHostAlloc / ncclCuMemHostFree order: create, map,
+/// then retain, release, unmap, release) is host memory: never on a device, gone with its last
+/// reference and mapping; a failed release is undone.
+#[test]
+fn host_vmm_memory_lives_like_device_vmm() {
+    let l = Ledger::new();
+    l.host_vmm_create(0x77, 4 << 20, "cuMemCreate");
+    l.vmm_map(0x6000_0000_0000, 4 << 20, 0, 0x77);
+    let host = |l: &Ledger| {
+        let j = l.to_json();
+        let h = &j["host"];
+        ["vmm_live_bytes", "vmm_peak_bytes", "vmm_create_count", "vmm_release_count"].map(|k| h[k].as_u64().unwrap())
+    };
+    assert_eq!(host(&l), [4 << 20, 4 << 20, 1, 0]);
+    assert_eq!(l.vmm_handle_at(0x6000_0000_1000), Some(0x77));
+    assert!(l.vmm_retain(0x77));
+    assert!(l.vmm_release(0x77));
+    l.vmm_unmap(0x6000_0000_0000, 4 << 20);
+    assert_eq!(host(&l)[0], 4 << 20, "one reference left");
+    let u = l.vmm_release_begin(0x77).expect("known handle");
+    assert_eq!(host(&l), [0, 4 << 20, 1, 1]);
+    l.vmm_undo(u);
+    assert_eq!(host(&l), [4 << 20, 4 << 20, 1, 0], "the failed release is undone");
+    assert!(l.vmm_release(0x77));
+    assert_eq!(host(&l), [0, 4 << 20, 1, 1]);
+    assert!(!l.vmm_export(0x77), "gone");
+    let j = l.to_json();
+    assert_eq!(j["devices"].as_array().unwrap().len(), 0, "host memory is no device");
+    assert_eq!(j["host"]["pinned_live_bytes"], 0);
+}
+
 #[test]
 fn graphs_and_generation() {
     let l = Ledger::new();
@@ -692,6 +723,10 @@ fn json_has_every_documented_field() {
             ("registered_peak_bytes", UINT),
             ("registered_count", UINT),
             ("unregistered_count", UINT),
+            ("vmm_live_bytes", UINT),
+            ("vmm_peak_bytes", UINT),
+            ("vmm_create_count", UINT),
+            ("vmm_release_count", UINT),
         ],
     );
     let devices = j["devices"].as_array().unwrap();

@@ -12,6 +12,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+/// The device of a host-located handle (`cuMemCreate` with a `CU_MEM_LOCATION_TYPE_HOST*`
+/// location): its bytes are in the host ledger, not in a device shard.
+pub(crate) const HOST: i32 = -1;
+
 /// A virtual range mapping (part of) a physical handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Mapping {

@@ -10,7 +10,8 @@
 //!   managed and pinned host memory are real host memory.
 //! * `cuGetProcAddress`/`cuGetProcAddress_v2` resolve base names by version and stream flavour from
 //!   one static table checked against `cudaTypedefs.h` ([`getproc`]).
-//! * `FAKECUDA_TRACE=<file>` appends one line per resolution and init event ([`trace`]).
+//! * `FAKECUDA_TRACE=<file>` appends one line per resolution and init event ([`trace`]), and
+//!   with `FAKECUDA_TRACE_ERRORS=1` one per entry point that returned an error.
 //!
 //! Every entry point is panic-free towards C: bodies run under `catch_unwind` and a panic becomes
 //! `CUDA_ERROR_UNKNOWN`. See `shim-tests/README.md`, section "Fake driver".
@@ -30,7 +31,7 @@ macro_rules! entry {
             $(#[$m])*
             #[no_mangle]
             pub unsafe extern "C" fn $name($($a: $t),*) -> $crate::types::CUresult {
-                $crate::guard(move || -> $crate::state::R { $body })
+                $crate::trace::failed(stringify!($name), $crate::guard(move || -> $crate::state::R { $body }))
             }
         )*
     };

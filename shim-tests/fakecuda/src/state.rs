@@ -189,10 +189,24 @@ pub struct Phys {
     pub refs: u32,
     /// Live mappings.
     pub maps: u32,
-    /// Bytes charged (0 for imported memory, owned by the exporter).
+    /// Bytes charged (0 for imported memory, owned by the exporter, and for host memory).
     pub charged: u64,
     pub handle_types: i32,
+    /// Host-located memory (`CU_MEM_LOCATION_TYPE_HOST*`): real memory the CPU reads and writes.
+    pub host: Option<HostPhys>,
 }
+
+/// The backing of host-located VMM memory: a memfd whose first page holds the export record
+/// and whose data follows at [`HOST_PHYS_DATA`], so every mapping, in this process or an
+/// importing one, sees the same bytes.
+#[derive(Debug, Clone)]
+pub struct HostPhys {
+    pub fd: libc::c_int,
+    pub location: CUmemLocation,
+}
+
+/// Offset of the data in a [`HostPhys`] memfd.
+pub const HOST_PHYS_DATA: u64 = 4096;
 
 /// A created stream.
 #[derive(Debug, Clone)]
@@ -329,28 +343,30 @@ pub fn thread_token() -> u64 {
     TOKEN.with(|t| *t)
 }
 
-/// The calling thread's current context handle (0 if none).
+/// The calling thread's current context handle (0 if none). During thread or process exit,
+/// after the stack is destroyed (torch's static destructors still call `cudaGetDevice`), there
+/// is none.
 pub fn current_handle() -> u64 {
-    CTX_STACK.with(|s| s.borrow().last().copied().unwrap_or(0))
+    CTX_STACK.try_with(|s| s.borrow().last().copied().unwrap_or(0)).unwrap_or(0)
 }
 
 /// Replaces the top of the calling thread's context stack (0 pops, as cuCtxSetCurrent(NULL)).
 pub fn set_current(ctx: u64) {
-    CTX_STACK.with(|s| {
+    let _ = CTX_STACK.try_with(|s| {
         let mut s = s.borrow_mut();
         s.pop();
         if ctx != 0 {
             s.push(ctx);
         }
-    })
+    });
 }
 
 /// Pushes / pops the calling thread's context stack.
 pub fn push_current(ctx: u64) {
-    CTX_STACK.with(|s| s.borrow_mut().push(ctx))
+    let _ = CTX_STACK.try_with(|s| s.borrow_mut().push(ctx));
 }
 pub fn pop_current() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow_mut().pop())
+    CTX_STACK.try_with(|s| s.borrow_mut().pop()).ok().flatten()
 }
 
 /// Exchanges the calling thread's capture mode.
@@ -560,7 +576,7 @@ impl Proc {
         if self.ctx_count[ctx.dev] == 0 {
             self.uncharge(ctx.dev, Config::get().ctx_cost);
         }
-        CTX_STACK.with(|s| s.borrow_mut().retain(|c| *c != h));
+        let _ = CTX_STACK.try_with(|s| s.borrow_mut().retain(|c| *c != h));
         Ok(())
     }
 
@@ -673,6 +689,10 @@ impl Proc {
             Kind::VmmMap { phys } => {
                 if let Some(p) = self.phys.get_mut(&phys) {
                     p.maps -= 1;
+                    if p.host.is_some() {
+                        // SAFETY: cuMemMap mapped the memfd at exactly this range for this entry.
+                        unsafe { libc::munmap(a.base as *mut libc::c_void, a.size as usize) };
+                    }
                 }
                 self.maybe_free_phys(phys);
             }
@@ -689,7 +709,10 @@ impl Proc {
         if let Some(p) = self.phys.get(&h) {
             if p.refs == 0 && p.maps == 0 {
                 let (dev, charged) = (p.dev, p.charged);
-                self.phys.remove(&h);
+                if let Some(host) = self.phys.remove(&h).and_then(|p| p.host) {
+                    // SAFETY: the memfd is owned by this entry, which is gone now.
+                    unsafe { libc::close(host.fd) };
+                }
                 self.uncharge(dev, charged);
             }
         }

@@ -6,6 +6,8 @@
 //! * `getproc <name> <version> <flags> -> <result> <symbol or ->` (result is the `CUresult` number)
 //! * `init cuInit <flags> -> <result>`
 //! * `init cuGetExportTable -> <result>`
+//! * `error <entry point> -> <result>` for each call that returned an error, only with
+//!   `FAKECUDA_TRACE_ERRORS=1` too (what a real program such as NCCL was refused, and where).
 
 use std::os::raw::c_int;
 use std::sync::OnceLock;
@@ -24,6 +26,15 @@ fn fd() -> Option<c_int> {
         }
         Some(fd)
     })
+}
+
+/// Passes `rc` through, tracing it when it is an error and `FAKECUDA_TRACE_ERRORS=1`.
+pub fn failed(name: &str, rc: crate::types::CUresult) -> crate::types::CUresult {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if rc != 0 && *ON.get_or_init(|| std::env::var_os("FAKECUDA_TRACE_ERRORS").is_some_and(|v| v == "1")) {
+        line(|| format!("error {name} -> {rc}"));
+    }
+    rc
 }
 
 /// Appends one line (built only if tracing is on).

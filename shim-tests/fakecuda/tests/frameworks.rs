@@ -241,3 +241,56 @@ fn pool_attributes_follow_stream_ordered_allocations() {
         );
     });
 }
+
+/// NCCL's ncclCuMemHostAlloc (src/include/alloc.h): host-located VMM memory is real memory the
+/// CPU can use at the mapped address, costs the device nothing, reports its location, and an
+/// exported POSIX fd maps the same bytes again.
+#[test]
+fn host_located_vmm_memory_is_real_host_memory() {
+    use fakecuda::api::vmm::*;
+    in_child("host_located_vmm_memory_is_real_host_memory", &[("FAKECUDA_CTX_MIB", "0")], || unsafe {
+        setup(0);
+        let mut prop: CUmemAllocationProp = std::mem::zeroed();
+        prop.type_ = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: 0 };
+        prop.requested_handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        let mut g = 0usize;
+        assert_eq!(cuMemGetAllocationGranularity(&mut g, &prop, 0), 0);
+        let mut h = 0;
+        assert_eq!(cuMemCreate(&mut h, g, &prop, 0), 0);
+        assert_eq!(used(), 0, "host memory is not device memory");
+        let mut bad = prop;
+        bad.location.id = 3;
+        assert_eq!(cuMemCreate(&mut h, g, &bad, 0), CUDA_ERROR_INVALID_VALUE, "no NUMA node 3");
+        let mut va = 0;
+        assert_eq!(cuMemAddressReserve(&mut va, g, g, 0, 0), 0);
+        assert_eq!(cuMemMap(va, g, 0, h, 0), 0);
+        let access = [
+            CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: 0 }, flags: 3 },
+            CUmemAccessDesc { location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: 0 }, flags: 3 },
+        ];
+        assert_eq!(cuMemSetAccess(va, g, access.as_ptr(), 2), 0);
+        let p = va as *mut u64;
+        p.write(0x1234_5678);
+        let mut got: CUmemAllocationProp = std::mem::zeroed();
+        assert_eq!(cuMemGetAllocationPropertiesFromHandle(&mut got, h), 0);
+        assert_eq!((got.location.type_, got.location.id), (CU_MEM_LOCATION_TYPE_HOST_NUMA, 0));
+        let mut fd: std::os::raw::c_int = -1;
+        assert_eq!(cuMemExportToShareableHandle((&mut fd as *mut std::os::raw::c_int).cast(), h, 1, 0), 0);
+        let mut h2 = 0;
+        assert_eq!(cuMemImportFromShareableHandle(&mut h2, fd as usize as *mut c_void, 1), 0);
+        libc::close(fd);
+        let mut va2 = 0;
+        assert_eq!(cuMemAddressReserve(&mut va2, g, g, 0, 0), 0);
+        assert_eq!(cuMemMap(va2, g, 0, h2, 0), 0);
+        assert_eq!((va2 as *const u64).read(), 0x1234_5678, "the same bytes through the imported handle");
+        assert_eq!(cuMemUnmap(va2, g), 0);
+        assert_eq!(cuMemRelease(h2), 0);
+        assert_eq!(cuMemRelease(h), 0);
+        assert_eq!(p.read(), 0x1234_5678, "still mapped: released handles live until unmapped");
+        assert_eq!(cuMemUnmap(va, g), 0);
+        assert_eq!(cuMemAddressFree(va, g), 0);
+        assert_eq!(cuMemAddressFree(va2, g), 0);
+        assert_eq!(used(), 0);
+    });
+}

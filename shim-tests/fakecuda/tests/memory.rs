@@ -85,6 +85,7 @@ fn strict_errors() {
         assert_eq!(cuMemAlloc_v2(null_mut(), 16), CUDA_ERROR_INVALID_VALUE, "NULL out-pointer");
         assert_eq!(cuMemAlloc_v2(&mut p, 0), CUDA_ERROR_INVALID_VALUE, "zero bytes");
         assert_eq!(cuMemFree_v2(0x7000_1234_0000), CUDA_ERROR_INVALID_VALUE, "unknown pointer");
+        assert_eq!(cuMemFree_v2(0), 0, "NULL frees nothing (cudart forwards cudaFree(NULL))");
         let q = alloc(4096);
         assert_eq!(q >> 39, (0x7000_0000_0000u64 >> 39) + 1, "device 1's window");
         assert_eq!(q % (2 * MIB as u64), 0, "2 MiB aligned");

@@ -197,3 +197,62 @@ fn cupy_pool_matches_cupy() {
     }
     assert!(allocs.iter().any(|a| a["caller"] == "cupy_alloc.py:scratch"), "the pooled temporary stays live");
 }
+
+/// The sizes of NCCL's `NCCL_DEBUG=INFO` allocation lines of one kind (`"Cuda Host Alloc"`:
+/// `ncclCudaHostCallocDebug` in NCCL's src/include/alloc.h, one line per buffer).
+fn nccl_sizes(log: &str, kind: &str) -> Vec<u64> {
+    let key = format!(") {kind} Size ");
+    log.lines()
+        .filter_map(|l| l.split_once(&key))
+        .map(|(_, rest)| rest.split_whitespace().next().and_then(|s| s.parse().ok()).expect("a size"))
+        .collect()
+}
+
+/// torch.distributed with NVIDIA's NCCL 2.30 at world size 1: the communicator's device memory
+/// (cuMem through NCCL's ncclCuMemAlloc, called from ncclCommInitRank's init and devCommSetup)
+/// lands in `comm` by the rule `comm.collective_libraries` (frames in libnccl.so.2; its internal
+/// functions carry no symbols), is what the simulated device's used bytes grew by and gave back
+/// with destroy_process_group; its pinned buffers (cudaHostAlloc, NCCL's ncclCudaHostCalloc) are
+/// the host ledger's pinned figures, to the byte NCCL logs; and the host-located cuMem of NCCL's
+/// ncclCuMemHostEnable probe (src/misc/cudawrap.cc: one granule created and released) is the
+/// host ledger's VMM figures, never device memory.
+#[test]
+fn torch_nccl_world_size_1_lands_in_comm() {
+    let Some(site) = frameworks() else { return };
+    let (mut sim, out) = machine("fw_torch_nccl", &site);
+    sim.env("NCCL_DEBUG", "INFO").env("NCCL_DEBUG_SUBSYS", "INIT,ALLOC,ALLOC_HOST");
+    let figures = sim.scratch().join("nccl.json");
+    let store = sim.scratch().join("store");
+    let run = sim.run_ok(sim.python("frameworks/torch_nccl.py").arg(&figures).arg(&store));
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("Init COMPLETE"), "NCCL's init finished: {log}");
+    assert!(!log.contains("cuMem host allocations do not appear to be working"), "host cuMem accepted");
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    let r = only_report(&out);
+    let d = dev0(&r);
+    let comm = &d["categories"]["comm"];
+    let held = n(&t["used_after"]) - n(&t["used_destroyed"]);
+    assert!(held > 0);
+    assert_eq!(n(&comm["peak_bytes"]), held, "what the communicator held and gave back: {comm}");
+    assert_eq!(n(&comm["live_bytes"]), 0, "destroy_process_group freed it");
+    assert_eq!(n(&t["reserved"]), n(&t["reserved_before"]), "no torch segment in between");
+    assert_eq!(n(&d["peak_bytes"]), n(&t["reserved"]) + held, "torch's segment and the communicator");
+    let comm_sites: Vec<&Value> = d["sites"].as_array().unwrap().iter().filter(|s| s["category"] == "comm").collect();
+    assert!(!comm_sites.is_empty());
+    for s in &comm_sites {
+        assert_eq!(s["rule"], "comm.collective_libraries", "{s}");
+        assert_eq!(s["caller"], "torch_nccl.py:make_communicator", "{s}");
+    }
+    let pinned = nccl_sizes(&log, "Cuda Host Alloc");
+    assert!(!pinned.is_empty(), "NCCL logged its pinned buffers");
+    let h = &r["host"];
+    assert_eq!(n(&h["pinned_peak_bytes"]), pinned.iter().sum::<u64>(), "NCCL's Cuda Host Alloc lines: {h}");
+    assert_eq!((n(&h["pinned_alloc_count"]), n(&h["pinned_free_count"])), (pinned.len() as u64, pinned.len() as u64));
+    assert_eq!(n(&h["pinned_live_bytes"]), 0);
+    assert_eq!(
+        (n(&h["vmm_create_count"]), n(&h["vmm_release_count"]), n(&h["vmm_peak_bytes"]), n(&h["vmm_live_bytes"])),
+        (1, 1, 2 << 20, 0),
+        "the probe: 1 byte aligned to the fake's 2 MiB granularity, created and released"
+    );
+    assert_eq!(n(&r["health"]["lost_events"]), 0);
+}

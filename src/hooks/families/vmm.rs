@@ -33,7 +33,10 @@ pub unsafe fn cu_mem_create(
     let tag = depth.tag();
     depth.record(name, |l| {
         if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-            // Host-located VMM memory is not device memory.
+            // Host-located VMM memory (NCCL's ncclCuMemHostAlloc) is host memory, not device memory.
+            if let (0, Some(h)) = (rc, out(handle)) {
+                l.host_vmm_create(h, size as u64, name);
+            }
             return;
         }
         let dev = if location.id >= 0 { Some(location.id) } else { super::charged(l, current_device(sym)) };

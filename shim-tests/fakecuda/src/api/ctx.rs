@@ -51,6 +51,7 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
     (89, 1),            // CONCURRENT_MANAGED_ACCESS
     (91, 0),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
     (95, 1),            // COOPERATIVE_LAUNCH
+    (97, 232448),       // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 227 KiB (NCCL's init checks its kernels fit)
     (99, 1),            // HOST_REGISTER_SUPPORTED
     (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
     (103, 1),           // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED

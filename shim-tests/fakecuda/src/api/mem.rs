@@ -33,9 +33,15 @@ fn free_owned(p: &mut Proc, dptr: u64) -> R {
     }
 }
 
+/// A NULL pointer frees nothing and succeeds: NVIDIA's runtime forwards `cudaFree(NULL)` (the
+/// documented no-op that starts a context) as `cuMemFree_v2(0)` (the static cudart 13.3 inside
+/// NCCL 2.30's `libnccl.so.2` does, from `ncclCommInitRankDev`).
 fn free_sync(dptr: u64) -> R {
     with_init(|p| {
         p.current()?;
+        if dptr == 0 {
+            return Ok(());
+        }
         p.check_capture_safe()?;
         free_owned(p, dptr)
     })

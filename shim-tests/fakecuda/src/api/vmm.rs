@@ -3,26 +3,65 @@
 
 use crate::config::{machine_hash, Config, GRANULARITY};
 use crate::out;
-use crate::state::{tag, with_init, Alloc, Kind, Phys, Proc, R};
+use crate::state::{tag, with_init, Alloc, HostPhys, Kind, Phys, Proc, HOST_PHYS_DATA, R};
 use crate::types::*;
 use std::os::raw::{c_int, c_void};
 
 /// Magic of the record in an exported memfd ("FKVMM" + version 1).
 const FD_MAGIC: u64 = 0x464b_564d_4d00_0001;
+/// Magic of the record of exported host-located memory (its data follows at
+/// [`HOST_PHYS_DATA`] in the same memfd).
+const FD_MAGIC_HOST: u64 = 0x464b_564d_4d48_0001;
 /// Record: magic, machine hash, device, size, exporter pid, exporter handle.
 const FD_RECORD: usize = 6 * 8;
 
-/// Validates an allocation property and returns its device.
-fn prop_device(p: &Proc, prop: *const CUmemAllocationProp) -> R<usize> {
+/// Where an allocation property puts its memory.
+enum Place {
+    Device(usize),
+    /// `CU_MEM_LOCATION_TYPE_HOST`, `HOST_NUMA` (node 0, the only one: device attribute
+    /// `HOST_NUMA_ID` says so) or `HOST_NUMA_CURRENT`: NCCL's `ncclCuMemHostAlloc` asks for them.
+    Host(CUmemLocation),
+}
+
+/// A host location the fake knows.
+fn host_location(l: &CUmemLocation) -> bool {
+    match l.type_ {
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => true,
+        CU_MEM_LOCATION_TYPE_HOST_NUMA => l.id == 0,
+        _ => false,
+    }
+}
+
+/// Validates an allocation property and returns where its memory goes.
+fn prop_place(p: &Proc, prop: *const CUmemAllocationProp) -> R<Place> {
     // SAFETY: the caller passes NULL or a valid CUmemAllocationProp.
     let prop = unsafe { prop.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED
-        || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
-        || prop.requested_handle_types & !CU_MEM_HANDLE_TYPE_ALL != 0
-    {
+    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || prop.requested_handle_types & !CU_MEM_HANDLE_TYPE_ALL != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    p.device(prop.location.id)
+    if prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+        return p.device(prop.location.id).map(Place::Device);
+    }
+    if host_location(&prop.location) {
+        return Ok(Place::Host(prop.location));
+    }
+    Err(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// A memfd for host-located memory of `size` bytes (after the record page).
+fn host_memfd(size: u64) -> R<c_int> {
+    // SAFETY: plain system calls on a descriptor this function owns until it returns it.
+    unsafe {
+        let fd = libc::memfd_create(c"fakecuda-vmm-host".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        if libc::ftruncate(fd, (HOST_PHYS_DATA + size) as libc::off_t) != 0 {
+            libc::close(fd);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        Ok(fd)
+    }
 }
 
 fn aligned(size: usize) -> bool {
@@ -54,33 +93,36 @@ entry! {
     /// Device memory, and host memory (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`: NCCL asks for
     /// them), share one granularity.
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_int) {
-        let host = prop.as_ref().is_some_and(|pr| {
-            pr.type_ == CU_MEM_ALLOCATION_TYPE_PINNED
-                && matches!(pr.location.type_, CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
-        });
-        if host {
-            with_init(|_| Ok(()))?;
-        } else {
-            with_init(|p| prop_device(p, prop))?;
-        }
+        with_init(|p| prop_place(p, prop))?;
         if !(0..=CU_MEM_ALLOC_GRANULARITY_RECOMMENDED).contains(&option) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         out(granularity, GRANULARITY as usize)
     }
 
-    /// Physical memory on `prop->location.id`; `size` must be a multiple of 2 MiB. Charged at once.
+    /// Physical memory on `prop->location`; `size` must be a multiple of 2 MiB. Device memory is
+    /// charged at once; host memory is real memory (a memfd), mapped where `cuMemMap` puts it.
     fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) {
         if handle.is_null() || flags != 0 || !aligned(size) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let h = with_init(|p| {
-            let dev = prop_device(p, prop)?;
-            p.charge(dev, size as u64)?;
-            let h = p.new_handle(tag::PHYS);
-            // SAFETY: prop_device checked it non-NULL.
+            let place = prop_place(p, prop)?;
+            // SAFETY: prop_place checked it non-NULL.
             let handle_types = unsafe { (*prop).requested_handle_types };
-            p.phys.insert(h, Phys { dev, size: size as u64, refs: 1, maps: 0, charged: size as u64, handle_types });
+            let size = size as u64;
+            let phys = match place {
+                Place::Device(dev) => {
+                    p.charge(dev, size)?;
+                    Phys { dev, size, refs: 1, maps: 0, charged: size, handle_types, host: None }
+                }
+                Place::Host(location) => {
+                    let fd = host_memfd(size)?;
+                    Phys { dev: 0, size, refs: 1, maps: 0, charged: 0, handle_types, host: Some(HostPhys { fd, location }) }
+                }
+            };
+            let h = p.new_handle(tag::PHYS);
+            p.phys.insert(h, phys);
             Ok(h)
         })?;
         handle.write(h);
@@ -116,13 +158,15 @@ entry! {
     }
 
     fn cuMemGetAllocationPropertiesFromHandle(prop: *mut CUmemAllocationProp, handle: CUmemGenericAllocationHandle) {
-        let (dev, types) = with_init(|p| {
-            p.phys.get(&handle).filter(|ph| ph.refs > 0).map(|ph| (ph.dev, ph.handle_types)).ok_or(CUDA_ERROR_INVALID_VALUE)
+        let (location, types) = with_init(|p| {
+            let ph = p.phys.get(&handle).filter(|ph| ph.refs > 0).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            let device = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: ph.dev as c_int };
+            Ok((ph.host.as_ref().map_or(device, |h| h.location), ph.handle_types))
         })?;
         out(prop, CUmemAllocationProp {
             type_: CU_MEM_ALLOCATION_TYPE_PINNED,
             requested_handle_types: types,
-            location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: dev as c_int },
+            location,
             win32_handle_meta_data: std::ptr::null_mut(),
             compression_type: 0,
             gpu_direct_rdma_capable: 0,
@@ -164,14 +208,15 @@ entry! {
     }
 
     /// Maps `size` bytes of `handle` at `ptr` (inside one reservation, not overlapping a mapping).
+    /// Host-located memory is mapped for real there, so the CPU can use the address.
     fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) {
         if flags != 0 || offset != 0 || !aligned(size) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         with_init(|p| {
             let size = size as u64;
-            let dev = match p.phys.get(&handle) {
-                Some(ph) if ph.refs > 0 && size <= ph.size => ph.dev,
+            let (dev, host_fd) = match p.phys.get(&handle) {
+                Some(ph) if ph.refs > 0 && size <= ph.size => (ph.dev, ph.host.as_ref().map(|h| h.fd)),
                 _ => return Err(CUDA_ERROR_INVALID_VALUE),
             };
             let end = ptr.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -179,6 +224,28 @@ entry! {
             let overlaps = p.allocs.range(..end).next_back().is_some_and(|(b, a)| b + a.size > ptr);
             if !reserved || overlaps {
                 return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            if let Some(fd) = host_fd {
+                // SAFETY: maps the memfd at an address of our own reservation, refusing to replace
+                // anything the process has mapped there.
+                let at = unsafe {
+                    libc::mmap(
+                        ptr as *mut c_void,
+                        size as usize,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+                        fd,
+                        HOST_PHYS_DATA as libc::off_t,
+                    )
+                };
+                if at != ptr as *mut c_void {
+                    if at != libc::MAP_FAILED {
+                        // SAFETY: an old kernel placed it elsewhere; undo that mapping.
+                        unsafe { libc::munmap(at, size as usize) };
+                    }
+                    crate::warn(&format!("cannot map host VMM memory at {ptr:#x}: the address is in use"));
+                    return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                }
             }
             if let Some(ph) = p.phys.get_mut(&handle) {
                 ph.maps += 1;
@@ -215,22 +282,29 @@ entry! {
         let descs = std::slice::from_raw_parts(desc, count);
         with_init(|p| {
             for d in descs {
-                if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || !matches!(d.flags, 0 | 1 | 3) {
+                if !matches!(d.flags, 0 | 1 | 3) {
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
-                p.device(d.location.id)?;
+                // Access from the CPU (NCCL sets it on its host memory) or from a device.
+                if d.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+                    p.device(d.location.id)?;
+                } else if !host_location(&d.location) {
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
             }
             covering_maps(p, ptr, size).map(|_| ())
         })
     }
 
-    /// POSIX fd export: a memfd (inheritable, not close-on-exec) holding machine, device and size.
+    /// POSIX fd export: a memfd (inheritable, not close-on-exec) holding machine, device and size;
+    /// for host-located memory, the memfd holding the memory itself, the record in its first page.
     fn cuMemExportToShareableHandle(shareable_handle: *mut c_void, handle: CUmemGenericAllocationHandle, handle_type: c_int, flags: u64) {
         if shareable_handle.is_null() || flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let (dev, size, types, pid) = with_init(|p| {
-            p.phys.get(&handle).filter(|ph| ph.refs > 0).map(|ph| (ph.dev, ph.size, ph.handle_types, p.pid)).ok_or(CUDA_ERROR_INVALID_VALUE)
+        let (dev, size, types, pid, host) = with_init(|p| {
+            let ph = p.phys.get(&handle).filter(|ph| ph.refs > 0).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            Ok((ph.dev, ph.size, ph.handle_types, p.pid, ph.host.clone()))
         })?;
         if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
@@ -238,9 +312,17 @@ entry! {
         if types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let words = [FD_MAGIC, machine_hash(&Config::get().machine), dev as u64, size, pid as u64, handle];
+        let (magic, place) = match &host {
+            // The location's type and id in the device word.
+            Some(h) => (FD_MAGIC_HOST, ((h.location.type_ as u64) << 32) | h.location.id as u32 as u64),
+            None => (FD_MAGIC, dev as u64),
+        };
+        let words = [magic, machine_hash(&Config::get().machine), place, size, pid as u64, handle];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let fd = libc::memfd_create(c"fakecuda-vmm".as_ptr(), 0);
+        let fd = match &host {
+            Some(h) => libc::dup(h.fd),
+            None => libc::memfd_create(c"fakecuda-vmm".as_ptr(), 0),
+        };
         if fd < 0 {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
@@ -267,13 +349,28 @@ entry! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let w = |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-        if w(0) != FD_MAGIC || w(1) != machine_hash(&Config::get().machine) || !aligned(w(3) as usize) {
+        let host = w(0) == FD_MAGIC_HOST;
+        if !(host || w(0) == FD_MAGIC) || w(1) != machine_hash(&Config::get().machine) || !aligned(w(3) as usize) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let location = CUmemLocation { type_: (w(2) >> 32) as c_int, id: w(2) as u32 as c_int };
         let h = with_init(|p| {
-            let dev = p.device(w(2) as c_int).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+            let types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+            let phys = if host {
+                // The importer keeps its own descriptor of the memory (the caller may close `fd`).
+                let own = libc::dup(fd);
+                if own < 0 {
+                    return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                }
+                libc::fcntl(own, libc::F_SETFD, libc::FD_CLOEXEC);
+                let host = Some(HostPhys { fd: own, location });
+                Phys { dev: 0, size: w(3), refs: 1, maps: 0, charged: 0, handle_types: types, host }
+            } else {
+                let dev = p.device(w(2) as c_int).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+                Phys { dev, size: w(3), refs: 1, maps: 0, charged: 0, handle_types: types, host: None }
+            };
             let h = p.new_handle(tag::PHYS);
-            p.phys.insert(h, Phys { dev, size: w(3), refs: 1, maps: 0, charged: 0, handle_types: CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR });
+            p.phys.insert(h, phys);
             Ok(h)
         })?;
         handle.write(h);
