@@ -32,39 +32,8 @@ use once_cell::sync::OnceCell;
 use matcher::Subject;
 use rules::{CatId, Pack, RuleSet};
 
-/// Memory categories, in report order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Category {
-    Weights,
-    KvPool,
-    Ipc,
-    Graphs,
-    Comm,
-    Other,
-}
-
-pub const ALL: [Category; 6] =
-    [Category::Weights, Category::KvPool, Category::Ipc, Category::Graphs, Category::Comm, Category::Other];
-
-impl Category {
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Weights => "weights",
-            Category::KvPool => "kv_pool",
-            Category::Ipc => "ipc",
-            Category::Graphs => "graphs",
-            Category::Comm => "comm",
-            Category::Other => "other",
-        }
-    }
-    pub fn index(self) -> usize {
-        self as usize
-    }
-    /// The built-in category called `name`.
-    pub fn from_name(name: &str) -> Option<Category> {
-        ALL.into_iter().find(|c| c.name() == name)
-    }
-}
+/// Memory categories, in report order: the format crate's, which the reader shares.
+pub use culedger_format::{Category, ALL};
 
 /// The shipped rule packs, in priority order (file name, text).
 pub const SHIPPED: [(&str, &str); 6] = [
@@ -266,16 +235,6 @@ mod tests {
     }
 
     #[test]
-    fn names_and_indices_follow_report_order() {
-        let names: Vec<&str> = ALL.iter().map(|c| c.name()).collect();
-        assert_eq!(names, ["weights", "kv_pool", "ipc", "graphs", "comm", "other"]);
-        assert!(ALL.iter().enumerate().all(|(i, c)| c.index() == i));
-        assert_eq!(names, rules::BUILTIN_CATEGORIES);
-        assert_eq!(Category::from_name("graphs"), Some(Category::Graphs));
-        assert_eq!(Category::from_name("lora"), None);
-    }
-
-    #[test]
     fn every_shipped_pack_parses_and_every_rule_cites_its_source() {
         for (file, text) in SHIPPED {
             let pack = rules::parse_pack(text, file).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -284,7 +243,7 @@ mod tests {
             for r in &pack.rules {
                 assert!(r.source.len() >= 10, "{file} line {}: rule {} cites no source", r.line, r.name);
                 assert!(
-                    rules::BUILTIN_CATEGORIES.contains(&&*r.category) || &*r.category == rules::TAG_CATEGORY,
+                    culedger_format::CATEGORIES.contains(&&*r.category) || &*r.category == rules::TAG_CATEGORY,
                     "{file}: shipped rules use built-in categories only ({})",
                     r.name
                 );

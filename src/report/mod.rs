@@ -50,7 +50,6 @@ pub mod identity;
 pub mod naming;
 mod process;
 mod procfs;
-mod redact;
 pub mod signals;
 mod writer;
 
@@ -67,8 +66,8 @@ use libc::{c_int, c_void};
 use once_cell::sync::OnceCell;
 use serde_json::Value;
 
+pub use culedger_format::redact::{is_secret_name, redact_argv, REDACTED};
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
-pub use redact::{is_secret_name, redact_argv, REDACTED};
 pub use writer::AtomicWriter;
 
 use crate::config::Config;
