@@ -328,7 +328,7 @@ impl Reporter {
         let config = self.config.get();
         if self.install_handlers {
             install_process_handlers();
-            crate::hooks::prefetch_libc();
+            crate::rt::real::prefetch_libc();
         }
         let parent = self.forked_from.load(Ordering::Relaxed);
         let writer_id = Writer::current();
@@ -528,7 +528,7 @@ impl Reporter {
         let Some(s) = self.ours() else { return false };
         // A signal handler exiting from inside a hook's bookkeeping: this thread may hold
         // the ledger lock the write needs. The last periodic report stands.
-        if crate::hooks::in_bookkeeping() {
+        if crate::rt::thread::in_bookkeeping() {
             crate::info!(
                 "exit from inside culedger's bookkeeping (a signal handler); keeping the last periodic report"
             );
@@ -591,7 +591,7 @@ impl Reporter {
             return false;
         }
         s.exec_pending.fetch_add(1, Ordering::AcqRel);
-        if crate::hooks::in_bookkeeping() {
+        if crate::rt::thread::in_bookkeeping() {
             return true;
         }
         if !s.helper.load(Ordering::Acquire) || on_flush_thread() {
@@ -745,7 +745,7 @@ fn signals_blocked(signals: &[c_int]) -> bool {
 /// object defining the first `culedger_push_tag`: another one that defines the first
 /// `cuMemAlloc_v2` too.
 fn another_copy_first() -> bool {
-    use crate::hooks::{real_dlsym, RTLD_DEFAULT};
+    use crate::rt::real::{real_dlsym, RTLD_DEFAULT};
     /// An address in this very object (taking the address of one of our exports would give
     /// the first copy's: references to exported symbols are interposed too).
     static HERE: u8 = 0;

@@ -184,7 +184,7 @@ fn announce_atomics() {
 /// The call site of the calling thread, now: its id in the process table (0 when nothing
 /// could be captured). Never panics.
 pub fn capture() -> u32 {
-    crate::hooks::init();
+    crate::rt::quiet_panics();
     announce_atomics();
     catch_unwind(AssertUnwindSafe(capture_inner)).unwrap_or_else(|_| {
         miss("internal error");
@@ -194,7 +194,7 @@ pub fn capture() -> u32 {
 
 fn capture_inner() -> u32 {
     // Inside dlopen (a library constructor, the loader lock held): no frames at all.
-    if crate::hooks::in_dlopen() {
+    if crate::rt::dlopen::in_dlopen() {
         IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
@@ -286,7 +286,7 @@ struct Repeat {
     /// Calls left before the Python runtime is looked for by the clock even though no
     /// `dlopen` entered since the last look (`python::runtime_unless_unchanged`).
     py_recheck_in: std::cell::Cell<u8>,
-    /// See `hooks::in_dlopen_unless_none_since`.
+    /// See `rt::dlopen::in_dlopen_unless_none_since`.
     dlopen_clear_at: std::cell::Cell<u64>,
 }
 
@@ -334,7 +334,7 @@ fn stack_pointer() -> u64 {
 /// record it makes under its device's lock (`Ledger::probe_site`, `health.site_repeats`),
 /// which costs nothing there, where a process-wide atomic increment here cost about 1 ns.
 pub fn capture_repeat(key: usize) -> (u32, bool) {
-    crate::hooks::init();
+    crate::rt::quiet_panics();
     catch_unwind(AssertUnwindSafe(|| repeat_inner(key))).unwrap_or_else(|_| {
         miss("internal error");
         (0, false)
@@ -349,7 +349,7 @@ fn repeat_inner(key: usize) -> (u32, bool) {
     // on a miss the full capture remembered in place.
     REPEAT
         .try_with(|state| {
-            if crate::hooks::in_dlopen_unless_none_since(&state.dlopen_clear_at) {
+            if crate::rt::dlopen::in_dlopen_unless_none_since(&state.dlopen_clear_at) {
                 IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
                 return (0, false);
             }
