@@ -41,11 +41,12 @@ for cfg in nccl custom-ar; do
     export FAKECUDA_MACHINE="culedger-demo-$cfg-$$"
     echo
     echo "### $cfg: culedger run -o $OUT/$cfg -- python3 $SERVER ${SERVER_ARGS[*]} --allreduce $allreduce"
-    # `culedger run` prints the whole report to stderr when the server exits; the demo keeps
-    # the server's own lines (`culedger report $OUT/<cfg>` shows the report).
+    # `culedger run` ends with one screen on stderr (the verdict, the GPUs, explain's headline,
+    # where to go next); the demo keeps the server's own lines and that screen, which starts at
+    # its title `culedger: DIR (...)`.
     set +e
     "$BIN" run -o "$OUT/$cfg" --lib "$LIB" -- python3 "$SERVER" "${SERVER_ARGS[@]}" --allreduce "$allreduce" \
-        2> >(grep -E '^\[(launcher|rank [0-9]+)\] |^culedger: [0-9]+ report' >&2)
+        2> >(awk '/^\[(launcher|rank [0-9]+)\] / && !on { print; next } /^culedger: [^ ]+ \(/ { on = 1 } on { print }' >&2)
     status[$cfg]=$?
     set -e
     wait

@@ -567,6 +567,11 @@ pub struct RunSummary {
     /// The categories the text lists (non-empty ones, or all with `--all-categories`).
     pub categories_shown: Vec<String>,
     pub verdict: Verdict,
+    /// What the reader must know before reading the figures: runs merged with `--merge-runs`
+    /// that ran one after another (their figures add up as if they had run together), with
+    /// each run's own peak. Left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub overview: Vec<OverviewRow>,
     pub processes: Vec<ProcSummary>,
     pub devices: Vec<DeviceSummary>,
@@ -779,12 +784,32 @@ fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
             failed_ranks: failed.len(),
         };
     }
+    // The fullest device is the one whose query saw the most used (tracked bytes alone
+    // understate a device whose contexts, modules or other processes took much), else the
+    // one with the highest tracked peak.
+    let fullest = gs
+        .iter()
+        .filter_map(|g| g.readings().into_iter().max_by_key(|r| r.used_bytes).map(|r| (g, r)))
+        .max_by_key(|(_, r)| r.used_bytes);
+    if let Some((g, r)) = fullest {
+        let text = format!(
+            "no allocation failed; the fullest device was {} with {} used of {} at {}: {} tracked, {} untracked",
+            g.title(),
+            fmt_bytes(r.used_bytes),
+            fmt_bytes(r.total_bytes),
+            crate::clock::fmt_secs(r.at_us),
+            fmt_bytes(r.tracked_bytes),
+            fmt_bytes(r.untracked_bytes)
+        );
+        return Verdict { failed: false, text, ranks, failed_ranks: 0 };
+    }
     let peak = gs.iter().max_by_key(|g| g.peak());
     let text = match peak {
         Some(g) => {
             let total = g.total_bytes().map(|t| format!(" of {}", fmt_bytes(t))).unwrap_or_default();
             format!(
-                "no allocation failed; the fullest device was {} with {} tracked at its peak{total}",
+                "no allocation failed; the fullest device was {} with {} tracked at its peak{total} (no free-memory \
+                 query measured what else it held)",
                 g.title(),
                 fmt_bytes(g.peak())
             )
@@ -792,6 +817,52 @@ fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
         None => "no allocation failed; no device memory was tracked".to_string(),
     };
     Verdict { failed: false, text, ranks, failed_ranks: 0 }
+}
+
+/// When the merged runs never ran at the same time (each started after the one before had
+/// ended), a sentence saying so, with each run's own tracked peak and where it was: the merged
+/// figures add their processes up as if they had shared the GPUs.
+pub fn sequential_runs(run: &Run) -> Option<String> {
+    if run.run_ids.len() < 2 {
+        return None;
+    }
+    let mut spans: Vec<(i64, i64, &str)> = run
+        .run_ids
+        .iter()
+        .filter_map(|id| {
+            let procs = run.procs.iter().filter(|r| r.process.run_id.as_deref() == Some(id.as_str()));
+            let (start, end) =
+                procs.fold((i64::MAX, i64::MIN), |(s, e), r| (s.min(r.process.start_us()), e.max(r.process.end_us())));
+            (start <= end).then_some((start, end, id.as_str()))
+        })
+        .collect();
+    spans.sort();
+    if spans.len() < 2 || spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return None;
+    }
+    let peaks: Vec<String> = spans
+        .iter()
+        .map(|(_, _, id)| {
+            let own = Run {
+                procs: run.procs.iter().filter(|r| r.process.run_id.as_deref() == Some(*id)).cloned().collect(),
+                ..Run::default()
+            };
+            let gs = groups(&own);
+            match gs.iter().max_by_key(|g| g.peak()) {
+                Some(g) => {
+                    let total = g.total_bytes().map(|t| format!(" of {}", fmt_bytes(t))).unwrap_or_default();
+                    format!("{id} {} on {}{total}", fmt_bytes(g.peak()), g.title())
+                }
+                None => format!("{id} nothing tracked"),
+            }
+        })
+        .collect();
+    Some(format!(
+        "The {} merged runs ran one after another, never at the same time: the figures below add them up as if \
+         they had shared the GPUs. Each run's own tracked peak: {}.",
+        spans.len(),
+        peaks.join("; ")
+    ))
 }
 
 pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
@@ -864,6 +935,7 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
             .chain(extra_categories(run, all_categories))
             .collect(),
         verdict: verdict(run, &gs),
+        notes: sequential_runs(run).into_iter().collect(),
         overview,
         processes,
         devices,

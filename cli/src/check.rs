@@ -83,8 +83,80 @@ pub struct Budget {
 const KEYS_HELP: &str =
     "weights, kv_pool, ipc, graphs, comm, other, live, peak, untracked, ipc_imported, driver_costs (or peak:<category>)";
 
+/// Every key a budget may name, for did-you-mean.
+fn all_keys() -> Vec<String> {
+    let mut keys: Vec<String> = CATEGORIES.iter().map(|c| c.to_string()).collect();
+    keys.extend(["live", "peak", "untracked", "ipc_imported", "driver_costs"].map(String::from));
+    keys.extend(CATEGORIES.iter().map(|c| format!("peak:{c}")));
+    keys
+}
+
+/// The edit distance between two short words (insertions, deletions, substitutions).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// ` (did you mean `kv_pool`?)` when one key is close to `name`: at most two edits away
+/// (one for short names), or `name` a prefix of it.
+fn did_you_mean(name: &str) -> String {
+    let keys = all_keys();
+    let near = keys
+        .iter()
+        .map(|k| (distance(&name.to_ascii_lowercase(), k), k))
+        .filter(|(d, k)| *d <= if name.len() <= 4 { 1 } else { 2 } || (name.len() >= 3 && k.starts_with(name)))
+        .min_by_key(|(d, _)| *d);
+    near.map_or_else(String::new, |(_, k)| format!(" (did you mean `{k}`?)"))
+}
+
+/// Operators written the wrong way round or half (`=<`, `=>`, `=`, `!=`, `<>`): where the
+/// operator is in `text` and what to write.
+fn misplaced_operator(text: &str) -> Option<String> {
+    let bad = [("=<", "<="), ("=>", ">="), ("<>", "<, > or =="), ("!=", "<, > or ==")];
+    for (wrong, right) in bad {
+        if let Some(at) = text.find(wrong) {
+            let fixed = if right.len() == 2 {
+                format!("; did you mean `{}{right}{}`?", &text[..at].trim_end(), &text[at + 2..].trim_start())
+            } else {
+                String::new()
+            };
+            return Some(format!(
+                "budget `{text}`: `{wrong}` at character {} is not an operator (use <=, <, >=, > or ==){fixed}",
+                text[..at].chars().count() + 1
+            ));
+        }
+    }
+    // A lone `=` (not part of <=, >= or ==).
+    let bytes = text.as_bytes();
+    let lone = (0..bytes.len()).find(|&i| {
+        bytes[i] == b'='
+            && !matches!(bytes.get(i + 1), Some(b'='))
+            && !matches!(i.checked_sub(1).map(|j| bytes[j]), Some(b'<' | b'>' | b'='))
+    })?;
+    Some(format!(
+        "budget `{text}`: `=` at character {} is not an operator (use == for equal, or <=, <, >=, >)",
+        text[..lone].chars().count() + 1
+    ))
+}
+
+/// The units a budget's size takes.
+const UNITS: &str = "B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (of 1000)";
+
 /// Parses one budget such as `ipc<=64MiB` or `peak:other <= 1 GiB`.
 pub fn parse_budget(text: &str) -> std::result::Result<Budget, String> {
+    if let Some(e) = misplaced_operator(text.trim()) {
+        return Err(e);
+    }
     let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
     let (at, op_text, op) = Op::ALL
         .iter()
@@ -93,23 +165,31 @@ pub fn parse_budget(text: &str) -> std::result::Result<Budget, String> {
         .ok_or_else(|| format!("budget `{text}`: no comparison (use <=, <, >=, > or ==), e.g. 'ipc<=64MiB'"))?;
     let (name, size) = (&compact[..at], &compact[at + op_text.len()..]);
     let category = |n: &str| CATEGORIES.iter().copied().find(|c| *c == n);
-    let key = match name.strip_prefix("peak:") {
-        Some(c) => Key::CategoryPeak(
-            category(c)
-                .ok_or_else(|| format!("budget `{text}`: `peak:` takes a category ({})", CATEGORIES.join(", ")))?,
-        ),
-        None => match name {
-            "live" => Key::Live,
-            "peak" => Key::Peak,
-            "untracked" => Key::Untracked,
-            "ipc_imported" => Key::IpcImported,
-            "driver_costs" => Key::DriverCosts,
-            n => Key::Category(
-                category(n).ok_or_else(|| format!("budget `{text}`: unknown key `{n}` (keys: {KEYS_HELP})"))?,
-            ),
-        },
-    };
+    let key =
+        match name.strip_prefix("peak:") {
+            Some(c) => Key::CategoryPeak(category(c).ok_or_else(|| {
+                format!("budget `{text}`: `peak:` takes a category ({}){}", CATEGORIES.join(", "), did_you_mean(name))
+            })?),
+            None => match name {
+                "live" => Key::Live,
+                "peak" => Key::Peak,
+                "untracked" => Key::Untracked,
+                "ipc_imported" => Key::IpcImported,
+                "driver_costs" => Key::DriverCosts,
+                n => Key::Category(category(n).ok_or_else(|| {
+                    format!("budget `{text}`: unknown key `{n}`{} (keys: {KEYS_HELP})", did_you_mean(n))
+                })?),
+            },
+        };
     let limit = parse_size(size).map_err(|e| format!("budget `{text}`: {e}"))?;
+    // A bare number silently meaning bytes turns `ipc<=64` into a 64-byte budget.
+    let unitless = !size.is_empty() && size.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if unitless && limit != 0 {
+        return Err(format!(
+            "budget `{text}`: `{size}` needs a unit: {UNITS}, e.g. `{}{op_text}{size}MiB` (or `{size}B` for bytes)",
+            name
+        ));
+    }
     Ok(Budget { text: text.trim().to_string(), key, op, limit })
 }
 
@@ -234,7 +314,9 @@ pub struct Request<'a> {
     pub file: Option<&'a Path>,
     pub no_failures: bool,
     pub allow_unmeasured: bool,
-    pub json: bool,
+    pub format: crate::doc::Format,
+    /// For the text output: BREACH lines red on a terminal.
+    pub color: crate::layout::ColorChoice,
     pub selection: &'a Selection,
 }
 
@@ -268,7 +350,7 @@ pub fn command(req: &Request) -> Result<i32> {
     let (breaches, unmeasured) = (of("breach"), of("unmeasured"));
     let ok = breaches == 0 && (unmeasured == 0 || req.allow_unmeasured);
     let checks = budgets.len() + usize::from(req.no_failures);
-    if req.json {
+    if req.format == crate::doc::Format::Json {
         let result = CheckResult {
             schema: CHECK_SCHEMA,
             ok,
@@ -283,23 +365,29 @@ pub fn command(req: &Request) -> Result<i32> {
         crate::print_stdout(&text);
         return Ok(if ok { 0 } else { 1 });
     }
+    let style = crate::layout::Style::for_stream(req.color, crate::layout::Stream::Stdout);
+    // One line per outcome, wrapped at the width (continuations indented), its word coloured.
+    let line = |word: &str, code: &str, message: &str| {
+        let wrapped = crate::layout::wrap_indent(&format!("{word} {message}"), style.width, "  ").join("\n");
+        format!("{}{}\n", style.paint(code, word), &wrapped[word.len()..])
+    };
     let mut text = String::new();
     for o in outcomes.iter().filter(|o| o.status == "breach") {
-        text.push_str(&format!("BREACH {}\n", printable(&o.message)));
+        text.push_str(&line("BREACH", "1;31", &printable(&o.message)));
     }
     for o in outcomes.iter().filter(|o| o.status == "unmeasured") {
         if req.allow_unmeasured {
             eprintln!("culedger: not checked: {}", printable(&o.message));
         } else {
-            text.push_str(&format!("UNMEASURED {}\n", printable(&o.message)));
+            text.push_str(&line("UNMEASURED", "1;33", &printable(&o.message)));
         }
     }
     let on = format!("on {}", count(gs.len(), "device", "devices"));
     let checks_text = count(checks, "check", "checks");
-    text.push_str(&if ok {
+    let last = if ok {
         let verb = if checks == 1 { "holds" } else { "hold" };
         let skipped = if unmeasured > 0 { format!(" ({unmeasured} not measured, allowed)") } else { String::new() };
-        format!("ok: {checks_text} {verb} {on}{skipped}\n")
+        format!("ok: {checks_text} {verb} {on}{skipped}")
     } else {
         let mut parts = Vec::new();
         if breaches > 0 {
@@ -308,10 +396,53 @@ pub fn command(req: &Request) -> Result<i32> {
         if unmeasured > 0 && !req.allow_unmeasured {
             parts.push(format!("{unmeasured} unmeasured (--allow-unmeasured to accept)"));
         }
-        format!("FAILED: {}; {checks_text} {on}\n", parts.join(" and "))
-    });
+        format!("FAILED: {}; {checks_text} {on}", parts.join(" and "))
+    };
+    if req.format == crate::doc::Format::Markdown {
+        crate::print_stdout(&markdown(&last, ok, &outcomes, req.allow_unmeasured));
+        return Ok(if ok { 0 } else { 1 });
+    }
+    let last = crate::layout::wrap_indent(&last, style.width, "  ").join("\n");
+    text.push_str(&style.paint(if ok { "1;32" } else { "1;31" }, &last));
+    text.push('\n');
     crate::print_stdout(&text);
     Ok(if ok { 0 } else { 1 })
+}
+
+/// `--format markdown` (a CI job's `$GITHUB_STEP_SUMMARY`): the summary line, then one row
+/// per budget and device, breaches first.
+fn markdown(summary: &str, ok: bool, outcomes: &[Outcome], allow_unmeasured: bool) -> String {
+    use crate::doc::{Block, Doc, Format, Table};
+    let mut d = Doc::default();
+    d.push(Block::Title("culedger check".into()));
+    d.push(Block::Verdict { text: summary.to_string(), bad: !ok });
+    let mut t = Table::new(&["status", "device", "budget", "measured"], &[3]);
+    let rank = |s: &str| match s {
+        "breach" => 0,
+        "unmeasured" => 1,
+        _ => 2,
+    };
+    let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
+    sorted.sort_by_key(|o| rank(o.status));
+    for o in sorted {
+        let status = match o.status {
+            "breach" => "BREACH",
+            "unmeasured" if allow_unmeasured => "not measured (allowed)",
+            "unmeasured" => "UNMEASURED",
+            _ => "ok",
+        };
+        let budget = if o.budget == "no-failures" { "--no-failures".to_string() } else { o.budget.clone() };
+        let measured = match (o.budget.as_str(), o.value_bytes) {
+            ("no-failures", _) => {
+                o.message.split_once(": allocation failed: ").map_or(o.message.clone(), |x| x.1.into())
+            }
+            (_, Some(v)) => fmt_bytes(v),
+            (_, None) => "-".into(),
+        };
+        t.row(vec![status.into(), o.device.clone(), format!("`{budget}`"), measured]);
+    }
+    d.table(t);
+    d.render(Format::Markdown, crate::layout::Style::default())
 }
 
 #[cfg(test)]
@@ -341,6 +472,38 @@ mod tests {
         for bad in ["ipc", "ipc<=", "foo<=1GiB", "peak:live<=1GiB", "ipc<=64 parsecs", "<=1GiB", "ipc<=--1GiB"] {
             assert!(parse_budget(bad).is_err(), "{bad} should not parse");
         }
+    }
+
+    #[test]
+    fn a_misplaced_operator_is_pointed_at() {
+        let e = parse_budget("ipc=<64MiB").unwrap_err();
+        assert_eq!(
+            e,
+            "budget `ipc=<64MiB`: `=<` at character 4 is not an operator (use <=, <, >=, > or ==); did you mean \
+             `ipc<=64MiB`?"
+        );
+        assert!(parse_budget("kv_pool => 40GiB").unwrap_err().contains("did you mean `kv_pool>=40GiB`?"));
+        assert!(parse_budget("ipc=64MiB").unwrap_err().contains("`=` at character 4 is not an operator (use =="));
+        assert!(parse_budget("ipc!=0").unwrap_err().contains("`!=` at character 4"));
+        assert!(parse_budget("driver_costs==0").is_ok() && parse_budget("ipc >= 0").is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_get_a_suggestion() {
+        assert!(parse_budget("kv_pol<=1GiB").unwrap_err().contains("unknown key `kv_pol` (did you mean `kv_pool`?)"));
+        assert!(parse_budget("peak:grahps<=1GiB").unwrap_err().contains("(did you mean `peak:graphs`?)"));
+        assert!(parse_budget("driver<=1GiB").unwrap_err().contains("(did you mean `driver_costs`?)"));
+        assert!(parse_budget("untraked<1GiB").unwrap_err().contains("(did you mean `untracked`?)"));
+        assert!(!parse_budget("vram<=1GiB").unwrap_err().contains("did you mean"), "nothing close");
+    }
+
+    #[test]
+    fn sizes_need_a_unit() {
+        let e = parse_budget("ipc<=64").unwrap_err();
+        assert!(e.contains("`64` needs a unit: B, KiB, MiB, GiB, TiB") && e.contains("e.g. `ipc<=64MiB`"), "{e}");
+        assert!(parse_budget("untracked >= -64").unwrap_err().contains("needs a unit"));
+        assert_eq!(parse_budget("ipc<=64B").unwrap().limit, 64);
+        assert_eq!(parse_budget("live>0").unwrap().limit, 0, "zero is zero in any unit");
     }
 
     #[test]

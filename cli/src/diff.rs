@@ -363,12 +363,68 @@ fn side(p: &Option<ProbeSide>) -> String {
     }
 }
 
-pub fn document(d: &Diff) -> Doc {
+/// What makes two device pairs alike for folding: present on the same sides, the same
+/// categories held on either side, failures on the same sides, a pool sized from a query on
+/// both or neither.
+fn fold_key(d: &DevDiff) -> (Option<String>, Vec<String>, bool, bool, bool) {
+    (
+        d.only_in.clone(),
+        d.categories.iter().filter(|r| r.a != 0 || r.b != 0).map(|r| r.name.clone()).collect(),
+        !d.failures_a.is_empty(),
+        !d.failures_b.is_empty(),
+        d.since_sizing.is_some(),
+    )
+}
+
+/// Device pairs grouped into classes of alike pairs, each in device order.
+fn fold_classes(devices: &[DevDiff]) -> Vec<Vec<usize>> {
+    crate::report::classes_by(devices, fold_key)
+}
+
+/// The pairs folded under `first`: one row each with the figures that tell them apart.
+fn folded(doc: &mut Doc, first: &DevDiff, others: &[&DevDiff], sa: &str, sb: &str) {
+    let names: Vec<&str> = others.iter().map(|o| o.device.as_str()).collect();
+    doc.push(Block::Heading(format!(
+        "{} (folded: alike {}, same categories and failures)",
+        names.join(", "),
+        first.device
+    )));
+    let tracked = format!("tracked {sa}");
+    let mut t = Table::new(
+        &["GPU", &tracked, sb, "delta", "untracked delta", "driver costs delta", "failed"],
+        &[1, 2, 3, 4, 5],
+    );
+    let total = |d: &DevDiff, name: &str| d.totals.iter().find(|r| r.name == name).cloned();
+    for o in others {
+        let live = total(o, "tracked live").unwrap_or_else(|| Row::new("", 0, 0));
+        let delta = |name: &str| total(o, name).map_or("-".into(), |r| fmt_delta(r.delta));
+        let failed = match (o.failures_a.len(), o.failures_b.len()) {
+            (0, 0) => "-".to_string(),
+            (a, 0) => format!("{a} in {sa}"),
+            (0, b) => format!("{b} in {sb}"),
+            (a, b) => format!("{a} in {sa}, {b} in {sb}"),
+        };
+        t.row(vec![
+            o.device.clone(),
+            fmt_bytes(live.a),
+            fmt_bytes(live.b),
+            fmt_delta(live.delta),
+            delta("untracked (last query)"),
+            delta("hidden driver costs"),
+            failed,
+        ]);
+    }
+    doc.table(t);
+}
+
+/// The diff as a document; `fold`: `Some` as asked (`--fold`, `--no-fold`), `None` to fold
+/// alike device pairs when there are more than [`crate::report::FOLD_ABOVE`].
+pub fn document(d: &Diff, fold: Option<bool>) -> Doc {
     let (sa, sb) = (short(&d.a), short(&d.b));
     let mut doc = Doc::default();
     doc.push(Block::Title(d.headline.clone()));
     if let Some(w) = &d.what_to_change {
-        doc.para(format!("What to change: {w}."));
+        doc.para(format!("What to change: {w}"));
     }
     doc.para(format!("culedger diff: A = {}, B = {}", d.a, d.b));
     doc.para(format!(
@@ -376,7 +432,26 @@ pub fn document(d: &Diff) -> Doc {
         crate::clock::fmt_date_time(d.a_t0_unix_us),
         crate::clock::fmt_date_time(d.b_t0_unix_us)
     ));
-    for dev in &d.devices {
+    let classes = if fold.unwrap_or(d.devices.len() > crate::report::FOLD_ABOVE) {
+        fold_classes(&d.devices)
+    } else {
+        (0..d.devices.len()).map(|i| vec![i]).collect()
+    };
+    for class in classes {
+        let dev = &d.devices[class[0]];
+        device_pair(&mut doc, d, dev, &sa, &sb);
+        if class.len() > 1 {
+            let others: Vec<&DevDiff> = class[1..].iter().map(|&i| &d.devices[i]).collect();
+            folded(&mut doc, dev, &others, &sa, &sb);
+        }
+    }
+    doc
+}
+
+/// One device pair in full.
+fn device_pair(doc: &mut Doc, d: &Diff, dev: &DevDiff, sa: &str, sb: &str) {
+    let (sa, sb) = (sa.to_string(), sb.to_string());
+    {
         doc.push(Block::Heading(match dev.only_in.as_deref() {
             Some("a") => format!("{} (only in {sa})", dev.device),
             Some(_) => format!("{} (only in {sb})", dev.device),
@@ -403,15 +478,14 @@ pub fn document(d: &Diff) -> Doc {
             }
         }
         if let Some(s) = &dev.since_sizing {
-            since_sizing_table(&mut doc, s, &sa, &sb);
+            since_sizing_table(doc, s, &sa, &sb);
         }
         if !dev.driver_costs.is_empty() {
             doc.push(Block::Sub("Hidden driver costs that changed".into()));
             doc.table(rows_table("api", &dev.driver_costs, &sa, &sb));
         }
-        crate::sites::diff_section(&mut doc, &dev.sites, &sa, &sb);
+        crate::sites::diff_section(doc, &dev.sites, &sa, &sb);
     }
-    doc
 }
 
 /// The pools reconciled from their sizing queries, side by side (`culedger explain`).

@@ -62,6 +62,9 @@ pub enum Block {
     /// A footnote to the table above it (`[1] ...`): continuation lines are indented.
     Note(String),
     Table(Table),
+    /// Commands to type, each with what it shows: `  culedger report DIR   what it shows`,
+    /// the commands aligned; what does not fit wraps under its own column.
+    Commands(Vec<(String, String)>),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -108,6 +111,7 @@ impl Doc {
                     right: t.right.clone(),
                     abbrev: t.abbrev.clone(),
                 }),
+                Block::Commands(c) => Block::Commands(c.iter().map(|(a, b)| (p(a), p(b))).collect()),
             })
             .collect();
         Doc { blocks }
@@ -135,6 +139,7 @@ impl Doc {
                     &TableSpec { headers: &t.headers, rows: &t.rows, right: &t.right, abbrev: &t.abbrev },
                     w,
                 )),
+                Block::Commands(cmds) => out.push_str(&commands_text(cmds, w)),
             }
         }
         out
@@ -153,6 +158,12 @@ impl Doc {
                 Block::Alert(s) => out.push_str(&format!("> **{}**\n\n", esc(s))),
                 Block::Verdict { text, .. } => out.push_str(&format!("**{}**\n\n", esc(text))),
                 Block::Note(s) => out.push_str(&format!("{s}\n\n")),
+                Block::Commands(cmds) => {
+                    for (cmd, what) in cmds {
+                        out.push_str(&format!("- `{cmd}`: {what}\n"));
+                    }
+                    out.push('\n');
+                }
                 Block::Table(t) => {
                     out.push_str(&format!(
                         "| {} |\n",
@@ -170,6 +181,35 @@ impl Doc {
         }
         out
     }
+}
+
+/// [`Block::Commands`] as text: two spaces, the commands padded to the longest (at most two
+/// thirds of the width, unless every line fits whole), then what each shows, wrapped under itself; a longer command has its text on
+/// the next line.
+fn commands_text(cmds: &[(String, String)], width: usize) -> String {
+    let longest = cmds.iter().map(|(c, _)| crate::layout::display_width(c)).max().unwrap_or(0);
+    let widest = cmds.iter().map(|(_, w)| crate::layout::display_width(w)).max().unwrap_or(0);
+    // Every line whole when the longest command and the longest text fit side by side; else
+    // the commands take at most two thirds of the width.
+    let col = if longest + 4 + widest <= width { longest + 4 } else { (longest + 5).min(width * 2 / 3) };
+    let mut out = String::new();
+    for (cmd, what) in cmds {
+        let lead = format!("  {cmd}");
+        let pad = " ".repeat(col);
+        let lines = wrap(what, width.saturating_sub(col).max(20));
+        if crate::layout::display_width(&lead) + 2 > col {
+            out.push_str(&format!("{lead}\n"));
+            for l in lines {
+                out.push_str(&format!("{pad}{l}\n"));
+            }
+            continue;
+        }
+        for (k, l) in lines.iter().enumerate() {
+            let head = if k == 0 { format!("{lead:<col$}") } else { pad.clone() };
+            out.push_str(&format!("{head}{l}\n"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -203,6 +243,19 @@ mod tests {
         d.push(Block::Title("word ".repeat(30)));
         let text = d.render(Format::Text, Style { color: false, width: 40 });
         assert!(text.lines().count() > 3 && text.lines().all(|l| l.len() <= 40), "{text}");
+    }
+
+    #[test]
+    fn commands_are_aligned_and_fit() {
+        let mut d = Doc::default();
+        d.push(Block::Commands(vec![
+            ("culedger report d".into(), "every GPU".into()),
+            ("culedger explain d".into(), "why it failed, with the numbers that prove it, finding by finding".into()),
+        ]));
+        let text = d.render(Format::Text, Style { color: false, width: 50 });
+        assert!(text.lines().all(|l| l.len() <= 50), "{text}");
+        assert!(text.starts_with("  culedger report d    every GPU\n  culedger explain d   why it"), "{text}");
+        assert!(d.render(Format::Markdown, style(false)).contains("- `culedger report d`: every GPU\n"));
     }
 
     #[test]

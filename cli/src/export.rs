@@ -251,6 +251,9 @@ struct Synth {
     trace: Vec<TraceEntry>,
     /// Frames for the next `alloc` event, when the rise is one known allocation.
     alloc_frames: Option<Vec<Frame>>,
+    /// The frames each live chunk was allocated with (by address): its free, and the part
+    /// of it kept when only part goes, carry them too.
+    chunk_frames: HashMap<i64, Vec<Frame>>,
 }
 
 impl Synth {
@@ -263,6 +266,7 @@ impl Synth {
             current: HashMap::new(),
             trace: Vec::new(),
             alloc_frames: None,
+            chunk_frames: HashMap::new(),
         }
     }
 
@@ -271,16 +275,21 @@ impl Synth {
     }
 
     fn emit(&mut self, action: &'static str, addr: i64, size: i64, time_us: i64, owner: &str, category: &str) {
+        let frames = match (action, &self.alloc_frames) {
+            ("alloc", Some(f)) => {
+                self.chunk_frames.insert(addr, f.clone());
+                f.clone()
+            }
+            ("free_completed", _) => self.chunk_frames.remove(&addr).unwrap_or_else(|| Self::frames(owner, category)),
+            _ => Self::frames(owner, category),
+        };
         self.trace.push(TraceEntry {
             action,
             addr,
             size,
             stream: 0,
             time_us,
-            frames: match (action, &self.alloc_frames) {
-                ("alloc", Some(f)) => f.clone(),
-                _ => Self::frames(owner, category),
-            },
+            frames,
             category: category.into(),
             device_free: None,
         });
@@ -302,12 +311,14 @@ impl Synth {
                 let Some((addr, size)) = self.chunks.get_mut(&key).and_then(Vec::pop) else {
                     break;
                 };
+                let kept_frames = self.chunk_frames.get(&addr).cloned();
                 self.emit("free_completed", addr, size, time_us, owner, category);
                 if size > remaining {
                     let keep = size - remaining;
                     let new_addr = self.next_addr;
                     self.next_addr += (keep + 511) / 512 * 512;
                     self.chunks.entry(key.clone()).or_default().push((new_addr, keep));
+                    self.alloc_frames = kept_frames;
                     self.emit("alloc", new_addr, keep, time_us, owner, category);
                 }
                 remaining -= size.min(remaining);
@@ -372,11 +383,32 @@ fn synthesize(g: &DeviceGroup) -> Synth {
         }
     }
     steps.sort_by_key(|(t, member, order, ..)| (*t, *member, *order));
+    let mut cursor = crate::sites::SiteCursor::new(g);
     for (t, _, order, owner, cat, value) in steps {
-        s.alloc_frames = crate::sites::frames_of_allocation(g, &owner, order, cat);
+        let now = s.current.get(&(owner.clone(), cat.to_string())).copied().unwrap_or(0);
+        let pid = owner.strip_prefix("pid ").and_then(|p| p.parse::<i64>().ok());
+        s.alloc_frames = crate::sites::frames_of_allocation(g, &owner, order, cat).or_else(|| match pid {
+            Some(pid) if value > now => cursor.frames(pid, cat, value - now),
+            _ => None,
+        });
         s.set(&owner, cat, t, value);
     }
     s
+}
+
+/// The free memory when each failed allocation of the device failed, as `culedger explain`
+/// reconciles it (measured by the query that followed, else estimated from the sizing
+/// query): (pid, run-clock µs of the failure, free bytes). A retry of the same burst shares
+/// its first failure's figure.
+fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i64, i64, i64)> {
+    e.findings
+        .iter()
+        .filter(|f| f.device == Some(g.index) && f.host.as_deref().is_none_or(|h| h == g.host))
+        .filter_map(|f| match &f.detail {
+            crate::explain::Detail::Failure(d) => d.free_bytes.map(|free| (d.pid, d.at_us, free)),
+            _ => None,
+        })
+        .collect()
 }
 
 pub fn memory_viz(run: &Run) -> Snapshot {
@@ -384,24 +416,42 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
+    let e = crate::explain::explain(run);
     for g in &gs {
         let s = synthesize(g);
         let mut segs = s.segments();
         crate::sites::attach_frames(&mut segs, g);
+        // A segment shows the frames of its first block (its call site, when known).
+        for seg in &mut segs {
+            if let Some(b) = seg.blocks.first() {
+                seg.frames = b.frames.clone();
+            }
+        }
         segments.extend(segs);
         let slot = &mut traces[g.index as usize];
         slot.extend(s.trace);
-        // An `oom` entry at each failure, with the free memory last reported before it.
+        // An `oom` entry at each failure with the free memory at the failure, as torch's
+        // allocator records it (what cudaMemGetInfo says when cudaMalloc fails), not what
+        // the last query before it told.
+        let frees = free_at_failures(g, &e);
         for (m, f) in g.failures() {
+            let at = g.clock.since(m.abs_us(f));
+            let free = frees
+                .iter()
+                .filter(|(pid, t, _)| *pid == m.pid() && *t <= at)
+                .max_by_key(|(_, t, _)| *t)
+                .map(|(_, _, free)| *free)
+                .or_else(|| f.last_probe.as_ref().and_then(|p| p.free_bytes));
             slot.push(TraceEntry {
                 action: "oom",
                 addr: 0,
                 size: f.bytes,
                 stream: 0,
-                time_us: g.clock.since(m.abs_us(f)),
-                frames: Synth::frames(&format!("pid {}", m.pid()), &format!("{} failed", f.api)),
+                time_us: at,
+                frames: crate::sites::frames_of_failure(&m, f)
+                    .unwrap_or_else(|| Synth::frames(&format!("pid {}", m.pid()), &format!("{} failed", f.api))),
                 category: UNKNOWN.into(),
-                device_free: Some(f.last_probe.as_ref().and_then(|p| p.free_bytes).unwrap_or(0)),
+                device_free: Some(free.unwrap_or(0).max(0)),
             });
         }
         slot.sort_by_key(|e| e.time_us);

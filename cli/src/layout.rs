@@ -9,7 +9,9 @@
 //!   width; when the table is wider than the output, the free-text columns (process names,
 //!   "why it matters", call sites) are narrowed, widest first, and their cells wrap onto
 //!   more lines. No column and no number is ever dropped; a table whose numbers alone do
-//!   not fit is printed wider than the output rather than losing one.
+//!   not fit is split into several tables side by side in reading order, each repeating the
+//!   first column (the row's name), as wide data frames print; only a table whose first
+//!   column and one other do not fit is printed wider than the output.
 //! - Paragraphs ([`wrap`]) wrap at word boundaries; a word longer than the width is split.
 //! - Control characters ([`printable`]): a report file is untrusted input, and a process's
 //!   argv, title or comm may hold terminal escapes (OSC, CSI, BEL). Every text output shows
@@ -283,30 +285,86 @@ pub fn fit_columns(natural: &[usize], floors: &[usize], gives: &[Give], max: usi
 }
 
 /// Renders a table in the ASCII style of the outputs (borders, a `=` rule under the
-/// header, no inner lines), fitted to `max` columns.
+/// header, no inner lines), fitted to `max` columns: narrowed (see [`fit_columns`]), or,
+/// when even its narrowest columns are too wide, split into parts that each repeat the first
+/// column.
 pub fn render_table(t: &TableSpec, max: usize) -> String {
     let n = t.headers.len();
-    let cell = |r: &Vec<String>, i: usize| r.get(i).cloned().unwrap_or_default();
-    let mut natural = vec![0usize; n];
-    let mut floors = vec![0usize; n];
-    for i in 0..n {
-        let longest_word = |text: &str| text.split([' ', '\n']).map(display_width).max().unwrap_or(0);
-        let longest_line = |text: &str| text.split('\n').map(display_width).max().unwrap_or(0);
-        natural[i] = display_width(&t.headers[i]);
-        // A header may wrap at its spaces, numbers never.
-        floors[i] = longest_word(&t.headers[i]).min(MAX_WORD);
-        for text in t.rows.iter().map(|r| cell(r, i)) {
-            natural[i] = natural[i].max(longest_line(&text));
-            let floor = if t.right.contains(&i) {
-                display_width(&text)
-            } else if t.abbrev.contains(&i) {
-                display_width(&text).min(ABBREV_COLUMN)
-            } else {
-                longest_word(&text).min(MAX_WORD)
-            };
-            floors[i] = floors[i].max(floor);
-        }
+    if n > 2 && table_width(&floors_of(t)) > max {
+        return split_table(t, max);
     }
+    render_fitted(t, max)
+}
+
+/// The narrowest each column of `t` can be made (see [`fit_columns`]).
+fn floors_of(t: &TableSpec) -> Vec<usize> {
+    (0..t.headers.len()).map(|i| column_widths(t, i).1).collect()
+}
+
+/// A column's natural width (its widest line) and its floor.
+fn column_widths(t: &TableSpec, i: usize) -> (usize, usize) {
+    let longest_word = |text: &str| text.split([' ', '\n']).map(display_width).max().unwrap_or(0);
+    let longest_line = |text: &str| text.split('\n').map(display_width).max().unwrap_or(0);
+    let mut natural = display_width(&t.headers[i]);
+    // A header may wrap at its spaces, numbers never.
+    let mut floor = longest_word(&t.headers[i]).min(MAX_WORD);
+    for text in t.rows.iter().map(|r| r.get(i).map(String::as_str).unwrap_or("")) {
+        natural = natural.max(longest_line(text));
+        let f = if t.right.contains(&i) {
+            display_width(text)
+        } else if t.abbrev.contains(&i) {
+            display_width(text).min(ABBREV_COLUMN)
+        } else {
+            longest_word(text).min(MAX_WORD)
+        };
+        floor = floor.max(f);
+    }
+    (natural, floor)
+}
+
+/// A table too wide for `max` as several tables, one under the other, each holding the first
+/// column and as many of the next columns as fit at their comfortable widths (natural, at
+/// most [`COMFORTABLE`] for text).
+fn split_table(t: &TableSpec, max: usize) -> String {
+    let n = t.headers.len();
+    let comfortable = |i: usize| {
+        let (natural, floor) = column_widths(t, i);
+        if t.right.contains(&i) {
+            natural
+        } else {
+            natural.min(COMFORTABLE.max(floor))
+        }
+    };
+    let mut parts: Vec<Vec<usize>> = Vec::new();
+    let mut part = vec![0];
+    for i in 1..n {
+        let widths: Vec<usize> = part.iter().chain([&i]).map(|&k| comfortable(k)).collect();
+        if part.len() > 1 && table_width(&widths) > max {
+            parts.push(std::mem::replace(&mut part, vec![0]));
+        }
+        part.push(i);
+    }
+    parts.push(part);
+    let mut out = String::new();
+    for cols in parts {
+        let headers: Vec<String> = cols.iter().map(|&i| t.headers[i].clone()).collect();
+        let rows: Vec<Vec<String>> =
+            t.rows.iter().map(|r| cols.iter().map(|&i| r.get(i).cloned().unwrap_or_default()).collect()).collect();
+        let remap = |set: &[usize]| -> Vec<usize> { (0..cols.len()).filter(|&k| set.contains(&cols[k])).collect() };
+        let (right, abbrev) = (remap(t.right), remap(t.abbrev));
+        out.push_str(&render_fitted(
+            &TableSpec { headers: &headers, rows: &rows, right: &right, abbrev: &abbrev },
+            max,
+        ));
+    }
+    out
+}
+
+/// [`render_table`] without splitting.
+fn render_fitted(t: &TableSpec, max: usize) -> String {
+    let n = t.headers.len();
+    let cell = |r: &Vec<String>, i: usize| r.get(i).cloned().unwrap_or_default();
+    let (natural, floors): (Vec<usize>, Vec<usize>) = (0..n).map(|i| column_widths(t, i)).unzip();
     let gives: Vec<Give> = (0..n)
         .map(|i| {
             if t.right.contains(&i) {
@@ -455,6 +513,37 @@ mod tests {
         let headers = strings(&["a", "b", "c"]);
         let rows = vec![strings(&["123456789012345", "123456789012345", "x"])];
         let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[0, 1], abbrev: &[] }, 20);
-        assert!(out.contains("123456789012345   123456789012345"), "{out}");
+        assert!(out.contains("123456789012345"), "{out}");
+        assert_eq!(out.matches("123456789012345").count(), 3, "the first column repeated in each part: {out}");
+    }
+
+    #[test]
+    fn a_table_whose_numbers_do_not_fit_is_split_repeating_its_first_column() {
+        let headers = strings(&["GPU", "process", "told free", "at", "hidden costs", "other", "free", "short by"]);
+        let row = |g: &str| {
+            strings(&[
+                g,
+                "rank 1 (pid 6102)",
+                "15.53 GiB",
+                "0.507s",
+                "1.78 GiB",
+                "3.50 GiB",
+                "274.00 MiB",
+                "644.00 MiB",
+            ])
+        };
+        let rows = vec![row("GPU 1"), row("GPU 2")];
+        let spec = TableSpec { headers: &headers, rows: &rows, right: &[2, 3, 4, 5, 6, 7], abbrev: &[1] };
+        let out = render_table(&spec, 60);
+        assert!(out.lines().all(|l| l.chars().count() <= 60), "{out}");
+        // Every cell once, the first column once per part, never wrapped ("GPU" / "1").
+        for cell in ["15.53 GiB", "0.507s", "1.78 GiB", "3.50 GiB", "274.00 MiB", "644.00 MiB"] {
+            assert_eq!(out.matches(cell).count(), 2, "{cell}: {out}");
+        }
+        let parts = out.matches("+===").count();
+        assert!(parts >= 2, "{out}");
+        assert_eq!(out.matches("| GPU 1 ").count(), parts, "{out}");
+        // Wide enough: one table, as before.
+        assert_eq!(render_table(&spec, 132).matches("+===").count(), 1);
     }
 }

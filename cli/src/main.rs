@@ -23,6 +23,7 @@ mod plot;
 mod report;
 mod run;
 mod runs;
+mod screen;
 mod sites;
 mod top;
 mod units;
@@ -83,6 +84,8 @@ impl From<FormatArg> for Format {
 enum CheckFormat {
     /// One line per breach, then a summary line
     Text,
+    /// The summary line and a table of every check (e.g. for $GITHUB_STEP_SUMMARY)
+    Markdown,
     /// JSON with a schema id (docs/cli-json.md)
     Json,
 }
@@ -139,6 +142,9 @@ enum Command {
         /// The interposer [default: $CULEDGER_LIB, else libculedger.so next to this binary]
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
+        /// End with the full `culedger report` rather than the one-screen summary
+        #[arg(long)]
+        report: bool,
         /// The command and its arguments (after `--`)
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<String>,
@@ -156,9 +162,16 @@ enum Command {
         #[arg(long)]
         all_categories: bool,
         /// Show the first of each set of alike GPUs (same processes, categories and failure
-        /// state) in full, the others as one delta table
-        #[arg(long)]
+        /// state) in full, the others as one delta table [default with more than 2 GPUs]
+        #[arg(long, overrides_with = "no_fold")]
         fold: bool,
+        /// Show every GPU in full, also when alike GPUs would be folded
+        #[arg(long)]
+        no_fold: bool,
+        /// Only the one screen `culedger run` ends with: the verdict, one line per set of alike
+        /// GPUs, explain's headline, the commands that go further
+        #[arg(long, conflicts_with = "format")]
+        brief: bool,
         #[command(flatten)]
         select: SelectArgs,
     },
@@ -197,9 +210,16 @@ enum Command {
         /// List every category, also those that held nothing on either side
         #[arg(long)]
         all_categories: bool,
-        /// Add up several runs found on one side (refused otherwise)
+        /// Show the first of each set of alike GPU pairs in full, the others as one table
+        /// [default with more than 2 GPUs]
+        #[arg(long, overrides_with = "no_fold")]
+        fold: bool,
+        /// Show every GPU pair in full
         #[arg(long)]
-        merge_runs: bool,
+        no_fold: bool,
+        // The selection applies to both runs.
+        #[command(flatten)]
+        select: SelectArgs,
     },
     /// Check memory budgets; exit 1 when one is breached or cannot be measured, 2 on bad input.
     #[command(after_long_help = check::GRAMMAR)]
@@ -252,9 +272,15 @@ enum Command {
         /// Show every category in the legend, also those that held nothing
         #[arg(long)]
         all_categories: bool,
-        /// Add up several runs found in PATH (refused otherwise)
-        #[arg(long)]
-        merge_runs: bool,
+        /// Start the time axis here (seconds on the run's clock) [default: where the memory
+        /// starts to move]
+        #[arg(long, value_name = "SECONDS")]
+        from: Option<f64>,
+        /// End the time axis here (seconds on the run's clock) [default: the run's end]
+        #[arg(long, value_name = "SECONDS")]
+        to: Option<f64>,
+        #[command(flatten)]
+        select: SelectArgs,
     },
     /// A live full-screen view of a run directory: per GPU the categories against its capacity,
     /// untracked memory, each process, failures; refreshed every second.
@@ -387,10 +413,21 @@ fn merge_only(merge_runs: bool) -> runs::Selection {
 fn dispatch(cli: Cli) -> Result<i32> {
     let color = cli.color;
     match cli.command {
-        Command::Run { output, append, lib, command } => run::run(run::Request { output, append, lib, command, color }),
-        Command::Report { paths, format, all_categories, fold, select } => {
+        Command::Run { output, append, lib, report, command } => {
+            run::run(run::Request { output, append, lib, command, color, report })
+        }
+        Command::Report { paths, format, all_categories, fold, no_fold, brief, select } => {
             let run = load(&paths, &select.selection())?;
+            if brief {
+                let dir =
+                    paths.iter().map(|p| screen::shell_word(&p.display().to_string())).collect::<Vec<_>>().join(" ");
+                print_stdout(
+                    &screen::document(&run, &dir).render(Format::Text, Style::for_stream(color, Stream::Stdout)),
+                );
+                return Ok(0);
+            }
             let s = analysis::summarize(&run, all_categories);
+            let fold = if no_fold { Some(false) } else { fold.then_some(true) };
             emit(format.into(), color, || report::document(&s, report::Options { fold }), &s)?;
             Ok(0)
         }
@@ -400,11 +437,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
             emit(format.into(), color, || explain::document(&e), &e)?;
             Ok(e.exit_code)
         }
-        Command::Diff { a, b, format, all_categories, merge_runs } => {
-            let sel = merge_only(merge_runs);
+        Command::Diff { a, b, format, all_categories, fold, no_fold, select } => {
+            let sel = select.selection();
             let (ra, rb) = (load(&[a], &sel)?, load(&[b], &sel)?);
             let d = diff::diff(&ra, &rb, all_categories);
-            emit(format.into(), color, || diff::document(&d), &d)?;
+            let fold = if no_fold { Some(false) } else { fold.then_some(true) };
+            emit(format.into(), color, || diff::document(&d, fold), &d)?;
             Ok(0)
         }
         Command::Check { path, budgets, budgets_file, no_failures, allow_unmeasured, format, select } => {
@@ -414,7 +452,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 file: budgets_file.as_deref(),
                 no_failures,
                 allow_unmeasured,
-                json: matches!(format, CheckFormat::Json),
+                format: match format {
+                    CheckFormat::Text => Format::Text,
+                    CheckFormat::Markdown => Format::Markdown,
+                    CheckFormat::Json => Format::Json,
+                },
+                color,
                 selection: &select.selection(),
             })
         }
@@ -438,9 +481,10 @@ fn dispatch(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Plot { path, output, all_categories, merge_runs } => {
-            let run = load(&[path], &merge_only(merge_runs))?;
-            eprintln!("culedger: wrote {}", plot::write_svg(&run, &output, all_categories)?);
+        Command::Plot { path, output, all_categories, from, to, select } => {
+            let run = load(&[path], &select.selection())?;
+            let window = plot::Window { from_s: from, to_s: to };
+            eprintln!("culedger: wrote {}", plot::write_svg(&run, &output, all_categories, window)?);
             Ok(0)
         }
         Command::Top { paths, once, fold } => top::command(&paths, top::Options { once, fold }),

@@ -3,7 +3,12 @@
 //! used at each free-memory query (held until the next query), the device's capacity as a
 //! line, and the queries (`Q1`, `Q2`, ...) and failures (`F1`, ...) marked with numbers
 //! that a list under the panel explains, in the run's clock (seconds since its first
-//! process started) like the report.
+//! process started) like the report. What explains a failure is marked on the chart (from
+//! `culedger explain`): the sizing query with what it told (`S`), the span from it to the
+//! failure with the hidden costs that arrived in between (peer access, IPC opens, other
+//! processes' contexts) and a tick at each measured driver call, and the failure's size.
+//! The time axis starts where the devices' memory starts to move (a launcher's seconds
+//! before the ranks start would squeeze what matters), unless `--from`/`--to` say otherwise.
 //!
 //! Written with the `svg` crate: plain `<text>` elements, no font files needed.
 
@@ -31,6 +36,21 @@ const USED: &str = "#333333";
 const CAPACITY: &str = "#7f7f7f";
 const QUERY: &str = "#3366cc";
 const FAILURE: &str = "#d62728";
+const SIZING: &str = "#9467bd";
+const HIDDEN: &str = "#ff7f0e";
+/// Roughly the width of a character of the 15 px bold title, and of the 11 px legend.
+const TITLE_CHAR: f64 = 8.6;
+const LEGEND_CHAR: f64 = 7.0;
+/// Marker lists longer than this are laid out in two columns.
+const ONE_COLUMN: usize = 8;
+
+/// What part of the run to plot.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    /// Seconds on the run's clock; `None`: where the memory starts to move / the end.
+    pub from_s: Option<f64>,
+    pub to_s: Option<f64>,
+}
 
 /// Linear mapping of time and bytes onto a panel's plot area.
 struct Scale {
@@ -41,8 +61,11 @@ struct Scale {
 }
 
 impl Scale {
+    /// Clamped to the plot area: step functions that begin before `t0` or end after `t1`
+    /// are drawn clipped to the window.
     fn x(&self, t: i64) -> f64 {
         let span = (self.t1 - self.t0).max(1) as f64;
+        let t = t.clamp(self.t0, self.t1);
         LEFT + (t - self.t0) as f64 / span * (WIDTH - LEFT - RIGHT)
     }
     fn y(&self, bytes: i64) -> f64 {
@@ -115,7 +138,7 @@ fn markers(g: &DeviceGroup, c: &Clock) -> Vec<Marker> {
         out.push(Marker {
             tag: format!("Q{}", k + 1),
             t,
-            text: format!("{} {} {}: told free {free}{used}", c.at(t), m.pid(), p.api),
+            text: format!("{} {} {}: told free {free}{used}", c.at(t), m.pid(), p.api).replace("device used", "used"),
             color: QUERY,
         });
     }
@@ -129,6 +152,75 @@ fn markers(g: &DeviceGroup, c: &Clock) -> Vec<Marker> {
         });
     }
     out
+}
+
+/// What explains one failure on the chart: the sizing query, the hidden costs that arrived
+/// between it and the failure, the failure itself (absolute µs).
+struct Cause {
+    query_us: i64,
+    query_text: String,
+    fail_us: i64,
+    fail_text: String,
+    /// `peer access 1.75 GiB`, ...
+    costs: Vec<String>,
+    /// The measured driver calls in between: (absolute µs, API).
+    calls: Vec<(i64, String)>,
+}
+
+/// The causes of the failures explain finds on this device, one per failed burst.
+fn causes(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<Cause> {
+    use crate::explain::recon::api_words;
+    let mut out = Vec::new();
+    for f in e.findings.iter().filter(|f| f.kind == "failed_allocation") {
+        if f.device != Some(g.index) || f.host.as_deref().is_some_and(|h| h != g.host) {
+            continue;
+        }
+        let Some(fd) = failure_detail(f) else { continue };
+        let Some(r) = &fd.reconciliation else { continue };
+        let (query_us, fail_us) = (g.clock.t0_us + r.query.at_us, g.clock.t0_us + fd.at_us);
+        let costs = r
+            .items
+            .iter()
+            .filter(|i| i.kind == "driver_cost" || i.kind == "other_processes")
+            .map(|i| {
+                let what = match (&i.api, i.kind) {
+                    (Some(api), "driver_cost") => api_words(api),
+                    _ if i.what.contains("context") => "other processes' contexts".to_string(),
+                    _ => "other processes".to_string(),
+                };
+                format!("{what} {}{}", if i.estimated { "~" } else { "" }, fmt_bytes(i.bytes))
+            })
+            .collect();
+        let mut calls: Vec<(i64, String)> = g
+            .members
+            .iter()
+            .flat_map(|m| crate::costs::calls_of(*m))
+            .filter(|c| c.end_us >= query_us && c.end_us <= fail_us && c.measured != 0)
+            .map(|c| (c.end_us, c.api.to_string()))
+            .collect();
+        calls.sort();
+        out.push(Cause {
+            query_us,
+            query_text: format!(
+                "sizing query: {} was told {} free ({})",
+                r.query.process,
+                fmt_bytes(r.query.free_bytes),
+                r.query.api
+            ),
+            fail_us,
+            fail_text: format!("{} of {} failed", fd.api, fmt_bytes(fd.bytes)),
+            costs,
+            calls,
+        });
+    }
+    out
+}
+
+fn failure_detail(f: &crate::explain::Finding) -> Option<&crate::explain::FailDetail> {
+    match &f.detail {
+        crate::explain::Detail::Failure(d) => Some(d),
+        _ => None,
+    }
 }
 
 /// The untracked band: from the tracked total to what the device used, at each query,
@@ -146,12 +238,41 @@ fn untracked_steps(g: &DeviceGroup) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
     (times, tracked, used)
 }
 
-/// The height of a device's panel: the chart and the list of its markers.
-fn panel_height(g: &DeviceGroup, c: &Clock) -> f64 {
-    CHART_H + markers(g, c).len() as f64 * LIST_LINE + 10.0
+/// The lines of a marker list (two columns when long).
+fn list_lines(n: usize) -> usize {
+    if n > ONE_COLUMN {
+        n.div_ceil(2)
+    } else {
+        n
+    }
 }
 
-fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize]) -> Group {
+/// The height of a device's panel: the chart and the list of its markers.
+fn panel_height(g: &DeviceGroup, c: &Clock, causes: usize) -> f64 {
+    CHART_H + (list_lines(markers(g, c).len()) + 2 * causes) as f64 * LIST_LINE + 10.0
+}
+
+/// `6100-6108`, `5100, 5101, 5102`: pids in words, runs of consecutive pids as ranges.
+fn pid_ranges(mut pids: Vec<i64>) -> String {
+    pids.sort_unstable();
+    pids.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut k = 0;
+    while k < pids.len() {
+        let mut j = k;
+        while j + 1 < pids.len() && pids[j + 1] == pids[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j >= k + 2 { format!("{}-{}", pids[k], pids[j]) } else { pids[k].to_string() });
+        if j < k + 2 && j > k {
+            parts.push(pids[j].to_string());
+        }
+        k = j + 1;
+    }
+    parts.join(", ")
+}
+
+fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &[Cause]) -> Group {
     let c = &g.clock;
     let series: Vec<Point> = g.series();
     let peak = series.iter().map(Point::total).max().unwrap_or(0);
@@ -160,35 +281,46 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize]) -> Group 
     let capacity = g.total_bytes();
     let s = Scale { t0, t1, ymax: nice_max(peak.max(used_max).max(capacity.unwrap_or(0)).max(1)), top };
     let id = format!("panel-{}-gpu-{}", g.host, g.index).replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
-    let pids: Vec<String> = g.members.iter().map(|m| m.pid().to_string()).collect();
+    let pids = pid_ranges(g.members.iter().map(|m| m.pid()).collect());
     let mut grp = Group::new().set("class", "panel").set("id", id);
     let cap_text = capacity.map(|c| format!(" of {}", fmt_bytes(c))).unwrap_or_default();
+    // The title fits the panel: the pids give way to their count when it would not.
+    let room = ((WIDTH - LEFT - RIGHT) / TITLE_CHAR) as usize;
+    let mut title = format!("{} (pids {pids}) tracked peak {}{cap_text}", g.title(), fmt_bytes(peak));
+    if title.chars().count() > room {
+        title = format!(
+            "{} ({}) tracked peak {}{cap_text}",
+            g.title(),
+            crate::report::count(g.members.len(), "process", "processes"),
+            fmt_bytes(peak)
+        );
+    }
     grp = grp.add(
-        text(
-            LEFT,
-            top + 22.0,
-            format!("{} (pids {}) tracked peak {}{cap_text}", g.title(), pids.join(", "), fmt_bytes(peak)),
-            "start",
-            15,
-        )
-        .set("class", "panel-title")
-        .set("font-weight", "bold"),
+        text(LEFT, top + 22.0, title, "start", 15)
+            .set("class", "panel-title")
+            .set("font-weight", "bold")
+            .add(Title::new(format!("{} (pids {pids})", g.title()))),
     );
-    // Legend: the categories shown, then the bands and lines.
+    // Legend: the categories shown, then the bands and lines, on its own line under the
+    // title from the left edge of the chart.
     let mut legend: Vec<(&str, String)> = shown.iter().map(|&k| (COLORS[k], CATEGORIES[k].to_string())).collect();
     legend.push((UNTRACKED, "untracked".into()));
     legend.push((USED, "device used".into()));
     if capacity.is_some() {
         legend.push((CAPACITY, "capacity".into()));
     }
-    let mut x = WIDTH - RIGHT - legend.iter().map(|(_, n)| 22.0 + 6.5 * n.len() as f64).sum::<f64>();
+    if !causes.is_empty() {
+        legend.push((SIZING, "sizing query".into()));
+        legend.push((HIDDEN, "hidden costs after it".into()));
+    }
+    let mut x = LEFT;
     for (color, name) in legend {
         grp = grp
             .add(
                 Rectangle::new().set("x", x).set("y", top + 32.0).set("width", 10).set("height", 10).set("fill", color),
             )
-            .add(text(x + 14.0, top + 41.0, name.clone(), "start", 11));
-        x += 22.0 + 6.5 * name.len() as f64;
+            .add(text(x + 14.0, top + 41.0, name.clone(), "start", 11).set("class", "legend"));
+        x += 22.0 + LEGEND_CHAR * name.len() as f64;
     }
     // Axes and grid.
     let (y_bottom, y_top) = (s.y(0), s.y(s.ymax));
@@ -262,12 +394,100 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize]) -> Group 
                 .set("class", "capacity")
                 .add(Title::new(format!("capacity {}", fmt_bytes(cap))))
                 .add(line(LEFT, s.y(cap), WIDTH - RIGHT, s.y(cap), CAPACITY, "6 3"))
-                .add(text(WIDTH - RIGHT - 4.0, s.y(cap) - 4.0, format!("capacity {}", fmt_bytes(cap)), "end", 11)),
+                .add(text(WIDTH - RIGHT - 4.0, s.y(cap) + 13.0, format!("capacity {}", fmt_bytes(cap)), "end", 11)),
         );
     }
-    // Markers, numbered; the list under the chart says what each is.
+    // What explains each failure: the span from the sizing query to the failure, the
+    // hidden costs in between (ticks at the driver calls), the query and the failure's size.
+    for (k, cause) in causes.iter().enumerate() {
+        let (xq, xf) = (s.x(cause.query_us.max(t0)), s.x(cause.fail_us.min(t1)));
+        let tag = format!("S{}", k + 1);
+        let costs = if cause.costs.is_empty() { "none measured".to_string() } else { cause.costs.join(", ") };
+        let mut span = Group::new()
+            .set("class", "hidden-costs")
+            .add(Title::new(format!("between the sizing query and the failure: {costs}")))
+            .add(
+                Rectangle::new()
+                    .set("x", format!("{xq:.1}"))
+                    .set("y", format!("{y_top:.1}"))
+                    .set("width", format!("{:.1}", (xf - xq).max(1.0)))
+                    .set("height", format!("{:.1}", y_bottom - y_top))
+                    .set("fill", HIDDEN)
+                    .set("fill-opacity", 0.12),
+            );
+        for (t, api) in &cause.calls {
+            let x = s.x(*t);
+            span = span.add(
+                line(x, y_bottom - 10.0, x, y_bottom, HIDDEN, "none")
+                    .set("class", "hidden-cost")
+                    .add(Title::new(format!("{} {api}", c.at(*t)))),
+            );
+        }
+        grp = grp.add(span);
+        grp = grp.add(
+            Group::new()
+                .set("class", "sizing")
+                .add(Title::new(format!("{tag}: {}", cause.query_text)))
+                .add(line(xq, y_top, xq, y_bottom, SIZING, "none").set("stroke-width", 2.5))
+                .add(text(xq + 3.0, y_bottom - 14.0, tag.clone(), "start", 11).set("fill", SIZING)),
+        );
+        // The failure's size beside it, inside the chart.
+        let anchor = if xf > WIDTH - RIGHT - 120.0 { "end" } else { "start" };
+        let dx = if anchor == "end" { -4.0 } else { 4.0 };
+        grp = grp.add(
+            text(xf + dx, y_top + 50.0, cause.fail_text.clone(), anchor, 11)
+                .set("class", "failure-size")
+                .set("fill", FAILURE)
+                .set("font-weight", "bold")
+                // A white halo keeps it legible over the areas.
+                .set("stroke", "white")
+                .set("stroke-width", 3)
+                .set("paint-order", "stroke"),
+        );
+        let line_y = top + CHART_H + (2 * k) as f64 * LIST_LINE;
+        grp = grp
+            .add(
+                text(LEFT, line_y, format!("{tag}: {} at {}", cause.query_text, c.at(cause.query_us)), "start", 11)
+                    .set("class", "marker-list cause")
+                    .set("fill", SIZING),
+            )
+            .add(
+                text(
+                    LEFT + 24.0,
+                    line_y + LIST_LINE,
+                    format!("then, until the failure at {}: {costs}", c.at(cause.fail_us)),
+                    "start",
+                    11,
+                )
+                .set("class", "marker-list cause")
+                .set("fill", HIDDEN),
+            );
+    }
+    // Markers, numbered; the list under the chart (under the causes) says what each is.
     let marks = markers(g, c);
+    let list_top = top + CHART_H + (2 * causes.len()) as f64 * LIST_LINE;
+    let two = marks.len() > ONE_COLUMN;
+    let rows = list_lines(marks.len());
     for (k, mk) in marks.iter().enumerate() {
+        let (col, row) = if two { (k / rows, k % rows) } else { (0, k) };
+        let x = if col == 0 { LEFT } else { LEFT + (WIDTH - LEFT - RIGHT) / 2.0 };
+        grp = grp.add(
+            // Two columns in a smaller font, so the longest line (a failure) fits its half.
+            text(
+                x,
+                list_top + row as f64 * LIST_LINE,
+                format!("{}: {}", mk.tag, mk.text),
+                "start",
+                if two { 9 } else { 11 },
+            )
+            .set("class", "marker-list")
+            .set("fill", mk.color),
+        );
+    }
+    for (k, mk) in marks.iter().enumerate() {
+        if mk.t < t0 || mk.t > t1 {
+            continue;
+        }
         let x = s.x(mk.t);
         let class = if mk.tag.starts_with('Q') { "probe" } else { "failure" };
         let dash = if class == "probe" { "4 3" } else { "none" };
@@ -280,26 +500,45 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize]) -> Group 
                 .add(line(x, y_top, x, y_bottom, mk.color, dash))
                 .add(text(x + 2.0, label_y, mk.tag.clone(), "start", 10).set("fill", mk.color)),
         );
-        grp = grp.add(
-            text(LEFT, top + CHART_H + k as f64 * LIST_LINE, format!("{}: {}", mk.tag, mk.text), "start", 11)
-                .set("class", "marker-list")
-                .set("fill", mk.color),
-        );
     }
     grp
 }
 
+/// Where the memory of these devices starts to move: their first tracked bytes, else their
+/// first query (a launcher's early queries are listed, not plotted).
+fn first_movement(gs: &[&DeviceGroup]) -> Option<i64> {
+    let first_bytes = gs.iter().filter_map(|g| g.series().iter().find(|p| p.total() > 0).map(|p| p.t_unix_us)).min();
+    first_bytes.or_else(|| gs.iter().filter_map(|g| g.probes().first().map(|(m, p)| m.abs_us(*p))).min())
+}
+
 /// Builds the SVG of a run.
-pub fn svg(run: &Run, all_categories: bool) -> Document {
+pub fn svg(run: &Run, all_categories: bool, window: Window) -> Result<Document> {
     let gs = groups(run);
     let clock = Clock::of(&run.procs);
-    let t0 = clock.t0_us;
-    let t1 = run.procs.iter().map(|r| r.process.end_us()).max().unwrap_or(t0).max(t0 + 1);
+    let end = run.procs.iter().map(|r| r.process.end_us()).max().unwrap_or(clock.t0_us).max(clock.t0_us + 1);
+    let refs: Vec<&DeviceGroup> = gs.iter().collect();
+    let secs = |s: f64| clock.t0_us + (s * 1e6).round() as i64;
+    let t0 = match window.from_s {
+        Some(s) => secs(s),
+        // A little before the first movement, so the first sample is not on the axis.
+        None => first_movement(&refs).map_or(clock.t0_us, |t| (t - (end - t) / 50).max(clock.t0_us)),
+    };
+    let t1 = window.to_s.map_or(end, secs);
+    if t1 <= t0 {
+        return Err(Fail::input(format!(
+            "plot: --to ({}) must come after --from ({})",
+            crate::clock::fmt_secs(t1 - clock.t0_us),
+            crate::clock::fmt_secs(t0 - clock.t0_us)
+        )));
+    }
     let shown: Vec<usize> = crate::analysis::shown_categories(run, all_categories)
         .iter()
         .filter_map(|c| CATEGORIES.iter().position(|x| x == c))
         .collect();
-    let height: f64 = gs.iter().map(|g| panel_height(g, &clock)).sum::<f64>().max(CHART_H) + 24.0;
+    let e = crate::explain::explain(run);
+    let all_causes: Vec<Vec<Cause>> = gs.iter().map(|g| causes(g, &e)).collect();
+    let height: f64 =
+        gs.iter().zip(&all_causes).map(|(g, c)| panel_height(g, &clock, c.len())).sum::<f64>().max(CHART_H) + 24.0;
     let mut doc = Document::new()
         .set("width", WIDTH)
         .set("height", height)
@@ -307,15 +546,15 @@ pub fn svg(run: &Run, all_categories: bool) -> Document {
         .add(Rectangle::new().set("width", "100%").set("height", "100%").set("fill", "white"))
         .add(text(LEFT, 16.0, clock.header(), "start", 11).set("class", "clock"));
     let mut top = 24.0;
-    for g in &gs {
-        doc = doc.add(panel(g, top, t0, t1, &shown));
-        top += panel_height(g, &clock);
+    for (g, c) in gs.iter().zip(&all_causes) {
+        doc = doc.add(panel(g, top, t0, t1, &shown, c));
+        top += panel_height(g, &clock, c.len());
     }
-    doc
+    Ok(doc)
 }
 
 /// Writes the SVG to `out` (`-` for stdout) and returns what to tell the user.
-pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool) -> Result<String> {
+pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool, window: Window) -> Result<String> {
     let ext = out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     if out.as_os_str() != "-" && ext.as_deref() != Some("svg") {
         return Err(Fail::input(format!(
@@ -327,7 +566,7 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool) -> Resu
             }
         )));
     }
-    let doc = svg(run, all_categories);
+    let doc = svg(run, all_categories, window)?;
     let n = groups(run).len();
     if out.as_os_str() == "-" {
         crate::print_stdout(&(doc.to_string() + "\n"));
@@ -340,6 +579,13 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pids_as_ranges() {
+        assert_eq!(pid_ranges(vec![6108, 6100, 6101, 6102, 6103]), "6100-6103, 6108");
+        assert_eq!(pid_ranges(vec![5100, 5101]), "5100, 5101");
+        assert_eq!(pid_ranges(vec![1, 2, 3, 5, 7, 8]), "1-3, 5, 7, 8");
+    }
 
     #[test]
     fn nice_max_ends_at_the_limit_of_i64() {

@@ -9,9 +9,14 @@ use crate::units::{fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
 /// How the report is laid out.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
-    /// Show the first of each set of alike devices in full, the others as a delta table.
-    pub fold: bool,
+    /// Show the first of each set of alike devices in full, the others as a delta table:
+    /// `Some(true)` `--fold`, `Some(false)` `--no-fold`, `None` when there are more than
+    /// [`FOLD_ABOVE`] devices.
+    pub fold: Option<bool>,
 }
+
+/// Alike devices are folded by default when a run has more than this many.
+pub const FOLD_ABOVE: usize = 2;
 
 /// `count(3, "process", "processes")` -> `3 processes`.
 pub fn count(n: usize, one: &str, many: &str) -> String {
@@ -50,6 +55,9 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
     )));
     d.push(Block::Verdict { text: s.verdict.text.clone(), bad: s.verdict.failed });
     d.para(Clock { t0_us: s.t0_unix_us }.header());
+    for n in &s.notes {
+        d.push(Block::Alert(n.clone()));
+    }
 
     d.push(Block::Heading("Overview".into()));
     d.table(overview(&s.overview, hosts.len()));
@@ -98,7 +106,8 @@ pub fn document(s: &RunSummary, opts: Options) -> Doc {
     }
 
     let shown: Vec<&str> = s.categories_shown.iter().map(String::as_str).collect();
-    let folds = if opts.fold { fold_classes(&s.devices) } else { (0..s.devices.len()).map(|i| vec![i]).collect() };
+    let fold = opts.fold.unwrap_or(s.devices.len() > FOLD_ABOVE);
+    let folds = if fold { fold_classes(&s.devices) } else { (0..s.devices.len()).map(|i| vec![i]).collect() };
     for class in folds {
         let first = &s.devices[class[0]];
         device_section(&mut d, first, &shown);
@@ -402,12 +411,18 @@ fn fold_key(d: &DeviceSummary) -> (String, Vec<String>, Vec<String>, bool) {
 /// Devices grouped into classes of alike devices, each in device order, classes in the
 /// order of their first device.
 pub(crate) fn fold_classes(devices: &[DeviceSummary]) -> Vec<Vec<usize>> {
-    let mut classes: Vec<(_, Vec<usize>)> = Vec::new();
-    for (i, d) in devices.iter().enumerate() {
-        let key = fold_key(d);
-        match classes.iter_mut().find(|(k, _)| *k == key) {
+    classes_by(devices, fold_key)
+}
+
+/// Items grouped by `key`: the indices of each class in order, classes in the order of
+/// their first item (`diff` folds its device pairs the same way).
+pub(crate) fn classes_by<T, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> Vec<Vec<usize>> {
+    let mut classes: Vec<(K, Vec<usize>)> = Vec::new();
+    for (i, d) in items.iter().enumerate() {
+        let k = key(d);
+        match classes.iter_mut().find(|(c, _)| *c == k) {
             Some((_, members)) => members.push(i),
-            None => classes.push((key, vec![i])),
+            None => classes.push((k, vec![i])),
         }
     }
     classes.into_iter().map(|(_, m)| m).collect()

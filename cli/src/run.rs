@@ -1,9 +1,10 @@
 //! `culedger run [-o DIR] [--append] [--lib PATH] -- CMD ARGS...`: runs CMD with the
 //! interposer preloaded and a run id for the whole process tree (`CULEDGER_RUN_ID`),
 //! forwards SIGINT/SIGTERM/SIGHUP sent to it alone, then merges this run's reports into
-//! `DIR/summary.json` (with how CMD ended) and prints the report to stderr. CMD starts with
-//! the signal dispositions and mask `culedger run` got, and when a signal ended CMD, it ends
-//! `culedger run` too (`wrap`).
+//! `DIR/summary.json` (with how CMD ended) and ends with one screen on stderr (`screen`: the
+//! verdict, one line per set of alike GPUs, explain's headline, the commands that go
+//! further), or the full report with `--report`. CMD starts with the signal dispositions and
+//! mask `culedger run` got, and when a signal ended CMD, it ends `culedger run` too (`wrap`).
 
 use crate::analysis::summarize;
 use crate::doc::Format;
@@ -34,6 +35,8 @@ pub struct Request {
     pub lib: Option<PathBuf>,
     pub command: Vec<String>,
     pub color: ColorChoice,
+    /// End with the full report rather than the one screen.
+    pub report: bool,
 }
 
 /// `--lib`, else `$CULEDGER_LIB`, else `libculedger.so` next to this executable, else the
@@ -174,9 +177,12 @@ fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
 }
 
 pub fn run(req: Request) -> Result<i32> {
-    let Request { output, append, lib, command, color } = req;
+    let Request { output, append, lib, command, color, report } = req;
     let lib = find_lib(lib)?;
+    let made = output.as_deref().is_none_or(|d| !d.exists());
     let dir = out_dir(output, append)?;
+    // A directory made for a command that could not start is not left behind empty.
+    let _empty = RemoveIfEmpty(made.then(|| dir.clone()));
     let started = SystemTime::now();
     let run_id = new_run_id();
 
@@ -259,10 +265,36 @@ pub fn run(req: Request) -> Result<i32> {
     run.procs.sort_by_key(|r| (r.process.host.clone(), r.process.start_us(), r.process.pid));
     run.run_ids = vec![run_id];
     let style = Style::for_stream(color, Stream::Stderr);
-    let text = crate::report::document(&summarize(&run, false), Default::default()).render(Format::Text, style);
-    eprint!("{text}");
+    let doc = if report {
+        crate::report::document(&summarize(&run, false), Default::default())
+    } else {
+        crate::screen::document(&run, &crate::screen::shell_word(&shown_dir(&dir)))
+    };
+    eprint!("{}", doc.render(Format::Text, style));
     eprintln!("culedger: {} report(s) merged into {}", run.procs.len(), dir.join("summary.json").display());
     Ok(code)
+}
+
+/// `dir` as the user would type it: relative to the current directory when inside it.
+fn shown_dir(dir: &Path) -> String {
+    let cwd = std::env::current_dir().ok().and_then(|c| std::fs::canonicalize(c).ok());
+    match cwd.as_deref().and_then(|c| dir.strip_prefix(c).ok()) {
+        Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+        _ => dir.display().to_string(),
+    }
+}
+
+/// Removes a directory this run made when it is still empty at the end (the command could
+/// not be started, or nothing at all was written).
+struct RemoveIfEmpty(Option<PathBuf>);
+
+impl Drop for RemoveIfEmpty {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            // Fails, as it should, when anything is inside.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 /// Waits until the child has exited, leaving it unreaped (a zombie keeps its pid reserved,

@@ -174,6 +174,54 @@ pub fn frames_of_allocation(g: &DeviceGroup, owner: &str, order: (i64, i64), cat
     Some(frames(site))
 }
 
+/// The frames of a failed allocation's call site, when recorded.
+pub fn frames_of_failure(m: &crate::analysis::Member, f: &crate::model::Failure) -> Option<Vec<Frame>> {
+    let site = m.report.sites.iter().find(|s| Some(s.id) == f.site)?;
+    Some(frames(site))
+}
+
+/// The call sites of each (process, category) on a device, in the order the writer first
+/// saw them (site ids are handed out in that order), each with the bytes it held at its
+/// peak: a synthesised rise that no top allocation explains takes the frames of the site
+/// whose bytes it reaches, so the trace's allocations carry real frames wherever the
+/// report names a site for their category.
+pub struct SiteCursor {
+    /// (pid, category) -> [(bytes still to hand out, frames)], in site order.
+    sites: BTreeMap<(i64, String), Vec<Placed>>,
+}
+
+impl SiteCursor {
+    pub fn new(g: &DeviceGroup) -> SiteCursor {
+        let mut sites: BTreeMap<(i64, String), Vec<(i64, Placed)>> = BTreeMap::new();
+        for m in &g.members {
+            for s in m.dev.sites.iter().filter(|s| s.peak_bytes > 0) {
+                let Some(site) = m.report.sites.iter().find(|x| x.id == s.site) else { continue };
+                sites.entry((m.pid(), s.category.clone())).or_default().push((s.site, (s.peak_bytes, frames(site))));
+            }
+        }
+        let sites = sites
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort_by_key(|(id, _)| *id);
+                (k, v.into_iter().map(|(_, p)| p).collect())
+            })
+            .collect();
+        SiteCursor { sites }
+    }
+
+    /// The frames for a rise of `bytes` in `pid`'s `category`.
+    pub fn frames(&mut self, pid: i64, category: &str, bytes: i64) -> Option<Vec<Frame>> {
+        let queue = self.sites.get_mut(&(pid, category.to_string()))?;
+        // Sites whose bytes are handed out give way to the next one; the last one stays.
+        while queue.len() > 1 && queue[0].0 <= 0 {
+            queue.remove(0);
+        }
+        let (left, frames) = queue.first_mut()?;
+        *left -= bytes;
+        Some(frames.clone())
+    }
+}
+
 /// Live bytes of a call site to place in blocks, with the site's frames.
 type Placed = (i64, Vec<Frame>);
 

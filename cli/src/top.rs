@@ -363,11 +363,82 @@ pub fn command(paths: &[PathBuf], opts: Options) -> Result<i32> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&stop));
     }
-    interactive(paths, view, &stop).map_err(|e| Fail::input(format!("top: terminal error: {e}")))?;
+    let tty = Tty::open();
+    watch_hangup(tty.fd, Arc::clone(&stop));
+    interactive(paths, view, &stop, &tty).map_err(|e| Fail::input(format!("top: terminal error: {e}")))?;
     Ok(0)
 }
 
-fn interactive(paths: &[PathBuf], mut view: View, stop: &AtomicBool) -> std::io::Result<()> {
+/// The terminal crossterm reads keys from: standard input when it is one, else `/dev/tty`.
+struct Tty {
+    fd: libc::c_int,
+}
+
+impl Tty {
+    fn open() -> Tty {
+        if std::io::stdin().is_terminal() {
+            return Tty { fd: libc::STDIN_FILENO };
+        }
+        // SAFETY: open(2) of a constant path; the descriptor lives as long as the process.
+        let fd = unsafe { libc::open(c"/dev/tty".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        Tty { fd }
+    }
+
+    /// Waits at most `wait` for input. `Ok(true)`: a key can be read; `Ok(false)`: nothing
+    /// came, or a signal interrupted the wait; `Err`: the terminal hung
+    /// up (its window closed, tmux's server killed, the ssh session gone).
+    ///
+    /// crossterm's reader is never asked once the terminal has hung up: its read loop retries
+    /// a read that returns end of file for ever, spinning a core and never returning to see
+    /// SIGTERM.
+    fn wait(&self, wait: Duration) -> std::io::Result<bool> {
+        if self.fd < 0 {
+            return Err(std::io::Error::other("no terminal to read keys from"));
+        }
+        let mut p = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd for the call's duration.
+        let n = unsafe { libc::poll(&mut p, 1, wait.as_millis().min(i32::MAX as u128) as libc::c_int) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == std::io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+        }
+        if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            return Err(std::io::Error::other("the terminal hung up"));
+        }
+        Ok(n > 0 && p.revents & libc::POLLIN != 0)
+    }
+}
+
+/// Ends the process when the terminal hangs up while the view is inside crossterm (the
+/// moment between `Tty::wait` saying a key is there and crossterm reading it): that reader
+/// would otherwise spin for ever. Nothing is left to restore on a terminal that is gone.
+fn watch_hangup(fd: libc::c_int, stop: Arc<AtomicBool>) {
+    if fd < 0 {
+        return;
+    }
+    let _ = std::thread::Builder::new().name("top-hangup".into()).spawn(move || {
+        let mut since: Option<Instant> = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let mut p = libc::pollfd { fd, events: 0, revents: 0 };
+            // SAFETY: one pollfd, no wait.
+            let hung = unsafe { libc::poll(&mut p, 1, 0) } > 0
+                && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0;
+            if hung {
+                stop.store(true, Ordering::Relaxed);
+                // The main loop sees the hang-up itself within one wait; a second later it
+                // can only be stuck inside the reader.
+                let t = *since.get_or_insert_with(Instant::now);
+                if t.elapsed() > Duration::from_secs(1) {
+                    // SAFETY: _exit ends the process without running anything of its own.
+                    unsafe { libc::_exit(0) };
+                }
+            }
+        }
+    });
+}
+
+fn interactive(paths: &[PathBuf], mut view: View, stop: &AtomicBool, tty: &Tty) -> std::io::Result<()> {
     use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
     crossterm::terminal::enable_raw_mode()?;
     let _restore = Restore;
@@ -394,7 +465,12 @@ fn interactive(paths: &[PathBuf], mut view: View, stop: &AtomicBool) -> std::io:
             dirty = false;
         }
         let wait = REFRESH.saturating_sub(loaded.elapsed()).min(Duration::from_millis(250));
-        if !event::poll(wait)? {
+        // A terminal that hung up takes no more frames: end as q does. Otherwise crossterm
+        // is asked without waiting, also after a signal (a resize is its SIGWINCH).
+        if tty.wait(wait).is_err() {
+            break;
+        }
+        if !event::poll(Duration::ZERO)? {
             continue;
         }
         match event::read()? {

@@ -225,7 +225,7 @@ fn plot_has_one_panel_per_device() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches(r#"class="panel""#).count(), 2);
     assert_eq!(svg.matches(r#"class="panel-title""#).count(), 2);
-    assert!(svg.contains("sim-host GPU 0 (pids 5100, 5101, 5102) tracked peak"), "{svg}");
+    assert!(svg.contains("sim-host GPU 0 (pids 5100-5102) tracked peak"), "{svg}");
     assert!(svg.contains("sim-host GPU 1 (pids 5101, 5102) tracked peak"), "{svg}");
     // The capacity of each GPU, untracked memory as a band up to what the device used.
     assert_eq!(svg.matches(r#"class="capacity""#).count(), 2);
@@ -234,9 +234,11 @@ fn plot_has_one_panel_per_device() {
     assert_eq!(svg.matches(r#"class="line device-used""#).count(), 2);
     // Queries and failures numbered, with a list that says what each is.
     assert_eq!(svg.matches(r#"class="failure""#).count(), 4);
-    assert_eq!(svg.matches(r#"class="probe""#).count(), 13);
+    // The launcher's query before any memory moved is listed, not drawn (the axis starts
+    // where the memory starts to move).
+    assert_eq!(svg.matches(r#"class="probe""#).count(), 12);
     assert_eq!(svg.matches(r#"class="marker-list""#).count(), 17);
-    assert!(svg.contains(">Q1: 0.001s 5100 cudaMemGetInfo: told free 23.50 GiB"), "{svg}");
+    assert!(svg.contains("\nQ1: 0.001s 5100 cudaMemGetInfo: told free 23.50 GiB"), "{svg}");
     assert!(svg.contains(">F1: "), "{svg}");
     // The hover text is the list's text.
     assert!(svg.contains("<title>F1: "), "{svg}");
@@ -264,4 +266,79 @@ fn plot_refuses_other_formats_and_writes_to_stdout() {
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).starts_with("<svg"));
     assert_eq!(stderr(&o), "culedger: wrote plot: stdout (2 panels, SVG)\n");
+}
+
+/// memory_viz on the 8 ranks: every allocation and free of tracked memory carries the frames
+/// of its call site (only the untracked "device unknown" memory keeps culedger's synthetic
+/// frame), and each `oom` says the free memory at the failure as explain reconciles it (the
+/// query right after it), not the sizing query's 15 GiB.
+#[test]
+fn memory_viz_frames_are_real_and_oom_free_is_at_the_failure() {
+    let d = tempdir();
+    let out = d.path().join("snap.pickle");
+    let o = culedger(&["export", "tests/fixtures/custom-ar-tp8", "--memory-viz", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let script = r#"
+import pickle, sys, collections
+s = pickle.load(open(sys.argv[1], 'rb'))
+c = collections.Counter()
+for dev, t in enumerate(s['device_traces']):
+    for e in t:
+        synthetic = e['frames'][0]['filename'] == 'culedger'
+        if e['action'] == 'oom':
+            print('oom', dev, e['device_free'] >> 20, e['frames'][0]['name'])
+        elif e['category'] != 'unknown':
+            c[synthetic] += 1
+print('synthetic', c[True], 'real', c[False])
+"#;
+    let py = Command::new("python3").arg("-c").arg(script).arg(&out).output().expect("python3");
+    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
+    let text = String::from_utf8_lossy(&py.stdout).into_owned();
+    let last = text.lines().last().unwrap();
+    assert!(last.starts_with("synthetic 0 real ") && !last.ends_with(" real 0"), "{text}");
+    let ooms: Vec<&str> = text.lines().filter(|l| l.starts_with("oom ")).collect();
+    assert_eq!(ooms.len(), 16, "two attempts per rank: {text}");
+    assert!(ooms.iter().filter(|l| l.starts_with("oom 0 ")).all(|l| l.starts_with("oom 0 680 ")), "{text}");
+    assert!(ooms.iter().filter(|l| !l.starts_with("oom 0 ")).all(|l| l.split(' ').nth(2) == Some("274")), "{text}");
+    // The failed allocation's own frames (the KV pool's buffers), not a synthetic one.
+    assert!(ooms.iter().all(|l| !l.ends_with(" failed")), "{text}");
+}
+
+/// The plot of the 8 ranks marks what explains each failure: the sizing query with what it
+/// told, the span to the failure with the hidden costs that arrived (and a tick per driver
+/// call), and the failure's size; the title names the pids as a range, the legend sits on
+/// its own line; `--device`, `--from`/`--to` choose what is drawn.
+#[test]
+fn plot_marks_the_cause_of_each_failure() {
+    let d = tempdir();
+    let out = d.path().join("plot.svg");
+    let o = culedger(&["plot", "tests/fixtures/custom-ar-tp8", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(svg.matches(r#"class="panel""#).count(), 8);
+    assert_eq!(svg.matches(r#"class="sizing""#).count(), 8, "one sizing query per failing rank");
+    assert_eq!(svg.matches(r#"class="hidden-costs""#).count(), 8);
+    assert!(svg.matches(r#"class="hidden-cost""#).count() >= 8 * 7, "peer access calls ticked");
+    assert!(
+        svg.contains("S1: sizing query: rank 0 (pid 6101) was told 15.03 GiB free (cudaMemGetInfo) at 0.516s"),
+        "{svg}"
+    );
+    assert!(svg.contains("then, until the failure at 1.075s: "), "{svg}");
+    assert!(svg.contains("peer access 1.75 GiB") && svg.contains("other processes' contexts ~3.50 GiB"), "{svg}");
+    assert_eq!(svg.matches("\ncudaMalloc of 918.00 MiB failed\n").count(), 8, "{svg}");
+    assert!(svg.contains("\nsim-host GPU 0 (pids 6100-6108) tracked peak 17.06 GiB of 24.00 GiB\n"), "{svg}");
+    for title in svg.split(r#"class="panel-title""#).skip(1) {
+        let text = title[title.find('>').unwrap() + 1..title.find('<').unwrap()].trim();
+        assert!(text.chars().count() as f64 * 8.6 <= 850.0, "the title fits the panel: {text}");
+    }
+    // --device and --pid choose panels; --from/--to the window (ticks at their ends).
+    let o =
+        culedger(&["plot", "tests/fixtures/custom-ar-tp8", "--device", "3", "--from", "0.4", "--to", "1.2", "-o", "-"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let one = stdout(&o);
+    assert_eq!(one.matches(r#"class="panel""#).count(), 1);
+    assert!(one.contains("\nsim-host GPU 3 ") && one.contains("\n0.400s\n") && one.contains("\n1.200s\n"), "{one}");
+    let o = culedger(&["plot", "tests/fixtures/custom-ar-tp8", "--from", "1", "--to", "0.5", "-o", "-"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--to (0.500s) must come after --from (1.000s)"), "{}", stderr(&o));
 }

@@ -28,8 +28,87 @@ fn report_goldens() {
             }
         }
     }
-    let folded = case("report-custom-ar-tp8-fold.txt", &["report", "tests/fixtures/custom-ar-tp8", "--fold"], 0);
-    assert!(widest(&folded) <= 100);
+    let every = case("report-custom-ar-tp8-no-fold.txt", &["report", "tests/fixtures/custom-ar-tp8", "--no-fold"], 0);
+    assert!(widest(&every) <= 100);
+}
+
+/// More than two GPUs: alike GPUs fold by default (`--no-fold` shows each); two do not
+/// (`--fold` still folds them). The verdict stays line 2 either way.
+#[test]
+fn alike_gpus_fold_by_default_above_two() {
+    let tp8 = "tests/fixtures/custom-ar-tp8";
+    let folded = stdout(&culedger(&["report", tp8]));
+    let every = stdout(&culedger(&["report", tp8, "--no-fold"]));
+    assert_eq!(folded, stdout(&culedger(&["report", tp8, "--fold"])));
+    // GPU 0 holds the launcher too: it and GPU 1 in full, GPUs 2-7 folded under GPU 1.
+    assert!(folded.contains("\n== GPU 2, GPU 3, GPU 4, GPU 5, GPU 6, GPU 7 (folded: alike GPUs;"), "{folded}");
+    assert_eq!(folded.matches("\n== sim-host GPU ").count(), 2, "two GPUs in full");
+    assert_eq!(every.matches("\n== sim-host GPU ").count(), 8);
+    // 950 lines for every GPU; about a third folded.
+    assert!(
+        folded.lines().count() <= 320 && every.lines().count() > 900,
+        "{} / {}",
+        folded.lines().count(),
+        every.lines().count()
+    );
+    for out in [&folded, &every] {
+        assert_eq!(
+            out.lines().nth(1),
+            Some("8 of 8 ranks failed to allocate 918.00 MiB; see `culedger explain` for why")
+        );
+    }
+    let two = stdout(&culedger(&["report", "tests/fixtures/custom-ar"]));
+    assert!(!two.contains("(folded:") && two.contains("== sim-host GPU 1 "), "{two}");
+}
+
+/// What `culedger run` ends with, on the 8 ranks (`report --brief` prints the same screen):
+/// the verdict second, one line per set of alike GPUs, explain's headline, the commands;
+/// at most 30 lines at 80 and 100 columns.
+#[test]
+fn the_one_screen_of_eight_ranks() {
+    let args = ["report", "--brief", "tests/fixtures/custom-ar-tp8"];
+    let out = case("brief-custom-ar-tp8.txt", &args, 0);
+    for columns in ["80", "100"] {
+        let out = stdout(&culedger_env(&args, &[("COLUMNS", columns)]));
+        let width: usize = columns.parse().unwrap();
+        assert!(out.lines().count() <= 30, "COLUMNS={columns}: {} lines\n{out}", out.lines().count());
+        assert!(widest(&out) <= width, "COLUMNS={columns}:\n{out}");
+        assert_eq!(
+            out.lines().nth(1),
+            Some("8 of 8 ranks failed to allocate 918.00 MiB; see `culedger explain` for why")
+        );
+    }
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| GPU 0 ") || l.starts_with("| GPU 1-7 ")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(out.contains("culedger explain: 8 failed allocations; the first:\nrank 0 (pid 6101) could not allocate part 12 of its KV pool on GPU 0"), "{out}");
+    for cmd in ["culedger report tests/fixtures/custom-ar-tp8 ", "culedger explain tests/fixtures/custom-ar-tp8 "] {
+        assert!(out.contains(cmd), "{cmd}: {out}");
+    }
+    let o = culedger(&["report", "--brief", "--format", "json", "tests/fixtures/custom-ar-tp8"]);
+    assert_eq!(o.status.code(), Some(2), "--brief is text");
+}
+
+/// The widest line of every command at 80 and 100 columns on the 8-rank fixture.
+#[test]
+fn every_command_fits_80_and_100_columns() {
+    let tp8 = "tests/fixtures/custom-ar-tp8";
+    for columns in ["80", "100"] {
+        let width: usize = columns.parse().unwrap();
+        for args in [
+            vec!["report", tp8],
+            vec!["report", tp8, "--no-fold"],
+            vec!["report", "--brief", tp8],
+            vec!["explain", tp8],
+            vec!["explain", "tests/fixtures/custom-ar"],
+            vec!["diff", tp8, tp8],
+            vec!["diff", "tests/fixtures/nccl", "tests/fixtures/custom-ar"],
+            vec!["check", tp8, "--budget", "ipc<=8MiB", "--no-failures"],
+        ] {
+            let out = stdout(&culedger_env(&args, &[("COLUMNS", columns)]));
+            assert!(!out.is_empty(), "{args:?}");
+            assert!(widest(&out) <= width, "COLUMNS={columns} {args:?}: {} columns\n{out}", widest(&out));
+        }
+    }
 }
 
 /// The report answers first: the verdict, then one line per GPU, and the run's clock.
@@ -46,7 +125,9 @@ fn report_starts_with_the_verdict_and_the_overview() {
     assert_eq!(overview.iter().filter(|l| l.starts_with("| GPU 0 ") || l.starts_with("| GPU 1 ")).count(), 2);
     let ok = stdout(&culedger(&["report", "tests/fixtures/nccl"]));
     assert!(
-        ok.lines().nth(1).unwrap().starts_with("no allocation failed; the fullest device was sim-host GPU 1"),
+        ok.lines().nth(1).unwrap().starts_with(
+            "no allocation failed; the fullest device was sim-host GPU 0 with 23.66 GiB used of 24.00 GiB at"
+        ),
         "{ok}"
     );
     // 8 ranks on 8 GPUs: the same two lines, eight overview rows.
@@ -167,6 +248,31 @@ fn diff_goldens() {
     }
 }
 
+/// diff folds alike GPU pairs above two (the headline stays line 1) and selects like report.
+#[test]
+fn diff_folds_and_selects() {
+    let tp8 = "tests/fixtures/custom-ar-tp8";
+    let folded = stdout(&culedger(&["diff", tp8, tp8]));
+    let every = stdout(&culedger(&["diff", tp8, tp8, "--no-fold"]));
+    assert!(folded.starts_with("custom-ar-tp8/ and custom-ar-tp8/: no difference"), "{folded}");
+    assert_eq!(folded.lines().next(), every.lines().next());
+    assert_eq!(every.matches("\n== GPU ").count(), 8);
+    assert!(folded.contains("\n== GPU 1, GPU 2, GPU 3, GPU 4, GPU 5, GPU 6, GPU 7 (folded: alike GPU 0"), "{folded}");
+    assert!(
+        folded.lines().count() * 3 < every.lines().count(),
+        "{} vs {}",
+        folded.lines().count(),
+        every.lines().count()
+    );
+    // --device, --pid and --host, as report.
+    let one = stdout(&culedger(&["diff", tp8, tp8, "--device", "3"]));
+    assert!(one.contains("\n== GPU 3 ==") && !one.contains("== GPU 0") && !one.contains("folded"), "{one}");
+    let pid = stdout(&culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/nccl", "--pid", "4101"]));
+    assert!(pid.contains("== GPU 0") && !pid.contains("== GPU 1"), "{pid}");
+    let o = culedger(&["diff", tp8, tp8, "--host", "elsewhere"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 #[test]
 fn diff_headline_names_what_changed() {
     // One side failed: the headline names the cause (tests/explain.rs checks it in full).
@@ -222,6 +328,13 @@ fn check_goldens_and_exit_codes() {
     assert!(out.ends_with("FAILED: 10 breaches; 6 checks on 2 devices\n"), "{out}");
     let mut json = breach.to_vec();
     json.extend(["--format", "json"]);
+    // For $GITHUB_STEP_SUMMARY: the summary line, then a row per check, breaches first.
+    let mut md = breach.to_vec();
+    md.extend(["--format", "markdown"]);
+    let out = case("check-breach.md", &md, 1);
+    assert!(out.starts_with("## culedger check\n\n**FAILED: 10 breaches; 6 checks on 2 devices**\n\n"), "{out}");
+    assert!(out.contains("| status | device | budget | measured |\n| --- | --- | --- | ---: |\n| BREACH |"), "{out}");
+    assert_eq!(out.matches("| BREACH |").count(), 10, "{out}");
     let out = case("check-breach.json", &json, 1);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
@@ -270,6 +383,22 @@ fn colour_only_on_a_terminal() {
     assert!(stdout(&forced).contains('\x1b'));
     let never = culedger_env(&["--color", "never", "report", "tests/fixtures/nccl"], &[("FORCE_COLOR", "1")]);
     assert!(!stdout(&never).contains('\x1b'));
+}
+
+/// `check` on a terminal: BREACH red, the summary line red (green when every check holds).
+#[test]
+fn check_breaches_are_red_on_a_terminal() {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_culedger"));
+    cmd.args(["check", "tests/fixtures/custom-ar", "--budget", "ipc<=8MiB"])
+        .current_dir(crate_dir())
+        .env_remove("NO_COLOR")
+        .env_remove("FORCE_COLOR");
+    let (ok, out) = run_on_a_pty(cmd);
+    assert!(!ok, "a breach fails the check: {out}");
+    assert!(out.contains("\x1b[1;31mBREACH\x1b[0m sim-host GPU 0: ipc is "), "{out:?}");
+    assert!(out.contains("\x1b[1;31mFAILED: 2 breaches;"), "{out:?}");
+    let piped = culedger(&["check", "tests/fixtures/custom-ar", "--budget", "ipc<=8MiB"]);
+    assert!(stdout(&piped).starts_with("BREACH sim-host GPU 0: ipc is "), "{}", stdout(&piped));
 }
 
 /// The JSON outputs carry their schema id.

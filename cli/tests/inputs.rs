@@ -109,7 +109,9 @@ fn check_bad_input_exits_2() {
     let nccl = "tests/fixtures/nccl";
     for (args, needle) in [
         (vec!["check", nccl, "--budget", "ipc 64MiB"], "no comparison"),
-        (vec!["check", nccl, "--budget", "ipc=<64MiB"], "unknown key `ipc=`"),
+        (vec!["check", nccl, "--budget", "ipc=<64MiB"], "`=<` at character 4 is not an operator"),
+        (vec!["check", nccl, "--budget", "kv_pol<=1GiB"], "unknown key `kv_pol` (did you mean `kv_pool`?)"),
+        (vec!["check", nccl, "--budget", "ipc<=64"], "`64` needs a unit: B, KiB, MiB"),
         (vec!["check", nccl, "--budget", "vram<=1GiB"], "unknown key `vram`"),
         (vec!["check", nccl, "--budget", "ipc<=64 parsecs"], "unknown unit"),
         (vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"], "no such file or directory"),

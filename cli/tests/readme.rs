@@ -1,4 +1,4 @@
-//! The outputs pasted in README.md are the golden outputs, not copies that drift: each fenced
+//! The outputs pasted in README.md and docs/cli.md are the golden outputs, not copies that drift: each fenced
 //! block that follows a `<!-- readme-output {...} -->` marker is rebuilt from the marker's
 //! parts and compared. `UPDATE_GOLDEN=1 cargo test --release -p culedger-cli` rewrites the
 //! blocks (after the goldens themselves); review the README's diff like a golden's.
@@ -104,22 +104,46 @@ fn rebuild(readme: &str) -> (String, usize, Vec<String>) {
     (text, blocks, problems)
 }
 
+/// README.md and the command line's full documentation (docs/cli.md): each with its marked
+/// blocks, rebuilt and compared.
 #[test]
 fn readme_outputs_are_the_goldens() {
-    let path = crate_dir().join("../README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let (rebuilt, blocks, problems) = rebuild(&readme);
-    assert!(problems.is_empty(), "{problems:#?}");
-    assert!(blocks >= 6, "only {blocks} marked output blocks in README.md");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, rebuilt).unwrap();
-        return;
+    for (file, at_least) in [("../README.md", 5), ("../docs/cli.md", 8)] {
+        let path = crate_dir().join(file);
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let (rebuilt, blocks, problems) = rebuild(&readme);
+        assert!(problems.is_empty(), "{file}: {problems:#?}");
+        assert!(blocks >= at_least, "only {blocks} marked output blocks in {file}");
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, rebuilt).unwrap();
+            continue;
+        }
+        if rebuilt != readme {
+            let first = readme.lines().zip(rebuilt.lines()).position(|(a, b)| a != b).map(|i| i + 1);
+            panic!(
+                "{file}'s pasted outputs differ from the goldens (first at line {first:?}); rerun with UPDATE_GOLDEN=1"
+            );
+        }
     }
-    if rebuilt != readme {
-        let first = readme.lines().zip(rebuilt.lines()).position(|(a, b)| a != b).map(|i| i + 1);
-        panic!(
-            "README.md's pasted outputs differ from the goldens (first at line {first:?}); rerun with UPDATE_GOLDEN=1"
-        );
+}
+
+/// The README answers first: what it is, the two commands and the demo's one screen on its
+/// first screen, and it stays short (the rest is in docs/).
+#[test]
+fn the_readme_starts_with_the_answer() {
+    let readme = std::fs::read_to_string(crate_dir().join("../README.md")).unwrap();
+    let lines: Vec<&str> = readme.lines().collect();
+    assert!(lines.len() < 300, "README.md has {} lines", lines.len());
+    let first: String = lines[..40.min(lines.len())].join("\n");
+    for want in ["make demo", "make test", "culedger run"] {
+        assert!(first.contains(want), "{want} not on the first screen:\n{first}");
+    }
+    // The demo's answer (the end of `culedger run`) starts within the first 50 lines.
+    let answer =
+        lines.iter().position(|l| l.contains("\"golden\": \"brief-custom-ar-tp8.txt\"")).expect("the demo's screen");
+    assert!(answer < 50, "the demo's answer starts at line {answer}");
+    for doc in ["docs/install.md", "docs/cli.md"] {
+        assert!(readme.contains(&format!("]({doc}")), "{doc} linked");
     }
 }
 

@@ -61,8 +61,13 @@ exit 3"#,
     assert_eq!(procs[0]["schema"], "culedger/1");
     assert_ne!(procs[0]["process"]["pid"], 4101);
     assert!(err.contains("skipping") && err.contains("culedger-1.json"), "{err}");
-    assert!(err.contains("culedger report:") && err.contains("== sim-host GPU 0"), "{err}");
-    assert!(err.contains(&format!("; run {run_id})")), "{err}");
+    // The one screen: the run, how CMD ended, the verdict, a line per GPU, where to go next.
+    let screen: Vec<&str> = err.lines().skip_while(|l| !l.starts_with("culedger: /")).collect();
+    assert!(screen[0].ends_with("/out (1 process, 1 GPU; exit status 3)"), "{err}");
+    assert!(screen[1].starts_with("no allocation failed; the fullest device was sim-host GPU 0"), "{err}");
+    assert!(screen.iter().any(|l| l.starts_with("| GPU 0 ")), "{err}");
+    assert!(screen.iter().any(|l| l.starts_with("  culedger report /") && l.contains("/out ")), "{err}");
+    assert!(!err.contains("== sim-host GPU 0"), "the full report only with --report: {err}");
     assert!(err.contains("1 report(s) merged into"), "{err}");
 
     // The merged summary reads back like the run directory.
@@ -492,6 +497,30 @@ fn default_output_directory_is_timestamped() {
     assert!(Path::new(&dir).join("summary.json").is_file());
 }
 
+/// `--report` ends with the full report, as before the one screen.
+#[test]
+fn the_full_report_on_request() {
+    let d = tempdir();
+    let lib = stub_lib(d.path(), "libstub");
+    let out = d.path().join("out");
+    let fixture = fixtures().join("nccl/culedger-4101.json");
+    let script = format!(
+        r#"sed -e "s/\"pid\": 4101,/\"pid\": $$,/" -e "s/\"nccl-run\"/\"$CULEDGER_RUN_ID\"/" '{}' > "$CULEDGER_OUT/culedger-$$.json""#,
+        fixture.display()
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
+        .current_dir(crate_dir())
+        .env("NO_COLOR", "1")
+        .env_remove("CULEDGER_LIB")
+        .args(["run", "--report", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--"])
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("culedger report:") && err.contains("== sim-host GPU 0"), "{err}");
+}
+
 #[test]
 fn a_command_that_cannot_start() {
     let d = tempdir();
@@ -499,6 +528,25 @@ fn a_command_that_cannot_start() {
     let o = run_cmd(&d.path().join("out"), &lib).arg("/nonexistent/program").output().unwrap();
     assert_eq!(o.status.code(), Some(127));
     assert!(stderr(&o).contains("/nonexistent/program: cannot run"), "{}", stderr(&o));
+    assert!(!d.path().join("out").exists(), "the directory made for it is not left behind");
+    // Nor the default one; a directory that was there before stays.
+    let o = Command::new(env!("CARGO_BIN_EXE_culedger"))
+        .current_dir(d.path())
+        .args(["run", "--lib", lib.to_str().unwrap(), "--", "no_such_cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
+    let left: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("culedger-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::create_dir(d.path().join("mine")).unwrap();
+    let o = run_cmd(&d.path().join("mine"), &lib).arg("/nonexistent/program").output().unwrap();
+    assert_eq!(o.status.code(), Some(127));
+    assert!(d.path().join("mine").is_dir());
 }
 
 /// With the real interposer and the simulated CUDA stack built (`make all`), the demo
@@ -547,12 +595,16 @@ fn real_interposer_on_the_simulated_stack() {
             .map(|d| d["failures_total"].as_i64().unwrap())
             .sum();
         assert_eq!(failures > 0, expected == 1, "{cfg}: failures recorded {failures}");
-        assert!(err.contains("== ") && err.contains("GPU 1"), "{cfg}: {err}");
+        assert!(err.contains("| GPU 1 "), "{cfg}: {err}");
         // One run id for the process tree; the ranks named by their titles.
         let ids: std::collections::BTreeSet<&str> =
             procs.iter().map(|p| p["process"]["run_id"].as_str().unwrap()).collect();
         assert_eq!(ids.into_iter().collect::<Vec<_>>(), [summary["run_id"].as_str().unwrap()], "{cfg}");
-        assert!(err.contains("sglang::scheduler_TP1 (rank 1/2)"), "{cfg}: {err}");
+        let report = stdout(&culedger(&["report", out.to_str().unwrap()]));
+        assert!(report.contains("sglang::scheduler_TP1 (rank 1/2)"), "{cfg}: {report}");
+        // The program's own output comes first; culedger's screen starts at its title.
+        let screen = err.lines().skip_while(|l| !l.starts_with("culedger: /")).count();
+        assert!(screen > 5 && screen <= 30, "{cfg}: one screen of {screen} lines: {err}");
     }
     let o = culedger(&["diff", d.path().join("nccl").to_str().unwrap(), d.path().join("custom").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

@@ -37,6 +37,42 @@ fn reports_of_two_runs_are_not_added_up() {
     assert!(title.join(" ").contains("2 runs merged: nccl-run, custom-ar-run)"), "{merged}");
 }
 
+/// Two runs that followed each other on the same GPUs, merged: the report says they never ran
+/// together and gives each run's own peak (the sum is no device's real content); runs that
+/// overlapped get no such note.
+#[test]
+fn merged_sequential_runs_are_said_to_be_sequential() {
+    let d = tempdir();
+    for (run, shift_ms) in [("nccl", 0i64), ("custom-ar", 60_000)] {
+        for e in std::fs::read_dir(fixtures().join(run)).unwrap().flatten() {
+            let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+            if let Some(p) = v.get_mut("process") {
+                for (k, unit) in [("start_unix_ms", 1), ("end_unix_ms", 1), ("start_unix_us", 1000)] {
+                    if let Some(t) = p[k].as_i64() {
+                        p[k] = (t + shift_ms * unit).into();
+                    }
+                }
+            }
+            std::fs::write(d.path().join(e.file_name()), v.to_string()).unwrap();
+        }
+    }
+    let dir = d.path().to_str().unwrap();
+    let out = stdout(&culedger(&["report", dir, "--merge-runs"]));
+    let note =
+        out.lines().position(|l| l.starts_with("The 2 merged runs ran one after another, never at the same time"));
+    let verdict = out.lines().position(|l| l.starts_with("2 of 4 ranks failed"));
+    assert!(note.is_some() && note > verdict && note < out.lines().position(|l| l == "== Overview =="), "{out}");
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("Each run's own tracked peak: nccl-run 22.55 GiB on sim-host GPU 1 of 24.00 GiB; custom-ar-run 21.55 GiB on sim-host GPU 1"), "{out}");
+    let v: Value =
+        serde_json::from_slice(&culedger(&["report", dir, "--merge-runs", "--format", "json"]).stdout).unwrap();
+    assert!(v["notes"][0].as_str().unwrap().starts_with("The 2 merged runs ran one after another"));
+    // At the same time (the fixtures' own clocks): no note.
+    let d = mixed_dir(&["nccl", "custom-ar"]);
+    let out = stdout(&culedger(&["report", d.path().to_str().unwrap(), "--merge-runs"]));
+    assert!(!out.contains("one after another"), "{out}");
+}
+
 /// The SIGTERM case from `culedger run`: the command was killed, its report stayed at its
 /// last flush ("running"); the summary knows how it ended.
 fn killed_run(signal: Option<i64>) -> tempfile::TempDir {

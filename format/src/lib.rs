@@ -5,12 +5,15 @@
 //!   `culedger-summary/1` tag;
 //! - [`category`]: the memory categories, in the order the schema fixes;
 //! - [`site`]: the short form of a call site (`caller`), from its frames;
-//! - [`redact`]: the redaction of secrets in the command line written to `process.argv`.
+//! - [`redact`]: the redaction of secrets in the command line written to `process.argv`;
+//! - [`glob`]: the patterns of the rule language (`rules/*.json`), which the classifier
+//!   and `culedger explain` both match with.
 //!
 //! The interposer links this crate, so it depends on nothing but serde and serde_json, and
 //! nothing here may panic on any input.
 
 pub mod category;
+pub mod glob;
 pub mod redact;
 pub mod report;
 pub mod site;

@@ -16,7 +16,7 @@
 //! (tag, capture, export; [`classify`]); frames, sizes, APIs and phases are applied when
 //! the report is written, to the large allocations' history (src/ledger/history.rs).
 
-pub mod glob;
+pub use culedger_format::glob;
 pub mod matcher;
 pub mod phase;
 pub mod replay;

@@ -19,9 +19,7 @@ pub mod diffs;
 pub mod engines;
 pub mod findings;
 // The rule language's patterns, shared with the classifier.
-#[path = "../../../src/classify/glob.rs"]
-#[allow(dead_code)]
-mod glob;
+use culedger_format::glob;
 pub mod recon;
 mod render;
 pub mod steps;
@@ -31,6 +29,7 @@ use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
 
+pub use findings::{Detail, FailDetail, Finding};
 pub use render::document;
 
 /// The schema id of `culedger explain --format json` (docs/explain.md).
@@ -146,7 +145,7 @@ pub fn explain(run: &Run) -> Explanation {
 /// prints only the gist (`culedger run`'s ending).
 pub fn gist(e: &Explanation) -> (String, Option<String>) {
     let head = e.findings.first().map_or_else(|| e.verdict.clone(), |f| f.title.clone());
-    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first().cloned()))
+    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
 }
 
 /// What limits the explanation.

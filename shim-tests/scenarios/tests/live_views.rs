@@ -364,3 +364,45 @@ fn top_follows_a_server_in_a_real_terminal() {
     let status = tmux.run(&["list-panes", "-t", "top", "-F", "#{pane_dead_status}"]);
     assert_eq!(status.trim(), "0", "top's exit status");
 }
+
+/// Processes whose command line holds `needle` (read from /proc).
+fn pids_running(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) && cmd.contains(" top ") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The terminal going away (its window closed, tmux's server killed) ends `top`: it neither
+/// stays behind spinning on a terminal that reads end of file nor needs SIGKILL.
+#[test]
+fn top_ends_when_its_terminal_goes_away() {
+    let Some((bin, lib)) = tool("tmux", "usr/bin/tmux") else {
+        return skip("no tmux");
+    };
+    let sim = Sim::new("live_top_hangup");
+    let out = sim.scratch().join("out-hangup");
+    std::fs::create_dir_all(&out).unwrap();
+    let tmux = Tmux { bin, lib, socket: sim.scratch().join("tmux.sock") };
+    let top = format!("{} top {}", cli().display(), out.display());
+    tmux.run(&["new-session", "-d", "-s", "top", "-x", "120", "-y", "40", "-e", "TERM=xterm-256color", &top]);
+    tmux.wait("the waiting screen", |s| s.contains("waiting for reports"));
+    let needle = out.to_str().unwrap().to_string();
+    let pids = pids_running(&needle);
+    assert!(!pids.is_empty(), "top is running");
+    // A key on its way when the terminal goes: crossterm's reader must not be left spinning.
+    tmux.keys(&["Tab"]);
+    tmux.run(&["kill-server"]);
+    wait_for(
+        Duration::from_secs(20),
+        "top to end after its terminal went away",
+        || pids_running(&needle).is_empty().then_some(()),
+        || format!("still running: {:?}", pids_running(&needle)),
+    );
+}
