@@ -19,11 +19,7 @@ mod html;
 mod layout;
 mod load;
 mod metrics;
-mod model;
 mod plot;
-#[path = "../../src/report/redact.rs"]
-#[allow(dead_code)]
-mod redact;
 mod report;
 mod run;
 mod runs;
@@ -33,6 +29,9 @@ mod top;
 mod units;
 mod whatif;
 mod wrap;
+
+/// The report as the CLI reads it: the format crate the interposer writes it with.
+use culedger_format::report as model;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use doc::Format;

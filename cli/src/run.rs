@@ -234,7 +234,7 @@ pub fn run(req: Request) -> Result<i32> {
     let summary = json!({
         "schema": SUMMARY_SCHEMA,
         "run_id": run_id,
-        "command": crate::redact::redact_argv(&command),
+        "command": culedger_format::redact::redact_argv(&command),
         "pid": pid,
         "exit_code": code,
         "signal": signal,

@@ -14,8 +14,9 @@ use crate::analysis::DeviceGroup;
 use crate::diff::{rows_table, Row};
 use crate::doc::{Block, Doc, Table};
 use crate::export::{Frame, Segment};
+use crate::model::{DevSite, SiteRec};
 use crate::units::fmt_bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Rows shown in the report's table (the rest are summed in one line).
@@ -24,51 +25,6 @@ const REPORT_ROWS: usize = 20;
 const DIFF_ROWS: usize = 10;
 /// Frames a memory_viz block carries at most.
 const VIZ_FRAMES: usize = 32;
-
-/// One Python frame of a site.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
-pub struct PyFrameRec {
-    pub file: String,
-    pub function: String,
-    pub line: i64,
-    pub line_is_current: bool,
-}
-
-/// One native frame of a site.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct NativeRec {
-    pub object: String,
-    pub symbol: Option<String>,
-    pub offset: String,
-    pub internal: bool,
-}
-
-/// A call site (`sites[]` of a report).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct SiteRec {
-    pub id: i64,
-    pub python: Vec<PyFrameRec>,
-    pub native: Vec<NativeRec>,
-}
-
-/// What one call site holds on a device (`devices[].sites[]`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct DevSite {
-    pub site: i64,
-    pub category: String,
-    /// The rule that gave the category (None: the default, or a report from before
-    /// report-time categories).
-    pub rule: Option<String>,
-    pub caller: Option<String>,
-    pub live_bytes: i64,
-    pub peak_bytes: i64,
-    pub allocs: i64,
-    pub total_allocs: i64,
-}
 
 /// A row of the report's table: one caller on one device, summed over its processes.
 #[derive(Debug, Clone, Serialize)]
@@ -327,6 +283,7 @@ fn parse_owner(name: &str) -> Option<(i64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{NativeRec, PyFrameRec};
 
     #[test]
     fn owners_parse() {

@@ -16,7 +16,7 @@
 //! (tag, capture, export; [`classify`]); frames, sizes, APIs and phases are applied when
 //! the report is written, to the large allocations' history (src/ledger/history.rs).
 
-pub mod glob;
+pub use culedger_format::glob;
 pub mod matcher;
 pub mod phase;
 pub mod replay;
@@ -32,39 +32,8 @@ use once_cell::sync::OnceCell;
 use matcher::Subject;
 use rules::{CatId, Pack, RuleSet};
 
-/// Memory categories, in report order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Category {
-    Weights,
-    KvPool,
-    Ipc,
-    Graphs,
-    Comm,
-    Other,
-}
-
-pub const ALL: [Category; 6] =
-    [Category::Weights, Category::KvPool, Category::Ipc, Category::Graphs, Category::Comm, Category::Other];
-
-impl Category {
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Weights => "weights",
-            Category::KvPool => "kv_pool",
-            Category::Ipc => "ipc",
-            Category::Graphs => "graphs",
-            Category::Comm => "comm",
-            Category::Other => "other",
-        }
-    }
-    pub fn index(self) -> usize {
-        self as usize
-    }
-    /// The built-in category called `name`.
-    pub fn from_name(name: &str) -> Option<Category> {
-        ALL.into_iter().find(|c| c.name() == name)
-    }
-}
+/// Memory categories, in report order: the format crate's, which the reader shares.
+pub use culedger_format::{Category, ALL};
 
 /// The shipped rule packs, in priority order (file name, text).
 pub const SHIPPED: [(&str, &str); 6] = [
@@ -205,39 +174,34 @@ pub fn online(tag: Option<tags::TagId>, captured: bool, exported: bool) -> Categ
 
 #[cold]
 fn online_first(i: usize, tag: Option<tags::TagId>, captured: bool, exported: bool) -> Category {
-    let c = classify(&crate::ledger::Facts { tag, captured, exported, ..Default::default() });
+    let c = classify(tag, captured, exported);
     if let Some(cell) = ONLINE.get(i) {
         cell.store(c.index() as u8 + 1, Ordering::Relaxed);
     }
     c
 }
 
-/// Insert-time classification for the live ledger, from an allocation's facts. Called
-/// whenever an allocation is made or its facts change, under the device's lock: it only
-/// reads the rule set (no I/O, no locks).
-pub fn classify(facts: &crate::ledger::Facts) -> Category {
+/// Insert-time classification for the live ledger, from the facts of an allocation it
+/// keeps: its explicit tag, whether it was made during a graph capture, whether it was
+/// exported. Called whenever an allocation is made or those facts change, under the
+/// device's lock: it only reads the rule set (no I/O, no locks).
+pub fn classify(tag: Option<tags::TagId>, captured: bool, exported: bool) -> Category {
     let set = ruleset();
-    let subject = Subject {
-        tag: facts.tag.map(tags::name),
-        captured: facts.captured,
-        exported: facts.exported,
-        ..Subject::default()
-    };
+    let subject = Subject { tag: tag.map(tags::name), captured, exported, ..Subject::default() };
     builtin_category(set, set.classify_insert_time(&subject).category)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Facts;
 
     #[test]
     fn builtin_rules_in_priority_order() {
-        let facts = |exported, captured| Facts { exported, captured, ..Facts::default() };
-        assert_eq!(classify(&facts(false, false)), Category::Other);
-        assert_eq!(classify(&facts(false, true)), Category::Graphs);
-        assert_eq!(classify(&facts(true, false)), Category::Ipc);
-        assert_eq!(classify(&facts(true, true)), Category::Ipc, "exported wins over captured");
+        let facts = |exported, captured| classify(None, captured, exported);
+        assert_eq!(facts(false, false), Category::Other);
+        assert_eq!(facts(false, true), Category::Graphs);
+        assert_eq!(facts(true, false), Category::Ipc);
+        assert_eq!(facts(true, true), Category::Ipc, "exported wins over captured");
     }
 
     #[test]
@@ -246,10 +210,10 @@ mod tests {
         let own = tags::intern("my_own_online").unwrap();
         for tag in [None, Some(kv), Some(own)] {
             for (captured, exported) in [(false, false), (false, true), (true, false), (true, true)] {
-                let facts = Facts { tag, captured, exported, site: 7, h2d_bytes: 1 << 20 };
                 // Twice: the first answer fills the table, the second comes from it.
                 for _ in 0..2 {
-                    assert_eq!(online(tag, captured, exported), classify(&facts), "{tag:?} {captured} {exported}");
+                    let want = classify(tag, captured, exported);
+                    assert_eq!(online(tag, captured, exported), want, "{tag:?} {captured} {exported}");
                 }
             }
         }
@@ -259,20 +223,10 @@ mod tests {
 
     #[test]
     fn tags_come_first_and_name_their_category() {
-        let tag = |name: &str, exported| Facts { tag: Some(tags::intern(name).unwrap()), exported, ..Facts::default() };
-        assert_eq!(classify(&tag("kv_pool", false)), Category::KvPool);
-        assert_eq!(classify(&tag("weights", true)), Category::Weights, "an explicit tag beats the export rule");
-        assert_eq!(classify(&tag("my_own", false)), Category::Other, "a user category is other in the live ledger");
-    }
-
-    #[test]
-    fn names_and_indices_follow_report_order() {
-        let names: Vec<&str> = ALL.iter().map(|c| c.name()).collect();
-        assert_eq!(names, ["weights", "kv_pool", "ipc", "graphs", "comm", "other"]);
-        assert!(ALL.iter().enumerate().all(|(i, c)| c.index() == i));
-        assert_eq!(names, rules::BUILTIN_CATEGORIES);
-        assert_eq!(Category::from_name("graphs"), Some(Category::Graphs));
-        assert_eq!(Category::from_name("lora"), None);
+        let tag = |name: &str, exported| classify(Some(tags::intern(name).unwrap()), false, exported);
+        assert_eq!(tag("kv_pool", false), Category::KvPool);
+        assert_eq!(tag("weights", true), Category::Weights, "an explicit tag beats the export rule");
+        assert_eq!(tag("my_own", false), Category::Other, "a user category is other in the live ledger");
     }
 
     #[test]
@@ -284,7 +238,7 @@ mod tests {
             for r in &pack.rules {
                 assert!(r.source.len() >= 10, "{file} line {}: rule {} cites no source", r.line, r.name);
                 assert!(
-                    rules::BUILTIN_CATEGORIES.contains(&&*r.category) || &*r.category == rules::TAG_CATEGORY,
+                    culedger_format::CATEGORIES.contains(&&*r.category) || &*r.category == rules::TAG_CATEGORY,
                     "{file}: shipped rules use built-in categories only ({})",
                     r.name
                 );

@@ -20,7 +20,7 @@ use super::glob::{Glob, Plain};
 /// The format version this library reads (`"culedger_rules": 1`).
 pub const FORMAT_VERSION: u64 = 1;
 /// Categories a rule can name without declaring them, in report order.
-pub const BUILTIN_CATEGORIES: [&str; 6] = ["weights", "kv_pool", "ipc", "graphs", "comm", "other"];
+pub use culedger_format::CATEGORIES as BUILTIN_CATEGORIES;
 /// The category value that means "the allocation's explicit tag".
 pub const TAG_CATEGORY: &str = "$tag";
 /// The name reported for allocations no rule matched (category `other`).

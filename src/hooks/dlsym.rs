@@ -21,52 +21,13 @@
 
 use super::real::{claim, is_ours, note_runtime_symbol, resolve_next, unwrapped};
 use super::table::{by_name, exported, Kind};
+use crate::rt::real::{real_dlsym, resolve_real_dlsym, REAL_DLSYM, RTLD_DEFAULT, RTLD_NEXT};
 use libc::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-pub const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
-pub const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
-
-/// The real `dlsym`; the assembly entry jumps through it.
-static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What `dlsym_hook` tells the assembly entry when the answer is "not found" and the
 /// real dlsym must not be asked again (it would find our own export).
 const RETURN_NULL: usize = 1;
-
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-
-/// glibc versions of `dlsym`: 2.34 moved it into libc; before that it lived in libdl.
-#[cfg(target_arch = "x86_64")]
-const DLSYM_VERSIONS: &[&[u8]] = &[b"GLIBC_2.34\0", b"GLIBC_2.2.5\0"];
-#[cfg(target_arch = "aarch64")]
-const DLSYM_VERSIONS: &[&[u8]] = &[b"GLIBC_2.34\0", b"GLIBC_2.17\0"];
-
-fn resolve_real_dlsym() -> usize {
-    let p = REAL_DLSYM.load(Ordering::Acquire);
-    if p != 0 {
-        return p;
-    }
-    for v in DLSYM_VERSIONS {
-        let f = unsafe { libc::dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr() as *const c_char) };
-        if !f.is_null() {
-            REAL_DLSYM.store(f as usize, Ordering::Release);
-            return f as usize;
-        }
-    }
-    0
-}
-
-/// Call the real `dlsym` from inside libculedger (for our own lookups: `RTLD_NEXT` then
-/// means "after libculedger", which is what we want).
-pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    let p = resolve_real_dlsym();
-    if p == 0 {
-        return std::ptr::null_mut();
-    }
-    let f: DlsymFn = std::mem::transmute::<usize, DlsymFn>(p);
-    f(handle, name)
-}
 
 /// The public head of glibc's `struct link_map` (<link.h>): what `dlopen` returns and
 /// `dladdr1(RTLD_DL_LINKMAP)` finds.

@@ -25,59 +25,11 @@ mod table;
 pub mod tags;
 pub mod types;
 
-pub use process::{prefetch_libc, real_sigaction};
 pub use table::{Entry, Kind, Sym, NSLOTS, TABLE};
 
-pub(crate) use dlopen::{dlopens, in_dlopen, in_dlopen_unless_none_since};
-pub(crate) use dlsym::{real_dlsym, RTLD_DEFAULT};
-
-use libc::c_int;
-use std::cell::Cell;
+use crate::rt::thread::{state, ThreadState};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
-
-/// What the hooks keep per thread, in one TLS slot: in a shared library every access to a
-/// `thread_local!` is a call to `__tls_get_addr`, so a hook reaches this once and passes it
-/// on ([`Depth`]). Const-initialised `Cell`s without a destructor: a plain ELF TLS slot, no
-/// lazy registration, no allocation.
-pub(crate) struct ThreadState {
-    /// Depth of hooked calls on this thread.
-    depth: Cell<u32>,
-    /// Set while this thread is inside the ledger's bookkeeping (it may hold a ledger lock).
-    in_record: Cell<bool>,
-    /// A terminating signal that arrived during the bookkeeping, handled when it ends.
-    deferred: Cell<c_int>,
-    /// The innermost explicit tag (`TagId::raw`, 0: none), kept by `tags.rs`.
-    tag: Cell<u16>,
-}
-
-thread_local! {
-    static STATE: ThreadState = const {
-        ThreadState { depth: Cell::new(0), in_record: Cell::new(false), deferred: Cell::new(0), tag: Cell::new(0) }
-    };
-}
-
-/// This thread's state; None while its TLS is being torn down.
-#[inline]
-fn state() -> Option<&'static ThreadState> {
-    // SAFETY: the slot lives as long as the thread and has no destructor; `ThreadState` is
-    // not `Sync`, so the reference cannot leave the thread.
-    STATE.try_with(|s| unsafe { &*(s as *const ThreadState) }).ok()
-}
-
-/// Is the calling thread inside culedger's bookkeeping? True only when a signal handler
-/// interrupted a hook while it recorded (and may hold a ledger lock): an exit from there
-/// must not wait for a report write that needs that lock.
-pub fn in_bookkeeping() -> bool {
-    state().is_some_and(|s| s.in_record.get())
-}
-
-/// A terminating signal arrived during the bookkeeping: handled when it ends (`record`).
-pub fn defer_signal(sig: c_int) {
-    if let Some(s) = state() {
-        s.deferred.set(sig);
-    }
-}
 
 /// The calling thread's innermost explicit tag.
 #[inline]
@@ -141,9 +93,7 @@ static INIT: Once = Once::new();
 /// classification rules.
 pub(crate) fn init() {
     INIT.call_once(|| {
-        if !crate::log::enabled(crate::log::Level::Debug) {
-            std::panic::set_hook(Box::new(|_| {}));
-        }
+        crate::rt::quiet_panics();
         // The classification rules, with the user's file (one warning if it is bad).
         let loaded = catch_unwind(|| {
             let cwd = std::env::current_dir().ok();

@@ -2,7 +2,7 @@
 //! replaces itself (`execve`, `execv`, `execvp`, `execvpe`, `execl`, `execle`, `execlp`,
 //! `fexecve`, `execveat`), and who handles its signals (`sigaction`, `signal`,
 //! `bsd_signal`, `sysv_signal`, `siginterrupt`). Each export does culedger's part (`crate::report`) and
-//! forwards to the real function, found once with `dlsym(RTLD_NEXT)` (at activation, so
+//! forwards to the real function (`crate::rt::real`), found once with `dlsym(RTLD_NEXT)` (at activation, so
 //! that a fork child about to exec does not need the loader).
 //!
 //! glibc's own functions call each other internally (`execl` -> `__execve`, `signal` ->
@@ -16,71 +16,12 @@
 
 #![cfg_attr(test, allow(dead_code))]
 
-use super::dlsym::{real_dlsym, RTLD_NEXT};
-use crate::report::signals::{self, SigactionFn, SignalKind};
+use crate::report::signals::{self, SignalKind};
+use crate::rt::real::{
+    real_sigaction, Real, BSD_SIGNAL, EXECV, EXECVE, EXECVEAT, EXECVP, EXECVPE, EXIT, FEXECVE, QUICK_EXIT,
+    SIGINTERRUPT, SIGNAL, SYSV_SIGNAL,
+};
 use libc::{c_char, c_int, sighandler_t};
-use std::ffi::CStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// A libc function found with `dlsym(RTLD_NEXT)` on first use.
-struct Real {
-    name: &'static CStr,
-    addr: AtomicUsize,
-}
-
-impl Real {
-    const fn new(name: &'static CStr) -> Real {
-        Real { name, addr: AtomicUsize::new(0) }
-    }
-
-    fn resolve(&self) -> usize {
-        let mut p = self.addr.load(Ordering::Acquire);
-        if p == 0 {
-            // SAFETY: NUL-terminated name; RTLD_NEXT from libculedger means "after us".
-            p = unsafe { real_dlsym(RTLD_NEXT, self.name.as_ptr()) } as usize;
-            self.addr.store(p, Ordering::Release);
-        }
-        p
-    }
-
-    /// The function as `F` (its C signature), if libc has it.
-    fn get<F: Copy>(&self) -> Option<F> {
-        debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-        let p = self.resolve();
-        // SAFETY: `F` is the function-pointer type of this symbol's C signature.
-        (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
-    }
-}
-
-static EXIT: Real = Real::new(c"exit");
-static QUICK_EXIT: Real = Real::new(c"quick_exit");
-static EXECVE: Real = Real::new(c"execve");
-static EXECV: Real = Real::new(c"execv");
-static EXECVP: Real = Real::new(c"execvp");
-static EXECVPE: Real = Real::new(c"execvpe");
-static FEXECVE: Real = Real::new(c"fexecve");
-static EXECVEAT: Real = Real::new(c"execveat");
-static SIGACTION: Real = Real::new(c"sigaction");
-static SIGNAL: Real = Real::new(c"signal");
-static BSD_SIGNAL: Real = Real::new(c"bsd_signal");
-static SYSV_SIGNAL: Real = Real::new(c"sysv_signal");
-static SIGINTERRUPT: Real = Real::new(c"siginterrupt");
-
-const ALL: [&Real; 13] = [
-    &EXIT,
-    &QUICK_EXIT,
-    &EXECVE,
-    &EXECV,
-    &EXECVP,
-    &EXECVPE,
-    &FEXECVE,
-    &EXECVEAT,
-    &SIGACTION,
-    &SIGNAL,
-    &BSD_SIGNAL,
-    &SYSV_SIGNAL,
-    &SIGINTERRUPT,
-];
 
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
 type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
@@ -90,18 +31,6 @@ type ExecveatFn =
     unsafe extern "C" fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
 type SignalFn = unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t;
 type SiginterruptFn = unsafe extern "C" fn(c_int, c_int) -> c_int;
-
-/// Resolve every real function now (called at activation).
-pub fn prefetch_libc() {
-    for r in ALL {
-        r.resolve();
-    }
-}
-
-/// The real `sigaction`.
-pub fn real_sigaction() -> Option<SigactionFn> {
-    SIGACTION.get()
-}
 
 fn errno() -> c_int {
     // SAFETY: errno is thread-local.

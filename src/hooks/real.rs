@@ -2,9 +2,9 @@
 //! unhooked driver/runtime functions the hooks call for bookkeeping (current device,
 //! free memory, address ranges).
 
-use super::dlsym::{real_dlsym, RTLD_DEFAULT, RTLD_NEXT};
 use super::table::{exported, wrapper, Kind, Sym, NSLOTS, NSYMS, TABLE};
 use super::types::*;
+use crate::rt::real::{real_dlsym, RTLD_DEFAULT, RTLD_NEXT};
 use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -18,39 +18,18 @@
 //! - [`gate::enter()`]: before `exit`/`quick_exit` and when the main thread starts `exit`:
 //!   one thread ends the process, the others wait (see `gate`).
 //!
-//! The flush thread does all writing: every `flush_ms` when the ledger changed, the exec
-//! write and the final write when asked (it runs even with `flush_ms = 0`). The asking
-//! thread may have been interrupted by a signal while it held a ledger lock or the malloc
-//! lock, so it only sets atomics, wakes the flush thread with a futex and waits, at most
-//! [`FINAL_WAIT`]; if the write cannot finish (it needs the lock the asking thread holds),
-//! the process goes on without it (the last periodic report stays). The flush thread blocks
-//! all signals: it is invisible to signal delivery, so a process-directed signal goes where
-//! it would go without culedger (a program that blocks it everywhere and takes it with
-//! `sigwait` or a signalfd keeps getting it). Every [`LIVENESS_POLL`] it checks whether it
-//! is the last thread left (the program's threads all ended, the main one with
-//! `pthread_exit`); then it ends, and glibc ends the process with `exit(0)` as it would
-//! have for the program's last thread (the exit handler writes the final report). Should
-//! the thread fail to start, the asking thread writes itself.
-//!
-//! Exit: on glibc the exit handler is registered with `on_exit`, which receives the exit
-//! status, so `process.exit_code` is known for `exit()` and for a return from `main`
-//! without interposing `exit` (elsewhere: `atexit`, code unknown). `_exit` and `_Exit`
-//! are exported: they do the final write and then `exit_group` as glibc does. The code is
-//! what the parent sees: the low 8 bits.
-//!
-//! Fork: the `pthread_atfork` child handler forgets the session (write lock included: the
-//! parent's flush thread may have held it), records the parent pid and replaces the
-//! ledger; only atomic stores and the ledger's lock-free reset. The child writes nothing
-//! until one of its own hooks calls `activate()`, which opens a new session and starts a
-//! new flush thread.
+//! Layout: `flush` (the flush thread, which does all writing), `exit` (the final and exec
+//! writes, the exit, quick-exit and fork handlers), `writer` and `naming` (atomic files and
+//! their names), `process` (the document), `signals`, `gate`, `identity`, `procfs`.
 
+mod exit;
+mod flush;
 mod futex;
 pub mod gate;
 pub mod identity;
 pub mod naming;
 mod process;
 mod procfs;
-mod redact;
 pub mod signals;
 mod writer;
 
@@ -67,8 +46,12 @@ use libc::{c_int, c_void};
 use once_cell::sync::OnceCell;
 use serde_json::Value;
 
+pub use culedger_format::redact::{is_secret_name, redact_argv, REDACTED};
+use exit::install_process_handlers;
+pub use exit::{exit_process, note_quick_exit_status};
+#[cfg(test)]
+use flush::{block_all_signals, signals_blocked};
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
-pub use redact::{is_secret_name, redact_argv, REDACTED};
 pub use writer::AtomicWriter;
 
 use crate::config::Config;
@@ -329,7 +312,7 @@ impl Reporter {
         let config = self.config.get();
         if self.install_handlers {
             install_process_handlers();
-            crate::hooks::prefetch_libc();
+            crate::rt::real::prefetch_libc();
         }
         let parent = self.forked_from.load(Ordering::Relaxed);
         let writer_id = Writer::current();
@@ -409,218 +392,6 @@ impl Reporter {
         self.current().filter(|s| s.pid == getpid())
     }
 
-    /// Start the flush thread with every signal blocked from its first instruction: a
-    /// thread starts with its creator's mask, and a signal delivered before it blocked them
-    /// itself would run a handler (ours or the program's) on it.
-    fn spawn_flush_thread(&'static self, s: &'static Session) -> io::Result<()> {
-        let program_mask = block_all_signals();
-        let spawned = std::thread::Builder::new()
-            .name(FLUSH_THREAD_NAME.into())
-            .spawn(move || self.flush_loop(s, program_mask))
-            .map(drop);
-        restore_signal_mask(&program_mask);
-        spawned
-        // detached: process exit simply ends it
-    }
-
-    /// Wake the flush thread to look at its requests.
-    fn wake(&self, s: &Session) {
-        s.wake.fetch_add(1, Ordering::AcqRel);
-        futex::wake_all(&s.wake);
-    }
-
-    /// The flush thread: periodic writes every `flush_ms` (none when 0), the exec and final
-    /// writes when asked, and the end of the process when it is the last thread left.
-    /// Signal handlers never run on it.
-    fn flush_loop(&self, s: &'static Session, program_mask: libc::sigset_t) {
-        static TICK_FAILED: AtomicBool = AtomicBool::new(false);
-        block_all_signals(); // already blocked by the creator; stays so even if that changes
-        let _ = ON_FLUSH_THREAD.try_with(|f| f.set(true));
-        let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
-        let mut next_tick = period.map(|p| Instant::now() + p);
-        let mut next_probe = Instant::now() + LIVENESS_POLL;
-        loop {
-            let seen = s.wake.load(Ordering::Acquire);
-            self.serve_requests(s);
-            let now = Instant::now();
-            if let (Some(period), Some(due)) = (period, next_tick) {
-                if now >= due {
-                    if catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).is_err()
-                        && crate::warn_once!(TICK_FAILED; "internal error during a periodic report write; continuing")
-                    {
-                        let _ = catch_unwind(AssertUnwindSafe(|| {
-                            self.ledger.note_warning("internal error during a periodic report write")
-                        }));
-                    }
-                    next_tick = Some(Instant::now() + period);
-                }
-            }
-            if now >= next_probe {
-                if procfs::only_thread_left() == Some(true) {
-                    break;
-                }
-                next_probe = now + LIVENESS_POLL;
-            }
-            let until = next_tick.map_or(next_probe, |t| t.min(next_probe));
-            let now = Instant::now();
-            if until > now {
-                futex::wait(&s.wake, seen, Some(until - now));
-            }
-        }
-        // Every program thread has ended (the main one with pthread_exit). Returning ends
-        // this thread, and glibc then ends the process with exit(0), as it does when the
-        // program's last thread returns; the exit handler writes the final report here.
-        s.helper.store(false, Ordering::Release);
-        restore_signal_mask(&program_mask);
-        crate::debug!("the program's threads have all ended; ending the process");
-    }
-
-    /// Serve what other threads asked for: exec writes first (a final write asked at the
-    /// same time comes after and wins), then the final write, then a forced rewrite.
-    fn serve_requests(&self, s: &Session) {
-        let want = s.exec_requested.load(Ordering::Acquire);
-        if want != s.exec_served.load(Ordering::Acquire) {
-            let _ = catch_unwind(AssertUnwindSafe(|| self.exec_write_now(s)));
-            s.exec_served.store(want, Ordering::Release);
-            futex::wake_all(&s.exec_served);
-        }
-        if s.final_request.load(Ordering::Acquire) != 0 && s.final_outcome.load(Ordering::Acquire) == PENDING {
-            let state = decode_final(s.final_code.load(Ordering::Acquire));
-            let wrote = catch_unwind(AssertUnwindSafe(|| self.final_write_now(s, state))).unwrap_or(false);
-            s.final_outcome.store(if wrote { WRITTEN } else { NOT_WRITTEN }, Ordering::Release);
-            futex::wake_all(&s.final_outcome);
-        }
-        if s.force.swap(false, Ordering::AcqRel) {
-            let _ = catch_unwind(AssertUnwindSafe(|| self.flush_tick(s)));
-        }
-    }
-
-    /// One flush: write if the ledger changed since the last write. Returns true if written.
-    fn flush_tick(&self, s: &Session) -> bool {
-        let _guard = s.write_lock.lock();
-        if s.finished.load(Ordering::Acquire) || s.exec_pending.load(Ordering::Acquire) != 0 {
-            return false;
-        }
-        let generation = self.ledger.generation();
-        if !s.gate.should_write(generation) {
-            return false;
-        }
-        let written = self.write(s, ExitState::Running);
-        if written {
-            s.gate.mark_written(generation);
-        }
-        written
-    }
-
-    /// Wake the flush thread and wait until `done(*word)`, at most `final_wait`. Only
-    /// atomics, a futex wake and a bounded futex wait: safe in a signal handler.
-    fn ask_and_wait(&self, s: &Session, word: &AtomicU32, done: impl Fn(u32) -> bool) -> bool {
-        self.wake(s);
-        futex::wait_until(word, Instant::now() + self.final_wait, done)
-    }
-
-    /// The final write, from any context; true if this call's request wrote the report.
-    ///
-    /// The exiting thread may be inside a signal handler that interrupted it while it held
-    /// a ledger lock or the malloc lock, so when the flush thread runs, the write is done
-    /// there and the exiting thread only does async-signal-safe things: atomics, a futex
-    /// wake, and a wait bounded by `final_wait` (after which it gives up on the report).
-    fn final_write(&self, state: ExitState) -> bool {
-        let Some(s) = self.ours() else { return false };
-        // A signal handler exiting from inside a hook's bookkeeping: this thread may hold
-        // the ledger lock the write needs. The last periodic report stands.
-        if crate::hooks::in_bookkeeping() {
-            crate::info!(
-                "exit from inside culedger's bookkeeping (a signal handler); keeping the last periodic report"
-            );
-            return false;
-        }
-        if !s.helper.load(Ordering::Acquire) || on_flush_thread() {
-            return self.final_write_now(s, state);
-        }
-        let won =
-            s.final_code.compare_exchange(NO_REQUEST, encode_final(state), Ordering::AcqRel, Ordering::Acquire).is_ok();
-        if won {
-            s.final_request.store(1, Ordering::Release);
-        }
-        let served = self.ask_and_wait(s, &s.final_outcome, |v| v != PENDING);
-        if won && !served {
-            crate::warn!("the final report write did not finish in time; ending without it");
-        }
-        won && s.final_outcome.load(Ordering::Acquire) == WRITTEN
-    }
-
-    /// Write the final report in this thread (once per session).
-    fn final_write_now(&self, s: &Session, state: ExitState) -> bool {
-        if s.finished.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        let guard = s.write_lock.try_lock_for(self.final_lock_wait);
-        if guard.is_none() {
-            crate::warn!("a periodic report write is stuck; writing the final report anyway");
-        }
-        self.write(s, state)
-    }
-
-    /// If a final write is under way, wait for it (bounded): a thread about to end the
-    /// process without running our exit handler must not cut it short.
-    fn wait_for_final_write(&self) {
-        let Some(s) = self.ours() else { return };
-        if s.final_request.load(Ordering::Acquire) != 0 && !on_flush_thread() {
-            self.ask_and_wait(s, &s.final_outcome, |v| v != PENDING);
-        }
-    }
-
-    /// The final write was made but the process goes on (a re-raised signal was ignored):
-    /// write "running" again and accept a later final write.
-    fn resume_after_final(&self) {
-        let Some(s) = self.ours() else { return };
-        s.final_request.store(0, Ordering::Release);
-        s.final_code.store(NO_REQUEST, Ordering::Release);
-        s.final_outcome.store(PENDING, Ordering::Release);
-        s.finished.store(false, Ordering::Release);
-        s.gate.force();
-        s.force.store(true, Ordering::Release);
-        self.wake(s);
-    }
-
-    /// Before an exec: write the report with `exit = "exec"` and pause periodic writes.
-    /// Returns true when the session must hear about a failed exec ([`Reporter::exec_failed`]).
-    fn exec_begin(&self) -> bool {
-        let Some(s) = self.ours() else { return false };
-        if s.finished.load(Ordering::Acquire) {
-            return false;
-        }
-        s.exec_pending.fetch_add(1, Ordering::AcqRel);
-        if crate::hooks::in_bookkeeping() {
-            return true;
-        }
-        if !s.helper.load(Ordering::Acquire) || on_flush_thread() {
-            self.exec_write_now(s);
-            return true;
-        }
-        let ticket = s.exec_requested.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        // Served once the flush thread has caught up with this ticket (counters wrap).
-        if !self.ask_and_wait(s, &s.exec_served, |v| v.wrapping_sub(ticket) as i32 >= 0) {
-            crate::warn!("the report write before exec did not finish in time; executing without it");
-        }
-        true
-    }
-
-    /// The exec returned (failed): the process goes on, so does its report.
-    fn exec_failed(&self) {
-        let Some(s) = self.ours() else { return };
-        s.exec_pending.fetch_sub(1, Ordering::AcqRel);
-        s.gate.force();
-        s.force.store(true, Ordering::Release);
-        self.wake(s);
-    }
-
-    fn exec_write_now(&self, s: &Session) -> bool {
-        let _guard = s.write_lock.try_lock_for(self.final_lock_wait);
-        !s.finished.load(Ordering::Acquire) && self.write(s, ExitState::Exec)
-    }
-
     /// Render and write the report. Failures warn once per session, then stay quiet.
     fn write(&self, s: &Session, exit: ExitState) -> bool {
         if !s.cleaned.swap(true, Ordering::AcqRel) {
@@ -693,51 +464,6 @@ impl Reporter {
         crate::warn!("{line}");
         self.ledger.note_warning(&line);
     }
-
-    /// In a fork child (pthread_atfork child handler): only atomic stores and the ledger's
-    /// lock-free reset. The parent's session, lock and flush thread are left behind.
-    fn after_fork_child(&self, parent_pid: i32) {
-        // Our own state first, so that a failing ledger reset cannot leave the child
-        // holding the parent's session.
-        self.session.store(ptr::null_mut(), Ordering::Relaxed);
-        self.forked_from.store(parent_pid, Ordering::Relaxed);
-        self.state.store(INACTIVE, Ordering::Release);
-        self.ledger.reset_after_fork();
-    }
-}
-
-/// Block every blockable signal in the calling thread; returns the mask it had. For the
-/// flush thread: the host's signal handlers must never run on it, where they could
-/// interrupt a report write (holding the write lock or a ledger lock) and, say, call
-/// `_exit`, which writes again; nor ours, which would wait for the flush thread itself.
-fn block_all_signals() -> libc::sigset_t {
-    // SAFETY: both sets are properly initialised sigset_t values owned by this frame.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut set);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        old
-    }
-}
-
-/// Put back a mask saved by [`block_all_signals`].
-fn restore_signal_mask(mask: &libc::sigset_t) {
-    // SAFETY: `mask` is a valid sigset_t.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, mask, ptr::null_mut());
-    }
-}
-
-/// The calling thread's blocked signal set contains every one of `signals`.
-#[cfg(test)]
-fn signals_blocked(signals: &[c_int]) -> bool {
-    // SAFETY: reads the calling thread's mask into a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, ptr::null(), &mut set) == 0
-            && signals.iter().all(|&sig| libc::sigismember(&set, sig) == 1)
-    }
 }
 
 /// Is another copy of libculedger (a wheel's and a build's, both preloaded) ahead of this one
@@ -746,7 +472,7 @@ fn signals_blocked(signals: &[c_int]) -> bool {
 /// object defining the first `culedger_push_tag`: another one that defines the first
 /// `cuMemAlloc_v2` too.
 fn another_copy_first() -> bool {
-    use crate::hooks::{real_dlsym, RTLD_DEFAULT};
+    use crate::rt::real::{real_dlsym, RTLD_DEFAULT};
     /// An address in this very object (taking the address of one of our exports would give
     /// the first copy's: references to exported symbols are interposed too).
     static HERE: u8 = 0;
@@ -795,96 +521,6 @@ pub fn exec_begin() -> bool {
 /// See [`Reporter::exec_failed`]. Never unwinds.
 pub fn exec_failed() {
     let _ = catch_unwind(|| GLOBAL.exec_failed());
-}
-
-// ---- process handlers -------------------------------------------------------------------
-
-static HANDLERS_INSTALLED: AtomicBool = AtomicBool::new(false);
-/// Our pid, stored by the prepare handler just before `fork` (the child's parent pid).
-static PRE_FORK_PID: AtomicI32 = AtomicI32::new(0);
-/// The status given to our `quick_exit` (`NO_STATUS` when unknown).
-static QUICK_EXIT_STATUS: AtomicI64 = AtomicI64::new(NO_STATUS);
-const NO_STATUS: i64 = i64::MIN;
-
-/// Remember the status of a `quick_exit` for the quick-exit handler (called by our export).
-pub fn note_quick_exit_status(status: c_int) {
-    QUICK_EXIT_STATUS.store(i64::from(status), Ordering::Release);
-}
-
-#[cfg(target_env = "gnu")]
-extern "C" {
-    /// glibc: like `atexit`, and the handler receives the exit status.
-    fn on_exit(function: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
-}
-
-extern "C" {
-    /// C11: register a handler for `quick_exit`.
-    fn at_quick_exit(function: extern "C" fn()) -> c_int;
-}
-
-#[cfg(target_env = "gnu")]
-extern "C" fn exit_handler(status: c_int, _arg: *mut c_void) {
-    final_write(ExitState::exited(Some(status)));
-}
-
-#[cfg(not(target_env = "gnu"))]
-extern "C" fn exit_handler() {
-    final_write(ExitState::Exited(None));
-}
-
-extern "C" fn quick_exit_handler() {
-    let status = QUICK_EXIT_STATUS.load(Ordering::Acquire);
-    final_write(ExitState::exited(i32::try_from(status).ok()));
-}
-
-unsafe extern "C" fn atfork_prepare() {
-    PRE_FORK_PID.store(getpid(), Ordering::Relaxed);
-}
-
-unsafe extern "C" fn atfork_child() {
-    gate::reset_after_fork();
-    signals::reset_after_fork();
-    let _ = catch_unwind(|| GLOBAL.after_fork_child(PRE_FORK_PID.load(Ordering::Relaxed)));
-}
-
-/// Register the exit, quick-exit and fork handlers, once per process image (fork children
-/// inherit them).
-fn install_process_handlers() {
-    if HANDLERS_INSTALLED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    // SAFETY: registering extern "C" functions that live as long as the process (an
-    // LD_PRELOAD library is never unloaded).
-    #[cfg(target_env = "gnu")]
-    let rc = unsafe { on_exit(exit_handler, ptr::null_mut()) };
-    #[cfg(not(target_env = "gnu"))]
-    let rc = unsafe { libc::atexit(exit_handler) };
-    if rc != 0 {
-        crate::warn!("cannot register the exit handler; the final report may be missing");
-    }
-    // SAFETY: as above.
-    if unsafe { at_quick_exit(quick_exit_handler) } != 0 {
-        crate::warn!("cannot register the quick_exit handler; quick_exit will leave no final report");
-    }
-    // SAFETY: as above.
-    let rc = unsafe { libc::pthread_atfork(Some(atfork_prepare), None, Some(atfork_child)) };
-    if rc != 0 {
-        crate::warn!("cannot register fork handlers; fork children may report their parent's ledger");
-    }
-}
-
-/// Final write (when active and ours), then end the process the way glibc's `_exit` does.
-pub fn exit_process(status: c_int) -> ! {
-    if is_active() {
-        final_write(ExitState::exited(Some(status)));
-    }
-    loop {
-        // SAFETY: terminating syscalls; they do not return on success.
-        unsafe {
-            libc::syscall(libc::SYS_exit_group, status);
-            libc::syscall(libc::SYS_exit, status);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 use serde_json::{json, Map, Value};
 
 use super::identity;
-use super::redact::redact_argv;
 use crate::config::Config;
+use culedger_format::redact::redact_argv;
 
 /// The schema identifier written at the top of every report.
 pub const SCHEMA: &str = "culedger/1";

@@ -33,8 +33,7 @@ use libc::{c_int, sighandler_t};
 
 use super::ExitState;
 
-/// The real `sigaction`.
-pub type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+pub use crate::rt::real::SigactionFn;
 
 const NSIG: usize = 65;
 
@@ -147,7 +146,7 @@ impl Drop for Guard {
 }
 
 fn real() -> Option<SigactionFn> {
-    crate::hooks::real_sigaction()
+    crate::rt::real::real_sigaction()
 }
 
 fn our_handler() -> sighandler_t {
@@ -348,10 +347,10 @@ pub unsafe fn program_siginterrupt(real: unsafe extern "C" fn(c_int, c_int) -> c
 extern "C" fn on_signal(sig: c_int) {
     // SAFETY: errno is thread-local; saved and restored around everything we do.
     let errno = unsafe { *libc::__errno_location() };
-    if crate::hooks::in_bookkeeping() {
+    if crate::rt::thread::in_bookkeeping() {
         // This thread may hold the ledger lock the write needs: finish the bookkeeping
         // first (`after_bookkeeping`).
-        crate::hooks::defer_signal(sig);
+        crate::rt::thread::defer_signal(sig);
     } else {
         end_by(sig);
     }
@@ -360,7 +359,7 @@ extern "C" fn on_signal(sig: c_int) {
 }
 
 /// Called by a hook when it leaves culedger's bookkeeping with a signal `sig` that arrived
-/// meanwhile (`hooks::defer_signal`): it ends the process now.
+/// meanwhile (`rt::thread::defer_signal`): it ends the process now.
 #[cold]
 pub fn after_bookkeeping(sig: c_int) {
     crate::debug!("signal {sig} arrived during culedger's bookkeeping; handling it now");

@@ -17,6 +17,7 @@ mod linetable;
 mod maps;
 mod native;
 mod python;
+mod render;
 mod table;
 mod unwind;
 
@@ -38,6 +39,7 @@ pub use linetable::{line_v310, line_v311};
 pub use maps::{REFRESHES, SLOW_READS};
 pub use native::internal_object;
 pub use python::version_from_name;
+pub use render::{short, site_json};
 
 /// One Python frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -182,7 +184,7 @@ fn announce_atomics() {
 /// The call site of the calling thread, now: its id in the process table (0 when nothing
 /// could be captured). Never panics.
 pub fn capture() -> u32 {
-    crate::hooks::init();
+    crate::rt::quiet_panics();
     announce_atomics();
     catch_unwind(AssertUnwindSafe(capture_inner)).unwrap_or_else(|_| {
         miss("internal error");
@@ -192,7 +194,7 @@ pub fn capture() -> u32 {
 
 fn capture_inner() -> u32 {
     // Inside dlopen (a library constructor, the loader lock held): no frames at all.
-    if crate::hooks::in_dlopen() {
+    if crate::rt::dlopen::in_dlopen() {
         IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
@@ -309,7 +311,7 @@ struct Repeat {
     /// Calls left before the Python runtime is looked for by the clock even though no
     /// `dlopen` entered since the last look (`python::runtime_unless_unchanged`).
     py_recheck_in: std::cell::Cell<u8>,
-    /// See `hooks::in_dlopen_unless_none_since`.
+    /// See `rt::dlopen::in_dlopen_unless_none_since`.
     dlopen_clear_at: std::cell::Cell<u64>,
 }
 
@@ -356,9 +358,9 @@ fn stack_pointer() -> u64 {
 ///
 /// Returns the id and whether it was the previous call's: the caller counts those in the
 /// record it makes under its device's lock (`Ledger::probe_site`, `health.site_repeats`),
-/// which costs nothing there, where a process-wide atomic increment here cost about 1 ns.
+/// which costs nothing there, where a process-wide atomic increment here would be paid on every query.
 pub fn capture_repeat(key: usize) -> (u32, bool) {
-    crate::hooks::init();
+    crate::rt::quiet_panics();
     catch_unwind(AssertUnwindSafe(|| repeat_inner(key, |r| &r.queries))).unwrap_or_else(|_| {
         miss("internal error");
         (0, false)
@@ -370,7 +372,7 @@ pub fn capture_repeat(key: usize) -> (u32, bool) {
 /// each proven equal to their own previous capture. The hook counts a reused site in the
 /// record it makes (`Ledger::alloc_site`). See docs/sites.md, "Repeated allocation sites".
 pub fn capture_alloc(key: usize) -> (u32, bool) {
-    crate::hooks::init();
+    crate::rt::quiet_panics();
     catch_unwind(AssertUnwindSafe(|| repeat_inner(key, |r| &r.allocs))).unwrap_or_else(|_| {
         miss("internal error");
         (0, false)
@@ -385,7 +387,7 @@ fn repeat_inner<const N: usize>(key: usize, ways: fn(&Repeat) -> &std::cell::Ref
     // on a miss the full capture remembered in place.
     REPEAT
         .try_with(|state| {
-            if crate::hooks::in_dlopen_unless_none_since(&state.dlopen_clear_at) {
+            if crate::rt::dlopen::in_dlopen_unless_none_since(&state.dlopen_clear_at) {
                 IN_DLOPEN_SKIPS.fetch_add(1, Ordering::Relaxed);
                 return (0, false);
             }
@@ -496,84 +498,6 @@ pub fn python_version() -> Option<String> {
     PY_VERSION.get().cloned()
 }
 
-/// Python packages of the frameworks that allocate on a program's behalf: a frame in one of them
-/// is plumbing (`torch/cuda/memory.py:mem_get_info`, CuPy's `cupy/_creation/basic.py:empty`),
-/// not the caller a user wants named. Matched as a path component (`.../torch/...`), so an
-/// installed package and a source checkout count alike.
-const FRAMEWORK_PACKAGES: &[&str] = &[
-    "/torch/",
-    "/cupy/",
-    "/cupyx/",
-    "/cupy_backends/",
-    "/cuda/bindings/",
-    "/cuda/core/",
-    "/cuda/pathfinder/",
-    "/triton/",
-    "/numba/cuda/",
-];
-
-/// Is `file` the interpreter's own (standard library, ctypes and its wrappers included, frozen
-/// modules, shims) or a framework's ([`FRAMEWORK_PACKAGES`])?
-///
-/// CPython 3.13+ runs a specialised call of a class with a Python `__init__`
-/// (`CALL_ALLOC_AND_ENTER_INIT`) through the shim code object `_Py_InitCleanup`
-/// (Python/specialize.c), whose `co_filename` is `"__init__"`: a frame that is no one's code.
-pub fn runtime_file(file: &str) -> bool {
-    file.starts_with("<frozen ")
-        || file == "__init__"
-        || (file.contains("/lib/python3") && !file.contains("-packages/"))
-        || FRAMEWORK_PACKAGES.iter().any(|p| file.contains(p))
-}
-
-/// A comprehension's own frame (3.11 and older run them as functions): `caller` names the
-/// function around it.
-pub fn comprehension(function: &str) -> bool {
-    ["<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>"].iter().any(|c| function.ends_with(c))
-}
-
-/// A file name as shown in `caller`: from the package root when it is installed
-/// (`sglang/srt/model_executor/model_runner.py`), else the basename.
-pub fn short_file(file: &str) -> &str {
-    for marker in ["/site-packages/", "/dist-packages/"] {
-        if let Some(i) = file.rfind(marker) {
-            return &file[i + marker.len()..];
-        }
-    }
-    file.rsplit('/').next().unwrap_or(file)
-}
-
-/// The short form of a site: `file:function` of the innermost Python frame outside the
-/// interpreter's and the frameworks' files ([`runtime_file`]; comprehension frames skipped), else `object!symbol` of the first native frame outside
-/// culedger/CUDA/libc (`object+0xOFFSET` without a symbol); None when nothing is known.
-pub fn short(site: &Site) -> Option<String> {
-    if let Some(f) = site.python.iter().find(|f| !runtime_file(&f.file) && !comprehension(&f.function)) {
-        return Some(format!("{}:{}", short_file(&f.file), f.function));
-    }
-    site.native.iter().find(|f| !f.internal).map(|f| match &f.symbol {
-        Some(s) => format!("{}!{}", f.object, s),
-        None => format!("{}+{:#x}", f.object, f.offset),
-    })
-}
-
-/// The JSON of one site (docs/schema.md, `sites[]`).
-pub fn site_json(id: u32, s: &Site) -> Value {
-    json!({
-        "id": id,
-        "python": s.python.iter().map(|f| json!({
-            "file": f.file,
-            "function": f.function,
-            "line": f.line,
-            "line_is_current": f.line_is_current,
-        })).collect::<Vec<_>>(),
-        "native": s.native.iter().map(|f| json!({
-            "object": &*f.object,
-            "symbol": f.symbol.as_deref(),
-            "offset": format!("{:#x}", f.offset),
-            "internal": f.internal,
-        })).collect::<Vec<_>>(),
-    })
-}
-
 fn collect_ids(v: &Value, ids: &mut BTreeSet<u32>) {
     match v {
         Value::Object(m) => {
@@ -654,59 +578,6 @@ mod tests {
 
     fn py(file: &str, function: &str) -> Arc<PyFrame> {
         Arc::new(PyFrame { file: file.into(), function: function.into(), line: 1, line_is_current: true })
-    }
-
-    fn nat(object: &str, symbol: Option<&str>, internal: bool) -> Arc<NativeFrame> {
-        Arc::new(NativeFrame { object: object.into(), symbol: symbol.map(Into::into), offset: 0x10, internal })
-    }
-
-    #[test]
-    fn short_form_skips_runtime_frames() {
-        let s = Site {
-            python: vec![
-                py("/usr/lib/python3/dist-packages/torch/cuda/memory.py", "caching_allocator_alloc"),
-                py("/usr/lib/python3.11/threading.py", "Thread.run"),
-                py(
-                    "/srv/venv/lib/python3.12/site-packages/sglang/srt/mem_cache/memory_pool.py",
-                    "MHATokenToKVPool._create_buffers",
-                ),
-            ],
-            native: vec![nat("libcudart.so.12", Some("cudaMalloc"), true)],
-        };
-        assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
-        // CuPy's own allocation path and its Cython-generated frames, then the user's script.
-        let cupy = Site {
-            python: vec![
-                py("/srv/venv/lib/python3.11/site-packages/cupy/_creation/basic.py", "empty"),
-                py("/srv/venv/lib/python3.11/site-packages/cupyx/scipy/sparse/_coo.py", "coo_matrix.__init__"),
-                py("/usr/lib/python3.11/ctypes/__init__.py", "__getitem__"),
-                py("/home/u/cupy_pool.py", "make_buffers"),
-            ],
-            native: vec![],
-        };
-        assert_eq!(short(&cupy).unwrap(), "cupy_pool.py:make_buffers");
-        let info = Site {
-            python: vec![py("/opt/torch-src/torch/cuda/memory.py", "mem_get_info"), py("/w/probe.py", "probe")],
-            native: vec![],
-        };
-        assert_eq!(short(&info).unwrap(), "probe.py:probe", "a source checkout of torch is torch's too");
-        let c = Site { python: vec![py("/a/m.py", "f.<locals>.<listcomp>"), py("/a/m.py", "f")], native: vec![] };
-        assert_eq!(short(&c).unwrap(), "m.py:f");
-        // CPython 3.13+'s `__init__` shim between a class call and the caller.
-        let shim = Site { python: vec![py("__init__", "__init__"), py("/a/m.py", "Pool.__init__")], native: vec![] };
-        assert_eq!(short(&shim).unwrap(), "m.py:Pool.__init__");
-        let n = Site {
-            python: vec![py("<frozen runpy>", "_run_code")],
-            native: vec![
-                nat("libculedger.so", Some("cudaMalloc"), true),
-                nat("libnccl.so.2", Some("ncclCommInitRank"), false),
-            ],
-        };
-        assert_eq!(short(&n).unwrap(), "libnccl.so.2!ncclCommInitRank");
-        let anon = Site { python: vec![], native: vec![nat("engine", None, false)] };
-        assert_eq!(short(&anon).unwrap(), "engine+0x10");
-        assert_eq!(short(&Site::default()), None);
-        assert_eq!(short_file("/home/u/proj/sim.py"), "sim.py");
     }
 
     #[test]

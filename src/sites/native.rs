@@ -4,7 +4,7 @@
 //!
 //! Only called for allocations at or above `CULEDGER_SITE_MIN`, failures, queries and
 //! hidden-cost calls; never on the small-allocation path; never while this thread is inside
-//! `dlopen` (its constructors run with the loader lock held, see `hooks::dlopen`). The
+//! `dlopen` (its constructors run with the loader lock held, see `rt::dlopen`). The
 //! callback of `_Unwind_Backtrace` only stores addresses in a fixed array. Names are looked up
 //! once per address and cached; `dladdr` runs with no lock of ours held.
 

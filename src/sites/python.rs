@@ -113,7 +113,7 @@ pub enum Found {
 
 fn sym(name: &CStr) -> u64 {
     // SAFETY: a plain symbol look-up in the global scope.
-    unsafe { crate::hooks::real_dlsym(std::ptr::null_mut(), name.as_ptr()) as u64 }
+    unsafe { crate::rt::real::real_dlsym(std::ptr::null_mut(), name.as_ptr()) as u64 }
 }
 
 /// (major, minor) from a file name like `libpython3.10.so.1.0` or `/usr/bin/python3.10`.
@@ -242,7 +242,7 @@ pub fn runtime_unless_unchanged(recheck: bool) -> Option<&'static Runtime> {
         return found;
     }
     crate::sync::atomic(&LOOKED_AT_DLOPENS);
-    match crate::hooks::dlopens() {
+    match crate::rt::dlopen::dlopens() {
         Some(n) if LOOKED_AT_DLOPENS.load(Ordering::Acquire) != n + 1 => look(super::coarse_ms()),
         Some(_) if !recheck => None,
         _ => runtime(),
@@ -283,7 +283,7 @@ fn look(now: u64) -> Option<&'static Runtime> {
     crate::sync::atomic(&LAST_LOOK_MS);
     LAST_LOOK_MS.store(now.max(1), Ordering::Relaxed);
     // Read before looking: a dlopen entered after this is a change the look may have missed.
-    let dlopens = crate::hooks::dlopens();
+    let dlopens = crate::rt::dlopen::dlopens();
     let found = find();
     crate::sync::atomic(&LOOKED_AT_DLOPENS);
     LOOKED_AT_DLOPENS.store(dlopens.map_or(0, |n| n + 1), Ordering::Release);
@@ -520,7 +520,7 @@ mod tests {
                 }
             })
         };
-        assert!(settled(&|| looked_at() == crate::hooks::dlopens().unwrap() + 1), "a first look");
+        assert!(settled(&|| looked_at() == crate::rt::dlopen::dlopens().unwrap() + 1), "a first look");
         let before = looked_at();
         // SAFETY: an already loaded library, not loaded again.
         let h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };

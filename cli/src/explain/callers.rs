@@ -1,14 +1,11 @@
 //! Call sites in words: the short form of a site id (`file:function`), as the interposer
-//! writes it in `top_allocations[].caller` (issue [4]).
+//! writes it in `top_allocations[].caller`.
 //!
 //! Reports carry the frames of every referenced site in the top-level `sites[]`, and a short
 //! `caller` only on top allocations (and per-device sites). For the other records (failures,
-//! queries, driver costs) the short form is computed here by the interposer's rule: the
-//! innermost Python frame outside the interpreter's own files and PyTorch's (comprehension
-//! frames skipped), as `file:function` with the file from its package root when installed,
-//! else its base name; without one, the first native frame outside culedger, CUDA and libc,
-//! as `object!symbol` (`object+offset` without a symbol). Reports from writers before call
-//! sites have none: callers then say "call site unknown".
+//! queries, driver costs) the short form is computed by the interposer's own rule, from the
+//! format crate (`culedger_format::site`). Reports from writers before call sites have none:
+//! callers then say "call site unknown".
 //!
 //! The frame shown is the one that explains the call (`explaining`): the innermost frame an
 //! engine pack names (its sizing formula's query functions: `profile_max_num_token`, not
@@ -16,38 +13,8 @@
 //! thin API wrappers (a ctypes binding named after the CUDA or NCCL call it wraps:
 //! `CudaRTLibrary.cudaDeviceEnablePeerAccess`), with a short chain of its callers.
 
-use crate::model::{Report, SiteRec};
-
-/// Is `file` the interpreter's own (standard library, frozen modules) or PyTorch's?
-fn runtime_file(file: &str) -> bool {
-    file.starts_with("<frozen ")
-        || (file.contains("/lib/python3") && !file.contains("-packages/"))
-        || file.contains("/torch/")
-}
-
-fn comprehension(function: &str) -> bool {
-    ["<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>"].iter().any(|c| function.ends_with(c))
-}
-
-fn short_file(file: &str) -> &str {
-    for marker in ["/site-packages/", "/dist-packages/"] {
-        if let Some(i) = file.rfind(marker) {
-            return &file[i + marker.len()..];
-        }
-    }
-    file.rsplit('/').next().unwrap_or(file)
-}
-
-/// The short form of a site.
-pub fn short(site: &SiteRec) -> Option<String> {
-    if let Some(f) = site.python.iter().find(|f| !runtime_file(&f.file) && !comprehension(&f.function)) {
-        return Some(format!("{}:{}", short_file(&f.file), f.function));
-    }
-    site.native.iter().find(|f| !f.internal).map(|f| match &f.symbol {
-        Some(s) => format!("{}!{s}", f.object),
-        None => format!("{}+{}", f.object, f.offset),
-    })
-}
+use crate::model::{PyFrameRec, Report, SiteRec};
+use culedger_format::site::{python_short, user_frame};
 
 /// A function named after the API it wraps (`CudaRTLibrary.cudaIpcOpenMemHandle`,
 /// `NCCLLibrary.ncclCommInitRank`): a binding, not the code that decided to call it.
@@ -61,7 +28,7 @@ fn api_wrapper(function: &str) -> bool {
 /// The frame that explains a call, and its callers as a short chain.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explaining {
-    /// `file:function`, as [`short`] writes it.
+    /// `file:function`, as the short form writes it.
     pub short: String,
     pub function: String,
     /// `a <- b <- c`: the frame and its callers up to the frame an engine pack names (at
@@ -77,8 +44,7 @@ pub struct Explaining {
 pub fn explaining(report: &Report, id: Option<i64>, query: bool) -> Option<Explaining> {
     let id = id.filter(|&i| i != 0)?;
     let site = report.sites.iter().find(|s| s.id == id)?;
-    let frames: Vec<&crate::sites::PyFrameRec> =
-        site.python.iter().filter(|f| !runtime_file(&f.file) && !comprehension(&f.function)).collect();
+    let frames: Vec<&PyFrameRec> = site.python.iter().filter(|f| user_frame(*f)).collect();
     let named = super::engines::query_functions();
     let anchor = frames.iter().position(|f| super::engines::frame_matches(named, f));
     let first = frames.iter().position(|f| !api_wrapper(&f.function))?;
@@ -97,7 +63,7 @@ pub fn explaining(report: &Report, id: Option<i64>, query: bool) -> Option<Expla
         names.join(" <- ")
     };
     let f = frames[explains];
-    Some(Explaining { short: format!("{}:{}", short_file(&f.file), f.function), function: f.function.clone(), chain })
+    Some(Explaining { short: python_short(f), function: f.function.clone(), chain })
 }
 
 /// The short form followed by the caller chain (`file:function (a <- b <- c)`) when the
@@ -125,7 +91,7 @@ pub fn caller(report: &Report, id: Option<i64>) -> Option<String> {
     if let Some(c) = given.and_then(|a| a.caller.clone()) {
         return Some(c);
     }
-    report.sites.iter().find(|s| s.id == id).and_then(short)
+    report.sites.iter().find(|s| s.id == id).and_then(SiteRec::short)
 }
 
 /// Whether the report records call sites at all.
@@ -147,7 +113,7 @@ pub fn function(caller: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sites::{NativeRec, PyFrameRec};
+    use crate::model::NativeRec;
 
     fn py(file: &str, function: &str) -> PyFrameRec {
         PyFrameRec { file: file.into(), function: function.into(), line: 1, ..Default::default() }
@@ -167,7 +133,7 @@ mod tests {
             ],
             native: vec![],
         };
-        let c = short(&s).unwrap();
+        let c = s.short().unwrap();
         assert_eq!(c, "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
         assert_eq!(function(&c), "MHATokenToKVPool._create_buffers");
         assert_eq!(function("libnccl.so.2!ncclCommInitRank"), "libnccl.so.2!ncclCommInitRank");
@@ -184,7 +150,7 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(short(&n).unwrap(), "libnccl.so.2!ncclCommInitRank");
-        assert_eq!(short(&SiteRec::default()), None);
+        assert_eq!(n.short().unwrap(), "libnccl.so.2!ncclCommInitRank");
+        assert_eq!(SiteRec::default().short(), None);
     }
 }

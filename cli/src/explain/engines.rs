@@ -10,8 +10,8 @@
 //! engine's package (`recognize`). The evaluation is in `advice`.
 
 use super::glob::{Glob, Plain};
+use crate::model::PyFrameRec;
 use crate::model::Report;
-use crate::sites::PyFrameRec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -19,9 +19,7 @@ pub mod diffs;
 pub mod engines;
 pub mod findings;
 // The rule language's patterns, shared with the classifier.
-#[path = "../../../src/classify/glob.rs"]
-#[allow(dead_code)]
-mod glob;
+use culedger_format::glob;
 pub mod recon;
 mod render;
 pub mod steps;

@@ -1,4 +1,4 @@
-//! The `culedger/1` report as the CLI reads it (see `docs/schema.md`), and the
+//! The `culedger/1` report's types (see `docs/schema.md`), and the schema tag of the
 //! `culedger-summary/1` file that `culedger run` writes.
 //!
 //! Unknown fields are ignored (the schema only ever adds fields). Fields a reader cannot
@@ -13,7 +13,7 @@ pub const SCHEMA: &str = "culedger/1";
 /// The schema tag of the file `culedger run` writes into its output directory.
 pub const SUMMARY_SCHEMA: &str = "culedger-summary/1";
 /// Categories in the order the schema fixes.
-pub const CATEGORIES: [&str; 6] = ["weights", "kv_pool", "ipc", "graphs", "comm", "other"];
+pub use crate::category::CATEGORIES;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct Report {
@@ -116,7 +116,7 @@ pub struct Device {
     pub timeline: Vec<Sample>,
     pub events: Vec<Event>,
     /// The call sites holding the most live bytes on this device.
-    pub sites: Vec<crate::sites::DevSite>,
+    pub sites: Vec<DevSite>,
 }
 
 impl Device {
@@ -216,9 +216,83 @@ pub struct Allocation {
     pub caller: Option<String>,
 }
 
+/// One Python frame of a site.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PyFrameRec {
+    pub file: String,
+    pub function: String,
+    pub line: i64,
+    pub line_is_current: bool,
+}
+
+/// One native frame of a site.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct NativeRec {
+    pub object: String,
+    pub symbol: Option<String>,
+    /// From the object's load base, as [`crate::site::offset_text`] writes it.
+    pub offset: String,
+    pub internal: bool,
+}
+
 /// A call site (`sites[]`): the Python frames (innermost first) and the native frames of
 /// the call that made a record.
-pub use crate::sites::SiteRec;
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct SiteRec {
+    pub id: i64,
+    pub python: Vec<PyFrameRec>,
+    pub native: Vec<NativeRec>,
+}
+
+impl SiteRec {
+    /// The short form of the site (`caller`), by the rule the writer names callers with.
+    pub fn short(&self) -> Option<String> {
+        crate::site::short(&self.python, &self.native)
+    }
+}
+
+impl crate::site::PyFrameView for PyFrameRec {
+    fn file(&self) -> &str {
+        &self.file
+    }
+    fn function(&self) -> &str {
+        &self.function
+    }
+}
+
+impl crate::site::NativeFrameView for NativeRec {
+    fn object(&self) -> &str {
+        &self.object
+    }
+    fn symbol(&self) -> Option<&str> {
+        self.symbol.as_deref()
+    }
+    fn offset(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.offset)
+    }
+    fn internal(&self) -> bool {
+        self.internal
+    }
+}
+
+/// What one call site holds on a device (`devices[].sites[]`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct DevSite {
+    pub site: i64,
+    pub category: String,
+    /// The rule that gave the category (None: the default, or a report from before
+    /// report-time categories).
+    pub rule: Option<String>,
+    pub caller: Option<String>,
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub allocs: i64,
+    pub total_allocs: i64,
+}
 
 /// One timeline sample: total live bytes and live bytes per category.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -1,0 +1,130 @@
+//! A site in the report's words: its short form (`caller`) by the format crate's one rule,
+//! which the reader applies to the frames the report keeps, and its JSON (`sites[]`).
+
+use std::borrow::Cow;
+
+use culedger_format::site::{self as form, NativeFrameView, PyFrameView};
+use serde_json::{json, Value};
+
+use super::{NativeFrame, PyFrame, Site};
+
+impl PyFrameView for PyFrame {
+    fn file(&self) -> &str {
+        &self.file
+    }
+    fn function(&self) -> &str {
+        &self.function
+    }
+}
+
+impl NativeFrameView for NativeFrame {
+    fn object(&self) -> &str {
+        &self.object
+    }
+    fn symbol(&self) -> Option<&str> {
+        self.symbol.as_deref()
+    }
+    fn offset(&self) -> Cow<'_, str> {
+        Cow::Owned(form::offset_text(self.offset))
+    }
+    fn internal(&self) -> bool {
+        self.internal
+    }
+}
+
+/// The short form of a site (`culedger_format::site`); None when nothing is known.
+pub fn short(site: &Site) -> Option<String> {
+    form::short(site.python.iter().map(|f| &**f), site.native.iter().map(|f| &**f))
+}
+
+/// The JSON of one site (docs/schema.md, `sites[]`).
+pub fn site_json(id: u32, s: &Site) -> Value {
+    json!({
+        "id": id,
+        "python": s.python.iter().map(|f| json!({
+            "file": f.file,
+            "function": f.function,
+            "line": f.line,
+            "line_is_current": f.line_is_current,
+        })).collect::<Vec<_>>(),
+        "native": s.native.iter().map(|f| json!({
+            "object": &*f.object,
+            "symbol": f.symbol.as_deref(),
+            "offset": form::offset_text(f.offset),
+            "internal": f.internal,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn py(file: &str, function: &str) -> Arc<PyFrame> {
+        Arc::new(PyFrame { file: file.into(), function: function.into(), line: 1, line_is_current: true })
+    }
+
+    fn nat(object: &str, symbol: Option<&str>, internal: bool) -> Arc<NativeFrame> {
+        Arc::new(NativeFrame { object: object.into(), symbol: symbol.map(Into::into), offset: 0x10, internal })
+    }
+
+    /// The short form of `s` as the writer names it, checked to be the one the reader gives
+    /// for the site as the report writes it.
+    fn short_both(s: &Site) -> Option<String> {
+        let written = short(s);
+        let read: culedger_format::report::SiteRec =
+            serde_json::from_value(site_json(7, s)).expect("the report's site parses");
+        assert_eq!(read.short(), written, "writer and reader disagree on {s:?}");
+        written
+    }
+
+    #[test]
+    fn short_form_skips_runtime_frames_and_the_reader_agrees() {
+        let short = short_both;
+        let s = Site {
+            python: vec![
+                py("/usr/lib/python3/dist-packages/torch/cuda/memory.py", "caching_allocator_alloc"),
+                py("/usr/lib/python3.11/threading.py", "Thread.run"),
+                py(
+                    "/srv/venv/lib/python3.12/site-packages/sglang/srt/mem_cache/memory_pool.py",
+                    "MHATokenToKVPool._create_buffers",
+                ),
+            ],
+            native: vec![nat("libcudart.so.12", Some("cudaMalloc"), true)],
+        };
+        assert_eq!(short(&s).unwrap(), "sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers");
+        // CuPy's own allocation path and its Cython-generated frames, then the user's script.
+        let cupy = Site {
+            python: vec![
+                py("/srv/venv/lib/python3.11/site-packages/cupy/_creation/basic.py", "empty"),
+                py("/srv/venv/lib/python3.11/site-packages/cupyx/scipy/sparse/_coo.py", "coo_matrix.__init__"),
+                py("/usr/lib/python3.11/ctypes/__init__.py", "__getitem__"),
+                py("/home/u/cupy_pool.py", "make_buffers"),
+            ],
+            native: vec![],
+        };
+        assert_eq!(short(&cupy).unwrap(), "cupy_pool.py:make_buffers");
+        let info = Site {
+            python: vec![py("/opt/torch-src/torch/cuda/memory.py", "mem_get_info"), py("/w/probe.py", "probe")],
+            native: vec![],
+        };
+        assert_eq!(short(&info).unwrap(), "probe.py:probe", "a source checkout of torch is torch's too");
+        let c = Site { python: vec![py("/a/m.py", "f.<locals>.<listcomp>"), py("/a/m.py", "f")], native: vec![] };
+        assert_eq!(short(&c).unwrap(), "m.py:f");
+        // CPython 3.13+'s `__init__` shim between a class call and the caller.
+        let shim = Site { python: vec![py("__init__", "__init__"), py("/a/m.py", "Pool.__init__")], native: vec![] };
+        assert_eq!(short(&shim).unwrap(), "m.py:Pool.__init__");
+        let n = Site {
+            python: vec![py("<frozen runpy>", "_run_code")],
+            native: vec![
+                nat("libculedger.so", Some("cudaMalloc"), true),
+                nat("libnccl.so.2", Some("ncclCommInitRank"), false),
+            ],
+        };
+        assert_eq!(short(&n).unwrap(), "libnccl.so.2!ncclCommInitRank");
+        let anon = Site { python: vec![], native: vec![nat("engine", None, false)] };
+        assert_eq!(short(&anon).unwrap(), "engine+0x10");
+        assert_eq!(short(&Site::default()), None);
+    }
+}
