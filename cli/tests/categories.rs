@@ -1,4 +1,4 @@
-//! Report-time categories in `culedger report` ([5]): the rule behind each caller's category
+//! Report-time categories in `culedger report`: the rule behind each caller's category
 //! in "Where the memory was allocated", and categories beyond the six (a user's rules, a
 //! program's tags) shown when not empty, or always with --all-categories.
 

@@ -1,8 +1,8 @@
 //! The ledger's clock: microseconds since the ledger was created, read on every record.
 //!
-//! On this project's kind of VM a monotonic clock read (`clock_gettime`, through the vDSO and
-//! the hypervisor's clock page) costs about 32 ns, two of them a fifth of an alloc+free pair;
-//! the processor's time-stamp counter costs about 13 ns. So, where the counter is invariant
+//! On a VM a monotonic clock read (`clock_gettime`, through the vDSO and the hypervisor's
+//! clock page) is a visible part of an alloc+free pair, and reading the processor's
+//! time-stamp counter costs a fraction of it (BENCHMARKS.md). So, where the counter is invariant
 //! (x86_64 with CPUID's "invariant TSC": constant rate, not stopped in sleep states, the same
 //! on every core), times are the counter scaled to the monotonic clock: until the first
 //! calibration (20 ms after the start) every read is the monotonic clock itself; then the

@@ -28,7 +28,7 @@ pub(crate) const COST_SITES: usize = 8;
 
 /// One live allocation (or VMM physical handle) as the shard keeps it: 32 bytes, so that a
 /// million live allocations cost at most 64 bytes each with the table's slack and the
-/// address order ([9]). Fields are packed into words; read them through the methods.
+/// address order. Fields are packed into words; read them through the methods.
 /// Limits (saturating; documented in docs/reliability.md): sizes up to 2^48-1 bytes (256 TiB),
 /// times up to 2^48 us (8.9 years), sequence numbers up to 2^48.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -688,7 +688,7 @@ pub(crate) struct DeviceLedger {
     /// Host-to-device bytes copied into live records (those whose `has_h2d` is set): few,
     /// and kept out of the record so that the others stay 32 bytes.
     h2d: HashMap<Key, u64, BuildHasherDefault<KeyHasher>>,
-    /// [5] report-time categories: the large allocations' history (history.rs).
+    /// For report-time categories: the large allocations' history (history.rs).
     pub history: super::history::History,
 }
 
@@ -864,7 +864,7 @@ impl DeviceLedger {
             displaced.count += 1;
             displaced.bytes = displaced.bytes.saturating_add(old.bytes());
             let now = now();
-            self.history.freed(Key::Addr(base), &old, now.seq); // [5] history
+            self.history.freed(Key::Addr(base), &old, now.seq);
             self.stats.sample(now);
         }
     }
@@ -948,7 +948,7 @@ impl DeviceLedger {
         };
         if let Some(old) = old {
             self.account_gone(key, &old);
-            self.history.freed(key, &old, now.seq); // [5] history
+            self.history.freed(key, &old, now.seq);
             displaced.count += 1;
             displaced.bytes = displaced.bytes.saturating_add(old.bytes());
         }
@@ -959,7 +959,7 @@ impl DeviceLedger {
         self.stats.site_add(facts.site, category, bytes, true);
         self.stats.alloc_count += 1;
         self.stats.sample(now);
-        self.history.inserted(key, &a, api, facts.h2d_bytes); // [5] history
+        self.history.inserted(key, &a, api, facts.h2d_bytes);
         if let Key::Addr(b) = key {
             self.order.push(Fresh { base: b, end: a.end(), seq: a.seq() });
             let o = &self.order;
@@ -986,7 +986,7 @@ impl DeviceLedger {
     pub(crate) fn take_stamped(&mut self, key: Key, stamp: impl FnOnce() -> Stamp) -> Option<(Removed, Stamp)> {
         let r = self.take(key)?;
         let now = stamp();
-        self.history.freed(key, &r.alloc, now.seq); // [5] history
+        self.history.freed(key, &r.alloc, now.seq);
         self.stats.sample(now);
         Some((r, now))
     }
@@ -1016,7 +1016,7 @@ impl DeviceLedger {
         }
         let current = self.stats.current(now);
         self.stats.timeline.undo(taken.seq, current);
-        self.history.restored(key, &a); // [5] history
+        self.history.restored(key, &a);
         match key {
             Key::Addr(b) => {
                 self.order.push(Fresh { base: b, end: a.end(), seq: a.seq() });
@@ -1053,7 +1053,7 @@ impl DeviceLedger {
             self.h2d.insert(key, facts.h2d_bytes);
         }
         self.stats.reclassify(a, now);
-        // [5] history, in the same lookup: `export_seq` is when an export happened (0: the
+        // The history, in the same lookup: `export_seq` is when an export happened (0: the
         // change was not one).
         self.history.facts_changed(key, a, facts.h2d_bytes, export_seq);
         Some(r)
@@ -1072,7 +1072,7 @@ impl DeviceLedger {
         a.set_h2d();
         let h2d = self.h2d.entry(key).or_insert(0);
         *h2d = h2d.saturating_add(bytes);
-        self.history.facts_changed(key, a, *h2d, 0); // [5] history
+        self.history.facts_changed(key, a, *h2d, 0);
         true
     }
 

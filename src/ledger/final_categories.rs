@@ -1,4 +1,4 @@
-//! Report-time categories of one device ([5], docs/categories.md "Implementation"): the
+//! Report-time categories of one device (docs/categories.md "Implementation"): the
 //! rules, the phase fallback and the replay over the device's history, run by the report
 //! writer on copies taken under the shard lock (never under it). What `json.rs` renders
 //! in place of the live ledger's online categories.

@@ -19,8 +19,8 @@
 mod bounded;
 mod clock;
 mod device;
-mod final_categories; // [5] report-time categories
-mod history; // [5] report-time categories
+mod final_categories; // report-time categories
+mod history; // the large allocations' history, for report-time categories
 mod host;
 mod json;
 mod table;

@@ -258,7 +258,7 @@ fn a_size_beyond_the_record_counts_alike_both_ways() {
 
 #[test]
 fn the_packed_record_keeps_every_field() {
-    // 32 bytes: a million live allocations within 64 bytes each with the table's slack ([9]).
+    // 32 bytes: a million live allocations within 64 bytes each with the table's slack.
     assert_eq!(std::mem::size_of::<device::Alloc>(), 32);
     let l = Ledger::new();
     let tag = crate::classify::tags::intern("kv_pool").unwrap();

@@ -419,24 +419,14 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
         let q = r.query_index;
         let pool_burst = burst_after(&st, q);
         let fail = (q + 1..st.len()).find(|&i| st[i].failure().is_some()).filter(|_| r.complete);
-        let o = match fail {
+        // (failed, free at the end, the pool so far, still needed, margin)
+        let (failed, free, pool, still, margin_bytes) = match fail {
             Some(i) => {
                 let f = st[i].failure().expect("a failure");
                 let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, needed(m, f));
                 let free = recon.free_bytes;
-                let pool_so_far = recon.sum("pool");
-                Outlook {
-                    pid: r.pid,
-                    process: r.process.clone(),
-                    host: r.host.clone(),
-                    device: r.device,
-                    told_bytes: r.told_bytes,
-                    failed: true,
-                    arrivals_bytes: r.told_bytes - free - pool_so_far,
-                    free_end_bytes: free,
-                    still_bytes: still,
-                    margin_bytes: after_pool.map_or(margin, |fp| (margin - (fp - free)).max(0)),
-                }
+                let margin = after_pool.map_or(margin, |fp| (margin - (fp - free)).max(0));
+                (true, free, recon.sum("pool"), still, margin)
             }
             None => {
                 let last = st.len() - 1;
@@ -445,19 +435,20 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
                     Some(p) if last > q => p.free_bytes.unwrap_or(0),
                     _ => reconcile(g, m, &st, q, last, &pool_burst).free_bytes,
                 };
-                Outlook {
-                    pid: r.pid,
-                    process: r.process.clone(),
-                    host: r.host.clone(),
-                    device: r.device,
-                    told_bytes: r.told_bytes,
-                    failed: false,
-                    arrivals_bytes: r.told_bytes - free - pool,
-                    free_end_bytes: free,
-                    still_bytes: 0,
-                    margin_bytes: 0,
-                }
+                (false, free, pool, 0, 0)
             }
+        };
+        let o = Outlook {
+            pid: r.pid,
+            process: r.process.clone(),
+            host: r.host.clone(),
+            device: r.device,
+            told_bytes: r.told_bytes,
+            failed,
+            arrivals_bytes: r.told_bytes - free - pool,
+            free_end_bytes: free,
+            still_bytes: still,
+            margin_bytes,
         };
         out.push(o);
     }

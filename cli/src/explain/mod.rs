@@ -61,7 +61,7 @@ pub struct Explanation {
     /// The exit status: 1 when a finding is a failure or a warning, else 0.
     pub exit_code: i32,
     pub findings: Vec<findings::Finding>,
-    /// Whether the reports record call sites (writers since issue [4]).
+    /// Whether the reports record call sites (not every writer's reports hold them).
     pub sites_recorded: bool,
     /// What limits the explanation: reports that could not be read, processes without a
     /// final report, lost events.

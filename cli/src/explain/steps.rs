@@ -18,8 +18,7 @@
 //! - no free lies between two of them, and no query either, except queries that follow a
 //!   failed attempt (an out-of-memory handler asking how much is free belongs to the burst).
 //!
-//! These are the rules of the classifier's phase fallback (`src/classify/phase.rs` of
-//! issue [5]) applied to what a report keeps, plus failed attempts.
+//! These are the rules of the classifier's phase fallback (`src/classify/phase.rs`) applied to what a report keeps, plus failed attempts.
 
 use crate::analysis::Member;
 use crate::model::{Allocation, Failure, Probe, Stamp, Stamped, CATEGORIES};
