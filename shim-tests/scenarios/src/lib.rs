@@ -14,6 +14,7 @@
 //! `libcuda.so.1` / `libcudart.so.12`). Dropping it removes the machine's `/dev/shm` file and the
 //! scratch directory. Programs report results as `RESULT key=value [key=value...]` lines on stdout.
 
+pub mod cli;
 pub mod cuda;
 pub mod elf;
 pub mod pythons;

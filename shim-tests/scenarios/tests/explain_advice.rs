@@ -7,16 +7,11 @@
 //!
 //! Needs `make` (the simulated stack, the release `libculedger.so` and `culedger`).
 
+use culedger_scenarios::cli::{built, culedger, demo_machine, explain};
 use culedger_scenarios::{repo_root, Sim};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn built(rel: &str) -> PathBuf {
-    let p = repo_root().join(rel);
-    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
-    p
-}
 
 /// A start-up under `culedger run` (so that the run's summary records the command line, as a
 /// user's run does); its exit code and run directory.
@@ -32,11 +27,7 @@ fn start(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32) 
 
 fn sglang(name: &str, fraction: f64) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
-    sim.env("FAKECUDA_DEVICES", "8")
-        .env("FAKECUDA_TOTAL_MIB", "98304")
-        .env("FAKECUDA_PEER_MIB", "1024")
-        .env("FAKECUDA_GRAPH_MIB", "116")
-        .timeout(std::time::Duration::from_secs(180));
+    demo_machine(&mut sim, 8, 98304).timeout(std::time::Duration::from_secs(180));
     let args: Vec<String> = [
         "--tp",
         "8",
@@ -56,11 +47,7 @@ fn sglang(name: &str, fraction: f64) -> (Sim, PathBuf, i32) {
 
 fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
-    sim.env("FAKECUDA_DEVICES", "2")
-        .env("FAKECUDA_TOTAL_MIB", "24576")
-        .env("FAKECUDA_PEER_MIB", "1024")
-        .env("FAKECUDA_GRAPH_MIB", "116")
-        .timeout(std::time::Duration::from_secs(180));
+    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
     let args: Vec<String> =
         ["--tp", "2", "--model-mib", "8192", "--layers", "8", "--gpu-memory-utilization", &format!("{utilization:.2}")]
             .iter()
@@ -68,16 +55,6 @@ fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
             .collect();
     let (out, code) = start(&sim, "run", "vllm_server.py", &args);
     (sim, out, code)
-}
-
-fn culedger(args: &[&str]) -> (i32, String) {
-    let o = Command::new(built("target/release/culedger")).args(args).env("NO_COLOR", "1").output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-fn explain(dir: &Path) -> (i32, Value) {
-    let (code, out) = culedger(&["explain", dir.to_str().unwrap(), "--format", "json"]);
-    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")))
 }
 
 fn whatif(dir: &Path, set: &str) -> i32 {

@@ -8,46 +8,27 @@
 //!
 //! Needs `make` (the simulated stack, the release `libculedger.so` and `culedger`).
 
-use culedger_scenarios::{repo_root, Sim};
+use culedger_scenarios::cli::{built, culedger, demo_machine, explain};
+use culedger_scenarios::Sim;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 const GIB: f64 = (1u64 << 30) as f64;
-
-fn built(rel: &str) -> PathBuf {
-    let p = repo_root().join(rel);
-    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
-    p
-}
 
 /// The demo's start-up (scripts/demo.sh) under the interposer; its exit code and reports.
 fn start_up(name: &str, allreduce: &str) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
     let out = sim.scratch().join(if allreduce == "custom" { "custom-ar" } else { "nccl" });
+    demo_machine(&mut sim, 8, 98304);
     sim.env("LD_PRELOAD", built("target/release/libculedger.so"))
         .env("CULEDGER_OUT", &out)
         .env("CULEDGER_RUN_ID", format!("seed-{allreduce}"))
-        .env("FAKECUDA_DEVICES", "8")
-        .env("FAKECUDA_TOTAL_MIB", "98304")
-        .env("FAKECUDA_PEER_MIB", "1024")
-        .env("FAKECUDA_GRAPH_MIB", "116")
         .timeout(std::time::Duration::from_secs(120));
     let mut cmd = sim.python("engines/sglang_server.py");
     cmd.args(["--tp", "8", "--model-mib", "77184", "--mem-fraction-static", "0.9", "--allreduce", allreduce]);
     let run = sim.run(&mut cmd);
     let code = run.status.and_then(|s| s.code()).unwrap_or(-1);
     (sim, out, code)
-}
-
-fn culedger(args: &[&str]) -> (i32, String) {
-    let o = Command::new(built("target/release/culedger")).args(args).env("NO_COLOR", "1").output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-fn explain(dir: &Path) -> (i32, Value) {
-    let (code, out) = culedger(&["explain", dir.to_str().unwrap(), "--format", "json"]);
-    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")))
 }
 
 fn gib(v: &Value) -> f64 {

@@ -11,6 +11,7 @@
 //! A tool that cannot be found (the fetch failed: no network, empty package lists) skips its
 //! test with one line on stderr. Needs `make sim` and the release binaries.
 
+use culedger_scenarios::cli::built;
 use culedger_scenarios::{repo_root, Sim};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -18,12 +19,6 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn built(rel: &str) -> PathBuf {
-    let p = repo_root().join(rel);
-    assert!(p.exists(), "{} is missing: run `make` first", p.display());
-    p
-}
 
 fn cli() -> PathBuf {
     built("target/release/culedger")
