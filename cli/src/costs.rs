@@ -19,6 +19,11 @@
 //!    only when the measurement evidently contains it (at least 95% of the estimate remains
 //!    after 1 and 2).
 //!
+//! Times of different processes are compared within [`CLOCK_TOLERANCE_US`]: each writer's
+//! clock follows the monotonic clock to within a few microseconds (src/ledger/clock.rs), so a
+//! context another process created 2 µs after this window closed, by the two clocks, may
+//! still lie inside it (and the measurement then shows it).
+//!
 //! What cannot be decided is marked `uncertain`: another process's measured window that
 //! only partly overlaps, or a context created in the window when no estimate exists or the
 //! measurement is smaller than the estimate. Calls beyond the report's bounded event list
@@ -113,6 +118,16 @@ fn overlaps(a: (i64, i64), b: (i64, i64)) -> bool {
     a.0 <= b.1 && b.0 <= a.1
 }
 
+/// How far apart two processes' clocks may read one instant: each follows the monotonic
+/// clock to within a few microseconds (the counter's calibration lines, src/ledger/clock.rs,
+/// and the wall-clock origin of `start_unix_us`), so twice that with a margin.
+pub const CLOCK_TOLERANCE_US: i64 = 20;
+
+/// Whether a window of this process and one of another process may overlap, given the clocks.
+fn may_overlap(a: (i64, i64), b: (i64, i64)) -> bool {
+    overlaps((a.0 - CLOCK_TOLERANCE_US, a.1 + CLOCK_TOLERANCE_US), b)
+}
+
 /// One call, de-noised: (bytes, uncertain, notes).
 pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -> (i64, bool, Vec<String>) {
     let Some(start) = call.start_us else {
@@ -148,7 +163,7 @@ pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&(i64, String)>) -
             }
         }
         for ctx in context_windows(*o) {
-            if !overlaps(window, ctx) {
+            if !may_overlap(window, ctx) {
                 continue;
             }
             let inside = ctx.0 >= window.0 && ctx.1 <= window.1;
@@ -198,7 +213,7 @@ fn holds_context(g: &DeviceGroup, call: &Call, o: &crate::model::Report, ctx: (i
     let holder = calls
         .iter()
         .filter(|c| !std::ptr::eq(c.member.report, o))
-        .filter(|c| c.start_us.is_some_and(|s| overlaps((s, c.end_us), ctx)))
+        .filter(|c| c.start_us.is_some_and(|s| may_overlap((s, c.end_us), ctx)))
         .map(|c| (excess(c), std::cmp::Reverse(c.end_us), c))
         .filter(|(e, _, _)| e * 100 >= size * 95)
         .max_by_key(|(e, end, _)| (*e, *end))
@@ -329,6 +344,17 @@ mod tests {
         );
         let rows = costs(vec![clean, peer(10, 1, 1500, 1600)]);
         assert_eq!(rows, [(11, "cudaIpcOpenMemHandle".to_string(), 4 * MIB, 4 * MIB, false)]);
+    }
+
+    #[test]
+    fn a_context_just_past_the_window_by_the_clocks_is_still_subtracted() {
+        // Seven peer accesses of 1 GiB each; the last one measured 1.5 GiB: rank 0 created its
+        // context on GPU 1 then, though its clock puts that 2 µs after the window closed.
+        let calls: Vec<(i64, i64, &str, i64)> = (0..7)
+            .map(|i| (2000 + 20 * i, 2012 + 20 * i, "cudaDeviceEnablePeerAccess", if i == 6 { 1536 } else { 1024 } * MIB))
+            .collect();
+        let rows = costs(vec![rank(11, 1, &calls, vec![]), peer(10, 1, 2134, 2148)]);
+        assert_eq!(rows, [(11, "cudaDeviceEnablePeerAccess".to_string(), 7168 * MIB, 7680 * MIB, false)]);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! clock. Pure Rust; no lock (a calibration is claimed with a compare-exchange).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// First calibration, and the factor between calibrations.
 const FIRST_CALIBRATION_NS: u64 = 20_000_000;
@@ -47,6 +47,8 @@ const US_SCALE_BITS: u32 = 58;
 
 pub(crate) struct Clock {
     start: Instant,
+    /// The wall clock at `start`, in microseconds since the Unix epoch.
+    unix_us: u64,
     /// The counter at `start` (0 when no invariant counter: every read is the monotonic clock).
     tsc0: u64,
     /// The line in use (0: not calibrated yet).
@@ -88,23 +90,64 @@ fn invariant_counter() -> bool {
     false
 }
 
+/// Tries at taking the origin; the narrowest is kept.
+const ORIGIN_TRIES: usize = 8;
+
+/// The clock's origin: the monotonic clock, the counter (0 without one) and the wall clock
+/// (microseconds since the Unix epoch), read as one instant. Reports of different processes
+/// are compared on `start_unix_us + t_us`, and every calibration scales the counter from
+/// `tsc0`, so a preemption between these reads (several processes starting on few cores)
+/// would put the whole run of this process off by it: each try brackets the reads between two
+/// monotonic readings, and the narrowest try is kept, its readings taken as its midpoint.
+fn origin(use_counter: bool) -> (Instant, u64, u64) {
+    origin_from(|| {
+        let a = Instant::now();
+        let tsc = if use_counter { counter().unwrap_or(0) } else { 0 };
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        (a, tsc, wall, Instant::now())
+    })
+}
+
+/// [`origin`] over a reading of (monotonic before, counter, wall clock, monotonic after).
+fn origin_from(mut read: impl FnMut() -> (Instant, u64, std::time::Duration, Instant)) -> (Instant, u64, u64) {
+    let mut best: Option<(std::time::Duration, Instant, u64, u64)> = None;
+    for _ in 0..ORIGIN_TRIES {
+        let (a, tsc, wall, b) = read();
+        let width = b.saturating_duration_since(a);
+        if best.as_ref().is_none_or(|(w, ..)| width < *w) {
+            let unix_us = u64::try_from(wall.as_micros()).unwrap_or(u64::MAX);
+            best = Some((width, a + width / 2, tsc, unix_us));
+        }
+        if width.as_nanos() < 1_000 {
+            break;
+        }
+    }
+    let (_, start, tsc, unix_us) = best.unwrap_or_else(|| (Default::default(), Instant::now(), 0, 0));
+    (start, tsc, unix_us)
+}
+
 impl Clock {
     pub(crate) fn new() -> Clock {
         Self::with_counter(invariant_counter())
     }
 
     fn with_counter(use_counter: bool) -> Clock {
-        let start = Instant::now();
-        let tsc0 = if use_counter { counter().unwrap_or(0) } else { 0 };
+        let (start, tsc0, unix_us) = origin(use_counter);
         Clock {
             start,
             tsc0,
+            unix_us,
             current: AtomicUsize::new(0),
             lines: Default::default(),
             next_tsc: AtomicU64::new(u64::MAX),
             next_ns: AtomicU64::new(if tsc0 != 0 { FIRST_CALIBRATION_NS } else { u64::MAX }),
             calibrating: AtomicBool::new(false),
         }
+    }
+
+    /// The wall clock at the origin of every reading, in microseconds since the Unix epoch.
+    pub(crate) fn start_unix_us(&self) -> u64 {
+        self.unix_us
     }
 
     fn elapsed_ns(&self) -> u64 {
@@ -216,6 +259,22 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_origin_is_the_try_no_preemption_split() {
+        // The first try is preempted for 5 ms between its reads; the second is not.
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let mut tries = vec![
+            (t0, 1_000, ms(1_000), t0 + ms(5)),
+            (t0 + ms(6), 20_000, ms(1_006), t0 + ms(6)),
+            (t0 + ms(7), 30_000, ms(1_007), t0 + ms(8)),
+        ]
+        .into_iter();
+        let (start, tsc, unix_us) = origin_from(|| tries.next().unwrap());
+        assert_eq!((start, tsc, unix_us), (t0 + ms(6), 20_000, 1_006_000));
+        assert_eq!(tries.len(), 1, "stops at the first try narrower than a microsecond");
+    }
 
     #[test]
     fn a_line_stays_within_a_nanosecond_over_a_day() {

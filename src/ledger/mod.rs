@@ -36,7 +36,6 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::sync::Mutex;
 use once_cell::sync::OnceCell;
@@ -230,10 +229,10 @@ impl Default for Ledger {
 
 impl Ledger {
     pub fn new() -> Self {
-        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let start_unix_us = u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX);
+        let clock = clock::Clock::new();
+        let start_unix_us = clock.start_unix_us();
         Ledger {
-            clock: clock::Clock::new(),
+            clock,
             start_unix_ms: start_unix_us / 1000,
             start_unix_us,
             generation: AtomicU64::new(0),
