@@ -397,7 +397,7 @@ impl Ledger {
         d.has(key).then(|| f(&mut d, Hit { dev, key, base: m.va, bytes: m.size }))
     }
 
-    /// Bring the address order of `d` up to date (see `device::Order`), warning about the
+    /// Bring the address order of `d` up to date (see `device::order`), warning about the
     /// overlapping records it found, once the lock is released.
     fn settle(&self, dev: i32, shard: &Mutex<DeviceLedger>) {
         let displaced = {

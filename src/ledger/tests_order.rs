@@ -1,4 +1,4 @@
-//! The address order kept lazily beside the exact-key table (`device::Order`): interior
+//! The address order kept lazily beside the exact-key table (`device::order`): interior
 //! pointers and partial overlaps answered exactly as an ordered map would, under churn.
 
 use std::collections::BTreeMap;
