@@ -1,5 +1,9 @@
 //! Ledger tests: exact accounting against a model, range lookups, reclassification,
 //! VMM, bounded lists, IPC, concurrency, JSON shape, fork reset.
+//!
+//! Longer than the rooms it tests: every test here drives the whole ledger through its public
+//! calls and checks it against the one reference model below (`Model`), which they share;
+//! tests of a single room's internals live beside it (`tests_order`, `tests_undo`).
 
 use std::collections::HashMap;
 
