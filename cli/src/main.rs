@@ -25,6 +25,7 @@ mod run;
 mod runs;
 mod screen;
 mod sites;
+mod summary;
 mod top;
 mod units;
 mod whatif;
@@ -426,7 +427,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 );
                 return Ok(0);
             }
-            let s = analysis::summarize(&run, all_categories);
+            let s = crate::summary::summarize(&run, all_categories);
             let fold = if no_fold { Some(false) } else { fold.then_some(true) };
             emit(format.into(), color, || report::document(&s, report::Options { fold }), &s)?;
             Ok(0)

@@ -1,7 +1,8 @@
 //! `culedger report`: the verdict and one line per GPU first, then the processes, then one
 //! section per host and device (optionally folded when ranks look alike).
 
-use crate::analysis::{DeviceSummary, OverviewRow, ProcSummary, Reading, RunSummary};
+use crate::analysis::Reading;
+use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};
 use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock};
 use crate::doc::{Block, Doc, Table};
 use crate::units::{fmt_bytes, fmt_delta, fmt_opt, fmt_pct};

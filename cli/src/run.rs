@@ -6,7 +6,7 @@
 //! further), or the full report with `--report`. CMD starts with the signal dispositions and
 //! mask `culedger run` got, and when a signal ended CMD, it ends `culedger run` too (`wrap`).
 
-use crate::analysis::summarize;
+use crate::summary::summarize;
 use crate::doc::Format;
 use crate::error::{Fail, Result};
 use crate::layout::{ColorChoice, Stream, Style};
