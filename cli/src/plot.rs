@@ -171,7 +171,7 @@ struct Cause {
 fn causes(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<Cause> {
     use crate::explain::recon::api_words;
     let mut out = Vec::new();
-    for f in e.findings.iter().filter(|f| f.kind == "failed_allocation") {
+    for f in e.findings.iter().filter(|f| f.kind == crate::explain::Kind::FailedAllocation) {
         if f.device != Some(g.index) || f.host.as_deref().is_some_and(|h| h != g.host) {
             continue;
         }

@@ -6,7 +6,7 @@
 use crate::summary::{summarize, OverviewRow, RunSummary};
 use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
-use crate::explain::Explanation;
+use crate::explain::{Explanation, Severity};
 use crate::load::Run;
 use crate::report::count;
 use crate::units::fmt_range;
@@ -35,10 +35,10 @@ pub fn document(run: &Run, dir: &str) -> Doc {
         d.push(Block::Alert(n.clone()));
     }
     d.table(overview(&s, hosts.len()));
-    if let Some(f) = e.findings.iter().find(|f| f.severity == "failure" || f.severity == "warning") {
+    if let Some(f) = e.findings.iter().find(|f| f.severity != Severity::Info) {
         d.para("");
         d.para(format!("culedger explain: {}; the first:", e.verdict.trim_end_matches(", most important first")));
-        if f.severity == "failure" {
+        if f.severity == Severity::Failure {
             d.push(Block::Alert(f.title.clone()));
         } else {
             d.para(f.title.clone());

@@ -21,6 +21,7 @@ pub mod findings;
 // The rule language's patterns, shared with the classifier.
 use culedger_format::glob;
 pub mod recon;
+pub mod prose;
 mod render;
 pub mod steps;
 
@@ -29,7 +30,7 @@ use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
 
-pub use findings::{Detail, FailDetail, Finding};
+pub use findings::{Detail, FailDetail, Finding, Kind, Severity};
 pub use render::document;
 
 /// The schema id of `culedger explain --format json` (docs/explain.md).
@@ -104,9 +105,9 @@ pub fn explain(run: &Run) -> Explanation {
     let gs = crate::analysis::groups(run);
     let found = findings::all(run, &gs);
 
-    let count = |sev: &str| found.iter().filter(|f| f.severity == sev).count();
-    let (failures, warnings) = (count("failure"), count("warning"));
-    let infos = count("info");
+    let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
+    let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
+    let infos = count(Severity::Info);
     let verdict = if failures + warnings == 0 && infos > 0 {
         format!("nothing alarming; {} below", crate::report::count(infos, "observation", "observations"))
     } else if failures + warnings == 0 {

@@ -2,7 +2,7 @@
 //! important first. Failed allocations with the same mechanism on several GPUs are shown
 //! once in full and then as one row per GPU.
 
-use super::findings::{Detail, FailDetail, Finding};
+use super::findings::{Detail, FailDetail, Finding, Kind, Severity};
 use super::recon::{Item, Recon};
 use super::Explanation;
 use crate::clock::{fmt_secs, Clock};
@@ -227,7 +227,7 @@ fn callers_line(f: &Finding, recorded: bool) -> Option<String> {
         return Some(format!("Call sites: {}.", f.callers.join(", ")));
     }
     match f.kind {
-        "imbalance" | "sizing" => None,
+        Kind::Imbalance | Kind::Sizing => None,
         _ if recorded => Some("Call sites: none recorded for these records.".into()),
         _ => Some(
             "Call site unknown: these reports record no call sites (written before culedger recorded them).".into(),
@@ -262,7 +262,7 @@ pub fn document(e: &Explanation) -> Doc {
         let f = &fs[i];
         number += 1;
         d.push(Block::Heading(format!("{number}. {}", f.title)));
-        if f.severity == "failure" {
+        if f.severity == Severity::Failure {
             d.push(Block::Alert(f.text.clone()));
         } else {
             d.para(f.text.clone());
