@@ -3,6 +3,7 @@
 use crate::analysis::{groups, shown_categories, DeviceGroup};
 use crate::clock::{fmt_secs, Clock};
 use crate::doc::{Block, Doc, Table};
+use crate::figures::{Figure, DIFF_TOTALS};
 use crate::load::Run;
 use crate::model::CATEGORIES;
 use crate::units::{fmt_bytes, fmt_delta, fmt_opt};
@@ -161,21 +162,13 @@ fn failure_lines(g: &DeviceGroup) -> Vec<String> {
         .collect()
 }
 
-/// Device-wide rows compared below the categories.
-const TOTALS: [&str; 5] =
-    ["tracked live", "tracked peak", "untracked (last query)", "hidden driver costs", "IPC opened from peers"];
-
-fn totals(g: &DeviceGroup) -> [i64; 5] {
-    let untracked = g.last_reading().map_or(0, |r| r.untracked_bytes);
-    [g.live(), g.peak(), untracked, g.driver_cost_bytes(), g.ipc().imported_bytes]
-}
-
 fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> DevDiff {
     let cat = |g: Option<&DeviceGroup>, c: &str| g.map_or(0, |g| g.cat_live(c));
     let mut categories: Vec<Row> = CATEGORIES.iter().map(|c| Row::new(c, cat(a, c), cat(b, c))).collect();
     categories.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
-    let (ta, tb) = (a.map_or([0; 5], totals), b.map_or([0; 5], totals));
-    let totals = (0..TOTALS.len()).map(|i| Row::new(TOTALS[i], ta[i], tb[i])).collect();
+    // Device-wide rows below the categories; a figure never measured counts as 0.
+    let total = |g: Option<&DeviceGroup>, f: Figure| g.and_then(|g| f.read(g)).unwrap_or(0);
+    let totals = DIFF_TOTALS.iter().map(|&f| Row::new(&f.label(), total(a, f), total(b, f))).collect();
     let costs = |g: Option<&DeviceGroup>| g.map(|g| g.driver_costs_by_api()).unwrap_or_default();
     let (ca, cb) = (costs(a), costs(b));
     let apis: BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();

@@ -15,6 +15,7 @@ mod doc;
 mod error;
 mod explain;
 mod export;
+mod figures;
 mod html;
 mod layout;
 mod load;

@@ -6,6 +6,7 @@
 use crate::analysis::{extra_categories, groups, shown_categories, DeviceGroup, KeyProbe, LargeAlloc, Reading};
 use crate::clock::Clock;
 use crate::costs::CostRow;
+use crate::figures::Figure;
 use crate::load::Run;
 use crate::model::{Graphs, Ipc, CATEGORIES};
 use crate::units::fmt_bytes;
@@ -206,10 +207,8 @@ fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
     let mut sizes: Vec<i64> = Vec::new();
     let mut total_failures = 0;
     for g in gs {
-        let requests = g.failed_requests();
-        let retries: usize = requests.iter().map(|(_, _, r)| r.len()).sum();
-        total_failures += g.failures_total() - retries as i64;
-        for (m, f, _) in requests {
+        total_failures += Figure::FailedRequests.read(g).unwrap_or(0);
+        for (m, f, _) in g.failed_requests() {
             failed.insert(m.pid());
             sizes.push(f.bytes);
         }
@@ -472,14 +471,14 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 allocs: g.members.iter().map(|m| m.dev.cat(&c).allocs).sum(),
             })
             .collect(),
-        live_bytes: g.live(),
-        peak_bytes: g.peak(),
+        live_bytes: Figure::Live.read(g).unwrap_or(0),
+        peak_bytes: Figure::Peak.read(g).unwrap_or(0),
         last_query: g.last_reading(),
         max_untracked: g.max_untracked(),
         probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
         key_probes: g.key_probes(),
         failures_total: g.failures_total(),
-        failed_requests: g.failures_total() - failed.iter().map(|f| f.retried_at_us.len() as i64).sum::<i64>(),
+        failed_requests: Figure::FailedRequests.read(g).unwrap_or(0),
         failures: failed,
         driver_cost_bytes: cost_rows.iter().map(|c| c.bytes).sum(),
         driver_cost_measured_bytes: cost_rows.iter().map(|c| c.measured_bytes).sum(),
