@@ -3,7 +3,7 @@
 //! process and per device the figures, as plain owned data ([`RunSummary`]). It is computed
 //! from the device groups of [`crate::analysis`]; times are on the run's clock ([`Clock`]).
 
-use crate::analysis::{extra_categories, groups, shown_categories, DeviceGroup, KeyProbe, LargeAlloc, Reading};
+use crate::analysis::{extra_categories, groups, shown_categories, DeviceGroup, Holds, KeyProbe, LargeAlloc, Reading};
 use crate::clock::Clock;
 use crate::costs::CostRow;
 use crate::figures::Figure;
@@ -141,7 +141,7 @@ pub struct DevProc {
     pub label: String,
     pub role: String,
     /// `allocations`, `peer context` (its context here serves peer access) or `context`.
-    pub holds: String,
+    pub holds: Holds,
     pub live_bytes: i64,
     pub peak_bytes: i64,
     pub alloc_count: i64,
@@ -453,7 +453,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 pid: m.pid(),
                 label: m.label(),
                 role: m.report.process.role(),
-                holds: m.holds().to_string(),
+                holds: m.holds(),
                 live_bytes: m.dev.live_bytes,
                 peak_bytes: m.dev.peak_bytes,
                 alloc_count: m.dev.alloc_count,

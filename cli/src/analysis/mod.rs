@@ -77,13 +77,38 @@ impl Member<'_> {
 
     /// What the process holds on the device, in words: `allocations`, or only a context
     /// (`peer context` when it came from enabling peer access from another GPU).
-    pub fn holds(&self) -> &'static str {
+    pub fn holds(&self) -> Holds {
         if self.dev.alloc_count > 0 || self.dev.peak_bytes > 0 {
-            "allocations"
+            Holds::Allocations
         } else if self.dev.events.iter().any(|e| e.kind == "peer_access") {
-            "peer context"
+            Holds::PeerContext
         } else {
-            "context"
+            Holds::Context
+        }
+    }
+}
+
+/// What a process holds on a device (its `holds` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Holds {
+    /// It allocated there.
+    #[serde(rename = "allocations")]
+    Allocations,
+    /// Only its context.
+    #[serde(rename = "context")]
+    Context,
+    /// Only a context that serves its peer access from another device.
+    #[serde(rename = "peer context")]
+    PeerContext,
+}
+
+impl Holds {
+    /// In words, as the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Holds::Allocations => "allocations",
+            Holds::Context => "context",
+            Holds::PeerContext => "peer context",
         }
     }
 }
