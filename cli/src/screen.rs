@@ -62,7 +62,7 @@ pub fn document(run: &Run, dir: &str) -> Doc {
 /// The first line of explain's "What to change" (the knob, its direction and value), shown
 /// under explain's headline.
 fn first_recommendation(e: &Explanation) -> Option<String> {
-    crate::explain::gist(e).1
+    e.gist().1
 }
 
 /// How the command `culedger run` started ended, from its summary.

@@ -5,17 +5,15 @@
 //!
 //! - `steps`: one process's records on one device in order; bursts and sizing queries;
 //! - `recon`: the reconciliation from a query to a failure (or a pool);
-//! - `findings`: the five findings;
+//! - `findings`: the findings, computed as typed values;
+//! - `prose`: each finding's title and conclusion, written from its figures;
 //! - `render`: text and markdown;
 //! - `callers`: call sites in words;
-//! - `diffs`: what `culedger diff` shows of it (the cause in its headline, the
-//!   reconciliations side by side);
 //! - `engines`: the engines' sizing formulas, as the rule packs give them;
 //! - `advice`: "What to change", from the formula evaluated on the run.
 
 pub mod advice;
 pub mod callers;
-pub mod diffs;
 pub mod engines;
 pub mod findings;
 // The rule language's patterns, shared with the classifier.
@@ -142,11 +140,14 @@ pub fn explain(run: &Run) -> Explanation {
     }
 }
 
-/// The headline of an explanation and its first "What to change" line, for a command that
-/// prints only the gist (`culedger run`'s ending).
-pub fn gist(e: &Explanation) -> (String, Option<String>) {
-    let head = e.findings.first().map_or_else(|| e.verdict.clone(), |f| f.title.clone());
-    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
+impl Explanation {
+    /// Its headline (the first finding's title, else the verdict) and its first "What to
+    /// change" line: the gist that commands showing only that much print (`culedger diff`
+    /// for the side whose start failed, the one screen of `culedger run`'s ending).
+    pub fn gist(&self) -> (String, Option<String>) {
+        let head = self.findings.first().map_or_else(|| self.verdict.clone(), |f| f.title.clone());
+        (head, self.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
+    }
 }
 
 /// What limits the explanation.

@@ -3,7 +3,7 @@
 //! and a headline that names the cause when one side failed: which allocation failed, and
 //! which categories and hidden costs that appeared after the sizing query grew.
 
-use super::findings::{failure_reconciliation, join_and, PoolWindow};
+use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
 use crate::analysis::DeviceGroup;
 use crate::units::{fmt_bytes, fmt_delta};
 use serde::Serialize;
