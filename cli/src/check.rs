@@ -464,4 +464,10 @@ mod tests {
         assert!(Op::Le.holds(5, 5) && !Op::Lt.holds(5, 5) && Op::Ge.holds(5, 5) && !Op::Gt.holds(5, 5));
         assert!(Op::Eq.holds(0, 0) && !Op::Eq.holds(1, 0));
     }
+
+    #[test]
+    fn statuses_are_written_as_the_json_names_them() {
+        let names = [Status::Breach, Status::Unmeasured, Status::Hold].map(|s| serde_json::to_value(s).unwrap());
+        assert_eq!(names, ["breach", "unmeasured", "hold"]);
+    }
 }

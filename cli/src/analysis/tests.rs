@@ -142,3 +142,10 @@ fn two_probes_in_one_millisecond_stay_two_key_probes() {
     assert!(keys[0].why.contains("first query") && keys[0].why.contains("largest allocation"));
     assert!(keys[1].why.contains("before the failed cudaMalloc"));
 }
+
+#[test]
+fn holds_is_written_as_the_json_names_it() {
+    let names = [Holds::Allocations, Holds::Context, Holds::PeerContext].map(|h| serde_json::to_value(h).unwrap());
+    assert_eq!(names, ["allocations", "context", "peer context"]);
+    assert_eq!(names, [Holds::Allocations, Holds::Context, Holds::PeerContext].map(|h| h.as_str()));
+}

@@ -243,3 +243,26 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
     }
     Some(head)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::LineKind::*;
+
+    #[test]
+    fn line_kinds_are_written_as_the_json_names_them() {
+        let kinds = [Told, Pool, Allocated, DriverCost, OtherProcesses, Unexplained, Free, Requested, ShortBy]
+            .map(|k| serde_json::to_value(k).unwrap());
+        let want = [
+            "told",
+            "pool",
+            "allocated",
+            "driver_cost",
+            "other_processes",
+            "unexplained",
+            "free",
+            "requested",
+            "short_by",
+        ];
+        assert_eq!(kinds, want);
+    }
+}

@@ -143,3 +143,22 @@ fn without_call_sites_the_text_says_so() {
     let text = super::super::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
     assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
 }
+
+#[test]
+fn kinds_and_severities_are_written_as_the_json_names_them() {
+    let json = |v: serde_json::Value| v.as_str().unwrap().to_string();
+    let kinds = [
+        Kind::FailedAllocation,
+        Kind::FailedStart,
+        Kind::Sizing,
+        Kind::UntrackedGrowth,
+        Kind::Growth,
+        Kind::Imbalance,
+    ]
+    .map(|k| json(serde_json::to_value(k).unwrap()));
+    assert_eq!(kinds, ["failed_allocation", "failed_start", "sizing", "untracked_growth", "growth", "imbalance"]);
+    let severities =
+        [Severity::Failure, Severity::Warning, Severity::Info].map(|s| json(serde_json::to_value(s).unwrap()));
+    assert_eq!(severities, ["failure", "warning", "info"]);
+    assert_eq!(severities, [Severity::Failure, Severity::Warning, Severity::Info].map(|s| s.as_str().to_string()));
+}
