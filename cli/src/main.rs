@@ -37,9 +37,9 @@ mod wrap;
 use culedger_format::report as model;
 
 use clap::{CommandFactory, Parser};
-use flags::{CheckFormat, Cli, Command, ShellArg};
 use doc::Format;
 use error::{Fail, Result};
+use flags::{CheckFormat, Cli, Command, ShellArg};
 use layout::{ColorChoice, Stream, Style};
 use std::io::Write;
 use std::path::PathBuf;

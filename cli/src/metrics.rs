@@ -7,11 +7,11 @@
 //! by default: series per host, device, category, API and process; call sites only with
 //! `--sites` (their number is bounded there too).
 
-use crate::summary::{self, RunSummary};
 use crate::error::{Fail, Result};
 use crate::load::{self, Run};
 use crate::model::CATEGORIES;
 use crate::runs;
+use crate::summary::{self, RunSummary};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 

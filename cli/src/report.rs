@@ -2,9 +2,9 @@
 //! section per host and device (optionally folded when ranks look alike).
 
 use crate::analysis::{Holds, Reading};
-use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};
 use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock};
 use crate::doc::{Block, Doc, Table};
+use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};
 use crate::units::{fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
 
 /// How the report is laid out.
@@ -456,8 +456,12 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
         Table::new(&["GPU", "processes", "tracked", "untracked", "driver costs", "failed allocation"], &[0, 2, 3, 4]);
     let untracked = |x: &DeviceSummary| x.last_query.as_ref().map(|r| r.untracked_bytes);
     for o in others {
-        let mut procs: Vec<String> =
-            o.processes.iter().filter(|p| p.holds == Holds::Allocations).map(|p| format!("{} {}", p.pid, p.label)).collect();
+        let mut procs: Vec<String> = o
+            .processes
+            .iter()
+            .filter(|p| p.holds == Holds::Allocations)
+            .map(|p| format!("{} {}", p.pid, p.label))
+            .collect();
         let contexts = o.processes.iter().filter(|p| p.holds != Holds::Allocations).count();
         if contexts > 0 {
             procs.push(format!("+{}", count(contexts, "context", "contexts")));

@@ -3,12 +3,12 @@
 //! the first thing to change when something failed, and the commands that go further. It is
 //! meant to fit a terminal: about 25 lines for the demo's 8 ranks, whatever their number.
 
-use crate::summary::{summarize, OverviewRow, RunSummary};
 use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
 use crate::explain::{Explanation, Severity};
 use crate::load::Run;
 use crate::report::count;
+use crate::summary::{summarize, OverviewRow, RunSummary};
 use crate::units::fmt_range;
 
 /// The screen of a run whose reports are in `dir` (the shell words that name it, see

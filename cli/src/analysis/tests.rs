@@ -65,10 +65,8 @@ fn an_allocators_retry_folds_into_its_request() {
     ]))
     .unwrap();
     let fail = |t_us: i64, seq: i64, bytes: i64, site: i64| {
-        serde_json::from_value::<Failure>(
-            json!({"t_ms": t_us / 1000, "t_us": t_us, "seq": seq, "api": "cudaMalloc",
-            "bytes": bytes, "error": 2, "error_name": "cudaErrorMemoryAllocation", "site": site}),
-        )
+        serde_json::from_value::<Failure>(json!({"t_ms": t_us / 1000, "t_us": t_us, "seq": seq, "api": "cudaMalloc",
+            "bytes": bytes, "error": 2, "error_name": "cudaErrorMemoryAllocation", "site": site}))
         .unwrap()
     };
     r.devices[0].failures = vec![

@@ -247,14 +247,10 @@ pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
     let (sa, sb) = (short(&ra.label), short(&rb.label));
     let sizing: Vec<(String, Option<&since::SinceSizing>)> =
         devices.iter().map(|d| (d.device.clone(), d.since_sizing.as_ref())).collect();
-    let headline =
-        since::cause_headline(&sa, &sb, &sizing).unwrap_or_else(|| headline(&sa, &sb, &devices));
+    let headline = since::cause_headline(&sa, &sb, &sizing).unwrap_or_else(|| headline(&sa, &sb, &devices));
     // The same recommendation as `culedger explain` of the side whose start failed.
-    let what_to_change = [rb, ra]
-        .into_iter()
-        .map(crate::explain::explain)
-        .find(|e| e.what_to_change.is_some())
-        .and_then(|e| e.gist().1);
+    let what_to_change =
+        [rb, ra].into_iter().map(crate::explain::explain).find(|e| e.what_to_change.is_some()).and_then(|e| e.gist().1);
     let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
     Diff {
         schema: DIFF_SCHEMA,
@@ -338,4 +334,3 @@ fn headline(sa: &str, sb: &str, devices: &[DevDiff]) -> String {
         sentences.join("; ")
     }
 }
-

@@ -3,8 +3,8 @@
 //! and a headline that names the cause when one side failed: which allocation failed, and
 //! which categories and hidden costs that appeared after the sizing query grew.
 
-use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
 use crate::analysis::DeviceGroup;
+use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
 use crate::units::{fmt_bytes, fmt_delta};
 use serde::Serialize;
 
@@ -189,7 +189,10 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
         s.rows
             .iter()
             .filter(|r| {
-                matches!(r.kind, LineKind::Allocated | LineKind::DriverCost | LineKind::OtherProcesses | LineKind::Unexplained)
+                matches!(
+                    r.kind,
+                    LineKind::Allocated | LineKind::DriverCost | LineKind::OtherProcesses | LineKind::Unexplained
+                )
             })
             .filter_map(|r| {
                 let d = if side_b { r.b.unwrap_or(0) - r.a.unwrap_or(0) } else { r.a.unwrap_or(0) - r.b.unwrap_or(0) };

@@ -18,8 +18,8 @@ pub mod engines;
 pub mod findings;
 // The rule language's patterns, shared with the classifier.
 use culedger_format::glob;
-pub mod recon;
 pub mod prose;
+pub mod recon;
 mod render;
 pub mod steps;
 

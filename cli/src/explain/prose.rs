@@ -105,7 +105,6 @@ fn before_words(part: &str, done: usize) -> String {
     }
 }
 
-
 /// The engineer's sentence for a reconciled failure.
 fn conclusion(
     name: &str,
@@ -122,11 +121,7 @@ fn conclusion(
         "sized"
     };
     let what = if sized == "sized" { format!("sized {pool}") } else { sized.to_string() };
-    let mut s = format!(
-        "{name} {what} from {} free at {}",
-        fmt_bytes(r.query.free_bytes),
-        fmt_secs(r.query.at_us)
-    );
+    let mut s = format!("{name} {what} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us));
     // (bytes, where they went), the first said with "went to".
     let mut clauses: Vec<(i64, String)> = Vec::new();
     let hidden: Vec<&Item> = r.items.iter().filter(|i| i.kind == "driver_cost").collect();
@@ -204,7 +199,6 @@ fn conclusion(
     }
     s
 }
-
 
 // ---------------------------------------------------------------------------------------
 // The sizing formula.
@@ -411,7 +405,8 @@ pub fn growth(d: &GrowthDetail, device: i64) -> (String, String) {
 /// Categories whose peaks differ across the ranks: (title, text).
 pub fn imbalance(d: &ImbalanceDetail) -> (String, String) {
     let name = |pid: i64| d.ranks.iter().find(|r| r.pid == pid).map_or(format!("pid {pid}"), |r| r.process.clone());
-    let words: Vec<String> = d.categories
+    let words: Vec<String> = d
+        .categories
         .iter()
         .map(|s| {
             format!(

@@ -423,4 +423,3 @@ pub fn needed(m: Member, f: &crate::model::Failure) -> i64 {
     }
     m.dev.driver_costs.iter().find(|c| c.api == f.api && c.calls > 0).map_or(0, |c| c.bytes / c.calls)
 }
-

@@ -22,9 +22,9 @@ pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
 use super::engines::{self, Sizing};
-use super::steps;
 use super::findings::{join_and, Detail, Finding};
 use super::recon::{api_words, Item};
+use super::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::units::fmt_bytes;

@@ -117,7 +117,11 @@ pub(super) fn failed_allocations(
                 let minimum = ev.and_then(|e| {
                     let r = e.ranks.iter().find(|r| r.pid == m.pid() && r.device == g.index)?;
                     let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
-                    (used != r.told_bytes).then(|| prose::Minimum { used, told: r.told_bytes, engine: e.engine.clone() })
+                    (used != r.told_bytes).then(|| prose::Minimum {
+                        used,
+                        told: r.told_bytes,
+                        engine: e.engine.clone(),
+                    })
                 });
                 out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, skipped, minimum)));
             }

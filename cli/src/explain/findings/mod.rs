@@ -259,7 +259,6 @@ pub struct ImbalanceDetail {
     pub failed_left_out: Vec<i64>,
 }
 
-
 /// `A`, `A and B`, `A, B and C`.
 pub fn join_and(parts: &[String]) -> String {
     match parts.split_last() {
@@ -299,7 +298,12 @@ pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
             Detail::Failure(d) => {
                 let r = d.reconciliation.as_ref()?;
                 let end = r.closed_by.as_ref().map_or(d.at_us, |q| q.at_us);
-                Some(untracked::FailureWindow { host: f.host.clone()?, device: f.device?, from_us: r.query.at_us, to_us: end })
+                Some(untracked::FailureWindow {
+                    host: f.host.clone()?,
+                    device: f.device?,
+                    from_us: r.query.at_us,
+                    to_us: end,
+                })
             }
             _ => None,
         })

@@ -167,4 +167,3 @@ fn reference_pool(pools: &[i64]) -> i64 {
     }
     best.1
 }
-

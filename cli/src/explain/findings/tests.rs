@@ -22,11 +22,7 @@ fn run() -> Run {
     };
     let total = 16384 * MIB;
     let probe = |t, seq, free: i64, site| {
-        stamp(
-            t,
-            seq,
-            json!({"api": "cudaMemGetInfo", "free_bytes": free * MIB, "total_bytes": total, "site": site}),
-        )
+        stamp(t, seq, json!({"api": "cudaMemGetInfo", "free_bytes": free * MIB, "total_bytes": total, "site": site}))
     };
     let sample = |t, seq, weights: i64, kv: i64| {
         stamp(t, seq, json!({"live_bytes": (weights + kv) * MIB, "weights": weights * MIB, "kv_pool": kv * MIB}))
@@ -147,15 +143,9 @@ fn without_call_sites_the_text_says_so() {
 #[test]
 fn kinds_and_severities_are_written_as_the_json_names_them() {
     let json = |v: serde_json::Value| v.as_str().unwrap().to_string();
-    let kinds = [
-        Kind::FailedAllocation,
-        Kind::FailedStart,
-        Kind::Sizing,
-        Kind::UntrackedGrowth,
-        Kind::Growth,
-        Kind::Imbalance,
-    ]
-    .map(|k| json(serde_json::to_value(k).unwrap()));
+    let kinds =
+        [Kind::FailedAllocation, Kind::FailedStart, Kind::Sizing, Kind::UntrackedGrowth, Kind::Growth, Kind::Imbalance]
+            .map(|k| json(serde_json::to_value(k).unwrap()));
     assert_eq!(kinds, ["failed_allocation", "failed_start", "sizing", "untracked_growth", "growth", "imbalance"]);
     let severities =
         [Severity::Failure, Severity::Warning, Severity::Info].map(|s| json(serde_json::to_value(s).unwrap()));
