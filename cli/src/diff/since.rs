@@ -5,6 +5,7 @@
 
 use crate::analysis::DeviceGroup;
 use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
+use crate::explain::recon::ItemKind;
 use crate::units::{fmt_bytes, fmt_delta};
 use serde::Serialize;
 
@@ -88,7 +89,7 @@ fn lines(w: &PoolWindow) -> Vec<(String, LineKind, i64)> {
     let r = &w.recon;
     let mut out = vec![("told free at the sizing query".to_string(), LineKind::Told, r.query.free_bytes)];
     let contexts_only =
-        r.items.iter().filter(|i| i.kind == "other_processes").all(|i| i.what.starts_with("the context"));
+        r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses).all(|i| i.what.starts_with("the context"));
     let others = if contexts_only { "other processes' contexts" } else { "other processes' memory" };
     let mut add = |key: String, kind: LineKind, bytes: i64| match out.iter_mut().find(|(k, _, _)| *k == key) {
         Some(l) => l.2 += bytes,
@@ -96,11 +97,11 @@ fn lines(w: &PoolWindow) -> Vec<(String, LineKind, i64)> {
     };
     for i in &r.items {
         match i.kind {
-            "pool" => add("the pool so far".into(), LineKind::Pool, i.bytes),
-            "allocated" => {
+            ItemKind::Pool => add("the pool so far".into(), LineKind::Pool, i.bytes),
+            ItemKind::Allocated => {
                 add(format!("{} allocated since", i.category.clone().unwrap_or_default()), LineKind::Allocated, i.bytes)
             }
-            "driver_cost" => add(i.api.clone().unwrap_or_default(), LineKind::DriverCost, i.bytes),
+            ItemKind::DriverCost => add(i.api.clone().unwrap_or_default(), LineKind::DriverCost, i.bytes),
             _ => add(others.into(), LineKind::OtherProcesses, i.bytes),
         }
     }

@@ -4,7 +4,7 @@
 
 use super::findings::{join_and, FailDetail, GrowthDetail, ImbalanceDetail, Severity, SizingDetail, StartDetail};
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
-use super::recon::{api_words, pid_list, Item, Recon};
+use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
 use super::{callers, IMBALANCE_PCT, NOISE, POOL_DIFF_PCT};
 use crate::clock::fmt_secs;
 use crate::units::fmt_bytes;
@@ -124,7 +124,7 @@ fn conclusion(
     let mut s = format!("{name} {what} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us));
     // (bytes, where they went), the first said with "went to".
     let mut clauses: Vec<(i64, String)> = Vec::new();
-    let hidden: Vec<&Item> = r.items.iter().filter(|i| i.kind == "driver_cost").collect();
+    let hidden: Vec<&Item> = r.items.iter().filter(|i| i.kind == ItemKind::DriverCost).collect();
     let hidden_bytes: i64 = hidden.iter().map(|i| i.bytes).sum();
     if hidden_bytes > 0 {
         let mut words: Vec<String> = Vec::new();
@@ -138,15 +138,15 @@ fn conclusion(
         }
         clauses.push((hidden_bytes, format!("{} (not visible to that query)", join_and(&words))));
     }
-    for i in r.items.iter().filter(|i| i.kind == "other_processes" && i.bytes > 0) {
+    for i in r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses && i.bytes > 0) {
         clauses.push((i.bytes, i.what.clone()));
     }
-    let own: i64 = r.sum("allocated");
+    let own: i64 = r.sum(ItemKind::Allocated);
     if own > 0 {
         let cats: Vec<String> = r
             .items
             .iter()
-            .filter(|i| i.kind == "allocated" && i.bytes > 0)
+            .filter(|i| i.kind == ItemKind::Allocated && i.bytes > 0)
             .filter_map(|i| i.category.clone())
             .collect();
         clauses.push((own, format!("its own other allocations ({})", cats.join(", "))));
@@ -169,7 +169,7 @@ fn conclusion(
     if !clauses.is_empty() {
         s.push_str(&format!("; after that query {}", join_and(&clauses)));
     }
-    let done = r.items.iter().find(|i| i.kind == "pool");
+    let done = r.items.iter().find(|i| i.kind == ItemKind::Pool);
     let free = if r.closed_by.is_some() {
         format!("{} {} free", fmt_bytes(r.free_bytes), if r.free_bytes == 1 { "was" } else { "were" })
     } else {

@@ -3,7 +3,7 @@
 //! the formula's checks, and where a failure leaves the free memory (`outlook`).
 
 use super::super::engines::{self, Sizing, Term};
-use super::super::recon::reconcile;
+use super::super::recon::{reconcile, ItemKind};
 use super::super::steps::{self, burst_after, Kind, Step};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
@@ -370,7 +370,7 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
                 let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, needed(m, f));
                 let free = recon.free_bytes;
                 let margin = after_pool.map_or(margin, |fp| (margin - (fp - free)).max(0));
-                (true, free, recon.sum("pool"), still, margin)
+                (true, free, recon.sum(ItemKind::Pool), still, margin)
             }
             None => {
                 let last = st.len() - 1;

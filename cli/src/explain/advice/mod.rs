@@ -23,7 +23,7 @@ use evaluation::{ceil2, deficit_at, floor2, gib};
 
 use super::engines::{self, Sizing};
 use super::findings::{join_and, Detail, Finding};
-use super::recon::{api_words, Item};
+use super::recon::{api_words, Item, ItemKind};
 use super::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
@@ -79,9 +79,9 @@ fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
     let mut out: Vec<(String, i64)> = Vec::new();
     for it in &recon.items {
         let what = match it.kind {
-            "driver_cost" => api_words(it.api.as_deref().unwrap_or("")),
-            "other_processes" => "other ranks' contexts".to_string(),
-            "allocated" => format!("{} allocations", it.category.clone().unwrap_or_default()),
+            ItemKind::DriverCost => api_words(it.api.as_deref().unwrap_or("")),
+            ItemKind::OtherProcesses => "other ranks' contexts".to_string(),
+            ItemKind::Allocated => format!("{} allocations", it.category.clone().unwrap_or_default()),
             _ => continue,
         };
         if it.bytes <= 0 {
@@ -117,7 +117,7 @@ fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice>
             let b = match items {
                 Some(items) => items
                     .iter()
-                    .filter(|i| i.kind == "driver_cost" && i.api.as_deref() == Some(c.api.as_str()))
+                    .filter(|i| i.kind == ItemKind::DriverCost && i.api.as_deref() == Some(c.api.as_str()))
                     .map(|i| i.bytes)
                     .sum(),
                 None => c.bytes,

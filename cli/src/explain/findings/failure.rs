@@ -193,7 +193,7 @@ fn failure_finding(
     let signature = match &recon {
         Some(r) => {
             let kinds: Vec<String> =
-                r.items.iter().map(|i| format!("{}:{}", i.kind, i.api.clone().unwrap_or_default())).collect();
+                r.items.iter().map(|i| format!("{}:{}", i.kind.as_str(), i.api.clone().unwrap_or_default())).collect();
             format!("{part}|{}|{}", kinds.join(","), short_by.is_some_and(|s| s > 0) || free.is_some_and(|f| f <= 0))
         }
         None => format!("{part}|no query"),

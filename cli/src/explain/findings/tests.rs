@@ -81,7 +81,7 @@ fn a_failure_is_reconciled_with_its_call_sites() {
     let r = d.reconciliation.as_ref().expect("a sizing query before it");
     assert_eq!(r.query.free_bytes, 11776 * MIB);
     assert_eq!(r.query.caller.as_deref(), Some("sglang/srt/utils.py:get_available_gpu_memory"));
-    let kinds: Vec<(&str, i64)> = r.items.iter().map(|i| (i.kind, i.bytes / MIB)).collect();
+    let kinds: Vec<(&str, i64)> = r.items.iter().map(|i| (i.kind.as_str(), i.bytes / MIB)).collect();
     assert_eq!(kinds, [("pool", 4904), ("driver_cost", 1024), ("other_processes", 512)]);
     // 11776 - 4904 - 1024 - 512 = 5336 expected free; the handler's query told 1288:
     // 4048 MiB no report explains.
@@ -151,4 +151,13 @@ fn kinds_and_severities_are_written_as_the_json_names_them() {
         [Severity::Failure, Severity::Warning, Severity::Info].map(|s| json(serde_json::to_value(s).unwrap()));
     assert_eq!(severities, ["failure", "warning", "info"]);
     assert_eq!(severities, [Severity::Failure, Severity::Warning, Severity::Info].map(|s| s.as_str().to_string()));
+}
+
+#[test]
+fn reconciliation_items_are_written_as_the_json_names_them() {
+    use crate::explain::recon::ItemKind::*;
+    let kinds = [Pool, Allocated, DriverCost, OtherProcesses, Context];
+    let names = kinds.map(|k| serde_json::to_value(k).unwrap());
+    assert_eq!(names, ["pool", "allocated", "driver_cost", "other_processes", "context"]);
+    assert_eq!(names, kinds.map(|k| k.as_str()));
 }
