@@ -1,10 +1,11 @@
 //! `culedger`: run a program under the culedger interposer and read its reports.
 //!
 //! Subcommands: `run`, `report`, `explain`, `diff`, `check`, `export`, `plot`, `top`, `metrics`,
-//! `html`, `completions`. See
-//! README.md. The output layer shared by the commands: `doc` (documents), `layout` (width,
-//! colour, wrapping, tables), `clock` (one time base per run), `runs` (run grouping,
-//! selections, how processes ended), `costs` (de-noised driver costs).
+//! `html`, `completions`. See README.md. `flags` holds the command line (clap); `main`
+//! dispatches it. Shared by the commands: `analysis` (device groups), `summary` (the run
+//! summary), `figures` (the device figures' names), and the output layer: `doc`
+//! (documents), `layout` (width, colour, wrapping, tables), `clock` (one time base per run),
+//! `runs` (run grouping, selections, how processes ended), `costs` (de-noised driver costs).
 
 mod analysis;
 mod check;

@@ -18,7 +18,7 @@ pub mod engines;
 pub mod findings;
 // The rule language's patterns, shared with the classifier.
 use culedger_format::glob;
-pub mod prose;
+mod prose;
 pub mod recon;
 mod render;
 pub mod steps;
