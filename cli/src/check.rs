@@ -7,6 +7,7 @@
 
 use crate::analysis::{groups, DeviceGroup};
 use crate::error::{Fail, Result};
+use crate::figures::Figure;
 use crate::layout::printable;
 use crate::load::load_run;
 use crate::model::CATEGORIES;
@@ -61,35 +62,17 @@ impl Op {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Key {
-    Category(&'static str),
-    CategoryPeak(&'static str),
-    Live,
-    Peak,
-    Untracked,
-    IpcImported,
-    DriverCosts,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
     /// As written, for messages.
     pub text: String,
-    pub key: Key,
+    /// The figure it bounds.
+    pub key: Figure,
     pub op: Op,
     pub limit: i64,
 }
 
 const KEYS_HELP: &str =
     "weights, kv_pool, ipc, graphs, comm, other, live, peak, untracked, ipc_imported, driver_costs (or peak:<category>)";
-
-/// Every key a budget may name, for did-you-mean.
-fn all_keys() -> Vec<String> {
-    let mut keys: Vec<String> = CATEGORIES.iter().map(|c| c.to_string()).collect();
-    keys.extend(["live", "peak", "untracked", "ipc_imported", "driver_costs"].map(String::from));
-    keys.extend(CATEGORIES.iter().map(|c| format!("peak:{c}")));
-    keys
-}
 
 /// The edit distance between two short words (insertions, deletions, substitutions).
 fn distance(a: &str, b: &str) -> usize {
@@ -110,7 +93,7 @@ fn distance(a: &str, b: &str) -> usize {
 /// ` (did you mean `kv_pool`?)` when one key is close to `name`: at most two edits away
 /// (one for short names), or `name` a prefix of it.
 fn did_you_mean(name: &str) -> String {
-    let keys = all_keys();
+    let keys = Figure::budget_keys();
     let near = keys
         .iter()
         .map(|k| (distance(&name.to_ascii_lowercase(), k), k))
@@ -164,23 +147,13 @@ pub fn parse_budget(text: &str) -> std::result::Result<Budget, String> {
         .min_by_key(|(i, s, _)| (*i, std::cmp::Reverse(s.len())))
         .ok_or_else(|| format!("budget `{text}`: no comparison (use <=, <, >=, > or ==), e.g. 'ipc<=64MiB'"))?;
     let (name, size) = (&compact[..at], &compact[at + op_text.len()..]);
-    let category = |n: &str| CATEGORIES.iter().copied().find(|c| *c == n);
-    let key =
-        match name.strip_prefix("peak:") {
-            Some(c) => Key::CategoryPeak(category(c).ok_or_else(|| {
-                format!("budget `{text}`: `peak:` takes a category ({}){}", CATEGORIES.join(", "), did_you_mean(name))
-            })?),
-            None => match name {
-                "live" => Key::Live,
-                "peak" => Key::Peak,
-                "untracked" => Key::Untracked,
-                "ipc_imported" => Key::IpcImported,
-                "driver_costs" => Key::DriverCosts,
-                n => Key::Category(category(n).ok_or_else(|| {
-                    format!("budget `{text}`: unknown key `{n}`{} (keys: {KEYS_HELP})", did_you_mean(n))
-                })?),
-            },
-        };
+    let key = Figure::budgeted(name).ok_or_else(|| {
+        if name.starts_with("peak:") {
+            format!("budget `{text}`: `peak:` takes a category ({}){}", CATEGORIES.join(", "), did_you_mean(name))
+        } else {
+            format!("budget `{text}`: unknown key `{name}`{} (keys: {KEYS_HELP})", did_you_mean(name))
+        }
+    })?;
     let limit = parse_size(size).map_err(|e| format!("budget `{text}`: {e}"))?;
     // A bare number silently meaning bytes turns `ipc<=64` into a 64-byte budget.
     let unitless = !size.is_empty() && size.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit() || b == b'.');
@@ -207,19 +180,6 @@ pub fn parse_file(path: &Path) -> Result<Vec<Budget>> {
     Ok(out)
 }
 
-/// The measured value of a key on a device, or None when it was never measured.
-fn value(g: &DeviceGroup, key: &Key) -> Option<i64> {
-    Some(match key {
-        Key::Category(c) => g.cat_live(c),
-        Key::CategoryPeak(c) => g.cat_peak(c),
-        Key::Live => g.live(),
-        Key::Peak => g.peak(),
-        Key::Untracked => return g.max_untracked().map(|r| r.untracked_bytes),
-        Key::IpcImported => g.ipc().imported_bytes,
-        Key::DriverCosts => g.driver_cost_bytes(),
-    })
-}
-
 /// The outcome of one budget on one device, or of `--no-failures` for one failure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
@@ -227,12 +187,22 @@ pub struct Outcome {
     /// The budget as written, or `no-failures`.
     pub budget: String,
     pub key: String,
-    /// `hold`, `breach` or `unmeasured`.
-    pub status: &'static str,
+    pub status: Status,
     pub value_bytes: Option<i64>,
     pub limit_bytes: Option<i64>,
     /// One line for people.
     pub message: String,
+}
+
+/// Whether a budget held on a device (its `status` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Listed first.
+    Breach,
+    /// No free-memory query measured it.
+    Unmeasured,
+    Hold,
 }
 
 /// Every budget on every device, and each failed allocation when `no_failures`.
@@ -240,20 +210,20 @@ pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -
     let mut out = Vec::new();
     for g in groups {
         for b in budgets {
-            let v = value(g, &b.key);
+            let v = b.key.read(g);
             let (status, message) = match v {
                 Some(v) if !b.op.holds(v, b.limit) => {
-                    ("breach", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text))
+                    (Status::Breach, format!("{}: {} is {} (budget {})", g.title(), b.key.key(), b.key.fmt(v), b.text))
                 }
                 Some(v) => {
-                    ("hold", format!("{}: {} is {} (budget {})", g.title(), key_name(&b.key), fmt_bytes(v), b.text))
+                    (Status::Hold, format!("{}: {} is {} (budget {})", g.title(), b.key.key(), b.key.fmt(v), b.text))
                 }
                 None => (
-                    "unmeasured",
+                    Status::Unmeasured,
                     format!(
                         "{}: {} cannot be measured: no free-memory query on this GPU (budget {})",
                         g.title(),
-                        key_name(&b.key),
+                        b.key.key(),
                         b.text
                     ),
                 ),
@@ -261,7 +231,7 @@ pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -
             out.push(Outcome {
                 device: g.title(),
                 budget: b.text.clone(),
-                key: key_name(&b.key),
+                key: b.key.key(),
                 status,
                 value_bytes: v,
                 limit_bytes: Some(b.limit),
@@ -274,8 +244,8 @@ pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -
                 out.push(Outcome {
                     device: g.title(),
                     budget: "no-failures".into(),
-                    key: "failures".into(),
-                    status: "breach",
+                    key: Figure::FailedRequests.key(),
+                    status: Status::Breach,
                     value_bytes: Some(f.bytes),
                     limit_bytes: None,
                     message: format!(
@@ -293,18 +263,6 @@ pub fn evaluate(groups: &[DeviceGroup], budgets: &[Budget], no_failures: bool) -
         }
     }
     out
-}
-
-fn key_name(k: &Key) -> String {
-    match k {
-        Key::Category(c) => c.to_string(),
-        Key::CategoryPeak(c) => format!("peak:{c}"),
-        Key::Live => "live".into(),
-        Key::Peak => "peak".into(),
-        Key::Untracked => "untracked".into(),
-        Key::IpcImported => "ipc_imported".into(),
-        Key::DriverCosts => "driver_costs".into(),
-    }
 }
 
 /// What `culedger check` was asked.
@@ -346,8 +304,8 @@ pub fn command(req: &Request) -> Result<i32> {
     let run = crate::runs::select(load_run(std::slice::from_ref(req.path))?, req.selection)?;
     let gs = groups(&run);
     let outcomes = evaluate(&gs, &budgets, req.no_failures);
-    let of = |status: &str| outcomes.iter().filter(|o| o.status == status).count();
-    let (breaches, unmeasured) = (of("breach"), of("unmeasured"));
+    let of = |status: Status| outcomes.iter().filter(|o| o.status == status).count();
+    let (breaches, unmeasured) = (of(Status::Breach), of(Status::Unmeasured));
     let ok = breaches == 0 && (unmeasured == 0 || req.allow_unmeasured);
     let checks = budgets.len() + usize::from(req.no_failures);
     if req.format == crate::doc::Format::Json {
@@ -372,10 +330,10 @@ pub fn command(req: &Request) -> Result<i32> {
         format!("{}{}\n", style.paint(code, word), &wrapped[word.len()..])
     };
     let mut text = String::new();
-    for o in outcomes.iter().filter(|o| o.status == "breach") {
+    for o in outcomes.iter().filter(|o| o.status == Status::Breach) {
         text.push_str(&line("BREACH", "1;31", &printable(&o.message)));
     }
-    for o in outcomes.iter().filter(|o| o.status == "unmeasured") {
+    for o in outcomes.iter().filter(|o| o.status == Status::Unmeasured) {
         if req.allow_unmeasured {
             eprintln!("culedger: not checked: {}", printable(&o.message));
         } else {
@@ -417,19 +375,14 @@ fn markdown(summary: &str, ok: bool, outcomes: &[Outcome], allow_unmeasured: boo
     d.push(Block::Title("culedger check".into()));
     d.push(Block::Verdict { text: summary.to_string(), bad: !ok });
     let mut t = Table::new(&["status", "device", "budget", "measured"], &[3]);
-    let rank = |s: &str| match s {
-        "breach" => 0,
-        "unmeasured" => 1,
-        _ => 2,
-    };
     let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
-    sorted.sort_by_key(|o| rank(o.status));
+    sorted.sort_by_key(|o| o.status);
     for o in sorted {
         let status = match o.status {
-            "breach" => "BREACH",
-            "unmeasured" if allow_unmeasured => "not measured (allowed)",
-            "unmeasured" => "UNMEASURED",
-            _ => "ok",
+            Status::Breach => "BREACH",
+            Status::Unmeasured if allow_unmeasured => "not measured (allowed)",
+            Status::Unmeasured => "UNMEASURED",
+            Status::Hold => "ok",
         };
         let budget = if o.budget == "no-failures" { "--no-failures".to_string() } else { o.budget.clone() };
         let measured = match (o.budget.as_str(), o.value_bytes) {
@@ -452,19 +405,19 @@ mod tests {
     #[test]
     fn parses_the_grammar() {
         let b = parse_budget("ipc<=64MiB").unwrap();
-        assert_eq!((b.key, b.op, b.limit), (Key::Category("ipc"), Op::Le, 64 << 20));
+        assert_eq!((b.key, b.op, b.limit), (Figure::Category("ipc"), Op::Le, 64 << 20));
         let b = parse_budget(" peak:other <= 1 GiB ").unwrap();
-        assert_eq!((b.key, b.op, b.limit), (Key::CategoryPeak("other"), Op::Le, 1 << 30));
+        assert_eq!((b.key, b.op, b.limit), (Figure::CategoryPeak("other"), Op::Le, 1 << 30));
         let b = parse_budget("kv_pool>=40GiB").unwrap();
-        assert_eq!((b.key, b.op), (Key::Category("kv_pool"), Op::Ge));
+        assert_eq!((b.key, b.op), (Figure::Category("kv_pool"), Op::Ge));
         assert_eq!(parse_budget("untracked<2GB").unwrap().op, Op::Lt);
-        assert_eq!(parse_budget("live>0").unwrap().key, Key::Live);
+        assert_eq!(parse_budget("live>0").unwrap().key, Figure::Live);
         assert_eq!(parse_budget("driver_costs==0").unwrap().op, Op::Eq);
-        assert_eq!(parse_budget("ipc_imported<=1MiB").unwrap().key, Key::IpcImported);
-        assert_eq!(parse_budget("peak<=1TiB").unwrap().key, Key::Peak);
+        assert_eq!(parse_budget("ipc_imported<=1MiB").unwrap().key, Figure::IpcImported);
+        assert_eq!(parse_budget("peak<=1TiB").unwrap().key, Figure::Peak);
         // Untracked memory can be negative (the driver rounds less than was asked).
         let b = parse_budget("untracked >= -64 MiB").unwrap();
-        assert_eq!((b.key, b.op, b.limit), (Key::Untracked, Op::Ge, -(64 << 20)));
+        assert_eq!((b.key, b.op, b.limit), (Figure::UntrackedMax, Op::Ge, -(64 << 20)));
     }
 
     #[test]
@@ -510,5 +463,11 @@ mod tests {
     fn comparisons() {
         assert!(Op::Le.holds(5, 5) && !Op::Lt.holds(5, 5) && Op::Ge.holds(5, 5) && !Op::Gt.holds(5, 5));
         assert!(Op::Eq.holds(0, 0) && !Op::Eq.holds(1, 0));
+    }
+
+    #[test]
+    fn statuses_are_written_as_the_json_names_them() {
+        let names = [Status::Breach, Status::Unmeasured, Status::Hold].map(|s| serde_json::to_value(s).unwrap());
+        assert_eq!(names, ["breach", "unmeasured", "hold"]);
     }
 }

@@ -230,7 +230,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
 
 /// The page's data for one run.
 fn run_data(run: &Run) -> Result<Value> {
-    let summary = analysis::summarize(run, false);
+    let summary = crate::summary::summarize(run, false);
     let explained = crate::explain::explain(run);
     let explained = to(&explained)?;
     let charts: Vec<Chart> = analysis::groups(run).iter().map(|g| chart(g, &explained)).collect();

@@ -2,16 +2,16 @@
 //! text exposition format (version 0.0.4), printed once (for node_exporter's textfile
 //! collector) or served over HTTP at `/metrics`, the reports read anew at each scrape.
 //!
-//! Every figure is the one `culedger report` shows (`analysis::summarize`), so a dashboard
+//! Every figure is the one `culedger report` shows (`summary::summarize`), so a dashboard
 //! and the report never disagree. Names and labels: docs/metrics.md. Cardinality stays low
 //! by default: series per host, device, category, API and process; call sites only with
 //! `--sites` (their number is bounded there too).
 
-use crate::analysis::{self, RunSummary};
 use crate::error::{Fail, Result};
 use crate::load::{self, Run};
 use crate::model::CATEGORIES;
 use crate::runs;
+use crate::summary::{self, RunSummary};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -45,7 +45,7 @@ pub fn snapshot(paths: &[PathBuf]) -> Snapshot {
     match runs::select(run.clone(), &sel) {
         Ok(mut chosen) => {
             chosen.skipped = skipped;
-            let summary = analysis::summarize(&chosen, false);
+            let summary = summary::summarize(&chosen, false);
             Snapshot { run: chosen, summary: Some(summary) }
         }
         Err(_) => Snapshot { run, summary: None },

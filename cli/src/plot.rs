@@ -169,9 +169,9 @@ struct Cause {
 
 /// The causes of the failures explain finds on this device, one per failed burst.
 fn causes(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<Cause> {
-    use crate::explain::recon::api_words;
+    use crate::explain::recon::{api_words, ItemKind};
     let mut out = Vec::new();
-    for f in e.findings.iter().filter(|f| f.kind == "failed_allocation") {
+    for f in e.findings.iter().filter(|f| f.kind == crate::explain::Kind::FailedAllocation) {
         if f.device != Some(g.index) || f.host.as_deref().is_some_and(|h| h != g.host) {
             continue;
         }
@@ -181,10 +181,10 @@ fn causes(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<Cause> {
         let costs = r
             .items
             .iter()
-            .filter(|i| i.kind == "driver_cost" || i.kind == "other_processes")
+            .filter(|i| matches!(i.kind, ItemKind::DriverCost | ItemKind::OtherProcesses))
             .map(|i| {
                 let what = match (&i.api, i.kind) {
-                    (Some(api), "driver_cost") => api_words(api),
+                    (Some(api), ItemKind::DriverCost) => api_words(api),
                     _ if i.what.contains("context") => "other processes' contexts".to_string(),
                     _ => "other processes".to_string(),
                 };

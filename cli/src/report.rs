@@ -1,9 +1,10 @@
 //! `culedger report`: the verdict and one line per GPU first, then the processes, then one
 //! section per host and device (optionally folded when ranks look alike).
 
-use crate::analysis::{DeviceSummary, OverviewRow, ProcSummary, Reading, RunSummary};
+use crate::analysis::{Holds, Reading};
 use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock};
 use crate::doc::{Block, Doc, Table};
+use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};
 use crate::units::{fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
 
 /// How the report is laid out.
@@ -190,7 +191,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
             t.row(vec![
                 p.pid.to_string(),
                 p.label.clone(),
-                p.holds.clone(),
+                p.holds.as_str().to_string(),
                 fmt_bytes(p.live_bytes),
                 fmt_bytes(p.peak_bytes),
                 p.alloc_count.to_string(),
@@ -208,7 +209,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
         ]);
         d.table(t.abbreviate(&[1]));
     } else if let Some(p) = dev.processes.first() {
-        d.para(format!("process {} ({}): {}", p.pid, p.label, p.holds));
+        d.para(format!("process {} ({}): {}", p.pid, p.label, p.holds.as_str()));
     }
 
     let mut t = Table::new(&["category", "live", "peak", "share of device", "live allocs"], &[1, 2, 3, 4]);
@@ -398,7 +399,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
 /// holding the same kinds of things, the same non-empty categories, and failures on both
 /// or neither.
 fn fold_key(d: &DeviceSummary) -> (String, Vec<String>, Vec<String>, bool) {
-    let mut holds: Vec<String> = d.processes.iter().map(|p| p.holds.clone()).collect();
+    let mut holds: Vec<String> = d.processes.iter().map(|p| p.holds.as_str().to_string()).collect();
     holds.sort();
     (
         d.host.clone(),
@@ -455,9 +456,13 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
         Table::new(&["GPU", "processes", "tracked", "untracked", "driver costs", "failed allocation"], &[0, 2, 3, 4]);
     let untracked = |x: &DeviceSummary| x.last_query.as_ref().map(|r| r.untracked_bytes);
     for o in others {
-        let mut procs: Vec<String> =
-            o.processes.iter().filter(|p| p.holds == "allocations").map(|p| format!("{} {}", p.pid, p.label)).collect();
-        let contexts = o.processes.iter().filter(|p| p.holds != "allocations").count();
+        let mut procs: Vec<String> = o
+            .processes
+            .iter()
+            .filter(|p| p.holds == Holds::Allocations)
+            .map(|p| format!("{} {}", p.pid, p.label))
+            .collect();
+        let contexts = o.processes.iter().filter(|p| p.holds != Holds::Allocations).count();
         if contexts > 0 {
             procs.push(format!("+{}", count(contexts, "context", "contexts")));
         }

@@ -6,12 +6,12 @@
 //! further), or the full report with `--report`. CMD starts with the signal dispositions and
 //! mask `culedger run` got, and when a signal ended CMD, it ends `culedger run` too (`wrap`).
 
-use crate::analysis::summarize;
 use crate::doc::Format;
 use crate::error::{Fail, Result};
 use crate::layout::{ColorChoice, Stream, Style};
 use crate::load::{is_report_file_name, report_from_value, Run, SummaryMeta};
 use crate::model::SUMMARY_SCHEMA;
+use crate::summary::summarize;
 use crate::wrap;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};

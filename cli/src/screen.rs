@@ -3,12 +3,12 @@
 //! the first thing to change when something failed, and the commands that go further. It is
 //! meant to fit a terminal: about 25 lines for the demo's 8 ranks, whatever their number.
 
-use crate::analysis::{summarize, OverviewRow, RunSummary};
 use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
-use crate::explain::Explanation;
+use crate::explain::{Explanation, Severity};
 use crate::load::Run;
 use crate::report::count;
+use crate::summary::{summarize, OverviewRow, RunSummary};
 use crate::units::fmt_range;
 
 /// The screen of a run whose reports are in `dir` (the shell words that name it, see
@@ -35,10 +35,10 @@ pub fn document(run: &Run, dir: &str) -> Doc {
         d.push(Block::Alert(n.clone()));
     }
     d.table(overview(&s, hosts.len()));
-    if let Some(f) = e.findings.iter().find(|f| f.severity == "failure" || f.severity == "warning") {
+    if let Some(f) = e.findings.iter().find(|f| f.severity != Severity::Info) {
         d.para("");
         d.para(format!("culedger explain: {}; the first:", e.verdict.trim_end_matches(", most important first")));
-        if f.severity == "failure" {
+        if f.severity == Severity::Failure {
             d.push(Block::Alert(f.title.clone()));
         } else {
             d.para(f.title.clone());
@@ -62,7 +62,7 @@ pub fn document(run: &Run, dir: &str) -> Doc {
 /// The first line of explain's "What to change" (the knob, its direction and value), shown
 /// under explain's headline.
 fn first_recommendation(e: &Explanation) -> Option<String> {
-    crate::explain::gist(e).1
+    e.gist().1
 }
 
 /// How the command `culedger run` started ended, from its summary.

@@ -12,10 +12,10 @@
 //! Report strings (titles, argv, API names) are untrusted: every one goes through [`clean`]
 //! before it reaches the terminal, so a title cannot carry an escape sequence.
 
-use crate::analysis::{DeviceSummary, RunSummary};
 use crate::clock::fmt_age;
 use crate::error::{Fail, Result};
 use crate::metrics::{snapshot, Snapshot};
+use crate::summary::{DeviceSummary, RunSummary};
 use crate::units::fmt_bytes;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;

@@ -5,21 +5,20 @@
 //!
 //! - `steps`: one process's records on one device in order; bursts and sizing queries;
 //! - `recon`: the reconciliation from a query to a failure (or a pool);
-//! - `findings`: the five findings;
+//! - `findings`: the findings, computed as typed values;
+//! - `prose`: each finding's title and conclusion, written from its figures;
 //! - `render`: text and markdown;
 //! - `callers`: call sites in words;
-//! - `diffs`: what `culedger diff` shows of it (the cause in its headline, the
-//!   reconciliations side by side);
 //! - `engines`: the engines' sizing formulas, as the rule packs give them;
 //! - `advice`: "What to change", from the formula evaluated on the run.
 
 pub mod advice;
 pub mod callers;
-pub mod diffs;
 pub mod engines;
 pub mod findings;
 // The rule language's patterns, shared with the classifier.
 use culedger_format::glob;
+mod prose;
 pub mod recon;
 mod render;
 pub mod steps;
@@ -29,7 +28,7 @@ use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
 
-pub use findings::{Detail, FailDetail, Finding};
+pub use findings::{Detail, FailDetail, Finding, Kind, Severity};
 pub use render::document;
 
 /// The schema id of `culedger explain --format json` (docs/explain.md).
@@ -104,9 +103,9 @@ pub fn explain(run: &Run) -> Explanation {
     let gs = crate::analysis::groups(run);
     let found = findings::all(run, &gs);
 
-    let count = |sev: &str| found.iter().filter(|f| f.severity == sev).count();
-    let (failures, warnings) = (count("failure"), count("warning"));
-    let infos = count("info");
+    let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
+    let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
+    let infos = count(Severity::Info);
     let verdict = if failures + warnings == 0 && infos > 0 {
         format!("nothing alarming; {} below", crate::report::count(infos, "observation", "observations"))
     } else if failures + warnings == 0 {
@@ -141,11 +140,14 @@ pub fn explain(run: &Run) -> Explanation {
     }
 }
 
-/// The headline of an explanation and its first "What to change" line, for a command that
-/// prints only the gist (`culedger run`'s ending).
-pub fn gist(e: &Explanation) -> (String, Option<String>) {
-    let head = e.findings.first().map_or_else(|| e.verdict.clone(), |f| f.title.clone());
-    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
+impl Explanation {
+    /// Its headline (the first finding's title, else the verdict) and its first "What to
+    /// change" line: the gist that commands showing only that much print (`culedger diff`
+    /// for the side whose start failed, the one screen of `culedger run`'s ending).
+    pub fn gist(&self) -> (String, Option<String>) {
+        let head = self.findings.first().map_or_else(|| self.verdict.clone(), |f| f.title.clone());
+        (head, self.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
+    }
 }
 
 /// What limits the explanation.

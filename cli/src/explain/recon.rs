@@ -56,12 +56,39 @@ impl QueryRef {
     }
 }
 
+/// What a line of a reconciliation is (its `kind` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// The pool's own allocations so far.
+    Pool,
+    /// The process's other allocations.
+    Allocated,
+    /// Hidden driver memory a measured call took.
+    DriverCost,
+    /// What other processes took on the device.
+    OtherProcesses,
+    /// A context created in the window (untracked growth).
+    Context,
+}
+
+impl ItemKind {
+    /// As the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Pool => "pool",
+            ItemKind::Allocated => "allocated",
+            ItemKind::DriverCost => "driver_cost",
+            ItemKind::OtherProcesses => "other_processes",
+            ItemKind::Context => "context",
+        }
+    }
+}
+
 /// One line of a reconciliation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Item {
-    /// `pool`, `allocated`, `driver_cost`, `other_processes` (reconciliation) or `context`
-    /// (untracked growth).
-    pub kind: &'static str,
+    pub kind: ItemKind,
     /// What it is, in words.
     pub what: String,
     pub pids: Vec<i64>,
@@ -85,7 +112,7 @@ pub struct Item {
 }
 
 impl Item {
-    fn new(kind: &'static str, what: String, bytes: i64) -> Item {
+    fn new(kind: ItemKind, what: String, bytes: i64) -> Item {
         Item {
             kind,
             what,
@@ -119,7 +146,7 @@ pub struct Recon {
 
 impl Recon {
     /// The sum of the items of one kind.
-    pub fn sum(&self, kind: &str) -> i64 {
+    pub fn sum(&self, kind: ItemKind) -> i64 {
         self.items.iter().filter(|i| i.kind == kind).map(|i| i.bytes).sum()
     }
 }
@@ -184,7 +211,7 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
         .map(|api| {
             let mine: Vec<&Measured> = calls.iter().filter(|c| c.call.api == api).collect();
             let n = crate::report::count(mine.len(), "call", "calls");
-            let mut it = Item::new("driver_cost", format!("{api} ({n}) by {}", who(m.report)), 0);
+            let mut it = Item::new(ItemKind::DriverCost, format!("{api} ({n}) by {}", who(m.report)), 0);
             it.bytes = mine.iter().map(|c| c.bytes).sum();
             it.api = Some(api.to_string());
             it.calls = mine.len() as i64;
@@ -262,7 +289,7 @@ fn other_item(
     let tracked = total(t1) - total(t0);
     let cost: i64 = calls.iter().map(|c| c.bytes).sum();
     let mut parts: Vec<String> = Vec::new();
-    let mut it = Item::new("other_processes", String::new(), tracked + cost);
+    let mut it = Item::new(ItemKind::OtherProcesses, String::new(), tracked + cost);
     it.pids = vec![o.pid()];
     if tracked != 0 {
         let verb = if tracked > 0 { "allocated" } else { "freed" };
@@ -427,7 +454,7 @@ pub fn reconcile<'a>(
     if !pool_idx.is_empty() {
         let main = (0..6).max_by_key(|&i| pool_cats[i]).unwrap_or(5);
         let n = crate::report::count(pool_idx.len(), "allocation", "allocations");
-        let mut it = Item::new("pool", format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
+        let mut it = Item::new(ItemKind::Pool, format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
         it.bytes = pool_idx.iter().map(|&i| steps[i].bytes).sum();
         it.category = Some(CATEGORIES[main].to_string());
         it.calls = pool_idx.len() as i64;
@@ -446,7 +473,7 @@ pub fn reconcile<'a>(
             continue;
         }
         let verb = if bytes > 0 { "allocated" } else { "freed" };
-        let mut it = Item::new("allocated", format!("{cat} {verb} by {}", who(m.report)), bytes);
+        let mut it = Item::new(ItemKind::Allocated, format!("{cat} {verb} by {}", who(m.report)), bytes);
         it.category = Some(cat.to_string());
         it.pids = vec![m.pid()];
         for i in (query + 1..last.min(steps.len())).filter(|&i| !in_pool(i)) {
@@ -484,7 +511,7 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
     for o in &g.members {
         let Some(c) = context_part(g, *o, t0, t1) else { continue };
         let what = if c.bytes.is_some() { context_what(*o, c.peer) } else { format!("{}: {}", who(o.report), c.text) };
-        let mut it = Item::new("context", what, c.bytes.unwrap_or(0));
+        let mut it = Item::new(ItemKind::Context, what, c.bytes.unwrap_or(0));
         it.pids = vec![o.pid()];
         it.expected = !c.peer;
         it.estimated = c.bytes.is_some();

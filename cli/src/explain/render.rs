@@ -2,8 +2,8 @@
 //! important first. Failed allocations with the same mechanism on several GPUs are shown
 //! once in full and then as one row per GPU.
 
-use super::findings::{Detail, FailDetail, Finding};
-use super::recon::{Item, Recon};
+use super::findings::{Detail, FailDetail, Finding, Kind, Severity};
+use super::recon::{Item, ItemKind, Recon};
 use super::Explanation;
 use crate::clock::{fmt_secs, Clock};
 use crate::doc::{Block, Doc, Table};
@@ -107,14 +107,14 @@ fn folded_table(fs: &[&Finding]) -> Table {
     for f in fs {
         let Detail::Failure(d) = &f.detail else { continue };
         let r = d.reconciliation.as_ref();
-        let sum = |k: &str| r.map_or("-".to_string(), |r| fmt_bytes(r.sum(k)));
+        let sum = |k: ItemKind| r.map_or("-".to_string(), |r| fmt_bytes(r.sum(k)));
         t.row(vec![
             gpu(f),
             d.process.clone(),
             r.map_or("-".into(), |r| fmt_bytes(r.query.free_bytes)),
             r.map_or("-".into(), |r| fmt_secs(r.query.at_us)),
-            sum("driver_cost"),
-            sum("other_processes"),
+            sum(ItemKind::DriverCost),
+            sum(ItemKind::OtherProcesses),
             d.free_bytes.map_or("-".into(), fmt_bytes),
             d.short_by_bytes.map_or("-".into(), fmt_bytes),
         ]);
@@ -227,7 +227,7 @@ fn callers_line(f: &Finding, recorded: bool) -> Option<String> {
         return Some(format!("Call sites: {}.", f.callers.join(", ")));
     }
     match f.kind {
-        "imbalance" | "sizing" => None,
+        Kind::Imbalance | Kind::Sizing => None,
         _ if recorded => Some("Call sites: none recorded for these records.".into()),
         _ => Some(
             "Call site unknown: these reports record no call sites (written before culedger recorded them).".into(),
@@ -262,7 +262,7 @@ pub fn document(e: &Explanation) -> Doc {
         let f = &fs[i];
         number += 1;
         d.push(Block::Heading(format!("{number}. {}", f.title)));
-        if f.severity == "failure" {
+        if f.severity == Severity::Failure {
             d.push(Block::Alert(f.text.clone()));
         } else {
             d.para(f.text.clone());

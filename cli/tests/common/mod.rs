@@ -98,3 +98,16 @@ pub fn stub_lib(dir: &Path, name: &str) -> PathBuf {
     assert!(status.success(), "building {name}.so failed");
     out
 }
+
+/// The `culedger` under test: this build, or `CULEDGER_CLI` (another build, to see a test
+/// fail before a fix).
+pub fn culedger_bin() -> PathBuf {
+    std::env::var_os("CULEDGER_CLI").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_culedger").into())
+}
+
+pub fn run_cmd(out: &Path, lib: &Path) -> Command {
+    let mut c = Command::new(culedger_bin());
+    c.current_dir(crate_dir()).env("NO_COLOR", "1").env_remove("CULEDGER_LIB");
+    c.args(["run", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--"]);
+    c
+}

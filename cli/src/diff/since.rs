@@ -3,8 +3,9 @@
 //! and a headline that names the cause when one side failed: which allocation failed, and
 //! which categories and hidden costs that appeared after the sizing query grew.
 
-use super::findings::{failure_reconciliation, join_and, PoolWindow};
 use crate::analysis::DeviceGroup;
+use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
+use crate::explain::recon::ItemKind;
 use crate::units::{fmt_bytes, fmt_delta};
 use serde::Serialize;
 
@@ -13,12 +14,58 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct SinceRow {
     pub name: String,
-    /// `told`, `pool`, `allocated`, `driver_cost`, `other_processes`, `unexplained`, `free`,
-    /// `requested` or `short_by`.
-    pub kind: String,
+    pub kind: LineKind,
     pub a: Option<i64>,
     pub b: Option<i64>,
     pub delta: Option<i64>,
+}
+
+/// What a line of the reconciliation is (its `kind` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    /// Told free at the sizing query.
+    Told,
+    /// What was taken after it: the pool so far, allocations, hidden driver costs, other
+    /// processes, memory no report explains.
+    Pool,
+    Allocated,
+    DriverCost,
+    OtherProcesses,
+    Unexplained,
+    /// Free after the pool, or when it failed; what the failed attempt asked for; by how much
+    /// it was short.
+    Free,
+    Requested,
+    ShortBy,
+}
+
+impl LineKind {
+    /// Told first, then what was taken, then free, requested and short by.
+    fn rank(self) -> u8 {
+        match self {
+            LineKind::Told => 0,
+            LineKind::Free => 2,
+            LineKind::Requested => 3,
+            LineKind::ShortBy => 4,
+            _ => 1,
+        }
+    }
+
+    /// Memory taken after the sizing query.
+    pub fn taken(self) -> bool {
+        self.rank() == 1
+    }
+}
+
+/// What failed on one side: which part of the pool, its size, the category of the pool and
+/// the call.
+#[derive(Debug, Clone)]
+pub struct SideFailure {
+    pub part: String,
+    pub bytes: i64,
+    pub category: Option<String>,
+    pub api: String,
 }
 
 /// The reconciliations of one device in A and in B.
@@ -29,42 +76,42 @@ pub struct SinceSizing {
     pub b_process: Option<String>,
     pub a_failed: Option<String>,
     pub b_failed: Option<String>,
-    /// What failed, in parts: (part, bytes, category, api).
+    /// What failed, in parts.
     #[serde(skip)]
-    pub a_failure: Option<(String, i64, Option<String>, String)>,
+    pub a_failure: Option<SideFailure>,
     #[serde(skip)]
-    pub b_failure: Option<(String, i64, Option<String>, String)>,
+    pub b_failure: Option<SideFailure>,
     pub rows: Vec<SinceRow>,
 }
 
 /// (key, kind, bytes) lines of a window, amounts taken as positive.
-fn lines(w: &PoolWindow) -> Vec<(String, &'static str, i64)> {
+fn lines(w: &PoolWindow) -> Vec<(String, LineKind, i64)> {
     let r = &w.recon;
-    let mut out = vec![("told free at the sizing query".to_string(), "told", r.query.free_bytes)];
+    let mut out = vec![("told free at the sizing query".to_string(), LineKind::Told, r.query.free_bytes)];
     let contexts_only =
-        r.items.iter().filter(|i| i.kind == "other_processes").all(|i| i.what.starts_with("the context"));
+        r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses).all(|i| i.what.starts_with("the context"));
     let others = if contexts_only { "other processes' contexts" } else { "other processes' memory" };
-    let mut add = |key: String, kind: &'static str, bytes: i64| match out.iter_mut().find(|(k, _, _)| *k == key) {
+    let mut add = |key: String, kind: LineKind, bytes: i64| match out.iter_mut().find(|(k, _, _)| *k == key) {
         Some(l) => l.2 += bytes,
         None => out.push((key, kind, bytes)),
     };
     for i in &r.items {
         match i.kind {
-            "pool" => add("the pool so far".into(), "pool", i.bytes),
-            "allocated" => {
-                add(format!("{} allocated since", i.category.clone().unwrap_or_default()), "allocated", i.bytes)
+            ItemKind::Pool => add("the pool so far".into(), LineKind::Pool, i.bytes),
+            ItemKind::Allocated => {
+                add(format!("{} allocated since", i.category.clone().unwrap_or_default()), LineKind::Allocated, i.bytes)
             }
-            "driver_cost" => add(i.api.clone().unwrap_or_default(), "driver_cost", i.bytes),
-            _ => add(others.into(), "other_processes", i.bytes),
+            ItemKind::DriverCost => add(i.api.clone().unwrap_or_default(), LineKind::DriverCost, i.bytes),
+            _ => add(others.into(), LineKind::OtherProcesses, i.bytes),
         }
     }
     if let Some(u) = r.unexplained_bytes.filter(|u| *u != 0) {
-        add("not explained by any report".into(), "unexplained", u);
+        add("not explained by any report".into(), LineKind::Unexplained, u);
     }
-    add("free after the pool, or when it failed".into(), "free", r.free_bytes);
-    if let Some((_, bytes, _)) = &w.failed {
-        add("requested (failed)".into(), "requested", *bytes);
-        add("short by".into(), "short_by", bytes - r.free_bytes);
+    add("free after the pool, or when it failed".into(), LineKind::Free, r.free_bytes);
+    if let Some(f) = &w.failed {
+        add("requested (failed)".into(), LineKind::Requested, f.bytes);
+        add("short by".into(), LineKind::ShortBy, f.bytes - r.free_bytes);
     }
     out
 }
@@ -76,41 +123,38 @@ pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<
         return None;
     }
     let (la, lb) = (wa.as_ref().map(lines).unwrap_or_default(), wb.as_ref().map(lines).unwrap_or_default());
-    let mut keys: Vec<(String, &'static str)> = Vec::new();
+    let mut keys: Vec<(String, LineKind)> = Vec::new();
     for (k, kind, _) in la.iter().chain(&lb) {
         if !keys.iter().any(|(x, _)| x == k) {
-            keys.push((k.clone(), kind));
+            keys.push((k.clone(), *kind));
         }
     }
-    // Told first, then what was taken, then free, requested and short by.
-    let rank = |kind: &str| match kind {
-        "told" => 0,
-        "free" => 2,
-        "requested" => 3,
-        "short_by" => 4,
-        _ => 1,
-    };
-    keys.sort_by_key(|(_, kind)| rank(kind));
-    let get = |l: &[(String, &'static str, i64)], k: &str, side: bool| {
+    keys.sort_by_key(|(_, kind)| kind.rank());
+    let get = |l: &[(String, LineKind, i64)], k: &str, side: bool| {
         l.iter().find(|(x, _, _)| x == k).map(|x| x.2).or(if side { Some(0) } else { None })
     };
     let rows = keys
         .into_iter()
         .map(|(k, kind)| {
-            let taken = rank(kind) == 1;
+            let taken = kind.taken();
             let (x, y) = (get(&la, &k, taken && wa.is_some()), get(&lb, &k, taken && wb.is_some()));
-            SinceRow { name: k, kind: kind.to_string(), a: x, b: y, delta: x.zip(y).map(|(x, y)| y - x) }
+            SinceRow { name: k, kind, a: x, b: y, delta: x.zip(y).map(|(x, y)| y - x) }
         })
         .collect();
     let parts = |w: &Option<PoolWindow>| {
         w.as_ref().and_then(|w| {
-            w.failed.as_ref().map(|(api, bytes, part)| (part.clone(), *bytes, w.category.clone(), api.clone()))
+            w.failed.as_ref().map(|f| SideFailure {
+                part: f.part.clone(),
+                bytes: f.bytes,
+                category: w.category.clone(),
+                api: f.api.clone(),
+            })
         })
     };
     let failed = |w: &Option<PoolWindow>| {
         w.as_ref().and_then(|w| {
             let cat = w.category.as_ref().map(|c| format!(", {c}")).unwrap_or_default();
-            w.failed.as_ref().map(|(api, bytes, part)| format!("{part} ({}{cat}, {api})", fmt_bytes(*bytes)))
+            w.failed.as_ref().map(|f| format!("{} ({}{cat}, {})", f.part, fmt_bytes(f.bytes), f.api))
         })
     };
     Some(SinceSizing {
@@ -145,7 +189,12 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
     let grew = |s: &SinceSizing| -> Vec<(String, i64)> {
         s.rows
             .iter()
-            .filter(|r| matches!(r.kind.as_str(), "allocated" | "driver_cost" | "other_processes" | "unexplained"))
+            .filter(|r| {
+                matches!(
+                    r.kind,
+                    LineKind::Allocated | LineKind::DriverCost | LineKind::OtherProcesses | LineKind::Unexplained
+                )
+            })
             .filter_map(|r| {
                 let d = if side_b { r.b.unwrap_or(0) - r.a.unwrap_or(0) } else { r.a.unwrap_or(0) - r.b.unwrap_or(0) };
                 (d >= 1 << 20).then(|| (r.name.clone(), d))
@@ -163,9 +212,9 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
     let (dev, s, _) = best?;
     // What failed: the representative's part, the sizes over every failing device.
     let failure = |s: &SinceSizing| if side_b { s.b_failure.clone() } else { s.a_failure.clone() };
-    let sizes: Vec<i64> = fails.iter().filter_map(|(_, s)| failure(s).map(|f| f.1)).collect();
+    let sizes: Vec<i64> = fails.iter().filter_map(|(_, s)| failure(s).map(|f| f.bytes)).collect();
     let what = match failure(s) {
-        Some((part, _, category, api)) => {
+        Some(SideFailure { part, category, api, .. }) => {
             let size = crate::units::fmt_range(
                 sizes.iter().copied().min().unwrap_or(0),
                 sizes.iter().copied().max().unwrap_or(0),
@@ -197,4 +246,27 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
         head.push_str(&format!("; after the sizing query {} grew compared with {other}{where_}", join_and(&parts)));
     }
     Some(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineKind::*;
+
+    #[test]
+    fn line_kinds_are_written_as_the_json_names_them() {
+        let kinds = [Told, Pool, Allocated, DriverCost, OtherProcesses, Unexplained, Free, Requested, ShortBy]
+            .map(|k| serde_json::to_value(k).unwrap());
+        let want = [
+            "told",
+            "pool",
+            "allocated",
+            "driver_cost",
+            "other_processes",
+            "unexplained",
+            "free",
+            "requested",
+            "short_by",
+        ];
+        assert_eq!(kinds, want);
+    }
 }

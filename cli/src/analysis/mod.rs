@@ -1,0 +1,588 @@
+//! What the commands compute from a run: processes grouped per host and device, merged
+//! timelines, device usage versus tracked bytes, the free-memory queries that matter. The
+//! run summary the renderers share is built on these in [`crate::summary`]. Times are
+//! absolute microseconds internally and the run's clock ([`Clock`]) in what is shown.
+
+use crate::clock::Clock;
+use crate::costs::{self, CostRow};
+use crate::load::Run;
+use crate::model::{
+    first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped, CATEGORIES,
+};
+use crate::units::fmt_bytes;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One process's view of one device.
+#[derive(Clone, Copy)]
+pub struct Member<'a> {
+    pub report: &'a Report,
+    pub dev: &'a Device,
+}
+
+impl Member<'_> {
+    pub fn pid(&self) -> i64 {
+        self.report.process.pid
+    }
+
+    pub fn label(&self) -> String {
+        self.report.process.label()
+    }
+
+    /// Absolute time (µs since the epoch) of one of this process's records.
+    pub fn abs_us(&self, rec: &dyn Stamped) -> i64 {
+        crate::clock::abs_us(self.report, rec)
+    }
+
+    /// Absolute time of a process-relative microsecond count.
+    pub fn abs_of(&self, rel_us: i64) -> i64 {
+        self.report.process.start_us() + rel_us
+    }
+
+    /// When the process ended (its final report), or None while it runs or was killed.
+    pub fn ended_us(&self) -> Option<i64> {
+        let p = &self.report.process;
+        p.ended().then(|| p.end_us())
+    }
+
+    /// Live bytes per category of this process on this device at absolute time `at_us`:
+    /// the last timeline sample at or before it; nothing before the first sample or after
+    /// the process ended (the driver frees a dead process's memory).
+    pub fn live_at(&self, at_us: i64) -> [i64; 6] {
+        if self.ended_us().is_some_and(|end| at_us > end) {
+            return [0; 6];
+        }
+        // Timelines are in time order: binary search for the last sample at or before `at`.
+        let n = self.dev.timeline.partition_point(|s| self.abs_us(s) <= at_us);
+        n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
+    }
+
+    /// Live bytes per category of this process on this device just before its own record
+    /// stamped `at` (a probe, a failure): ordered by `(t_ms, seq)`, so allocations made in
+    /// the same millisecond after it do not count.
+    pub fn live_before(&self, at: Stamp) -> [i64; 6] {
+        let n = self.dev.timeline.partition_point(|s| s.stamp().precedes(at));
+        n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
+    }
+
+    /// The earliest record of this process on this device (absolute µs).
+    pub fn first_us(&self) -> Option<i64> {
+        let d = self.dev;
+        let all = d.timeline.iter().map(|s| self.abs_us(s));
+        let all = all.chain(d.probes.iter().map(|p| self.abs_us(p)));
+        let all = all.chain(d.failures.iter().map(|f| self.abs_us(f)));
+        let all = all.chain(d.events.iter().map(|e| e.t0_us.map_or_else(|| self.abs_us(e), |t| self.abs_of(t))));
+        all.min()
+    }
+
+    /// What the process holds on the device, in words: `allocations`, or only a context
+    /// (`peer context` when it came from enabling peer access from another GPU).
+    pub fn holds(&self) -> Holds {
+        if self.dev.alloc_count > 0 || self.dev.peak_bytes > 0 {
+            Holds::Allocations
+        } else if self.dev.events.iter().any(|e| e.kind == "peer_access") {
+            Holds::PeerContext
+        } else {
+            Holds::Context
+        }
+    }
+}
+
+/// What a process holds on a device (its `holds` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Holds {
+    /// It allocated there.
+    #[serde(rename = "allocations")]
+    Allocations,
+    /// Only its context.
+    #[serde(rename = "context")]
+    Context,
+    /// Only a context that serves its peer access from another device.
+    #[serde(rename = "peer context")]
+    PeerContext,
+}
+
+impl Holds {
+    /// In words, as the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Holds::Allocations => "allocations",
+            Holds::Context => "context",
+            Holds::PeerContext => "peer context",
+        }
+    }
+}
+
+/// All processes that touched one device of one host.
+pub struct DeviceGroup<'a> {
+    pub host: String,
+    pub index: i64,
+    pub members: Vec<Member<'a>>,
+    /// The run's clock (shared by every device of the run).
+    pub clock: Clock,
+}
+
+/// Groups a run's processes per (host, device index), sorted.
+pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
+    let clock = Clock::of(&run.procs);
+    let mut map: BTreeMap<(String, i64), Vec<Member>> = BTreeMap::new();
+    for report in &run.procs {
+        for dev in &report.devices {
+            map.entry((report.process.host.clone(), dev.index)).or_default().push(Member { report, dev });
+        }
+    }
+    map.into_iter().map(|((host, index), members)| DeviceGroup { host, index, members, clock }).collect()
+}
+
+/// A point of a merged timeline: absolute time (µs) and live bytes per category.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub t_unix_us: i64,
+    pub cats: [i64; 6],
+}
+
+impl Point {
+    pub fn total(&self) -> i64 {
+        self.cats.iter().sum()
+    }
+}
+
+/// The largest single allocation (or failed attempt) seen on a device.
+#[derive(Debug, Clone, Serialize)]
+pub struct LargeAlloc {
+    pub pid: i64,
+    /// On the run's clock (µs since its first process started).
+    pub at_us: i64,
+    pub t_ms: i64,
+    pub seq: Option<i64>,
+    pub bytes: i64,
+    pub api: String,
+    pub category: Option<String>,
+    pub failed: bool,
+}
+
+/// A free-memory reading: what the device used at a query, what this run's processes had
+/// allocated at that moment, and the difference.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reading {
+    pub pid: i64,
+    pub api: String,
+    /// On the run's clock.
+    pub at_us: i64,
+    pub free_bytes: i64,
+    pub total_bytes: i64,
+    /// `total - free`.
+    pub used_bytes: i64,
+    /// What the run's processes had allocated on the device at the query.
+    pub tracked_bytes: i64,
+    /// `used - tracked`: contexts, modules, graphs, peer mappings, rounding, other processes.
+    pub untracked_bytes: i64,
+    /// How old the reading is at the end of the run (its last report).
+    pub age_us: i64,
+}
+
+impl<'a> DeviceGroup<'a> {
+    pub fn title(&self) -> String {
+        format!("{} GPU {}", self.host, self.index)
+    }
+
+    pub fn total_bytes(&self) -> Option<i64> {
+        self.members.iter().filter_map(|m| m.dev.total_bytes).max()
+    }
+
+    pub fn live(&self) -> i64 {
+        self.members.iter().map(|m| m.dev.live_bytes).sum()
+    }
+
+    pub fn cat_live(&self, name: &str) -> i64 {
+        self.members.iter().map(|m| m.dev.cat(name).live_bytes).sum()
+    }
+
+    /// The end of the run as far as this device's processes tell: their last report.
+    pub fn end_us(&self) -> i64 {
+        self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us)
+    }
+
+    /// The device timeline: every member's samples summed as step functions.
+    pub fn series(&self) -> Vec<Point> {
+        let mut times: Vec<i64> = Vec::new();
+        for m in &self.members {
+            times.extend(m.dev.timeline.iter().map(|s| m.abs_us(s)));
+            // The driver frees an exited process's memory: show the drop.
+            if let Some(end) = m.ended_us() {
+                times.push(end + 1);
+            }
+        }
+        times.sort_unstable();
+        times.dedup();
+        times
+            .into_iter()
+            .map(|t| {
+                let mut cats = [0i64; 6];
+                for m in &self.members {
+                    for (c, v) in cats.iter_mut().zip(m.live_at(t)) {
+                        *c += v;
+                    }
+                }
+                Point { t_unix_us: t, cats }
+            })
+            .collect()
+    }
+
+    /// Peak of the device's summed live bytes. Exact for one process (its own counter);
+    /// for several, the maximum of the merged timelines (at least any member's peak).
+    pub fn peak(&self) -> i64 {
+        let member_max = self.members.iter().map(|m| m.dev.peak_bytes).max().unwrap_or(0);
+        if self.members.len() == 1 {
+            return member_max;
+        }
+        self.series().iter().map(Point::total).max().unwrap_or(0).max(member_max)
+    }
+
+    /// Peak of one category, computed like [`Self::peak`].
+    pub fn cat_peak(&self, name: &str) -> i64 {
+        let member_max = self.members.iter().map(|m| m.dev.cat(name).peak_bytes).max().unwrap_or(0);
+        if self.members.len() == 1 {
+            return member_max;
+        }
+        // A category beyond the six (a user's or a tag's) has no series: the largest member's.
+        let Some(i) = CATEGORIES.iter().position(|c| *c == name) else { return member_max };
+        self.series().iter().map(|p| p.cats[i]).max().unwrap_or(0).max(member_max)
+    }
+
+    /// Every probe of every member, with the member, in time order (across processes by
+    /// absolute time, within one by `(t_ms, seq)`).
+    pub fn probes(&self) -> Vec<(Member<'a>, &'a Probe)> {
+        let mut all: Vec<(Member, &Probe)> =
+            self.members.iter().flat_map(|m| m.dev.probes.iter().map(move |p| (*m, p))).collect();
+        all.sort_by_key(|(m, p)| (m.abs_us(*p), m.pid(), p.stamp().key()));
+        all
+    }
+
+    /// What the processes of this run had allocated on the device when `m` made the
+    /// probe `p`: the others' by absolute time, `m`'s own just before the probe.
+    pub fn tracked_at(&self, m: Member, p: &Probe) -> i64 {
+        let at = m.abs_us(p);
+        self.members
+            .iter()
+            .map(|o| {
+                let live = if std::ptr::eq(o.report, m.report) { o.live_before(p.stamp()) } else { o.live_at(at) };
+                live.iter().sum::<i64>()
+            })
+            .sum()
+    }
+
+    /// The reading of the probe `p` of `m`, when the probe told both free and total.
+    pub fn reading(&self, m: Member, p: &Probe) -> Option<Reading> {
+        let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) else {
+            return None;
+        };
+        if p.error != 0 {
+            return None;
+        }
+        let tracked = self.tracked_at(m, p);
+        let at = m.abs_us(p);
+        Some(Reading {
+            pid: m.pid(),
+            api: p.api.clone(),
+            at_us: self.clock.since(at),
+            free_bytes: free,
+            total_bytes: total,
+            used_bytes: total - free,
+            tracked_bytes: tracked,
+            untracked_bytes: total - free - tracked,
+            age_us: (self.end_us() - at).max(0),
+        })
+    }
+
+    /// Every reading of the device, in time order.
+    pub fn readings(&self) -> Vec<Reading> {
+        self.probes().into_iter().filter_map(|(m, p)| self.reading(m, p)).collect()
+    }
+
+    /// The last reading: used and tracked compared at the query itself.
+    pub fn last_reading(&self) -> Option<Reading> {
+        self.readings().pop()
+    }
+
+    /// The reading with the most untracked memory.
+    pub fn max_untracked(&self) -> Option<Reading> {
+        self.readings().into_iter().rev().max_by_key(|r| r.untracked_bytes)
+    }
+
+    /// The largest allocation or failed attempt on the device (ties: the earliest).
+    pub fn largest_allocation(&self) -> Option<LargeAlloc> {
+        let mut candidates: Vec<(i64, LargeAlloc)> = Vec::new();
+        for m in &self.members {
+            for a in &m.dev.top_allocations {
+                let at = m.abs_us(a);
+                let large = LargeAlloc {
+                    pid: m.pid(),
+                    at_us: self.clock.since(at),
+                    t_ms: a.t_ms,
+                    seq: a.seq,
+                    bytes: a.bytes,
+                    api: a.api.clone(),
+                    category: Some(a.category.clone()),
+                    failed: false,
+                };
+                candidates.push((at, large));
+            }
+            for f in &m.dev.failures {
+                let at = m.abs_us(f);
+                let large = LargeAlloc {
+                    pid: m.pid(),
+                    at_us: self.clock.since(at),
+                    t_ms: f.t_ms,
+                    seq: f.seq,
+                    bytes: f.bytes,
+                    api: f.api.clone(),
+                    category: None,
+                    failed: true,
+                };
+                candidates.push((at, large));
+            }
+        }
+        candidates
+            .into_iter()
+            .max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse((*at, a.seq.unwrap_or(-1)))))
+            .map(|(_, a)| a)
+    }
+
+    pub fn member(&self, pid: i64) -> Option<Member<'a>> {
+        self.members.iter().copied().find(|m| m.pid() == pid)
+    }
+
+    /// The probe the program sized its memory from: the last probe of the process that
+    /// made the device's largest allocation, before that allocation; without allocations
+    /// in the report, the last probe before the steepest rise of that process's timeline.
+    /// "Before" is in the process's record order, `(t_ms, seq)`.
+    pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
+        let c = &self.clock;
+        if let Some(big) = self.largest_allocation() {
+            let m = self.member(big.pid)?;
+            let at = Stamp { t_ms: big.t_ms, seq: big.seq };
+            let p = last_before(&m.dev.probes, at)?;
+            let what = match (&big.category, big.failed) {
+                (_, true) => format!("failed {} of {}", big.api, fmt_bytes(big.bytes)),
+                (Some(c), false) => format!("{} {} of {}", c, big.api, fmt_bytes(big.bytes)),
+                (None, false) => format!("{} of {}", big.api, fmt_bytes(big.bytes)),
+            };
+            return Some((m, p, format!("before the largest allocation ({what} at {})", c.at(c.t0_us + big.at_us))));
+        }
+        let mut best: Option<(Member, Stamp, i64, i64)> = None;
+        for m in &self.members {
+            for w in m.dev.timeline.windows(2) {
+                let rise = w[1].live_bytes - w[0].live_bytes;
+                if rise > 0 && !matches!(&best, Some(b) if rise <= b.2) {
+                    best = Some((*m, w[1].stamp(), rise, m.abs_us(&w[1])));
+                }
+            }
+        }
+        let (m, at, rise, abs) = best?;
+        let p = last_before(&m.dev.probes, at)?;
+        Some((m, p, format!("before the steepest rise (+{} at {})", fmt_bytes(rise), c.at(abs))))
+    }
+
+    /// The free-memory queries worth showing: each process's first, the sizing probe, and
+    /// the last probe before each failure. Deduplicated, in time order.
+    pub fn key_probes(&self) -> Vec<KeyProbe> {
+        let mut out: Vec<(i64, KeyProbe)> = Vec::new();
+        let mut add = |m: Member, p: &Probe, why: String| {
+            let same =
+                |k: &KeyProbe| (k.pid, k.t_ms, k.seq, k.api.as_str()) == (m.pid(), p.t_ms, p.seq, p.api.as_str());
+            if let Some((_, k)) = out.iter_mut().find(|(_, k)| same(k)) {
+                if !k.why.contains(&why) {
+                    k.why = format!("{}; {why}", k.why);
+                }
+                return;
+            }
+            out.push((m.abs_us(p), KeyProbe::new(self, m, p, why)));
+        };
+        for m in &self.members {
+            if let Some(p) = first_recorded(&m.dev.probes) {
+                add(*m, p, "first query".into());
+            }
+        }
+        if let Some((m, p, why)) = self.sizing_probe() {
+            add(m, p, why);
+        }
+        for m in &self.members {
+            for f in &m.dev.failures {
+                if let Some(p) = &f.last_probe {
+                    add(*m, p, format!("before the failed {} of {}", f.api, fmt_bytes(f.bytes)));
+                }
+            }
+        }
+        out.sort_by_key(|(t, k)| (*t, k.pid, k.seq.unwrap_or(-1)));
+        out.into_iter().map(|(_, k)| k).collect()
+    }
+
+    pub fn failures(&self) -> Vec<(Member<'a>, &'a Failure)> {
+        let mut all: Vec<(Member, &Failure)> =
+            self.members.iter().flat_map(|m| m.dev.failures.iter().map(move |f| (*m, f))).collect();
+        all.sort_by_key(|(m, f)| (m.abs_us(*f), m.pid(), f.stamp().key()));
+        all
+    }
+
+    /// The failures that are requests of their own (not a retry of the previous failure of the
+    /// same process), each with the times of its retries.
+    pub fn failed_requests(&self) -> Vec<(Member<'a>, &'a Failure, Vec<i64>)> {
+        let mut out: Vec<(Member, &Failure, Vec<i64>)> = Vec::new();
+        for (m, f) in self.failures() {
+            let prev = out.iter_mut().rev().find(|(pm, _, _)| pm.pid() == m.pid());
+            if let Some((pm, pf, retries)) = prev {
+                let last_us = retries.last().copied().unwrap_or_else(|| pm.abs_us(*pf));
+                if is_retry(m.report, pf, f, last_us, m.abs_us(f)) {
+                    retries.push(m.abs_us(f));
+                    continue;
+                }
+            }
+            out.push((m, f, Vec::new()));
+        }
+        out
+    }
+
+    pub fn failures_total(&self) -> i64 {
+        self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
+    }
+
+    /// The hidden driver costs per process and API, de-noised (see `costs`).
+    pub fn cost_rows(&self) -> Vec<CostRow> {
+        costs::rows(self)
+    }
+
+    /// The sum of the de-noised hidden driver costs on this device.
+    pub fn driver_cost_bytes(&self) -> i64 {
+        self.cost_rows().iter().map(|r| r.bytes).sum()
+    }
+
+    /// Driver costs per API summed over the processes, de-noised: api -> (calls, bytes).
+    pub fn driver_costs_by_api(&self) -> BTreeMap<String, (i64, i64)> {
+        let mut map: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for c in self.cost_rows() {
+            let e = map.entry(c.api.clone()).or_default();
+            e.0 += c.calls;
+            e.1 += c.bytes;
+        }
+        map
+    }
+
+    pub fn ipc(&self) -> Ipc {
+        let mut t = Ipc::default();
+        for m in &self.members {
+            let i = &m.dev.ipc;
+            t.exported_count += i.exported_count;
+            t.exported_bytes += i.exported_bytes;
+            t.imported_count += i.imported_count;
+            t.imported_bytes += i.imported_bytes;
+            t.imported_live_count += i.imported_live_count;
+            t.imported_live_bytes += i.imported_live_bytes;
+        }
+        t
+    }
+
+    pub fn graphs(&self) -> Graphs {
+        let mut t = Graphs::default();
+        for m in &self.members {
+            let g = &m.dev.graphs;
+            t.captures += g.captures;
+            t.captures_active += g.captures_active;
+            t.captured_allocs += g.captured_allocs;
+            t.captured_bytes += g.captured_bytes;
+            t.instantiations += g.instantiations;
+            t.instantiate_bytes += g.instantiate_bytes;
+        }
+        t
+    }
+
+    /// The category holding the most live bytes: (name, bytes), when any holds some.
+    pub fn biggest_category(&self) -> Option<(String, i64)> {
+        CATEGORIES.iter().map(|c| (c.to_string(), self.cat_live(c))).filter(|(_, b)| *b > 0).max_by_key(|(_, b)| *b)
+    }
+}
+
+/// The categories worth listing for a run: those that held memory (live, peak or live
+/// allocations) in some process on some device; all six with `all`.
+/// Categories beyond the six (a user's rules or a program's tags name them; reports since
+/// report-time categories carry them), sorted; with `all` also the empty ones.
+pub fn extra_categories(run: &Run, all: bool) -> Vec<String> {
+    let mut v: Vec<String> = run
+        .procs
+        .iter()
+        .flat_map(|r| &r.devices)
+        .flat_map(|d| d.categories.iter())
+        .filter(|(name, s)| {
+            !CATEGORIES.contains(&name.as_str()) && (all || s.live_bytes != 0 || s.peak_bytes != 0 || s.allocs != 0)
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+pub fn shown_categories(run: &Run, all: bool) -> Vec<&'static str> {
+    CATEGORIES
+        .iter()
+        .copied()
+        .filter(|c| {
+            all || run.procs.iter().flat_map(|r| &r.devices).any(|d| {
+                let s = d.cat(c);
+                s.live_bytes != 0 || s.peak_bytes != 0 || s.allocs != 0
+            })
+        })
+        .collect()
+}
+
+/// A free-memory query and what the program was told.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyProbe {
+    pub pid: i64,
+    pub label: String,
+    /// On the run's clock (µs since its first process started).
+    pub at_us: i64,
+    pub t_ms: i64,
+    pub seq: Option<i64>,
+    pub api: String,
+    pub why: String,
+    pub free_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub error: i64,
+    /// What this process had allocated on the device at that moment.
+    pub tracked_bytes: i64,
+}
+
+impl KeyProbe {
+    fn new(g: &DeviceGroup, m: Member, p: &Probe, why: String) -> Self {
+        KeyProbe {
+            pid: m.pid(),
+            label: m.label(),
+            at_us: g.clock.since(m.abs_us(p)),
+            t_ms: p.t_ms,
+            seq: p.seq,
+            api: p.api.clone(),
+            why,
+            free_bytes: p.free_bytes,
+            total_bytes: p.total_bytes,
+            error: p.error,
+            tracked_bytes: p.live_bytes,
+        }
+    }
+}
+
+/// Is failure `f` of process `report` the same request as its previous failure `prev` made
+/// again: the same API and size, from the same call site (or the same Python stack: a retry
+/// inside the allocator comes from another native return address), within a second.
+/// PyTorch's caching allocator does that on every out-of-memory
+/// (`c10/cuda/CUDACachingAllocator.cpp`, `DeviceCachingAllocator::malloc`: after a failed
+/// `alloc_block` it releases its cached blocks and calls `alloc_block` again).
+pub fn is_retry(report: &Report, prev: &Failure, f: &Failure, prev_us: i64, f_us: i64) -> bool {
+    let python = |id: Option<i64>| report.sites.iter().find(|s| Some(s.id) == id).map(|s| &s.python);
+    let same_place =
+        prev.site == f.site || python(prev.site).is_some_and(|a| !a.is_empty() && Some(a) == python(f.site));
+    prev.api == f.api && prev.bytes == f.bytes && same_place && (0..=1_000_000).contains(&(f_us - prev_us))
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

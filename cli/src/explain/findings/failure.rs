@@ -1,0 +1,294 @@
+//! Failed allocations, each reconciled from the query the process sized from (failed
+//! attempts of one burst are one finding), and starts that failed without one; and for
+//! `culedger diff`, the reconciliation a device's pool went through.
+
+use super::super::prose;
+use super::super::recon::{reconcile, Recon};
+use super::super::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
+use super::super::{callers, who};
+use super::{Detail, FailDetail, Finding, Kind, Severity, StartDetail, StartRow};
+use crate::analysis::{DeviceGroup, Member};
+use crate::load::Run;
+use crate::model::Report;
+use serde::Serialize;
+
+/// Processes that touched a GPU and exited with a failure status (or were killed by a
+/// signal) without a failed allocation of their own, leaving out a parent whose child failed
+/// (a launcher reports its ranks' failure): a start that failed is always a finding, also
+/// when the engine refused by its own check ("Not enough memory") before allocating its pool.
+pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
+    let failed = |r: &Report| r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some();
+    let mut rows: Vec<StartRow> = Vec::new();
+    for r in &run.procs {
+        let touched = !r.devices.is_empty();
+        let own_failures = r.devices.iter().any(|d| !d.failures.is_empty());
+        let child_failed = run.procs.iter().any(|c| c.process.ppid == r.process.pid && failed(c));
+        if !failed(r) || !touched || own_failures || child_failed {
+            continue;
+        }
+        // Its last free-memory query: where it was when it gave up.
+        let last = gs
+            .iter()
+            .flat_map(|g| g.members.iter().filter(|m| std::ptr::eq(m.report, r)).map(move |m| (g, *m)))
+            .flat_map(|(g, m)| m.dev.probes.iter().map(move |p| (g, m, p)))
+            .max_by_key(|(_, m, p)| m.abs_us(*p));
+        let function = last.map(|(_, m, p)| {
+            callers::explaining(m.report, p.site, true).map(|e| e.function).unwrap_or_else(|| "?".into())
+        });
+        rows.push(StartRow {
+            pid: r.process.pid,
+            process: who(r),
+            status: match (r.process.exit_code, r.process.signal) {
+                (_, Some(sig)) => format!("was killed by {}", crate::runs::signal_name(sig)),
+                (Some(c), _) => format!("exited with status {c}"),
+                _ => "failed".into(),
+            },
+            last_query_at_us: last.map(|(g, m, p)| g.clock.since(m.abs_us(p))),
+            last_query_function: function,
+            last_query_device: last.map(|(g, _, _)| g.index),
+        });
+    }
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let detail = StartDetail { processes: rows };
+    let (title, text) = prose::failed_start(&detail);
+    let callers = detail.processes.iter().filter_map(|r| r.last_query_function.clone()).fold(Vec::new(), |mut v, c| {
+        if !v.contains(&c) {
+            v.push(c);
+        }
+        v
+    });
+    vec![Finding {
+        kind: Kind::FailedStart,
+        severity: Severity::Failure,
+        title,
+        text,
+        host: None,
+        device: None,
+        pids: detail.processes.iter().map(|r| r.pid).collect(),
+        callers,
+        detail: Detail::Start(detail),
+    }]
+}
+
+/// Which part of its burst a failed attempt is, in words.
+fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>) -> String {
+    let total: i64 = burst.iter().map(|&i| steps[i].bytes).sum();
+    let pool = match category {
+        Some("kv_pool") => "its KV pool",
+        _ => "its pool",
+    };
+    let is_pool = told.is_some_and(|t| total.saturating_mul(2) > t) || category == Some("kv_pool");
+    let n = burst.len();
+    let equal = burst.iter().all(|&i| (steps[i].bytes - steps[burst[0]].bytes).abs() * 100 <= steps[burst[0]].bytes);
+    match (is_pool, n) {
+        (false, 1) => "an allocation".into(),
+        (false, _) => format!("allocation {n} of a burst of {n}"),
+        (true, 1) => pool.to_string(),
+        (true, 2) if equal => format!("the second half of {pool}"),
+        (true, _) => format!("part {n} of {pool}"),
+    }
+}
+
+/// The failure findings, in device order; failed attempts of one burst are one finding.
+pub(super) fn failed_allocations(
+    gs: &[DeviceGroup],
+    skipped: bool,
+    ev: Option<&super::super::advice::Evaluation>,
+) -> Vec<Finding> {
+    let mut out: Vec<(i64, Finding)> = Vec::new();
+    for g in gs {
+        for m in &g.members {
+            let st = steps::steps(*m);
+            let mut bursts: Vec<(usize, usize)> = Vec::new(); // (burst start, index into out)
+            for (i, s) in st.iter().enumerate() {
+                let Some(f) = s.failure() else { continue };
+                let burst = burst_ending_at(&st, i);
+                if let Some(&(_, k)) = bursts.iter().find(|(b, _)| *b == burst[0]) {
+                    if let Detail::Failure(d) = &mut out[k].1.detail {
+                        d.later_failures += 1;
+                    }
+                    continue;
+                }
+                bursts.push((burst[0], out.len()));
+                // The engine sized every rank from the minimum over the ranks: the text says so
+                // where the rank's own query told more.
+                let minimum = ev.and_then(|e| {
+                    let r = e.ranks.iter().find(|r| r.pid == m.pid() && r.device == g.index)?;
+                    let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
+                    (used != r.told_bytes).then(|| prose::Minimum {
+                        used,
+                        told: r.told_bytes,
+                        engine: e.engine.clone(),
+                    })
+                });
+                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, skipped, minimum)));
+            }
+        }
+    }
+    // In device order: failures with the same mechanism fold under the first GPU's.
+    out.sort_by_key(|(t, f)| (f.host.clone(), f.device, *t));
+    out.into_iter().map(|(_, f)| f).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn failure_finding(
+    g: &DeviceGroup,
+    m: Member,
+    st: &[Step],
+    i: usize,
+    burst: &[usize],
+    f: &crate::model::Failure,
+    skipped: bool,
+    minimum: Option<prose::Minimum>,
+) -> Finding {
+    let clock = g.clock;
+    let q = query_before(st, burst[0]);
+    let recon = q.map(|q| reconcile(g, m, st, q, i, burst));
+    let told = recon.as_ref().map(|r| r.query.free_bytes);
+    let category = burst
+        .iter()
+        .filter_map(|&j| match st[j].kind {
+            StepKind::Alloc { category, .. } => Some(category),
+            _ => None,
+        })
+        .next();
+    let part = part_words(st, burst, told, category);
+    let caller = callers::caller(m.report, f.site);
+    let caller_chain = callers::explaining(m.report, f.site, false).map(|e| e.chain);
+    let (free, measured) = match &recon {
+        Some(r) => (Some(r.free_bytes), r.closed_by.is_some()),
+        None => (None, false),
+    };
+    let needed = super::super::advice::needed(m, f);
+    let short_by = free.map(|fr| needed - fr);
+    let mut all_callers: Vec<String> = Vec::new();
+    let mut add = |c: &Option<String>| {
+        if let Some(c) = c {
+            if !all_callers.contains(c) {
+                all_callers.push(c.clone());
+            }
+        }
+    };
+    add(&caller);
+    if let Some(r) = &recon {
+        add(&r.query.caller);
+        for it in &r.items {
+            for c in &it.callers {
+                add(&Some(c.clone()));
+            }
+        }
+    }
+    let mut pids = vec![m.pid()];
+    if let Some(r) = &recon {
+        for it in &r.items {
+            for p in &it.pids {
+                if !pids.contains(p) {
+                    pids.push(*p);
+                }
+            }
+        }
+    }
+    let signature = match &recon {
+        Some(r) => {
+            let kinds: Vec<String> =
+                r.items.iter().map(|i| format!("{}:{}", i.kind.as_str(), i.api.clone().unwrap_or_default())).collect();
+            format!("{part}|{}|{}", kinds.join(","), short_by.is_some_and(|s| s > 0) || free.is_some_and(|f| f <= 0))
+        }
+        None => format!("{part}|no query"),
+    };
+    let detail = FailDetail {
+        pid: m.pid(),
+        process: who(m.report),
+        label: m.label(),
+        at_us: clock.since(st[i].abs_us),
+        api: f.api.clone(),
+        bytes: f.bytes,
+        error_name: f.error_name.clone(),
+        caller,
+        caller_chain,
+        part,
+        category: category.map(str::to_string),
+        burst_attempts: burst.len(),
+        burst_bytes: burst.iter().map(|&j| st[j].bytes).sum(),
+        later_failures: 0,
+        reconciliation: recon,
+        free_bytes: free,
+        free_measured: measured,
+        needed_bytes: needed,
+        short_by_bytes: short_by,
+        held_bytes: f.live_bytes,
+        signature,
+    };
+    let (title, text) = prose::failed_allocation(&detail, g.index, skipped, minimum.as_ref());
+    Finding {
+        kind: Kind::FailedAllocation,
+        severity: Severity::Failure,
+        title,
+        text,
+        host: Some(g.host.clone()),
+        device: Some(g.index),
+        pids,
+        callers: all_callers,
+        detail: Detail::Failure(Box::new(detail)),
+    }
+}
+
+/// What failed of a pool: the call, its size and which part of the pool it was.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedPart {
+    pub api: String,
+    pub bytes: i64,
+    /// As [`FailDetail::part`] says it.
+    pub part: String,
+}
+
+/// the device, else of the largest pool sized there (to the end of its burst).
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolWindow {
+    pub pid: i64,
+    pub process: String,
+    /// The failed attempt, when the pool failed.
+    pub failed: Option<FailedPart>,
+    pub category: Option<String>,
+    pub recon: Recon,
+}
+
+/// See [`PoolWindow`].
+pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
+    let mut best: Option<(i64, PoolWindow)> = None;
+    for m in &g.members {
+        let st = steps::steps(*m);
+        if let Some(i) = st.iter().position(|s| s.failure().is_some()) {
+            let burst = burst_ending_at(&st, i);
+            let Some(q) = query_before(&st, burst[0]) else { continue };
+            let recon = reconcile(g, *m, &st, q, i, &burst);
+            let category = burst.iter().find_map(|&j| match st[j].kind {
+                StepKind::Alloc { category, .. } => Some(category.to_string()),
+                _ => None,
+            });
+            let part = part_words(&st, &burst, Some(recon.query.free_bytes), category.as_deref());
+            let f = st[i].failure().map(|f| FailedPart { api: f.api.clone(), bytes: f.bytes, part });
+            // The earliest failure wins over any pool.
+            let key = -st[i].abs_us - (1 << 60);
+            if best.as_ref().is_none_or(|(k, _)| key > *k) {
+                best = Some((key, PoolWindow { pid: m.pid(), process: who(m.report), failed: f, category, recon }));
+            }
+            continue;
+        }
+        let Some(sz) = steps::sizing(&st) else { continue };
+        let end = *sz.burst.last().unwrap_or(&sz.query);
+        let recon = reconcile(g, *m, &st, sz.query, end, &sz.burst);
+        let category = sz.burst.iter().find_map(|&j| match st[j].kind {
+            StepKind::Alloc { category, .. } => Some(category.to_string()),
+            _ => None,
+        });
+        if best.as_ref().is_none_or(|(k, _)| sz.pool > *k && *k >= 0) {
+            best = Some((sz.pool, PoolWindow { pid: m.pid(), process: who(m.report), failed: None, category, recon }));
+        }
+    }
+    best.map(|(_, w)| w)
+}
+
+// ---------------------------------------------------------------------------------------

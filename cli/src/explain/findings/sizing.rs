@@ -1,0 +1,169 @@
+//! The sizing formula: what each rank was told by the query it sized its pool from, and
+//! what share of it the pool took; ranks whose pool differs from the others'.
+
+use super::super::prose;
+use super::super::steps;
+use super::super::{callers, who, POOL_DIFF_PCT};
+use super::{join_and, median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
+use crate::analysis::{DeviceGroup, Member};
+use crate::units::fmt_bytes;
+
+/// Why a rank was told less (or more) than the others: who else held memory on its GPU at
+/// its query.
+fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
+    // (pid, words) of the processes that held a context, and of those that held allocations.
+    type Held = Vec<(i64, String)>;
+    let (mut contexts, mut allocs): (Held, Held) = (Vec::new(), Vec::new());
+    for o in g.members.iter().filter(|o| !std::ptr::eq(o.report, m.report)) {
+        let present = o.first_us().is_some_and(|f| f <= at) && o.ended_us().is_none_or(|e| e >= at);
+        if !present {
+            continue;
+        }
+        let live: i64 = o.live_at(at).iter().sum();
+        if live > 0 {
+            allocs.push((o.pid(), format!("{} allocated by {}", fmt_bytes(live), who(o.report))));
+        } else {
+            contexts.push((o.pid(), who(o.report)));
+        }
+    }
+    contexts.sort();
+    allocs.sort();
+    let mut held: Vec<String> = allocs.into_iter().map(|(_, s)| s).collect();
+    match contexts.len() {
+        0 => {}
+        1 => held.push(format!("the context of {}", contexts[0].1)),
+        _ => held
+            .push(format!("the contexts of {}", join_and(&contexts.into_iter().map(|(_, s)| s).collect::<Vec<_>>()))),
+    }
+    let more_less = if delta < 0 { "less" } else { "more" };
+    let mut s = format!("it was told {} {more_less} free memory than the other ranks", fmt_bytes(delta.abs()));
+    if !held.is_empty() && delta < 0 {
+        s.push_str(&format!(": {} also held {} at its query", format!("GPU {}", g.index), join_and(&held)));
+    }
+    s
+}
+
+/// What each rank was told and what share of it its pool took; a finding when a rank's pool
+/// differs from the others' or when an allocation failed (the context of the failure).
+pub(super) fn sizing(
+    gs: &[DeviceGroup],
+    any_failure: bool,
+    ev: Option<&super::super::advice::Evaluation>,
+) -> Option<Finding> {
+    let mut rows: Vec<(SizingRow, i64)> = Vec::new();
+    for g in gs {
+        for m in &g.members {
+            let st = steps::steps(*m);
+            if st.iter().filter(|s| s.told().is_some()).count() < 2 {
+                continue;
+            }
+            let Some(sz) = steps::sizing(&st) else { continue };
+            let first = st.iter().position(|s| s.told().is_some()).filter(|&i| i != sz.query);
+            let abs = st[sz.query].abs_us;
+            let caller = sz.burst.iter().find_map(|&i| {
+                st[i].top().and_then(|a| a.caller.clone().or_else(|| callers::caller(m.report, a.site)))
+            });
+            rows.push((
+                SizingRow {
+                    pid: m.pid(),
+                    process: who(m.report),
+                    host: g.host.clone(),
+                    device: g.index,
+                    first_told_bytes: first.and_then(|i| st[i].told()).and_then(|p| p.free_bytes),
+                    first_at_us: first.map(|i| g.clock.since(st[i].abs_us)),
+                    told_bytes: sz.told,
+                    at_us: g.clock.since(abs),
+                    pool_bytes: sz.pool,
+                    fraction: sz.pool as f64 / sz.told.max(1) as f64,
+                    failed: sz.burst.iter().any(|&i| st[i].failure().is_some()),
+                    differs_pct: 0.0,
+                    flagged: false,
+                    why: None,
+                    caller,
+                },
+                abs,
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    // With the engine's formula, what each rank was told and asked for is the formula's: its
+    // inputs as the engine took them (SGLang: the minimum over the ranks) and the pool it
+    // computed, not the pool so far plus the part that failed.
+    if let Some(e) = ev {
+        for (r, _) in &mut rows {
+            if let Some(x) = e.ranks.iter().find(|x| x.pid == r.pid && x.device == r.device) {
+                r.told_bytes = x.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(r.told_bytes);
+                r.pool_bytes = x.pool_bytes.max(0);
+                r.fraction = r.pool_bytes as f64 / r.told_bytes.max(1) as f64;
+            }
+        }
+    }
+    let reference = reference_pool(&rows.iter().map(|(r, _)| r.pool_bytes).collect::<Vec<_>>());
+    let alike = |pool: i64| pct((pool - reference).abs(), reference) <= POOL_DIFF_PCT;
+    let ref_told = median(rows.iter().filter(|(r, _)| alike(r.pool_bytes)).map(|(r, _)| r.told_bytes).collect());
+    let ref_fraction = reference as f64 / ref_told.max(1) as f64;
+    for (r, abs) in &mut rows {
+        r.differs_pct = pct(r.pool_bytes - reference, reference);
+        r.flagged = reference > 0 && !alike(r.pool_bytes);
+        if r.flagged {
+            let delta = r.told_bytes - ref_told;
+            let g = gs.iter().find(|g| g.host == r.host && g.index == r.device).expect("the row's device");
+            let m = g.member(r.pid).expect("the row's process");
+            r.why = Some(if (delta as f64).abs() * 2.0 >= ((r.pool_bytes - reference) as f64).abs() {
+                told_why(g, m, *abs, delta)
+            } else {
+                format!(
+                    "it asked for {:.1}% of what it was told, the other ranks {:.1}%",
+                    r.fraction * 100.0,
+                    ref_fraction * 100.0
+                )
+            });
+        }
+    }
+    let rows: Vec<SizingRow> = rows.into_iter().map(|(r, _)| r).collect();
+    let flagged: Vec<&SizingRow> = rows.iter().filter(|r| r.flagged).collect();
+    let flagged_any = !flagged.is_empty() && rows.len() >= 2;
+    if !flagged_any && !any_failure {
+        return None;
+    }
+    let detail = SizingDetail { ranks: rows, reference_pool_bytes: reference, reference_told_bytes: ref_told };
+    let (title, text) = prose::sizing(&detail, flagged_any);
+    let callers: Vec<String> = detail.ranks.iter().filter_map(|r| r.caller.clone()).fold(Vec::new(), |mut v, c| {
+        if !v.contains(&c) {
+            v.push(c);
+        }
+        v
+    });
+    Some(Finding {
+        kind: Kind::Sizing,
+        severity: if flagged_any { Severity::Warning } else { Severity::Info },
+        title,
+        text,
+        host: None,
+        device: None,
+        pids: detail.ranks.iter().map(|r| r.pid).collect(),
+        callers,
+        detail: Detail::Sizing(detail),
+    })
+}
+
+/// The median of the largest group of pools lying within [`POOL_DIFF_PCT`] of the group's
+/// smallest (ties: the group of larger pools).
+fn reference_pool(pools: &[i64]) -> i64 {
+    let mut v = pools.to_vec();
+    v.sort_unstable();
+    let (mut best, mut i) = ((0usize, 0i64), 0usize);
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && pct(v[j + 1] - v[i], v[i]) <= POOL_DIFF_PCT {
+            j += 1;
+        }
+        if j + 1 - i >= best.0 {
+            best = (j + 1 - i, median(v[i..=j].to_vec()));
+        }
+        i = j + 1;
+    }
+    best.1
+}

@@ -1,0 +1,163 @@
+//! Unit tests of the failure finding: its reconciliation, its call sites, its words.
+
+use super::*;
+use serde_json::{json, Value};
+
+const MIB: i64 = 1 << 20;
+
+fn py(file: &str, function: &str) -> Value {
+    json!({"file": file, "function": function, "line": 10})
+}
+
+/// Rank 0 on GPU 0 as a writer with call sites records it: a first query, weights, the
+/// sizing query, peer access (1 GiB), the pool's first half, the second half failing,
+/// the out-of-memory handler's query. Rank 1 creates its context on GPU 0 by peer access
+/// after rank 0's sizing query.
+fn run() -> Run {
+    let stamp = |t: i64, seq: i64, mut v: Value| {
+        v["t_ms"] = json!(t / 1000);
+        v["t_us"] = json!(t);
+        v["seq"] = json!(seq);
+        v
+    };
+    let total = 16384 * MIB;
+    let probe = |t, seq, free: i64, site| {
+        stamp(t, seq, json!({"api": "cudaMemGetInfo", "free_bytes": free * MIB, "total_bytes": total, "site": site}))
+    };
+    let sample = |t, seq, weights: i64, kv: i64| {
+        stamp(t, seq, json!({"live_bytes": (weights + kv) * MIB, "weights": weights * MIB, "kv_pool": kv * MIB}))
+    };
+    let rank0 = json!({
+        "schema": "culedger/1",
+        "process": {"pid": 100, "host": "h", "start_unix_ms": 0, "start_unix_us": 0, "end_unix_ms": 10,
+                    "exit": "exit", "exit_code": 1, "env": {"RANK": "0", "WORLD_SIZE": "2"}},
+        "sites": [
+            {"id": 7, "python": [py("/usr/lib/python3.11/ctypes/__init__.py", "__call__"),
+                                  py("/srv/sglang/srt/distributed/custom_all_reduce.py", "CustomAllreduce.open")],
+             "native": []},
+            {"id": 9, "python": [py("/srv/venv/lib/python3.11/site-packages/sglang/srt/mem_cache/memory_pool.py",
+                                     "MHATokenToKVPool._create_buffers")], "native": []},
+            {"id": 10, "python": [py("/srv/venv/lib/python3.11/site-packages/sglang/srt/mem_cache/memory_pool.py",
+                                      "MHATokenToKVPool._create_buffers")], "native": []},
+            {"id": 11, "python": [py("/srv/venv/lib/python3.11/site-packages/sglang/srt/utils.py",
+                                      "get_available_gpu_memory")], "native": []},
+        ],
+        "devices": [{
+            "index": 0, "total_bytes": total, "alloc_count": 3, "live_bytes": 9000 * MIB, "peak_bytes": 9000 * MIB,
+            "probes": [probe(1000, 1, 15872, 11), probe(3000, 3, 11776, 11), probe(9000, 9, 1288, 11)],
+            "timeline": [sample(2000, 2, 4096, 0), sample(6000, 6, 4096, 4904)],
+            "top_allocations": [
+                stamp(6000, 6, json!({"ptr": "0x2", "bytes": 4904 * MIB, "api": "cudaMalloc", "category": "kv_pool", "site": 9})),
+                stamp(2000, 2, json!({"ptr": "0x1", "bytes": 4096 * MIB, "api": "cudaMalloc", "category": "weights",
+                                      "h2d_bytes": 4096 * MIB, "caller": "model_runner.py:ModelRunner.load_model"})),
+            ],
+            "failures": [stamp(8000, 8, json!({"api": "cudaMalloc", "bytes": 4904 * MIB, "error": 2,
+                                               "error_name": "cudaErrorMemoryAllocation", "live_bytes": 9000 * MIB,
+                                               "site": 10}))],
+            "driver_costs": [{"api": "cudaDeviceEnablePeerAccess", "calls": 1, "bytes": 1024 * MIB, "sites": [7]}],
+            "events": [stamp(5000, 5, json!({"kind": "driver_cost", "api": "cudaDeviceEnablePeerAccess",
+                                             "bytes": 1024 * MIB, "t0_us": 4000, "detail": "1073741824 bytes"}))],
+        }],
+    });
+    // Its context alone on the GPU: 512 MiB untracked at its first query.
+    let r0: crate::model::Report = serde_json::from_value(rank0).unwrap();
+    let rank1 = json!({
+        "schema": "culedger/1",
+        "process": {"pid": 101, "host": "h", "start_unix_ms": 0, "start_unix_us": 0, "end_unix_ms": 10,
+                    "exit": "exit", "exit_code": 0, "env": {"RANK": "1", "WORLD_SIZE": "2"}},
+        "devices": [{"index": 0, "events": [stamp(5600, 4, json!({"kind": "peer_access", "api": "cudaDeviceEnablePeerAccess",
+                                                                  "t0_us": 5500, "detail": "peer access from device 1"}))]}],
+    });
+    Run { label: "t/".into(), procs: vec![r0, serde_json::from_value(rank1).unwrap()], ..Run::default() }
+}
+
+#[test]
+fn a_failure_is_reconciled_with_its_call_sites() {
+    let run = run();
+    let gs = crate::analysis::groups(&run);
+    let found = all(&run, &gs);
+    let f = found.iter().find(|f| f.kind == Kind::FailedAllocation).expect("the failure");
+    let Detail::Failure(d) = &f.detail else { unreachable!() };
+    let r = d.reconciliation.as_ref().expect("a sizing query before it");
+    assert_eq!(r.query.free_bytes, 11776 * MIB);
+    assert_eq!(r.query.caller.as_deref(), Some("sglang/srt/utils.py:get_available_gpu_memory"));
+    let kinds: Vec<(&str, i64)> = r.items.iter().map(|i| (i.kind.as_str(), i.bytes / MIB)).collect();
+    assert_eq!(kinds, [("pool", 4904), ("driver_cost", 1024), ("other_processes", 512)]);
+    // 11776 - 4904 - 1024 - 512 = 5336 expected free; the handler's query told 1288:
+    // 4048 MiB no report explains.
+    assert_eq!(r.unexplained_bytes, Some(4048 * MIB));
+    assert_eq!((d.free_bytes, d.short_by_bytes), (Some(1288 * MIB), Some((4904 - 1288) * MIB)));
+    assert_eq!(d.part, "the second half of its KV pool");
+    assert_eq!(
+        f.title,
+        "rank 0 (pid 100) could not allocate the second half of its KV pool on GPU 0 (4.79 GiB, cudaMalloc, \
+         kv_pool, from MHATokenToKVPool._create_buffers)"
+    );
+    assert_eq!(d.caller.as_deref(), Some("sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers"));
+    assert_eq!(r.items[0].callers, ["sglang/srt/mem_cache/memory_pool.py:MHATokenToKVPool._create_buffers"]);
+    assert_eq!(r.items[1].callers, ["custom_all_reduce.py:CustomAllreduce.open"], "runtime frames skipped");
+    assert!(f.callers.contains(&"custom_all_reduce.py:CustomAllreduce.open".to_string()));
+    assert_eq!(f.pids, [100, 101]);
+    assert!(
+        f.text.starts_with(
+            "rank 0 (pid 100) sized its KV pool from 11.50 GiB free at 0.003s; after that query 1.00 GiB went to \
+             peer access (not visible to that query), 512.00 MiB to the context that rank 1 (pid 101) created here by \
+             its peer access and 3.95 GiB to something no report of the run shows; the first half of the KV pool \
+             took 4.79 GiB, and the second half of the KV pool (4.79 GiB) no longer fit: 1.26 GiB were free, \
+             short by 3.53 GiB."
+        ),
+        "{}",
+        f.text
+    );
+}
+
+#[test]
+fn a_failure_without_a_query_before_it_says_so() {
+    let r = crate::explain::steps::tests::process(&[("a", 100), ("x", 5000)]);
+    let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
+    let gs = crate::analysis::groups(&run);
+    let found = all(&run, &gs);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let Detail::Failure(d) = &found[0].detail else { unreachable!() };
+    assert!(d.reconciliation.is_none() && d.short_by_bytes.is_none());
+    assert!(found[0].text.contains("with no free-memory query before it on GPU 0"), "{}", found[0].text);
+}
+
+#[test]
+fn without_call_sites_the_text_says_so() {
+    let mut run = run();
+    for r in &mut run.procs {
+        r.sites.clear();
+        for d in &mut r.devices {
+            for a in &mut d.top_allocations {
+                (a.site, a.caller) = (None, None);
+            }
+        }
+    }
+    let e = super::super::explain(&run);
+    assert!(!e.sites_recorded);
+    let text = super::super::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
+    assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
+}
+
+#[test]
+fn kinds_and_severities_are_written_as_the_json_names_them() {
+    let json = |v: serde_json::Value| v.as_str().unwrap().to_string();
+    let kinds =
+        [Kind::FailedAllocation, Kind::FailedStart, Kind::Sizing, Kind::UntrackedGrowth, Kind::Growth, Kind::Imbalance]
+            .map(|k| json(serde_json::to_value(k).unwrap()));
+    assert_eq!(kinds, ["failed_allocation", "failed_start", "sizing", "untracked_growth", "growth", "imbalance"]);
+    let severities =
+        [Severity::Failure, Severity::Warning, Severity::Info].map(|s| json(serde_json::to_value(s).unwrap()));
+    assert_eq!(severities, ["failure", "warning", "info"]);
+    assert_eq!(severities, [Severity::Failure, Severity::Warning, Severity::Info].map(|s| s.as_str().to_string()));
+}
+
+#[test]
+fn reconciliation_items_are_written_as_the_json_names_them() {
+    use crate::explain::recon::ItemKind::*;
+    let kinds = [Pool, Allocated, DriverCost, OtherProcesses, Context];
+    let names = kinds.map(|k| serde_json::to_value(k).unwrap());
+    assert_eq!(names, ["pool", "allocated", "driver_cost", "other_processes", "context"]);
+    assert_eq!(names, kinds.map(|k| k.as_str()));
+}

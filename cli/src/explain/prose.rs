@@ -1,0 +1,444 @@
+//! The words of each finding of `culedger explain`: its one-line title and its conclusion,
+//! as an engineer would write them, from the figures [`super::findings`] computed. Every
+//! time here is already on the run's clock.
+
+use super::findings::{join_and, FailDetail, GrowthDetail, ImbalanceDetail, Severity, SizingDetail, StartDetail};
+use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
+use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
+use super::{callers, IMBALANCE_PCT, NOISE, POOL_DIFF_PCT};
+use crate::clock::fmt_secs;
+use crate::units::fmt_bytes;
+use std::collections::BTreeMap;
+
+fn gpu(index: i64) -> String {
+    format!("GPU {index}")
+}
+
+// ---------------------------------------------------------------------------------------
+// Failed allocations, and starts that failed without one.
+
+/// A start that failed without a failed allocation: (title, text).
+pub fn failed_start(d: &StartDetail) -> (String, String) {
+    let n = d.processes.len();
+    let r0 = &d.processes[0];
+    let where_ = match (r0.last_query_device, r0.last_query_at_us, &r0.last_query_function) {
+        (Some(device), Some(at), Some(function)) => {
+            format!(
+                " after its last free-memory query (on {} at {}, from {function})",
+                gpu(device),
+                crate::clock::fmt_secs(at)
+            )
+        }
+        _ => String::new(),
+    };
+    let text = format!(
+        "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was          refused; the engine gave up by its own check (its log says why), or something other than GPU memory          failed.",
+        r0.process,
+        r0.status,
+        if n > 1 { format!(", and so did {} more", crate::report::count(n - 1, "process", "processes")) } else { String::new() }
+    );
+    let title = if n == 1 {
+        format!("{} {} without a failed allocation", r0.process, r0.status)
+    } else {
+        format!("{n} processes failed without a failed allocation")
+    };
+    (title, text)
+}
+
+/// The engine sized every rank from the minimum over the ranks (`used`), where this rank's
+/// own query told more (`told`).
+pub struct Minimum {
+    pub used: i64,
+    pub told: i64,
+    pub engine: String,
+}
+
+/// A failed allocation on GPU `device`: (title, text). `skipped`: a report of the run could
+/// not be read.
+pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Option<&Minimum>) -> (String, String) {
+    let (name, part) = (&d.process, &d.part);
+    let at = fmt_secs(d.at_us);
+    let title = format!(
+        "{name} could not allocate {part} on {} ({}, {}{}{})",
+        gpu(device),
+        fmt_bytes(d.bytes),
+        d.api,
+        d.category.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+        d.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
+    );
+    let text = match &d.reconciliation {
+        Some(r) => conclusion(name, part, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
+        None => format!(
+            "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
+             sized the request from. The process held {} on the GPU at that moment.",
+            fmt_bytes(d.bytes),
+            gpu(device),
+            fmt_bytes(d.held_bytes)
+        ),
+    };
+    let text = match minimum {
+        Some(m) => text.replacen(
+            &format!("from {} free at", fmt_bytes(m.told)),
+            &format!(
+                "from {} free (the minimum over the ranks, as {} takes it; its own query told {}) at",
+                fmt_bytes(m.used),
+                m.engine,
+                fmt_bytes(m.told)
+            ),
+            1,
+        ),
+        None => text,
+    };
+    (title, text)
+}
+
+/// The parts of `pool` that succeeded before the failure, in words: `the first half of
+/// the pool`, `the first 3 parts of the pool`.
+fn before_words(part: &str, done: usize) -> String {
+    let pool = if part.contains("KV pool") { "the KV pool" } else { "the pool" };
+    if part.starts_with("the second half") {
+        format!("the first half of {pool}")
+    } else if done == 1 {
+        format!("its first part of {pool}")
+    } else {
+        format!("the first {done} parts of {pool}")
+    }
+}
+
+/// The engineer's sentence for a reconciled failure.
+fn conclusion(
+    name: &str,
+    part: &str,
+    (requested, needed, api): (i64, i64, &str),
+    r: &Recon,
+    short_by: i64,
+    skipped: bool,
+) -> String {
+    let pool = if part.contains("KV pool") { "its KV pool" } else { "its pool" };
+    let sized = if part.starts_with("an allocation") || part.starts_with("allocation ") {
+        "sized its request"
+    } else {
+        "sized"
+    };
+    let what = if sized == "sized" { format!("sized {pool}") } else { sized.to_string() };
+    let mut s = format!("{name} {what} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us));
+    // (bytes, where they went), the first said with "went to".
+    let mut clauses: Vec<(i64, String)> = Vec::new();
+    let hidden: Vec<&Item> = r.items.iter().filter(|i| i.kind == ItemKind::DriverCost).collect();
+    let hidden_bytes: i64 = hidden.iter().map(|i| i.bytes).sum();
+    if hidden_bytes > 0 {
+        let mut words: Vec<String> = Vec::new();
+        let mut by_size: Vec<&&Item> = hidden.iter().collect();
+        by_size.sort_by_key(|i| std::cmp::Reverse(i.bytes));
+        for i in by_size {
+            let w = api_words(i.api.as_deref().unwrap_or(""));
+            if !words.contains(&w) {
+                words.push(w);
+            }
+        }
+        clauses.push((hidden_bytes, format!("{} (not visible to that query)", join_and(&words))));
+    }
+    for i in r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses && i.bytes > 0) {
+        clauses.push((i.bytes, i.what.clone()));
+    }
+    let own: i64 = r.sum(ItemKind::Allocated);
+    if own > 0 {
+        let cats: Vec<String> = r
+            .items
+            .iter()
+            .filter(|i| i.kind == ItemKind::Allocated && i.bytes > 0)
+            .filter_map(|i| i.category.clone())
+            .collect();
+        clauses.push((own, format!("its own other allocations ({})", cats.join(", "))));
+    }
+    if let Some(u) = r.unexplained_bytes.filter(|u| *u > NOISE && *u * 100 > r.query.free_bytes) {
+        clauses.push((
+            u,
+            if skipped {
+                "something no readable report shows (a report was skipped: see the note)".into()
+            } else {
+                "something no report of the run shows".into()
+            },
+        ));
+    }
+    let clauses: Vec<String> = clauses
+        .iter()
+        .enumerate()
+        .map(|(k, (b, w))| format!("{} {}{w}", fmt_bytes(*b), if k == 0 { "went to " } else { "to " }))
+        .collect();
+    if !clauses.is_empty() {
+        s.push_str(&format!("; after that query {}", join_and(&clauses)));
+    }
+    let done = r.items.iter().find(|i| i.kind == ItemKind::Pool);
+    let free = if r.closed_by.is_some() {
+        format!("{} {} free", fmt_bytes(r.free_bytes), if r.free_bytes == 1 { "was" } else { "were" })
+    } else {
+        format!("about {} were left", fmt_bytes(r.free_bytes))
+    };
+    let failed = format!(
+        "{} ({})",
+        part.replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
+        super::advice::needed_words(requested, needed, api)
+    );
+    let pool_done = done.map(|d| format!("{} took {}", before_words(part, d.calls as usize), fmt_bytes(d.bytes)));
+    let tail = if short_by > 0 {
+        format!("{failed} no longer fit: {free}, short by {}", fmt_bytes(short_by))
+    } else if r.free_bytes <= 0 {
+        format!("{failed} no longer fit: nothing was left")
+    } else {
+        format!(
+            "{failed} failed although {free}, {} more than it asked for: not a lack of free memory as far as the \
+             reports tell (a limit, fragmentation, or memory that came back just before the query)",
+            fmt_bytes(-short_by)
+        )
+    };
+    match (clauses.is_empty(), pool_done) {
+        (_, Some(d)) => s.push_str(&format!("; {d}, and {tail}.")),
+        (true, None) => s.push_str(&format!("; {tail}.")),
+        (false, None) => s.push_str(&format!(", and {tail}.")),
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// The sizing formula.
+
+/// What the ranks were told and asked for; `flagged_any`: some rank's pool differs from the
+/// others'. (title, text).
+pub fn sizing(d: &SizingDetail, flagged_any: bool) -> (String, String) {
+    let rows: &[SizingRow] = &d.ranks;
+    let reference = d.reference_pool_bytes;
+    let flagged: Vec<&SizingRow> = rows.iter().filter(|r| r.flagged).collect();
+    // The range of shares, compared as numbers ("84.5" < "126.0", which as text it is not).
+    let shares = rows.iter().map(|r| r.fraction * 100.0);
+    let (lo, hi) = (shares.clone().fold(f64::INFINITY, f64::min), shares.fold(f64::NEG_INFINITY, f64::max));
+    let (lo, hi) = (format!("{lo:.1}"), format!("{hi:.1}"));
+    let share = if lo == hi { format!("{lo}%") } else { format!("{lo}-{hi}%") };
+    let n = rows.len();
+    let (who_all, they) =
+        if n == 1 { ("The process".to_string(), "it was") } else { (format!("{n} ranks"), "they were") };
+    let told_range = crate::units::fmt_range(
+        rows.iter().map(|r| r.told_bytes).min().unwrap_or(0),
+        rows.iter().map(|r| r.told_bytes).max().unwrap_or(0),
+    );
+    let mut text = format!(
+        "{who_all} sized {} from a free-memory query and asked for {share} of what {they} told ({told_range})",
+        if n == 1 { "its pool" } else { "their pools" },
+    );
+    let title = if flagged_any {
+        let names: Vec<String> = flagged
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}'s pool ({}) is {:.1}% {} than the other ranks' ({}): {}",
+                    r.process,
+                    fmt_bytes(r.pool_bytes),
+                    r.differs_pct.abs(),
+                    if r.differs_pct < 0.0 { "smaller" } else { "larger" },
+                    fmt_bytes(reference),
+                    r.why.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        text.push_str(&format!(". {}.", names.join("; ")));
+        format!(
+            "{} from the other ranks' by more than {POOL_DIFF_PCT}%",
+            if flagged.len() == 1 {
+                format!("{}'s pool differs", flagged[0].process)
+            } else {
+                format!("{} ranks' pools differ", flagged.len())
+            }
+        )
+    } else {
+        let left: Vec<i64> = rows.iter().map(|r| r.told_bytes - r.pool_bytes).collect();
+        text.push_str(&format!(
+            ", leaving {} for everything that came after the query.",
+            crate::units::fmt_range(*left.iter().min().unwrap_or(&0), *left.iter().max().unwrap_or(&0))
+        ));
+        format!(
+            "Sizing: what {} told and what {} asked for",
+            if n == 1 { "the process was" } else { "each rank was" },
+            if n == 1 { "it" } else { "they" }
+        )
+    };
+    (title, text)
+}
+
+// ---------------------------------------------------------------------------------------
+// Untracked growth.
+
+fn api_with_calls(api: &str, calls: i64) -> String {
+    if calls > 1 {
+        format!("{api} (x{calls})")
+    } else {
+        api.to_string()
+    }
+}
+
+fn who_pids(names: &BTreeMap<i64, String>, pids: &[i64]) -> String {
+    match pids {
+        [p] => names.get(p).cloned().unwrap_or_else(|| format!("pid {p}")),
+        _ => format!("pids {}", pid_list(pids)),
+    }
+}
+
+/// A rise of untracked memory on GPU `device`: (title, text).
+pub fn untracked_growth(d: &UntrackedDetail, device: i64, severity: Severity) -> (String, String) {
+    let rise = d.rise_bytes;
+    // Contexts of processes that began to use the GPU in between are expected.
+    let expected: i64 = d.items.iter().filter(|i| i.expected).map(|i| i.bytes).sum();
+    let net = rise - expected;
+    let mut listed: Vec<&Item> = d.items.iter().filter(|i| (i.bytes != 0 || i.uncertain) && !i.expected).collect();
+    listed.sort_by_key(|i| std::cmp::Reverse(i.bytes));
+    let words: Vec<String> = listed
+        .iter()
+        .map(|i| match (&i.api, i.kind) {
+            (Some(api), _) => {
+                format!("{} in {} by {}", fmt_bytes(i.bytes), api_with_calls(api, i.calls), who_pids(&d.names, &i.pids))
+            }
+            (None, _) => format!("{} for {}", fmt_bytes(i.bytes), i.what),
+        })
+        .collect();
+    let mut text = format!(
+        "Untracked memory on {} rose by {} between the query at {} ({}, untracked {}) and the query at {} ({}, untracked {})",
+        gpu(device),
+        fmt_bytes(rise),
+        fmt_secs(d.from.at_us),
+        d.from.process,
+        fmt_bytes(d.untracked_from_bytes),
+        fmt_secs(d.to.at_us),
+        d.to.process,
+        fmt_bytes(d.untracked_to_bytes)
+    );
+    if expected > 0 {
+        text.push_str(&format!(
+            "; {} of it are the contexts of processes that began to use the GPU meanwhile (expected)",
+            fmt_bytes(expected)
+        ));
+    }
+    if words.is_empty() {
+        text.push_str(": no measured call or new context explains the rest.");
+    } else {
+        text.push_str(&format!("{} {}", if expected > 0 { "; the rest:" } else { ":" }, join_and(&words)));
+        if d.unexplained_bytes.abs() > NOISE {
+            text.push_str(&format!("; {} is not explained by a measured call", fmt_bytes(d.unexplained_bytes)));
+        }
+        text.push('.');
+    }
+    if !d.sized_before.is_empty() {
+        let names: Vec<String> = d.sized_before.iter().filter_map(|p| d.names.get(p).cloned()).collect();
+        text.push_str(&format!(
+            " {} sized {} from the query at {}, before this memory was taken: the figure {} sized from could \
+             not see it.",
+            join_and(&names),
+            if names.len() == 1 { "its pool" } else { "their pools" },
+            fmt_secs(d.from.at_us),
+            if names.len() == 1 { "it" } else { "they" },
+        ));
+    }
+    if severity == Severity::Warning {
+        text.push_str(&format!(
+            " Only {} remained free at {}, less than this rise: another like it would not fit.",
+            fmt_bytes(d.free_after_bytes),
+            fmt_secs(d.to.at_us)
+        ));
+    } else {
+        text.push_str(&format!(
+            " {} remained free at {}, {} times this rise.",
+            fmt_bytes(d.free_after_bytes),
+            fmt_secs(d.to.at_us),
+            d.free_after_bytes / net.max(1)
+        ));
+    }
+    // The same figure as the text's first sentence; the part beyond the new processes'
+    // contexts beside it.
+    let title = format!(
+        "Untracked memory on {} rose by {} between two queries{}",
+        gpu(device),
+        fmt_bytes(rise),
+        if expected > 0 { format!(" ({} beyond new processes' contexts)", fmt_bytes(net)) } else { String::new() }
+    );
+    (title, text)
+}
+
+// ---------------------------------------------------------------------------------------
+// Growth at the end of the run.
+
+/// Categories that kept growing on GPU `device`: (title, text).
+pub fn growth(d: &GrowthDetail, device: i64) -> (String, String) {
+    let growing: Vec<&CatGrowth> = d.categories.iter().filter(|c| c.kept_growing).collect();
+    let words: Vec<String> = growing
+        .iter()
+        .map(|c| {
+            format!(
+                "{} by {} (from {} to {}, {}/s)",
+                c.name,
+                fmt_bytes(c.growth_bytes),
+                fmt_bytes(c.third_bytes),
+                fmt_bytes(c.end_bytes),
+                fmt_bytes(c.bytes_per_s)
+            )
+        })
+        .collect();
+    let text = format!(
+        "On {} {} in each of the three parts of the last third of the run ({} to {}) and {} still rising when \
+         the last report was written: {}. A pool or a cache that is full does not grow; memory that keeps growing \
+         at the end of a run is a leak or an unbounded cache, and the run will fail once it reaches the free memory.",
+        gpu(device),
+        if growing.len() == 1 { "this category grew" } else { "these categories grew" },
+        fmt_secs(d.from_us),
+        fmt_secs(d.to_us),
+        if growing.len() == 1 { "was" } else { "were" },
+        join_and(&words)
+    );
+    let title = format!(
+        "{} kept growing on {} during the last third of the run",
+        join_and(&growing.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),
+        gpu(device)
+    );
+    (title, text)
+}
+
+// ---------------------------------------------------------------------------------------
+// Imbalance across ranks.
+
+/// Categories whose peaks differ across the ranks: (title, text).
+pub fn imbalance(d: &ImbalanceDetail) -> (String, String) {
+    let name = |pid: i64| d.ranks.iter().find(|r| r.pid == pid).map_or(format!("pid {pid}"), |r| r.process.clone());
+    let words: Vec<String> = d
+        .categories
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {} at its peak held {}, {} only {} ({:.1}% less)",
+                s.category,
+                name(s.max_pid),
+                fmt_bytes(s.max_bytes),
+                name(s.min_pid),
+                fmt_bytes(s.min_bytes),
+                s.spread_pct
+            )
+        })
+        .collect();
+    let mut text = format!(
+        "Across {} ranks of the launch, {} more than {IMBALANCE_PCT}%: {}. Tensor-parallel ranks hold the same \
+         shapes; a difference means a rank was told less free memory, holds something the others do not, or \
+         was given a different share.",
+        d.ranks.len(),
+        if d.categories.len() == 1 { "one category differs by" } else { "these categories differ by" },
+        join_and(&words)
+    );
+    if !d.failed_left_out.is_empty() {
+        text.push_str(&format!(
+            " Left out: {} (an allocation failed; their figures stop there).",
+            join_and(&d.failed_left_out.iter().map(|p| format!("pid {p}")).collect::<Vec<_>>())
+        ));
+    }
+    let title = format!(
+        "The ranks are imbalanced: {}",
+        join_and(
+            &d.categories.iter().map(|s| format!("{} differs by {:.1}%", s.category, s.spread_pct)).collect::<Vec<_>>()
+        )
+    );
+    (title, text)
+}

@@ -1,0 +1,492 @@
+//! The run summary every renderer of `culedger report` (text, markdown, JSON, the one
+//! screen) shares, so the formats never disagree: the verdict, the overview, and per
+//! process and per device the figures, as plain owned data ([`RunSummary`]). It is computed
+//! from the device groups of [`crate::analysis`]; times are on the run's clock ([`Clock`]).
+
+use crate::analysis::{extra_categories, groups, shown_categories, DeviceGroup, Holds, KeyProbe, LargeAlloc, Reading};
+use crate::clock::Clock;
+use crate::costs::CostRow;
+use crate::figures::Figure;
+use crate::load::Run;
+use crate::model::{Graphs, Ipc, CATEGORIES};
+use crate::units::fmt_bytes;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The schema id of `culedger report --format json` (docs/cli-json.md).
+pub const REPORT_SCHEMA: &str = "culedger-report/1";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: &'static str,
+    pub label: String,
+    /// The run(s) read (more than one only with `--merge-runs`).
+    pub run_ids: Vec<String>,
+    /// The origin of every `at_us`: when the run's first process started (µs since the epoch).
+    pub t0_unix_us: i64,
+    /// The categories the text lists (non-empty ones, or all with `--all-categories`).
+    pub categories_shown: Vec<String>,
+    pub verdict: Verdict,
+    /// What the reader must know before reading the figures: runs merged with `--merge-runs`
+    /// that ran one after another (their figures add up as if they had run together), with
+    /// each run's own peak. Left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    pub overview: Vec<OverviewRow>,
+    pub processes: Vec<ProcSummary>,
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// The one-line answer at the top of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Some allocation failed.
+    pub failed: bool,
+    pub text: String,
+    /// Processes that allocated device memory, and those among them with a failure.
+    pub ranks: usize,
+    pub failed_ranks: usize,
+}
+
+/// One line per GPU in the overview.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverviewRow {
+    pub host: String,
+    pub index: i64,
+    pub processes: usize,
+    /// Tracked live bytes (at each process's last report).
+    pub tracked_bytes: i64,
+    pub peak_bytes: i64,
+    /// Untracked memory and device usage at the last query (null without one).
+    pub untracked_bytes: Option<i64>,
+    pub used_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub failures: i64,
+    /// The category with the most live bytes.
+    pub biggest_category: Option<String>,
+    pub biggest_category_bytes: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcSummary {
+    pub pid: i64,
+    pub ppid: i64,
+    pub host: String,
+    /// The best name for the process (title, argv, rank hints).
+    pub label: String,
+    pub role: String,
+    pub title: Option<String>,
+    pub comm: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub run_id: Option<String>,
+    pub argv: Vec<String>,
+    /// How it ended, in words (`exit 1`, `killed by SIGTERM`, `no final report (killed?)`).
+    pub status: String,
+    pub exit: String,
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i64>,
+    pub start_unix_us: i64,
+    /// On the run's clock.
+    pub started_at_us: i64,
+    pub duration_us: i64,
+    pub pinned_live_bytes: i64,
+    pub pinned_peak_bytes: i64,
+    pub pinned_alloc_count: i64,
+    pub registered_live_bytes: i64,
+    pub registered_peak_bytes: i64,
+    pub lost_events: i64,
+    pub unknown_frees: i64,
+    pub unwrapped_symbols: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceSummary {
+    pub host: String,
+    pub index: i64,
+    pub total_bytes: Option<i64>,
+    /// Every process whose report has this device (a context counts).
+    pub processes: Vec<DevProc>,
+    pub categories: Vec<CatRow>,
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    /// The last free-memory query, used and tracked compared at that moment.
+    pub last_query: Option<Reading>,
+    /// The query with the most untracked memory.
+    pub max_untracked: Option<Reading>,
+    pub probes_total: i64,
+    pub key_probes: Vec<KeyProbe>,
+    pub failures_total: i64,
+    /// Failed requests: `failures_total` less the retries folded into `failures`.
+    pub failed_requests: i64,
+    pub failures: Vec<FailRow>,
+    /// Per process and API, de-noised (see docs/cli-json.md).
+    pub driver_costs: Vec<CostRow>,
+    /// Sum of `driver_costs[].bytes` (de-noised), and of what was measured.
+    pub driver_cost_bytes: i64,
+    pub driver_cost_measured_bytes: i64,
+    pub largest_allocation: Option<LargeAlloc>,
+    pub top_allocations: Vec<TopRow>,
+    /// Live bytes by caller (`crate::sites`).
+    pub sites: Vec<crate::sites::SiteRow>,
+    pub ipc: Ipc,
+    pub graphs: Graphs,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DevProc {
+    pub pid: i64,
+    pub label: String,
+    pub role: String,
+    /// `allocations`, `peer context` (its context here serves peer access) or `context`.
+    pub holds: Holds,
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub alloc_count: i64,
+    pub free_count: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CatRow {
+    pub name: String,
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub allocs: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FailRow {
+    pub pid: i64,
+    pub label: String,
+    /// On the run's clock.
+    pub at_us: i64,
+    pub t_ms: i64,
+    pub api: String,
+    pub bytes: i64,
+    pub error_name: String,
+    pub live_bytes: i64,
+    pub categories: BTreeMap<String, i64>,
+    pub last_probe_free_bytes: Option<i64>,
+    pub last_probe_at_us: Option<i64>,
+    /// The same request failing again right after (see [`is_retry`]), on the run's clock:
+    /// shown with this failure rather than as failures of their own.
+    pub retried_at_us: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopRow {
+    pub pid: i64,
+    pub label: String,
+    pub ptr: String,
+    pub bytes: i64,
+    pub category: String,
+    pub api: String,
+    /// On the run's clock.
+    pub at_us: i64,
+    pub t_ms: i64,
+    pub seq: Option<i64>,
+    pub exported: bool,
+    pub captured: bool,
+    pub caller: Option<String>,
+}
+
+/// How many of the largest allocations a device section lists.
+pub const TOP_N: usize = 10;
+
+/// The verdict: who failed to allocate how much, or that nothing failed.
+fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
+    let allocating: BTreeSet<i64> = run
+        .procs
+        .iter()
+        .filter(|r| r.devices.iter().any(|d| d.alloc_count > 0 || d.peak_bytes > 0 || !d.failures.is_empty()))
+        .map(|r| r.process.pid)
+        .collect();
+    let mut failed: BTreeSet<i64> = BTreeSet::new();
+    let mut sizes: Vec<i64> = Vec::new();
+    let mut total_failures = 0;
+    for g in gs {
+        total_failures += Figure::FailedRequests.read(g).unwrap_or(0);
+        for (m, f, _) in g.failed_requests() {
+            failed.insert(m.pid());
+            sizes.push(f.bytes);
+        }
+    }
+    let ranks = allocating.len().max(failed.len());
+    if total_failures > 0 {
+        let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+        let size = crate::units::fmt_range(lo, hi);
+        let who = if ranks == 1 { "the process".to_string() } else { format!("{} of {ranks} ranks", failed.len()) };
+        let times = if total_failures as usize > failed.len() {
+            format!(" ({total_failures} failed allocations)")
+        } else {
+            String::new()
+        };
+        return Verdict {
+            failed: true,
+            text: format!("{who} failed to allocate {size}{times}; see `culedger explain` for why"),
+            ranks,
+            failed_ranks: failed.len(),
+        };
+    }
+    // The fullest device is the one whose query saw the most used (tracked bytes alone
+    // understate a device whose contexts, modules or other processes took much), else the
+    // one with the highest tracked peak.
+    let fullest = gs
+        .iter()
+        .filter_map(|g| g.readings().into_iter().max_by_key(|r| r.used_bytes).map(|r| (g, r)))
+        .max_by_key(|(_, r)| r.used_bytes);
+    if let Some((g, r)) = fullest {
+        let text = format!(
+            "no allocation failed; the fullest device was {} with {} used of {} at {}: {} tracked, {} untracked",
+            g.title(),
+            fmt_bytes(r.used_bytes),
+            fmt_bytes(r.total_bytes),
+            crate::clock::fmt_secs(r.at_us),
+            fmt_bytes(r.tracked_bytes),
+            fmt_bytes(r.untracked_bytes)
+        );
+        return Verdict { failed: false, text, ranks, failed_ranks: 0 };
+    }
+    let peak = gs.iter().max_by_key(|g| g.peak());
+    let text = match peak {
+        Some(g) => {
+            let total = g.total_bytes().map(|t| format!(" of {}", fmt_bytes(t))).unwrap_or_default();
+            format!(
+                "no allocation failed; the fullest device was {} with {} tracked at its peak{total} (no free-memory \
+                 query measured what else it held)",
+                g.title(),
+                fmt_bytes(g.peak())
+            )
+        }
+        None => "no allocation failed; no device memory was tracked".to_string(),
+    };
+    Verdict { failed: false, text, ranks, failed_ranks: 0 }
+}
+
+/// When the merged runs never ran at the same time (each started after the one before had
+/// ended), a sentence saying so, with each run's own tracked peak and where it was: the merged
+/// figures add their processes up as if they had shared the GPUs.
+pub fn sequential_runs(run: &Run) -> Option<String> {
+    if run.run_ids.len() < 2 {
+        return None;
+    }
+    let mut spans: Vec<(i64, i64, &str)> = run
+        .run_ids
+        .iter()
+        .filter_map(|id| {
+            let procs = run.procs.iter().filter(|r| r.process.run_id.as_deref() == Some(id.as_str()));
+            let (start, end) =
+                procs.fold((i64::MAX, i64::MIN), |(s, e), r| (s.min(r.process.start_us()), e.max(r.process.end_us())));
+            (start <= end).then_some((start, end, id.as_str()))
+        })
+        .collect();
+    spans.sort();
+    if spans.len() < 2 || spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return None;
+    }
+    let peaks: Vec<String> = spans
+        .iter()
+        .map(|(_, _, id)| {
+            let own = Run {
+                procs: run.procs.iter().filter(|r| r.process.run_id.as_deref() == Some(*id)).cloned().collect(),
+                ..Run::default()
+            };
+            let gs = groups(&own);
+            match gs.iter().max_by_key(|g| g.peak()) {
+                Some(g) => {
+                    let total = g.total_bytes().map(|t| format!(" of {}", fmt_bytes(t))).unwrap_or_default();
+                    format!("{id} {} on {}{total}", fmt_bytes(g.peak()), g.title())
+                }
+                None => format!("{id} nothing tracked"),
+            }
+        })
+        .collect();
+    Some(format!(
+        "The {} merged runs ran one after another, never at the same time: the figures below add them up as if \
+         they had shared the GPUs. Each run's own tracked peak: {}.",
+        spans.len(),
+        peaks.join("; ")
+    ))
+}
+
+pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
+    let gs = groups(run);
+    let clock = Clock::of(&run.procs);
+    let processes = run
+        .procs
+        .iter()
+        .map(|r| {
+            let p = &r.process;
+            ProcSummary {
+                pid: p.pid,
+                ppid: p.ppid,
+                host: p.host.clone(),
+                label: p.label(),
+                role: p.role(),
+                title: p.title.clone(),
+                comm: p.comm.clone(),
+                env: p.env.clone(),
+                run_id: p.run_id.clone(),
+                argv: p.argv.clone(),
+                status: crate::runs::status(r, run.summary.as_ref()),
+                exit: p.exit.clone(),
+                exit_code: p.exit_code,
+                signal: p.signal,
+                start_unix_us: p.start_us(),
+                started_at_us: clock.since(p.start_us()),
+                duration_us: p.end_us() - p.start_us(),
+                pinned_live_bytes: r.host.pinned_live_bytes,
+                pinned_peak_bytes: r.host.pinned_peak_bytes,
+                pinned_alloc_count: r.host.pinned_alloc_count,
+                registered_live_bytes: r.host.registered_live_bytes,
+                registered_peak_bytes: r.host.registered_peak_bytes,
+                lost_events: r.health.lost_events,
+                unknown_frees: r.health.unknown_frees,
+                unwrapped_symbols: r.health.unwrapped_symbols.clone(),
+                warnings: r.health.warnings.clone(),
+            }
+        })
+        .collect();
+    let devices: Vec<DeviceSummary> = gs.iter().map(summarize_device).collect();
+    let overview = gs
+        .iter()
+        .zip(&devices)
+        .map(|(g, d)| {
+            let biggest = g.biggest_category();
+            OverviewRow {
+                host: g.host.clone(),
+                index: g.index,
+                processes: g.members.len(),
+                tracked_bytes: d.live_bytes,
+                peak_bytes: d.peak_bytes,
+                untracked_bytes: d.last_query.as_ref().map(|r| r.untracked_bytes),
+                used_bytes: d.last_query.as_ref().map(|r| r.used_bytes),
+                total_bytes: d.total_bytes,
+                failures: d.failed_requests,
+                biggest_category: biggest.as_ref().map(|b| b.0.clone()),
+                biggest_category_bytes: biggest.map(|b| b.1),
+            }
+        })
+        .collect();
+    RunSummary {
+        schema: REPORT_SCHEMA,
+        label: run.label.clone(),
+        run_ids: run.run_ids.clone(),
+        t0_unix_us: clock.t0_us,
+        categories_shown: shown_categories(run, all_categories)
+            .iter()
+            .map(|c| c.to_string())
+            .chain(extra_categories(run, all_categories))
+            .collect(),
+        verdict: verdict(run, &gs),
+        notes: sequential_runs(run).into_iter().collect(),
+        overview,
+        processes,
+        devices,
+    }
+}
+
+pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
+    let failed: Vec<FailRow> = g
+        .failed_requests()
+        .into_iter()
+        .map(|(m, f, retries)| FailRow {
+            pid: m.pid(),
+            label: m.label(),
+            at_us: g.clock.since(m.abs_us(f)),
+            t_ms: f.t_ms,
+            api: f.api.clone(),
+            bytes: f.bytes,
+            error_name: f.error_name.clone(),
+            live_bytes: f.live_bytes,
+            categories: f.categories.clone(),
+            last_probe_free_bytes: f.last_probe.as_ref().and_then(|p| p.free_bytes),
+            last_probe_at_us: f.last_probe.as_ref().map(|p| g.clock.since(m.abs_us(p))),
+            retried_at_us: retries.into_iter().map(|us| g.clock.since(us)).collect(),
+        })
+        .collect();
+    // Categories beyond the six on this device (the text shows them when not empty).
+    let mut extras: Vec<String> = g
+        .members
+        .iter()
+        .flat_map(|m| m.dev.categories.keys())
+        .filter(|name| !CATEGORIES.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    extras.sort();
+    extras.dedup();
+    let mut top: Vec<TopRow> = g
+        .members
+        .iter()
+        .flat_map(|m| {
+            m.dev.top_allocations.iter().map(move |a| TopRow {
+                pid: m.pid(),
+                label: m.label(),
+                ptr: a.ptr.clone(),
+                bytes: a.bytes,
+                category: a.category.clone(),
+                api: a.api.clone(),
+                at_us: g.clock.since(m.abs_us(a)),
+                t_ms: a.t_ms,
+                seq: a.seq,
+                exported: a.exported,
+                captured: a.captured,
+                caller: a.caller.clone(),
+            })
+        })
+        .collect();
+    top.sort_by(|a, b| {
+        b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq))
+    });
+    top.truncate(TOP_N);
+    let cost_rows = g.cost_rows();
+    DeviceSummary {
+        host: g.host.clone(),
+        index: g.index,
+        total_bytes: g.total_bytes(),
+        processes: g
+            .members
+            .iter()
+            .map(|m| DevProc {
+                pid: m.pid(),
+                label: m.label(),
+                role: m.report.process.role(),
+                holds: m.holds(),
+                live_bytes: m.dev.live_bytes,
+                peak_bytes: m.dev.peak_bytes,
+                alloc_count: m.dev.alloc_count,
+                free_count: m.dev.free_count,
+            })
+            .collect(),
+        categories: CATEGORIES
+            .iter()
+            .map(|c| c.to_string())
+            .chain(extras.iter().cloned())
+            .map(|c| CatRow {
+                name: c.clone(),
+                live_bytes: g.cat_live(&c),
+                peak_bytes: g.cat_peak(&c),
+                allocs: g.members.iter().map(|m| m.dev.cat(&c).allocs).sum(),
+            })
+            .collect(),
+        live_bytes: Figure::Live.read(g).unwrap_or(0),
+        peak_bytes: Figure::Peak.read(g).unwrap_or(0),
+        last_query: g.last_reading(),
+        max_untracked: g.max_untracked(),
+        probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
+        key_probes: g.key_probes(),
+        failures_total: g.failures_total(),
+        failed_requests: Figure::FailedRequests.read(g).unwrap_or(0),
+        failures: failed,
+        driver_cost_bytes: cost_rows.iter().map(|c| c.bytes).sum(),
+        driver_cost_measured_bytes: cost_rows.iter().map(|c| c.measured_bytes).sum(),
+        driver_costs: cost_rows,
+        largest_allocation: g.largest_allocation(),
+        top_allocations: top,
+        sites: crate::sites::rows(g),
+        ipc: g.ipc(),
+        graphs: g.graphs(),
+    }
+}
