@@ -10,8 +10,9 @@
 //!   queries and hidden-cost calls.
 //! - [`get(id)`](get) -> the [`Site`]: Python frames then native frames, innermost first.
 //! - [`short`] -> the `caller` string of a site.
-//! - [`decorate`] adds `sites`, `top_allocations[].caller` and the health fields to a
-//!   rendered report; [`reset_after_fork`] gives a fork child fresh tables.
+//! - [`TableResolver`]: the table as the report's rendering asks it (`ledger::SiteResolver`):
+//!   the sites the records name, their `caller`, the call sites' health fields;
+//!   [`reset_after_fork`] gives a fork child fresh tables.
 
 mod linetable;
 mod maps;
@@ -26,20 +27,20 @@ pub mod layouts;
 /// The largest call-site id (ids run from 1; 0 is "none").
 pub const MAX_SITE_ID: usize = table::MAX_SITES;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::sync::Mutex;
-use serde_json::{json, Value};
+use culedger_format::report::{Health, SiteRec};
 
 pub use linetable::{line_v310, line_v311};
 pub use maps::{REFRESHES, SLOW_READS};
 pub use native::internal_object;
 pub use python::version_from_name;
-pub use render::{short, site_json};
+pub use render::{short, site_rec};
 
 /// One Python frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -498,63 +499,26 @@ pub fn python_version() -> Option<String> {
     PY_VERSION.get().cloned()
 }
 
-fn collect_ids(v: &Value, ids: &mut BTreeSet<u32>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                match (k.as_str(), x) {
-                    ("site", Value::Number(n)) => {
-                        if let Some(id) = n.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n != 0) {
-                            ids.insert(id);
-                        }
-                    }
-                    ("sites", Value::Array(a)) if a.iter().all(Value::is_u64) => {
-                        ids.extend(a.iter().filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok())));
-                    }
-                    _ => collect_ids(x, ids),
-                }
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| collect_ids(x, ids)),
-        _ => {}
-    }
-}
+/// The process's call-site table as the report's rendering asks it (`ledger::SiteResolver`):
+/// the sites the records name, their short forms, and the call sites' health fields.
+pub struct TableResolver;
 
-/// Complete a rendered ledger (`devices`, `host`, `health`): the `caller` of each top
-/// allocation and of each device's sites, the top-level `sites` (only those referenced), and the health fields
-/// `site_misses`, `sites_dropped`, `native_skipped_in_dlopen`, `native_unwind_fallbacks`,
-/// `python_version`.
-pub fn decorate(doc: &mut Value) {
-    let mut ids = BTreeSet::new();
-    collect_ids(doc, &mut ids);
-    let sites: Vec<(u32, Arc<Site>)> = {
-        let t = TABLE.get().lock();
-        ids.iter().filter_map(|&id| t.get(id).map(|s| (id, s))).collect()
-    };
-    let find = |id: u64| sites.iter().find(|(i, _)| u64::from(*i) == id).map(|(_, s)| s);
-    if let Some(devices) = doc.get_mut("devices").and_then(Value::as_array_mut) {
-        for d in devices {
-            for list in ["top_allocations", "sites"] {
-                for a in d.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
-                    let caller = a["site"].as_u64().and_then(find).and_then(|s| short(s));
-                    if let Some(m) = a.as_object_mut() {
-                        m.insert("caller".into(), caller.map_or(Value::Null, Value::String));
-                    }
-                }
-            }
-        }
+impl crate::ledger::SiteResolver for TableResolver {
+    fn resolve(&self, ids: &BTreeSet<u32>) -> BTreeMap<u32, (SiteRec, Option<String>)> {
+        // One lock to copy the sites out; they are rendered without it.
+        let found: Vec<(u32, Arc<Site>)> = {
+            let t = TABLE.get().lock();
+            ids.iter().filter_map(|&id| t.get(id).map(|s| (id, s))).collect()
+        };
+        found.into_iter().map(|(id, s)| (id, (site_rec(id, &s), short(&s)))).collect()
     }
-    let dropped = TABLE.get().lock().dropped;
-    if let Some(h) = doc.get_mut("health").and_then(Value::as_object_mut) {
-        h.insert("site_misses".into(), json!(misses()));
-        h.insert("sites_dropped".into(), json!(dropped));
-        h.insert("native_skipped_in_dlopen".into(), json!(IN_DLOPEN_SKIPS.load(Ordering::Relaxed)));
-        h.insert("native_unwind_fallbacks".into(), json!(native::FALLBACKS.load(Ordering::Relaxed)));
-        h.insert("python_version".into(), json!(python_version()));
-        h.insert("site_repeats".into(), json!(repeats()));
-    }
-    if let Some(m) = doc.as_object_mut() {
-        m.insert("sites".into(), Value::Array(sites.iter().map(|(id, s)| site_json(*id, s)).collect()));
+
+    fn health(&self, h: &mut Health) {
+        h.site_misses = misses();
+        h.sites_dropped = TABLE.get().lock().dropped;
+        h.native_skipped_in_dlopen = IN_DLOPEN_SKIPS.load(Ordering::Relaxed);
+        h.native_unwind_fallbacks = native::FALLBACKS.load(Ordering::Relaxed);
+        h.python_version = python_version();
     }
 }
 
@@ -581,22 +545,19 @@ mod tests {
     }
 
     #[test]
-    fn decorate_adds_sites_and_callers() {
+    fn the_resolver_names_known_sites_and_fills_the_health_fields() {
+        use crate::ledger::SiteResolver;
         let id =
             TABLE.get().lock().intern(&[0xdead_beef, 1], Site { python: vec![py("/a/m.py", "f")], native: vec![] });
-        let mut doc = json!({
-            "devices": [{"top_allocations": [{"site": id}, {"site": null}], "probes": [{"site": id}], "sites": [{"site": id}]}],
-            "host": {},
-            "health": {},
-        });
-        decorate(&mut doc);
-        assert_eq!(doc["devices"][0]["top_allocations"][0]["caller"], "m.py:f");
-        assert_eq!(doc["devices"][0]["top_allocations"][1]["caller"], Value::Null);
-        assert_eq!(doc["devices"][0]["sites"][0]["caller"], "m.py:f");
-        assert_eq!(doc["sites"].as_array().unwrap().len(), 1);
-        assert_eq!(doc["sites"][0]["id"], id);
-        assert_eq!(doc["sites"][0]["python"][0]["function"], "f");
-        assert!(doc["health"]["site_misses"].is_u64());
+        let unknown = u32::MAX;
+        let got = TableResolver.resolve(&[id, unknown].into_iter().collect());
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [id], "an id the table does not know is left out");
+        let (rec, caller) = &got[&id];
+        assert_eq!(caller.as_deref(), Some("m.py:f"));
+        assert_eq!((rec.id, rec.python[0].function.as_str()), (i64::from(id), "f"));
+        let mut h = Health { site_misses: u64::MAX, ..Health::default() };
+        TableResolver.health(&mut h);
+        assert_eq!(h.site_misses, misses());
     }
 
     #[inline(never)]

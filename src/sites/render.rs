@@ -1,10 +1,10 @@
 //! A site in the report's words: its short form (`caller`) by the format crate's one rule,
-//! which the reader applies to the frames the report keeps, and its JSON (`sites[]`).
+//! which the reader applies to the frames the report keeps, and its record (`sites[]`).
 
 use std::borrow::Cow;
 
+use culedger_format::report::{NativeRec, PyFrameRec, SiteRec};
 use culedger_format::site::{self as form, NativeFrameView, PyFrameView};
-use serde_json::{json, Value};
 
 use super::{NativeFrame, PyFrame, Site};
 
@@ -37,23 +37,31 @@ pub fn short(site: &Site) -> Option<String> {
     form::short(site.python.iter().map(|f| &**f), site.native.iter().map(|f| &**f))
 }
 
-/// The JSON of one site (docs/schema.md, `sites[]`).
-pub fn site_json(id: u32, s: &Site) -> Value {
-    json!({
-        "id": id,
-        "python": s.python.iter().map(|f| json!({
-            "file": f.file,
-            "function": f.function,
-            "line": f.line,
-            "line_is_current": f.line_is_current,
-        })).collect::<Vec<_>>(),
-        "native": s.native.iter().map(|f| json!({
-            "object": &*f.object,
-            "symbol": f.symbol.as_deref(),
-            "offset": form::offset_text(f.offset),
-            "internal": f.internal,
-        })).collect::<Vec<_>>(),
-    })
+/// One site as the report writes it (docs/schema.md, `sites[]`).
+pub fn site_rec(id: u32, s: &Site) -> SiteRec {
+    SiteRec {
+        id: i64::from(id),
+        python: s
+            .python
+            .iter()
+            .map(|f| PyFrameRec {
+                file: f.file.clone(),
+                function: f.function.clone(),
+                line: i64::from(f.line),
+                line_is_current: f.line_is_current,
+            })
+            .collect(),
+        native: s
+            .native
+            .iter()
+            .map(|f| NativeRec {
+                object: f.object.to_string(),
+                symbol: f.symbol.as_deref().map(str::to_string),
+                offset: form::offset_text(f.offset),
+                internal: f.internal,
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
@@ -73,8 +81,8 @@ mod tests {
     /// for the site as the report writes it.
     fn short_both(s: &Site) -> Option<String> {
         let written = short(s);
-        let read: culedger_format::report::SiteRec =
-            serde_json::from_value(site_json(7, s)).expect("the report's site parses");
+        let json = serde_json::to_string(&site_rec(7, s)).expect("a site serializes");
+        let read: SiteRec = serde_json::from_str(&json).expect("the report's site parses");
         assert_eq!(read.short(), written, "writer and reader disagree on {s:?}");
         written
     }
