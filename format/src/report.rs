@@ -1,6 +1,9 @@
 //! The `culedger/1` report's types (see `docs/schema.md`), and the schema tag of the
 //! `culedger-summary/1` file that `culedger run` writes.
 //!
+//! The interposer renders its report into these types and serializes them; the command
+//! line reads them back. Every field the writer writes is here.
+//!
 //! Unknown fields are ignored (the schema only ever adds fields). Fields a reader cannot
 //! do without (`schema`, `process`, `devices`) are required; the rest default to empty so
 //! that a report from a slightly older writer still loads.
