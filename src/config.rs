@@ -198,16 +198,21 @@ impl Config {
 
     /// The report's `settings` object: `out_dir`, `flush_ms`, `log`, `site_min_bytes`,
     /// `py_frames`, `signals`, `mode` (octal string).
+    pub fn settings(&self) -> culedger_format::report::Settings {
+        culedger_format::report::Settings {
+            out_dir: self.out_dir.to_string_lossy().into_owned(),
+            flush_ms: self.flush_ms,
+            log: self.log.name().to_string(),
+            site_min_bytes: self.site_min,
+            py_frames: self.py_frames as u64,
+            signals: self.signals.iter().map(|&s| signal_name(s)).collect(),
+            mode: format!("{:04o}", self.mode),
+        }
+    }
+
+    /// [`Self::settings`] as JSON.
     pub fn settings_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "out_dir": self.out_dir.to_string_lossy(),
-            "flush_ms": self.flush_ms,
-            "log": self.log.name(),
-            "site_min_bytes": self.site_min,
-            "py_frames": self.py_frames,
-            "signals": self.signals.iter().map(|&s| signal_name(s)).collect::<Vec<_>>(),
-            "mode": format!("{:04o}", self.mode),
-        })
+        serde_json::to_value(self.settings()).unwrap_or_default()
     }
 }
 

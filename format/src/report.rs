@@ -1,6 +1,9 @@
 //! The `culedger/1` report's types (see `docs/schema.md`), and the schema tag of the
 //! `culedger-summary/1` file that `culedger run` writes.
 //!
+//! The interposer renders its report into these types and serializes them; the command
+//! line reads them back. Every field the writer writes is here.
+//!
 //! Unknown fields are ignored (the schema only ever adds fields). Fields a reader cannot
 //! do without (`schema`, `process`, `devices`) are required; the rest default to empty so
 //! that a report from a slightly older writer still loads.
@@ -21,6 +24,9 @@ pub struct Report {
     #[serde(default)]
     pub tool: Tool,
     pub process: Process,
+    /// The settings the writer ran with; empty from writers before them.
+    #[serde(default)]
+    pub settings: Settings,
     #[serde(default)]
     pub health: Health,
     pub devices: Vec<Device>,
@@ -39,11 +45,30 @@ pub struct Tool {
     pub version: String,
 }
 
+/// The settings a report was written with (`settings`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Settings {
+    /// Where the reports go (`CULEDGER_OUT`, made absolute).
+    pub out_dir: String,
+    pub flush_ms: u64,
+    pub log: String,
+    /// `CULEDGER_SITE_MIN`: allocations of at least this many bytes carry a call site.
+    pub site_min_bytes: u64,
+    pub py_frames: u64,
+    /// The terminating signals caught to write the final report (`TERM`, `INT`, ...).
+    pub signals: Vec<String>,
+    /// The report files' permission bits, in octal (`0600`).
+    pub mode: String,
+}
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Process {
     pub pid: i64,
     pub ppid: i64,
+    /// The host name; empty when the writer could not read it (written as null then).
+    #[serde(serialize_with = "empty_as_null", deserialize_with = "null_as_empty")]
     pub host: String,
     pub argv: Vec<String>,
     pub exe: Option<String>,
@@ -69,6 +94,18 @@ pub struct Process {
     pub env: BTreeMap<String, String>,
 }
 
+fn empty_as_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(v)
+    }
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
 /// A map's string values; other values (a later writer's) are left out, never an error.
 fn string_values<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
     let all: BTreeMap<String, serde_json::Value> = serde::Deserialize::deserialize(d)?;
@@ -82,6 +119,34 @@ pub struct Health {
     pub unknown_frees: i64,
     pub unwrapped_symbols: Vec<String>,
     pub warnings: Vec<String>,
+    /// Warnings not listed because the bound was reached.
+    pub warnings_dropped: u64,
+    /// Hooked calls made while no context was current on the calling thread.
+    pub no_context_calls: u64,
+    /// Devices whose history of large allocations reached its bound and had its oldest
+    /// freed records frozen.
+    pub history_frozen: Vec<Frozen>,
+    /// Call-site captures whose Python frames could not be read with confidence.
+    pub site_misses: u64,
+    /// New call sites not stored because the table was full (their records have no site).
+    pub sites_dropped: u64,
+    /// Captures made while the thread was inside `dlopen` (no frames taken).
+    pub native_skipped_in_dlopen: u64,
+    /// Native backtraces the caching unwinder could not take (libgcc's took them).
+    pub native_unwind_fallbacks: u64,
+    /// The Python version seen in the process, if any.
+    pub python_version: Option<String>,
+    /// Captures proven equal to the thread's previous one from the same place.
+    pub site_repeats: u64,
+}
+
+/// A device whose history of large allocations was frozen in part (`health.history_frozen[]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Frozen {
+    pub device: i64,
+    pub records: u64,
+    pub upto_seq: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -103,6 +168,8 @@ pub struct Device {
     pub alloc_count: i64,
     pub free_count: i64,
     pub categories: BTreeMap<String, CatStats>,
+    /// The device's history of large allocations, which report-time categories are computed from.
+    pub history: History,
     pub probes: Vec<Probe>,
     pub probes_total: i64,
     pub failures: Vec<Failure>,
@@ -115,8 +182,24 @@ pub struct Device {
     pub top_allocations: Vec<Allocation>,
     pub timeline: Vec<Sample>,
     pub events: Vec<Event>,
+    /// Events ever recorded (`events` keeps a bounded part).
+    pub events_total: u64,
     /// The call sites holding the most live bytes on this device.
     pub sites: Vec<DevSite>,
+}
+
+/// `devices[].history`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct History {
+    /// Records kept.
+    pub records: u64,
+    /// Records frozen (dropped at the bound, their peaks kept).
+    pub frozen: u64,
+    /// The last record frozen, when some are.
+    pub frozen_upto_seq: Option<u64>,
+    /// Whether the categories are the report-time ones (else the live ledger's).
+    pub report_time_categories: bool,
 }
 
 impl Device {
@@ -182,6 +265,8 @@ pub struct Graphs {
     pub captured_allocs: i64,
     pub captured_bytes: i64,
     pub instantiations: i64,
+    /// Instantiations whose device-memory delta was measured.
+    pub instantiate_measured: u64,
     pub instantiate_bytes: i64,
 }
 
@@ -201,6 +286,8 @@ pub struct DriverCost {
 pub struct Allocation {
     pub ptr: String,
     pub bytes: i64,
+    /// `device`, `managed`, `async`, `pitch` or `vmm_physical`.
+    pub kind: String,
     pub api: String,
     pub t_ms: i64,
     /// Microseconds since the process started; None from writers before it.
@@ -208,6 +295,9 @@ pub struct Allocation {
     /// Place in the process's record order; None from writers before it.
     pub seq: Option<i64>,
     pub category: String,
+    /// The rule that gave the category (None: the default, or a report from before
+    /// report-time categories).
+    pub rule: Option<String>,
     pub exported: bool,
     pub captured: bool,
     pub h2d_bytes: i64,

@@ -31,6 +31,7 @@ mod host;
 mod host_calls;
 mod json;
 mod records;
+pub use json::{NoSites, Rendered, SiteResolver};
 mod table;
 #[cfg(test)]
 mod tests;
@@ -440,10 +441,16 @@ impl Ledger {
         }
     }
 
-    /// Render `devices`, `host` and `health` (the caller adds `schema`, `tool`, `process`,
-    /// `settings`). Returns an object with exactly those three keys.
+    /// Render `devices`, `host`, `health` and `sites`, the call sites named through
+    /// `sites` (the caller adds `schema`, `tool`, `process`, `settings`).
+    pub fn render(&self, sites: &dyn SiteResolver) -> Rendered {
+        json::render(self, sites)
+    }
+
+    /// [`Self::render`] with no call-site table, as JSON (for tests).
+    #[cfg(test)]
     pub fn to_json(&self) -> serde_json::Value {
-        json::render(self)
+        serde_json::to_value(self.render(&NoSites)).expect("a rendering serializes")
     }
 }
 

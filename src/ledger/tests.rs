@@ -709,7 +709,8 @@ fn json_has_every_documented_field() {
     l.note_unwrapped("cuMemAlloc");
     let j = l.to_json();
     let top = j.as_object().unwrap();
-    assert_eq!(top.keys().collect::<Vec<_>>(), ["devices", "health", "host"]);
+    assert_eq!(top.keys().collect::<Vec<_>>(), ["devices", "health", "host", "sites"]);
+    assert_eq!(j["sites"], serde_json::json!([]), "no call-site table here: no site is known");
     check_fields(
         "health",
         &j["health"],
@@ -921,7 +922,7 @@ fn json_has_every_documented_field() {
     assert_eq!(top, [("0x1000", "graphs"), ("0x9000", "ipc")], "largest first");
     assert_eq!(d0["top_allocations"][0]["site"], 7);
     assert_eq!(d0["top_allocations"][1]["site"], Value::Null);
-    // The ledger knows ids only; the report names the caller (crate::sites::decorate).
+    // The ledger knows ids only; the site resolver names the caller (none here: `NoSites`).
     assert_eq!(d0["top_allocations"][0]["caller"], Value::Null);
     assert_eq!(d0["sites"][0]["site"], 7);
     assert_eq!(d0["untracked_bytes"], 1u64 << 29);
@@ -1107,6 +1108,61 @@ fn per_site_stats_follow_allocations_frees_and_reclassification() {
     assert_eq!(d["failures"][0]["last_probe"]["site"], 3);
     assert_eq!(d["driver_costs"][0]["calls"], 4);
     assert_eq!(d["driver_costs"][0]["sites"], serde_json::json!([5, 6]), "distinct, 0 not kept");
+}
+
+/// A call-site table that knows the sites `known`, records the ids it was asked about, and
+/// marks the health fields it fills.
+struct FakeSites {
+    known: Vec<u32>,
+    asked: std::sync::Mutex<Vec<u32>>,
+}
+
+impl SiteResolver for FakeSites {
+    fn resolve(
+        &self,
+        ids: &std::collections::BTreeSet<u32>,
+    ) -> std::collections::BTreeMap<u32, (culedger_format::report::SiteRec, Option<String>)> {
+        self.asked.lock().unwrap().extend(ids.iter().copied());
+        ids.iter()
+            .filter(|id| self.known.contains(id))
+            .map(|&id| {
+                let rec = culedger_format::report::SiteRec { id: i64::from(id), ..Default::default() };
+                (id, (rec, Some(format!("f{id}.py:g"))))
+            })
+            .collect()
+    }
+    fn health(&self, h: &mut culedger_format::report::Health) {
+        h.site_misses = 11;
+        h.python_version = Some("3.11.7".into());
+    }
+}
+
+/// The rendering asks the resolver once about every site its records name (allocations,
+/// per-site lists, probes, failures and their last probes, driver costs), names the callers
+/// of those it knows, lists them in `sites`, and takes its health fields.
+#[test]
+fn sites_are_resolved_from_the_ids_the_records_name() {
+    let l = Ledger::new();
+    let at = |site| Facts { site, ..Facts::default() };
+    l.alloc(0, 0x1000, 100, MemKind::Device, "cudaMalloc", at(1));
+    l.alloc(0, 0x2000, 300, MemKind::Device, "cudaMalloc", at(2));
+    l.alloc(3, 0x3000, 50, MemKind::Device, "cudaMalloc", Facts::default());
+    l.probe_at(3, "cudaMemGetInfo", Some(1), Some(2), 0, 3);
+    l.failure_at(3, "cudaMalloc", 1 << 40, 2, "cudaErrorMemoryAllocation", 4);
+    l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, 5, None);
+    let sites = FakeSites { known: vec![2, 3, 5, 9], asked: Default::default() };
+    let j = serde_json::to_value(l.render(&sites)).unwrap();
+    assert_eq!(*sites.asked.lock().unwrap(), [1, 2, 3, 4, 5], "each named id once, none for 0");
+    let d0 = &j["devices"][0];
+    let callers = |list: &str| -> Vec<(Value, Value)> {
+        d0[list].as_array().unwrap().iter().map(|a| (a["site"].clone(), a["caller"].clone())).collect()
+    };
+    let named = vec![(2.into(), "f2.py:g".into()), (1.into(), Value::Null)];
+    assert_eq!(callers("top_allocations"), named, "largest first; site 1 is not known");
+    assert_eq!(callers("sites"), named);
+    let ids: Vec<&Value> = j["sites"].as_array().unwrap().iter().map(|s| &s["id"]).collect();
+    assert_eq!(ids, [2, 3, 5], "the known sites among those named, by id");
+    assert_eq!((&j["health"]["site_misses"], &j["health"]["python_version"]), (&11.into(), &"3.11.7".into()));
 }
 
 #[test]

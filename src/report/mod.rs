@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 use crate::sync::Mutex;
 use libc::{c_int, c_void};
 use once_cell::sync::OnceCell;
-use serde_json::Value;
 
 pub use culedger_format::redact::{is_secret_name, redact_argv, REDACTED};
 use exit::install_process_handlers;
@@ -66,8 +65,8 @@ pub trait LedgerAccess: Sync {
     fn start_unix_us(&self) -> u64 {
         self.start_unix_ms().saturating_mul(1000)
     }
-    /// `devices`, `host` and `health`.
-    fn to_json(&self) -> Value;
+    /// `devices`, `host`, `health` and `sites`.
+    fn render(&self) -> crate::ledger::Rendered;
     fn note_warning(&self, line: &str);
     /// In a fork child: replace the ledger without touching locks (see `ledger`).
     fn reset_after_fork(&self);
@@ -86,10 +85,8 @@ impl LedgerAccess for GlobalLedger {
     fn start_unix_us(&self) -> u64 {
         crate::ledger::global().start_unix_us()
     }
-    fn to_json(&self) -> Value {
-        let mut v = crate::ledger::global().to_json();
-        crate::sites::decorate(&mut v);
-        v
+    fn render(&self) -> crate::ledger::Rendered {
+        crate::ledger::global().render(&crate::sites::TableResolver)
     }
     fn note_warning(&self, line: &str) {
         crate::ledger::global().note_warning(line)
@@ -400,9 +397,9 @@ impl Reporter {
                 crate::debug!("removed {removed} stale temporary file(s) in {}", s.out_dir.display());
             }
         }
-        let ledger_json = self.ledger.to_json();
+        let ledger = self.ledger.render();
         let process = ProcessInfo::gather_at(self.ledger.start_unix_us(), exit, s.forked_from);
-        let doc = build_document(&process, self.config.get(), ledger_json);
+        let doc = build_document(&process, self.config.get(), ledger);
         let mut bytes = match serde_json::to_vec(&doc) {
             Ok(b) => b,
             Err(e) => {

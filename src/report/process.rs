@@ -1,11 +1,14 @@
 //! The report document: `schema`, `tool`, `process`, `settings`, merged with the ledger's
-//! `devices`, `host` and `health` (see `docs/schema.md`).
+//! `devices`, `host`, `health` and `sites` (see `docs/schema.md`), in the report's types.
 
-use serde_json::{json, Map, Value};
+#[cfg(test)]
+use serde_json::{json, Value};
 
 use super::identity;
 use crate::config::Config;
+use crate::ledger::Rendered;
 use culedger_format::redact::redact_argv;
+use culedger_format::report::{self, Report};
 
 /// The schema identifier written at the top of every report.
 pub const SCHEMA: &str = "culedger/1";
@@ -96,32 +99,41 @@ impl ProcessInfo {
         }
     }
 
-    pub fn to_json(&self) -> Value {
+    /// The `process` object.
+    pub fn to_record(&self) -> report::Process {
         let (exit, code, signal) = match self.exit {
             ExitState::Running => ("running", None, None),
             ExitState::Exited(code) => ("exit", code, None),
             ExitState::Signaled(sig) => ("signal", None, Some(sig)),
             ExitState::Exec => ("exec", None, None),
         };
-        json!({
-            "pid": self.pid,
-            "ppid": self.ppid,
-            "host": self.host,
-            "argv": self.argv,
-            "exe": self.exe,
-            "start_unix_ms": self.start_unix_ms,
-            "end_unix_ms": self.end_unix_ms,
-            "exit": exit,
-            "exit_code": code,
-            "signal": signal,
-            "forked_from": self.forked_from,
-            "start_unix_us": self.start_unix_us,
-            "run_id": self.run_id,
-            "run_id_source": self.run_id_source,
-            "title": self.title,
-            "comm": self.comm,
-            "env": Value::Object(self.env.iter().map(|(k, v)| (k.to_string(), json!(v))).collect()),
-        })
+        let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+        report::Process {
+            pid: i64::from(self.pid),
+            ppid: i64::from(self.ppid),
+            // None is written as null (`report::Process::host`).
+            host: self.host.clone().unwrap_or_default(),
+            argv: self.argv.clone(),
+            exe: self.exe.clone(),
+            start_unix_ms: n(self.start_unix_ms),
+            end_unix_ms: n(self.end_unix_ms),
+            exit: exit.to_string(),
+            exit_code: code.map(i64::from),
+            signal: signal.map(i64::from),
+            forked_from: self.forked_from.map(i64::from),
+            start_unix_us: Some(n(self.start_unix_us)),
+            run_id: Some(self.run_id.clone()),
+            run_id_source: Some(self.run_id_source.to_string()),
+            title: self.title.clone(),
+            comm: self.comm.clone(),
+            env: self.env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        }
+    }
+
+    /// [`Self::to_record`] as JSON.
+    #[cfg(test)]
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self.to_record()).expect("a process serializes")
     }
 }
 
@@ -181,21 +193,20 @@ fn split_cmdline(raw: &[u8]) -> Vec<String> {
     raw.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
 }
 
-/// Assemble the whole report: our four keys plus every key of the ledger's object
-/// (`devices`, `host`, `health`). A non-object from the ledger is ignored.
-pub fn build_document(process: &ProcessInfo, config: &Config, ledger_json: Value) -> Value {
-    let mut doc = Map::new();
-    doc.insert("schema".into(), SCHEMA.into());
-    doc.insert("tool".into(), json!({"name": TOOL_NAME, "version": env!("CARGO_PKG_VERSION")}));
-    doc.insert("process".into(), process.to_json());
-    doc.insert("settings".into(), config.settings_json());
-    if let Value::Object(ledger) = ledger_json {
-        for (k, v) in ledger {
-            // Our keys win: the ledger only renders devices, host, health.
-            doc.entry(k).or_insert(v);
-        }
+/// Assemble the whole report: our four parts (`schema`, `tool`, `process`, `settings`) and
+/// the ledger's (`devices`, `host`, `health`, `sites`).
+pub fn build_document(process: &ProcessInfo, config: &Config, ledger: Rendered) -> Report {
+    let Rendered { devices, host, health, sites } = ledger;
+    Report {
+        schema: SCHEMA.to_string(),
+        tool: report::Tool { name: TOOL_NAME.to_string(), version: env!("CARGO_PKG_VERSION").to_string() },
+        process: process.to_record(),
+        settings: config.settings(),
+        health,
+        devices,
+        host,
+        sites,
     }
-    Value::Object(doc)
 }
 
 #[cfg(test)]
@@ -315,24 +326,32 @@ mod tests {
     }
 
     #[test]
-    fn document_merges_ledger_keys() {
+    fn document_joins_our_parts_and_the_ledgers() {
         let cfg = Config { out_dir: "/o".into(), flush_ms: 5, log: crate::log::Level::Info, ..Config::default() };
-        let ledger =
-            json!({"devices": [], "host": {"pinned_live_bytes": 0}, "health": {"warnings": []}, "schema": "bogus"});
-        let doc = build_document(&info(ExitState::Running), &cfg, ledger);
+        let mut ledger = Rendered::default();
+        ledger.host.pinned_live_bytes = 3;
+        ledger.health.warnings.push("w".into());
+        let doc = serde_json::to_value(build_document(&info(ExitState::Running), &cfg, ledger)).unwrap();
         let obj = doc.as_object().unwrap();
         let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["devices", "health", "host", "process", "schema", "settings", "tool"]);
+        assert_eq!(keys, ["devices", "health", "host", "process", "schema", "settings", "sites", "tool"]);
         assert_eq!(doc["schema"], "culedger/1");
         assert_eq!(doc["tool"], json!({"name": "culedger", "version": "0.1.0"}));
         assert_eq!(
             doc["settings"],
             json!({"out_dir": "/o", "flush_ms": 5, "log": "info", "site_min_bytes": 1048576, "py_frames": 64, "signals": ["TERM", "INT", "HUP"], "mode": "0600"})
         );
-        assert_eq!(doc["host"]["pinned_live_bytes"], 0);
-        // A non-object ledger rendering contributes nothing.
-        let doc = build_document(&info(ExitState::Running), &cfg, Value::Null);
-        assert_eq!(doc.as_object().unwrap().len(), 4);
+        assert_eq!(doc["process"], info(ExitState::Running).to_json());
+        assert_eq!((&doc["host"]["pinned_live_bytes"], &doc["health"]["warnings"]), (&json!(3), &json!(["w"])));
+        assert_eq!((&doc["devices"], &doc["sites"]), (&json!([]), &json!([])));
+    }
+
+    #[test]
+    fn no_host_name_is_written_as_null() {
+        let p = ProcessInfo { host: None, ..info(ExitState::Running) };
+        assert_eq!(p.to_json()["host"], Value::Null);
+        let read: report::Process = serde_json::from_value(p.to_json()).unwrap();
+        assert_eq!(read.host, "");
     }
 }

@@ -1,12 +1,16 @@
 //! A site in the report's words: its short form (`caller`) by the format crate's one rule,
-//! which the reader applies to the frames the report keeps, and its JSON (`sites[]`).
+//! which the reader applies to the frames the report keeps, its record (`sites[]`), and the
+//! table as the report's rendering asks it ([`TableResolver`]).
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use culedger_format::report::{Health, NativeRec, PyFrameRec, SiteRec};
 use culedger_format::site::{self as form, NativeFrameView, PyFrameView};
-use serde_json::{json, Value};
 
-use super::{NativeFrame, PyFrame, Site};
+use super::{misses, native, python_version, NativeFrame, PyFrame, Site, IN_DLOPEN_SKIPS, TABLE};
 
 impl PyFrameView for PyFrame {
     fn file(&self) -> &str {
@@ -37,23 +41,54 @@ pub fn short(site: &Site) -> Option<String> {
     form::short(site.python.iter().map(|f| &**f), site.native.iter().map(|f| &**f))
 }
 
-/// The JSON of one site (docs/schema.md, `sites[]`).
-pub fn site_json(id: u32, s: &Site) -> Value {
-    json!({
-        "id": id,
-        "python": s.python.iter().map(|f| json!({
-            "file": f.file,
-            "function": f.function,
-            "line": f.line,
-            "line_is_current": f.line_is_current,
-        })).collect::<Vec<_>>(),
-        "native": s.native.iter().map(|f| json!({
-            "object": &*f.object,
-            "symbol": f.symbol.as_deref(),
-            "offset": form::offset_text(f.offset),
-            "internal": f.internal,
-        })).collect::<Vec<_>>(),
-    })
+/// One site as the report writes it (docs/schema.md, `sites[]`).
+pub fn site_rec(id: u32, s: &Site) -> SiteRec {
+    SiteRec {
+        id: i64::from(id),
+        python: s
+            .python
+            .iter()
+            .map(|f| PyFrameRec {
+                file: f.file.clone(),
+                function: f.function.clone(),
+                line: i64::from(f.line),
+                line_is_current: f.line_is_current,
+            })
+            .collect(),
+        native: s
+            .native
+            .iter()
+            .map(|f| NativeRec {
+                object: f.object.to_string(),
+                symbol: f.symbol.as_deref().map(str::to_string),
+                offset: form::offset_text(f.offset),
+                internal: f.internal,
+            })
+            .collect(),
+    }
+}
+
+/// The process's call-site table as the report's rendering asks it (`ledger::SiteResolver`):
+/// the sites the records name, their short forms, and the call sites' health fields.
+pub struct TableResolver;
+
+impl crate::ledger::SiteResolver for TableResolver {
+    fn resolve(&self, ids: &BTreeSet<u32>) -> BTreeMap<u32, (SiteRec, Option<String>)> {
+        // One lock to copy the sites out; they are rendered without it.
+        let found: Vec<(u32, Arc<Site>)> = {
+            let t = TABLE.get().lock();
+            ids.iter().filter_map(|&id| t.get(id).map(|s| (id, s))).collect()
+        };
+        found.into_iter().map(|(id, s)| (id, (site_rec(id, &s), short(&s)))).collect()
+    }
+
+    fn health(&self, h: &mut Health) {
+        h.site_misses = misses();
+        h.sites_dropped = TABLE.get().lock().dropped;
+        h.native_skipped_in_dlopen = IN_DLOPEN_SKIPS.load(Ordering::Relaxed);
+        h.native_unwind_fallbacks = native::FALLBACKS.load(Ordering::Relaxed);
+        h.python_version = python_version();
+    }
 }
 
 #[cfg(test)]
@@ -73,8 +108,8 @@ mod tests {
     /// for the site as the report writes it.
     fn short_both(s: &Site) -> Option<String> {
         let written = short(s);
-        let read: culedger_format::report::SiteRec =
-            serde_json::from_value(site_json(7, s)).expect("the report's site parses");
+        let json = serde_json::to_string(&site_rec(7, s)).expect("a site serializes");
+        let read: SiteRec = serde_json::from_str(&json).expect("the report's site parses");
         assert_eq!(read.short(), written, "writer and reader disagree on {s:?}");
         written
     }
@@ -126,5 +161,21 @@ mod tests {
         let anon = Site { python: vec![], native: vec![nat("engine", None, false)] };
         assert_eq!(short(&anon).unwrap(), "engine+0x10");
         assert_eq!(short(&Site::default()), None);
+    }
+
+    #[test]
+    fn the_resolver_names_known_sites_and_fills_the_health_fields() {
+        use crate::ledger::SiteResolver;
+        let id =
+            TABLE.get().lock().intern(&[0xdead_beef, 1], Site { python: vec![py("/a/m.py", "f")], native: vec![] });
+        let unknown = u32::MAX;
+        let got = TableResolver.resolve(&[id, unknown].into_iter().collect());
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [id], "an id the table does not know is left out");
+        let (rec, caller) = &got[&id];
+        assert_eq!(caller.as_deref(), Some("m.py:f"));
+        assert_eq!((rec.id, rec.python[0].function.as_str()), (i64::from(id), "f"));
+        let mut h = Health { site_misses: u64::MAX, ..Health::default() };
+        TableResolver.health(&mut h);
+        assert_eq!(h.site_misses, misses());
     }
 }

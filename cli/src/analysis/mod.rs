@@ -492,6 +492,7 @@ impl<'a> DeviceGroup<'a> {
             t.captured_bytes += g.captured_bytes;
             t.instantiations += g.instantiations;
             t.instantiate_bytes += g.instantiate_bytes;
+            t.instantiate_measured += g.instantiate_measured;
         }
         t
     }
