@@ -530,5 +530,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "config_fuzz.rs"]
 mod fuzz;

@@ -7,6 +7,9 @@
 //! Unknown fields are ignored (the schema only ever adds fields). Fields a reader cannot
 //! do without (`schema`, `process`, `devices`) are required; the rest default to empty so
 //! that a report from a slightly older writer still loads.
+//!
+//! One file although long: it is the schema itself, section by section in the order of
+//! docs/schema.md, so that a field is added in one place beside its neighbours.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
