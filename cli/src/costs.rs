@@ -351,7 +351,9 @@ mod tests {
         // Seven peer accesses of 1 GiB each; the last one measured 1.5 GiB: rank 0 created its
         // context on GPU 1 then, though its clock puts that 2 µs after the window closed.
         let calls: Vec<(i64, i64, &str, i64)> = (0..7)
-            .map(|i| (2000 + 20 * i, 2012 + 20 * i, "cudaDeviceEnablePeerAccess", if i == 6 { 1536 } else { 1024 } * MIB))
+            .map(|i| {
+                (2000 + 20 * i, 2012 + 20 * i, "cudaDeviceEnablePeerAccess", if i == 6 { 1536 } else { 1024 } * MIB)
+            })
             .collect();
         let rows = costs(vec![rank(11, 1, &calls, vec![]), peer(10, 1, 2134, 2148)]);
         assert_eq!(rows, [(11, "cudaDeviceEnablePeerAccess".to_string(), 7168 * MIB, 7680 * MIB, false)]);

@@ -14,7 +14,7 @@
 
 use crate::error::{Fail, Result};
 use crate::load::{Run, SummaryMeta};
-use crate::model::Report;
+use crate::model::{Exit, Report};
 use std::collections::BTreeMap;
 
 /// One run in a set of reports.
@@ -302,18 +302,18 @@ fn started_unix_us(pid: i64) -> Option<i64> {
 /// `no final report (killed?)`. `summary` is what `culedger run` recorded, if anything.
 pub fn status(r: &Report, summary: Option<&SummaryMeta>) -> String {
     let p = &r.process;
-    match p.exit.as_str() {
-        "exit" => match p.exit_code {
+    match &p.exit {
+        Exit::Exit => match p.exit_code {
             Some(c) => format!("exit {c}"),
             None => "exited".into(),
         },
         // A terminating signal left at its default action: the final report was written first.
-        "signal" => match p.signal {
+        Exit::Signal => match p.signal {
             Some(sig) => format!("killed by {}", signal_name(sig)),
             None => "killed by a signal".into(),
         },
-        "exec" => "exec'd another program".into(),
-        "running" => {
+        Exit::Exec => "exec'd another program".into(),
+        Exit::Running => {
             if let Some(s) = summary {
                 if s.pid == Some(p.pid) {
                     if let Some(sig) = s.signal {
@@ -329,7 +329,7 @@ pub fn status(r: &Report, summary: Option<&SummaryMeta>) -> String {
                 None => "running or killed (last report)".into(),
             }
         }
-        other => match p.exit_code {
+        Exit::Other(other) => match p.exit_code {
             Some(c) => format!("{other} {c}"),
             None => other.to_string(),
         },
@@ -428,7 +428,7 @@ mod tests {
     fn statuses() {
         let mut r = proc(10, 1, 1000, 5000, None);
         assert_eq!(status(&r, None), "exit 0");
-        r.process.exit = "running".into();
+        r.process.exit = Exit::Running;
         let killed = SummaryMeta { pid: Some(10), signal: Some(15), ..SummaryMeta::default() };
         assert_eq!(status(&r, Some(&killed)), "killed by SIGTERM");
         let other = SummaryMeta { pid: Some(99), exit_code: Some(0), ..SummaryMeta::default() };

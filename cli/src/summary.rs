@@ -83,7 +83,7 @@ pub struct ProcSummary {
     pub argv: Vec<String>,
     /// How it ended, in words (`exit 1`, `killed by SIGTERM`, `no final report (killed?)`).
     pub status: String,
-    pub exit: String,
+    pub exit: crate::model::Exit,
     pub exit_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i64>,

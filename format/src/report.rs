@@ -65,6 +65,68 @@ pub struct Settings {
     pub mode: String,
 }
 
+/// How the process stood when the report was written (`process.exit`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(from = "String", into = "String")]
+pub enum Exit {
+    /// A periodic write: the process was running.
+    Running,
+    /// The final write of a process that exited (`exit_code`).
+    Exit,
+    /// The final write before a terminating signal at its default action (`signal`).
+    Signal,
+    /// The process replaced itself with `exec`; the new image writes its own report.
+    Exec,
+    /// A value this reader does not know (the schema adds values as it adds fields), kept as
+    /// written; empty when the field is missing.
+    Other(String),
+}
+
+impl Default for Exit {
+    fn default() -> Self {
+        Exit::Other(String::new())
+    }
+}
+
+impl Exit {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Exit::Running => "running",
+            Exit::Exit => "exit",
+            Exit::Signal => "signal",
+            Exit::Exec => "exec",
+            Exit::Other(s) => s,
+        }
+    }
+}
+
+impl From<String> for Exit {
+    fn from(s: String) -> Self {
+        match s.as_str() {
+            "running" => Exit::Running,
+            "exit" => Exit::Exit,
+            "signal" => Exit::Signal,
+            "exec" => Exit::Exec,
+            _ => Exit::Other(s),
+        }
+    }
+}
+
+impl From<Exit> for String {
+    fn from(e: Exit) -> Self {
+        match e {
+            Exit::Other(s) => s,
+            known => known.as_str().to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Process {
@@ -77,7 +139,7 @@ pub struct Process {
     pub exe: Option<String>,
     pub start_unix_ms: i64,
     pub end_unix_ms: i64,
-    pub exit: String,
+    pub exit: Exit,
     pub exit_code: Option<i64>,
     /// The signal that ended the process (`exit: "signal"`); absent in older reports.
     pub signal: Option<i64>,
@@ -508,7 +570,7 @@ impl Process {
     /// Did this image of the process end (`exit`, `signal`, `exec`, or any later value),
     /// its device memory freed by the driver? Only `running` means it may still hold it.
     pub fn ended(&self) -> bool {
-        self.exit != "running"
+        self.exit != Exit::Running
     }
 
     /// A short human name for the process: its argv without the interpreter and
@@ -629,5 +691,20 @@ mod tests {
         p.env.insert("LOCAL_RANK".into(), "1".into());
         p.env.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
         assert_eq!(p.label(), "VLLM::Worker (multiprocessing worker) (local rank 1, GPUs 1)");
+    }
+
+    #[test]
+    fn exit_reads_the_known_values_and_keeps_others_as_written() {
+        for (text, exit) in
+            [("running", Exit::Running), ("exit", Exit::Exit), ("signal", Exit::Signal), ("exec", Exit::Exec)]
+        {
+            let p: Process = serde_json::from_str(&format!(r#"{{"exit": "{text}"}}"#)).unwrap();
+            assert_eq!(p.exit, exit);
+            assert_eq!(serde_json::to_value(&p).unwrap()["exit"], text);
+        }
+        let p: Process = serde_json::from_str(r#"{"exit": "detached"}"#).unwrap();
+        assert_eq!(p.exit, Exit::Other("detached".into()));
+        assert_eq!(serde_json::to_value(&p).unwrap()["exit"], "detached");
+        assert_eq!(serde_json::from_str::<Process>("{}").unwrap().exit.as_str(), "");
     }
 }

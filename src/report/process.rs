@@ -102,10 +102,10 @@ impl ProcessInfo {
     /// The `process` object.
     pub fn to_record(&self) -> report::Process {
         let (exit, code, signal) = match self.exit {
-            ExitState::Running => ("running", None, None),
-            ExitState::Exited(code) => ("exit", code, None),
-            ExitState::Signaled(sig) => ("signal", None, Some(sig)),
-            ExitState::Exec => ("exec", None, None),
+            ExitState::Running => (report::Exit::Running, None, None),
+            ExitState::Exited(code) => (report::Exit::Exit, code, None),
+            ExitState::Signaled(sig) => (report::Exit::Signal, None, Some(sig)),
+            ExitState::Exec => (report::Exit::Exec, None, None),
         };
         let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
         report::Process {
@@ -117,7 +117,7 @@ impl ProcessInfo {
             exe: self.exe.clone(),
             start_unix_ms: n(self.start_unix_ms),
             end_unix_ms: n(self.end_unix_ms),
-            exit: exit.to_string(),
+            exit,
             exit_code: code.map(i64::from),
             signal: signal.map(i64::from),
             forked_from: self.forked_from.map(i64::from),
