@@ -5,6 +5,10 @@
 //! Everything sits behind one mutex ([`with`]). The fake never calls back into user code, so no
 //! lock is ever held across a foreign call. After `fork()` the child starts from a fresh,
 //! uninitialised state (its inherited handles are invalid, as with the real driver).
+//!
+//! One file although long: the state is one struct behind one lock, and its invariants (what
+//! a context, an allocation or a handle holds on the machine, and what dropping each gives
+//! back) are kept together where every entry point's bookkeeping can be read against them.
 
 use crate::config::{round_up, Config, GRANULARITY, MAX_DEVICES};
 use crate::shm::{self, Shm};

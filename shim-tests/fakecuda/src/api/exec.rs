@@ -6,6 +6,10 @@
 //! Kernels never run: a launch checks its function and stream and returns, so results computed
 //! on the fake are garbage by design. A kernel of a context-independent library is what loads
 //! that library into a context ([`Proc::use_library`]): the lazy module loading of a real driver.
+//!
+//! Long, as a list of small entry points is: each is a few lines of argument checks in the
+//! real driver's documented order, and splitting them by family would scatter what a
+//! framework's start-up asks for in one sequence.
 
 use crate::api::ctx::STREAM_PRIORITY_GREATEST;
 use crate::api::mem::pool_device;
