@@ -6,9 +6,12 @@ script's own accounting). One line per check: PASS, FAIL or SKIP with the figure
     kit.py --out REPORT_DIR --lib libculedger.so [--cli culedger] [--self-test]
 
 Started by validate.sh (which finds the library and the CLI). On a GPU machine the workloads are
-`workloads/*.py` (PyTorch, CuPy, JAX, nvidia-smi); with --self-test they are `sim/*.py`, which do
-the same through ctypes on the simulated CUDA stack of shim-tests, so that every comparison
-below runs, and is checked, without a GPU. Standard library only; Python 3.8+.
+`workloads/*.py` (PyTorch, CuPy, JAX, nvidia-smi). With --self-test they run on the simulated
+CUDA stack of shim-tests: when real PyTorch is installed where the framework tests find it
+(`target/frameworks/site`, or KIT_FRAMEWORKS_SITE), the very same `workloads/*.py` with that
+site on PYTHONPATH (only nvidia-smi, which needs a GPU, is the stand-in `sim/smi.py`);
+otherwise the stand-ins `sim/*.py`, which do the same through ctypes. Either way every
+comparison below runs, and is checked, without a GPU. Standard library only; Python 3.8+.
 """
 import argparse
 import json
@@ -242,17 +245,20 @@ def compare_host(cid, name, report, minimum=1):
 
 
 def compare_seen(cid, name, report, dev_index, nbytes, path):
-    """An allocation of the framework was seen on its own path: `runtime` (cuda*) or `driver` (cu*)."""
+    """An allocation of the framework was seen on its own path: `runtime` (cuda*), `driver` (cu*),
+    or `any` (either: CuPy 14's runtime module implements cudaMalloc over the driver's
+    cuMemAlloc_v2, older CuPy calls NVIDIA's libcudart)."""
     d = device(report, dev_index)
     if d is None:
         return Result(cid, name, "FAIL", "no device in the report")
     allocs = d.get("top_allocations") or []
-    on_path = [a for a in allocs if (str(a.get("api", "")).startswith("cuda")) == (path == "runtime")]
+    on_path = [a for a in allocs if path == "any" or (str(a.get("api", "")).startswith("cuda")) == (path == "runtime")]
     live = sum(a.get("bytes", 0) for a in on_path)
     apis = sorted({str(a.get("api")) for a in allocs})
     ok = live >= nbytes
     return Result(cid, name, "PASS" if ok else "FAIL",
-                  f"{mib(live)} live on the {path} path for a {mib(nbytes)} array (apis {apis})",
+                  f"{mib(live)} live on the {'runtime or driver' if path == 'any' else path} path for a {mib(nbytes)} array "
+                  f"(apis {apis})",
                   live=live, apis=apis)
 
 
@@ -307,6 +313,18 @@ def parse_kit(text):
     return kit
 
 
+# torch's F.linear needs cuBLAS, whose cublasCreate fails on the simulated driver.
+STAND_IN_ENGINE = ("cuBLAS (the engine's F.linear) does not initialise on the simulated driver "
+                   "(cublasCreate: CUBLAS_STATUS_NOT_INITIALIZED)")
+
+
+def frameworks_site():
+    """The real frameworks' site-packages for the self-test (None: not installed)."""
+    site = os.environ.get("KIT_FRAMEWORKS_SITE") or os.path.join(HERE, "..", "..", "target", "frameworks", "site")
+    site = os.path.abspath(site)
+    return site if os.path.isfile(os.path.join(site, "torch", "__init__.py")) else None
+
+
 class Kit:
     def __init__(self, args):
         self.args = args
@@ -314,7 +332,10 @@ class Kit:
         self.sim = args.self_test
         self.lib = os.path.abspath(args.lib)
         self.cli = os.path.abspath(args.cli) if args.cli else None
-        self.dir = os.path.join(HERE, "sim" if self.sim else "workloads")
+        self.site = frameworks_site() if self.sim else None
+        self.dir = os.path.join(HERE, "sim" if self.sim and not self.site else "workloads")
+        # Real workloads the simulated driver cannot run yet, and why: they run as stand-ins.
+        self.stand_ins = {"engine.py": STAND_IN_ENGINE} if self.site else {}
         self.python = args.python or sys.executable
         self.start = time.monotonic()
         self.results = []
@@ -326,6 +347,11 @@ class Kit:
             self.env.update({"FAKECUDA_MACHINE": self.machine, "FAKECUDA_DEVICES": "2", "FAKECUDA_TOTAL_MIB": "16384",
                              "FAKECUDA_CTX_MIB": "300", "FAKECUDA_GRAPH_MIB": "16", "FAKECUDA_IPC_OPEN_MIB": "2",
                              "FAKECUDA_DRIVER_VERSION": "13000"})
+            if self.site:
+                # torch 2.15 cu132 ships NVIDIA's runtime 13.2, which needs a 13.2 driver.
+                self.env["FAKECUDA_DRIVER_VERSION"] = "13020"
+                old = self.env.get("PYTHONPATH")
+                self.env["PYTHONPATH"] = self.site + (os.pathsep + old if old else "")
 
     def left(self):
         return BUDGET_S - (time.monotonic() - self.start)
@@ -342,7 +368,8 @@ class Kit:
         e.update(env or {})
         if ledger:
             e.update({"LD_PRELOAD": self.lib, "CULEDGER_OUT": out_dir, "CULEDGER_FLUSH_MS": "200"})
-        argv = [self.python, os.path.join(self.dir, script)] + list(args)
+        folder = os.path.join(HERE, "sim") if script in self.stand_ins else self.dir
+        argv = [self.python, os.path.join(folder, script)] + list(args)
         timeout = max(5, min(timeout, self.left()))
         p = subprocess.Popen(argv, env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=out_dir)
@@ -393,6 +420,10 @@ class Kit:
             if w.problem():
                 self.failed([cid], name, w)
                 continue
+            if self.site and os.environ.get("KIT_SABOTAGE"):
+                # The self-test's control on real torch: the ground truth off by 512 bytes, as the
+                # stand-in sim/torch_alloc.py misreports it under KIT_SABOTAGE=1.
+                w.kit["reserved"] += 512
             self.add(compare_tracked(cid, name, w.report, w.kit["device"], w.kit[key], f"torch.cuda.{figure}()"))
 
     def check_mem_get_info(self):
@@ -414,7 +445,7 @@ class Kit:
         """Device memory used as nvidia-smi reports it (the self-test's smi.py reads the fake
         driver's machine-wide figures the same way)."""
         if self.sim:
-            argv = [self.python, os.path.join(self.dir, "smi.py"), str(dev)]
+            argv = [self.python, os.path.join(HERE, "sim", "smi.py"), str(dev)]
         else:
             argv = ["nvidia-smi", f"--id={dev}", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"]
         try:
@@ -458,7 +489,7 @@ class Kit:
         self.add(compare_host("5b", "single-rank NCCL: pinned host memory in host", w.report))
 
     def check_frameworks(self):
-        for cid, script, name, path in (("6a", "cupy_alloc.py", "CuPy allocation seen", "runtime"),
+        for cid, script, name, path in (("6a", "cupy_alloc.py", "CuPy allocation seen", "any"),
                                         ("6b", "jax_alloc.py", "JAX (XLA) allocation seen", "driver")):
             w = self.run(f"6-{script[:-3]}", script, timeout=90)
             if w.rc == 3:  # the framework is not installed
@@ -546,6 +577,14 @@ class Kit:
         print(f"culedger GPU validation kit ({'self-test on the simulated stack' if self.sim else 'GPU'}): "
               f"library {self.lib}, reports in {self.out}", flush=True)
         self.environment = {}
+        if self.sim and self.site:
+            print(f"INFO  self-test: real workloads ({self.dir}) with PyTorch from {self.site}; "
+                  f"nvidia-smi is the stand-in sim/smi.py", flush=True)
+            for script, why in sorted(self.stand_ins.items()):
+                print(f"INFO  self-test: sim/{script} stands in for workloads/{script}: {why}", flush=True)
+        elif self.sim:
+            print("INFO  self-test: real frameworks not installed (target/frameworks/site, make frameworks); "
+                  "running the ctypes stand-ins in sim/", flush=True)
         steps = [self.check_environment, self.check_caching_allocator, self.check_mem_get_info, self.check_engine,
                  self.check_ipc, self.check_nccl, self.check_frameworks, self.check_overhead]
         try:
@@ -571,7 +610,8 @@ class Kit:
         verdict = "FAIL" if counts["FAIL"] else "PASS"
         summary = {"kit": "culedger-gpu-validation/1", "mode": "self-test" if self.sim else "gpu",
                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "elapsed_s": round(elapsed, 1),
-                   "budget_s": BUDGET_S, "verdict": verdict, "counts": counts, "environment": self.environment,
+                   "budget_s": BUDGET_S, "workloads": "real" if not self.sim or self.site else "stand-ins",
+                   "frameworks_site": self.site, "stand_ins": sorted(self.stand_ins), "verdict": verdict, "counts": counts, "environment": self.environment,
                    "library": self.lib, "cli": self.cli, "checks": [r.as_json() for r in self.results]}
         with open(os.path.join(self.out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)

@@ -102,6 +102,7 @@ table! {
     cuCtxPopCurrent 4000 => cuCtxPopCurrent_v2;
     cuCtxSetCurrent 4000 => cuCtxSetCurrent;
     cuCtxGetCurrent 4000 => cuCtxGetCurrent;
+    cuCtxGetApiVersion 3020 => cuCtxGetApiVersion;
     cuCtxGetDevice 2000 => cuCtxGetDevice;
     cuCtxGetDevice 13000 => cuCtxGetDevice_v2;
     cuCtxSynchronize 2000 => cuCtxSynchronize;
@@ -127,6 +128,7 @@ table! {
     cuMemHostRegister 6050 => cuMemHostRegister_v2;
     cuMemHostUnregister 4000 => cuMemHostUnregister;
     cuPointerGetAttribute 4000 => cuPointerGetAttribute;
+    cuPointerGetAttributes 7000 => cuPointerGetAttributes;
     cuMemAllocAsync 11020 => cuMemAllocAsync;
     cuMemAllocAsync 11020 ptsz => cuMemAllocAsync_ptsz;
     cuMemFreeAsync 11020 => cuMemFreeAsync;
@@ -153,6 +155,8 @@ table! {
     cuIpcOpenMemHandle 4010 => cuIpcOpenMemHandle;
     cuIpcOpenMemHandle 11000 => cuIpcOpenMemHandle_v2;
     cuIpcCloseMemHandle 4010 => cuIpcCloseMemHandle;
+    cuIpcGetEventHandle 4010 => cuIpcGetEventHandle;
+    cuIpcOpenEventHandle 4010 => cuIpcOpenEventHandle;
     cuMemcpyHtoD 2000 => cuMemcpyHtoD;
     cuMemcpyHtoD 3020 => cuMemcpyHtoD_v2;
     cuMemcpyHtoD 7000 ptds => cuMemcpyHtoD_v2_ptds;

@@ -96,6 +96,9 @@ pub struct CUipcMemHandle {
     pub reserved: [u8; CU_IPC_HANDLE_SIZE],
 }
 
+/// `CUipcEventHandle` (64 opaque bytes, passed by value; the same layout).
+pub type CUipcEventHandle = CUipcMemHandle;
+
 /// `CUmemLocation`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -1,4 +1,5 @@
-"""Check 6a: one CuPy array (CuPy's memory pool allocates through the CUDA runtime)."""
+"""Check 6a: one CuPy array (CuPy's memory pool: cudaMalloc of NVIDIA's runtime before CuPy 14, the
+driver's cuMemAlloc_v2 from CuPy 14 on, whose runtime module is built on the driver)."""
 import os
 
 from common import finish, kit, skip

@@ -3,7 +3,7 @@
 //! accounting. The wheels come from `scripts/fetch-frameworks.sh` (`make test` runs it) into
 //! `target/frameworks/site`; without network the tests skip with the script's one line.
 
-use culedger_scenarios::reports::{libculedger, only_report};
+use culedger_scenarios::reports::{libculedger, only_report, report_of_pid, reports_in};
 use culedger_scenarios::{repo_root, Sim};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -196,6 +196,71 @@ fn cupy_pool_matches_cupy() {
         assert_eq!(holder["caller"], "cupy_alloc.py:make_buffers");
     }
     assert!(allocs.iter().any(|a| a["caller"] == "cupy_alloc.py:scratch"), "the pooled temporary stays live");
+}
+
+/// The innermost Python frame of a site outside PyTorch and the interpreter's own files, as
+/// `file:function` with the file's basename (docs/schema.md, "The short form").
+fn short_caller(r: &Value, id: &Value) -> Option<String> {
+    let site = r["sites"].as_array().unwrap().iter().find(|s| &s["id"] == id).expect("site listed");
+    site["python"].as_array().unwrap().iter().find_map(|f| {
+        let file = f["file"].as_str().unwrap();
+        let own = file.contains("/torch/") || file.contains("/lib/python3") || file.starts_with('<');
+        (!own).then(|| format!("{}:{}", file.rsplit('/').next().unwrap(), f["function"].as_str().unwrap()))
+    })
+}
+
+/// CUDA IPC through `torch.multiprocessing` (spawn): torch's `_share_cuda_` exports the caching
+/// allocator's block (cudaIpcGetMemHandle on the segment's base, with an interprocess event,
+/// cudaIpcGetEventHandle) and the spawned consumer opens both (cudaIpcOpenMemHandle,
+/// cudaIpcOpenEventHandle, a stream wait). The exporter's segment is in `ipc` (rule
+/// `ipc.exported`) with the bytes memory_snapshot() gives its block; the consumer records the
+/// import of exactly that many bytes, never in its own live bytes, opened from the script's
+/// function and closed when the tensor died.
+#[test]
+fn torch_multiprocessing_ipc_lands_in_ipc() {
+    let Some(site) = frameworks() else { return };
+    let (sim, out) = machine("fw_torch_ipc", &site);
+    let figures = sim.scratch().join("ipc.json");
+    sim.run_ok(sim.python("frameworks/torch_ipc.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    assert_eq!(reports_in(&out).len(), 2, "the exporter's report and the consumer's");
+    let segment = n(&t["segment_bytes"]);
+    assert_eq!(n(&t["consumer"]["nbytes"]), n(&t["tensor_bytes"]), "the consumer got the whole tensor");
+
+    let e = report_of_pid(&out, n(&t["exporter_pid"]) as u32);
+    let d = dev0(&e);
+    let held = d["top_allocations"].as_array().unwrap().iter().find(|a| {
+        u64::from_str_radix(a["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap() == n(&t["segment_address"])
+    });
+    let held = held.unwrap_or_else(|| panic!("the tensor's segment is no live allocation: {}", d["top_allocations"]));
+    assert_eq!(n(&held["bytes"]), segment, "the segment memory_snapshot() gives the tensor's block");
+    assert_eq!((&held["category"], &held["rule"], &held["exported"]), (&"ipc".into(), &"ipc.exported".into(), &true.into()));
+    assert_eq!(held["caller"], "torch_ipc.py:export_tensor");
+    assert_eq!(n(&d["categories"]["ipc"]["live_bytes"]), segment);
+    assert_eq!((n(&d["ipc"]["exported_count"]), n(&d["ipc"]["exported_bytes"])), (1, segment), "{}", d["ipc"]);
+    let exports: Vec<&Value> = d["events"].as_array().unwrap().iter().filter(|v| v["kind"] == "ipc_export").collect();
+    assert_eq!(exports.len(), 1, "{exports:?}");
+    assert_eq!((&exports[0]["api"], n(&exports[0]["bytes"])), (&"cudaIpcGetMemHandle".into(), segment));
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]), "live == torch.cuda.memory_reserved()");
+    assert_eq!(n(&e["health"]["lost_events"]), 0);
+
+    let c = report_of_pid(&out, n(&t["consumer"]["pid"]) as u32);
+    let d = dev0(&c);
+    let ipc = &d["ipc"];
+    assert_eq!((n(&ipc["imported_count"]), n(&ipc["imported_bytes"])), (1, segment), "{ipc}");
+    assert_eq!((n(&ipc["imported_live_count"]), n(&ipc["imported_live_bytes"])), (0, 0), "closed with the tensor: {ipc}");
+    assert_eq!(n(&ipc["exported_count"]), 0);
+    assert_eq!(n(&d["categories"]["ipc"]["live_bytes"]), 0, "another process's memory is not the consumer's");
+    assert!(n(&d["peak_bytes"]) < segment, "the import never counted in the consumer's bytes: {}", d["peak_bytes"]);
+    let imports: Vec<&Value> = d["events"].as_array().unwrap().iter().filter(|v| v["kind"] == "ipc_import").collect();
+    assert_eq!(imports.len(), 1, "{imports:?}");
+    assert_eq!((&imports[0]["api"], n(&imports[0]["bytes"])), (&"cudaIpcOpenMemHandle".into(), segment));
+    let open = d["driver_costs"].as_array().unwrap().iter().find(|c| c["api"] == "cudaIpcOpenMemHandle");
+    let open = open.unwrap_or_else(|| panic!("the open's mapping cost: {}", d["driver_costs"]));
+    assert_eq!(n(&open["bytes"]), 2 << 20, "FAKECUDA_IPC_OPEN_MIB");
+    let callers: Vec<Option<String>> = open["sites"].as_array().unwrap().iter().map(|id| short_caller(&c, id)).collect();
+    assert_eq!(callers, [Some("torch_ipc.py:sum_tensor".to_string())], "the open happens in the consumer's unpickling");
+    assert_eq!(n(&c["health"]["lost_events"]), 0);
 }
 
 /// The sizes of NCCL's `NCCL_DEBUG=INFO` allocation lines of one kind (`"Cuda Host Alloc"`:

@@ -364,6 +364,18 @@ entry! {
         out(device, d as CUdevice)
     }
 
+    /// The context's API version (3020: every context since CUDA 3.2, per cuda.h), of the current
+    /// context when `ctx` is NULL. NVIDIA's runtime uses it on a thread's first call to check
+    /// that the primary context it made current there is still alive (a destroyed one answers
+    /// `CUDA_ERROR_INVALID_CONTEXT` and the runtime retains it anew).
+    fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) {
+        if version.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        with_init(|p| if ctx.is_null() { p.current().map(|_| ()) } else { p.ctx(ctx as u64).map(|_| ()) })?;
+        out(version, 3020)
+    }
+
     /// CUDA 13.0 ABI: synchronizes `ctx`, or the current context when NULL.
     fn cuCtxSynchronize_v2(ctx: CUcontext) {
         with_init(|p| if ctx.is_null() { p.current().map(|_| ()) } else { p.ctx(ctx as u64).map(|_| ()) })

@@ -1,16 +1,28 @@
-//! Legacy CUDA IPC (`cuIpcGetMemHandle` / `cuIpcOpenMemHandle` / `cuIpcCloseMemHandle`).
+//! Legacy CUDA IPC: memory (`cuIpcGetMemHandle` / `cuIpcOpenMemHandle` / `cuIpcCloseMemHandle`)
+//! and events (`cuIpcGetEventHandle` / `cuIpcOpenEventHandle`).
 //!
-//! A handle is 64 bytes: magic, machine hash, device, exporter pid, export slot, export id, base,
-//! size and a checksum (little-endian, see [`encode`]). The export is also recorded in the machine
-//! file so an opener can check that the allocation is still alive.
+//! A memory handle is 64 bytes: magic, machine hash, device, exporter pid, export slot, export id,
+//! base, size and a checksum (little-endian, see [`encode`]). The export is also recorded in the
+//! machine file so an opener can check that the allocation is still alive.
+//!
+//! An event handle has the same layout under its own magic ([`encode_event`]): machine hash,
+//! the event's device, the exporter's pid and start time, and the exporter's event handle. Work
+//! on the fake completes at once, so an opened event needs nothing shared: it is a local event
+//! with `CU_EVENT_DISABLE_TIMING`, as cuda.h describes what `cuIpcOpenEventHandle` returns.
 
 use crate::config::{machine_hash, round_up, Config};
-use crate::state::{with_init, Alloc, Kind, R};
+use crate::shm::process_alive;
+use crate::state::{tag, with_init, Alloc, Event, Kind, R};
 use crate::types::*;
-use std::os::raw::c_uint;
+use std::os::raw::{c_uint, c_void};
 
-/// Magic of a fake IPC handle ("FKIPC" + version 1).
+/// Magic of a fake IPC memory handle ("FKIPC" + version 1).
 const IPC_MAGIC: u64 = 0x464b_4950_4300_0001;
+/// Magic of a fake IPC event handle ("FKIPE" + version 1).
+const IPC_EVENT_MAGIC: u64 = 0x464b_4950_4500_0001;
+/// `CU_EVENT_DISABLE_TIMING` and `CU_EVENT_INTERPROCESS` (cuda.h `CUevent_flags`).
+const EVENT_DISABLE_TIMING: c_uint = 0x2;
+const EVENT_INTERPROCESS: c_uint = 0x4;
 
 /// The fields of a handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +40,45 @@ fn checksum(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3).rotate_left(5))
 }
 
-/// Encodes a handle.
+/// Encodes a memory handle.
 pub fn encode(d: &Decoded) -> CUipcMemHandle {
+    encode_with(IPC_MAGIC, d)
+}
+
+/// Decodes a memory handle (None for garbage: wrong magic or checksum).
+pub fn decode(h: &CUipcMemHandle) -> Option<Decoded> {
+    decode_with(IPC_MAGIC, h)
+}
+
+/// The fields of an event handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedEvent {
+    pub machine: u64,
+    pub dev: u32,
+    pub pid: u32,
+    /// The exporter's start time (`/proc/<pid>/stat`), so a reused pid is not taken for it.
+    pub start: u64,
+    pub event: u64,
+}
+
+/// Encodes an event handle (same layout as a memory handle: `slot` 0, `id` the event, `base`
+/// the exporter's start time).
+pub fn encode_event(e: &DecodedEvent) -> CUipcEventHandle {
+    encode_with(
+        IPC_EVENT_MAGIC,
+        &Decoded { machine: e.machine, dev: e.dev, pid: e.pid, slot: 0, id: e.event, base: e.start, size: 0 },
+    )
+}
+
+/// Decodes an event handle (None for garbage, or for a memory handle).
+pub fn decode_event(h: &CUipcEventHandle) -> Option<DecodedEvent> {
+    let d = decode_with(IPC_EVENT_MAGIC, h)?;
+    Some(DecodedEvent { machine: d.machine, dev: d.dev, pid: d.pid, start: d.base, event: d.id })
+}
+
+fn encode_with(magic: u64, d: &Decoded) -> CUipcMemHandle {
     let mut b = [0u8; CU_IPC_HANDLE_SIZE];
-    b[0..8].copy_from_slice(&IPC_MAGIC.to_le_bytes());
+    b[0..8].copy_from_slice(&magic.to_le_bytes());
     b[8..16].copy_from_slice(&d.machine.to_le_bytes());
     b[16..20].copy_from_slice(&d.dev.to_le_bytes());
     b[20..24].copy_from_slice(&d.pid.to_le_bytes());
@@ -44,12 +91,11 @@ pub fn encode(d: &Decoded) -> CUipcMemHandle {
     CUipcMemHandle { reserved: b }
 }
 
-/// Decodes a handle (None for garbage: wrong magic or checksum).
-pub fn decode(h: &CUipcMemHandle) -> Option<Decoded> {
+fn decode_with(magic: u64, h: &CUipcMemHandle) -> Option<Decoded> {
     let b = &h.reserved;
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
-    if u64_at(0) != IPC_MAGIC || u64_at(56) != checksum(&b[..56]) {
+    if u64_at(0) != magic || u64_at(56) != checksum(&b[..56]) {
         return None;
     }
     Some(Decoded {
@@ -171,6 +217,51 @@ entry! {
         open(pdptr, handle, flags)
     }
 
+    /// As cuda.h documents it: the event must have been created with `CU_EVENT_INTERPROCESS`
+    /// and `CU_EVENT_DISABLE_TIMING` (otherwise `CUDA_ERROR_INVALID_VALUE`); an event this
+    /// process did not create is `CUDA_ERROR_INVALID_HANDLE`.
+    fn cuIpcGetEventHandle(p_handle: *mut CUipcEventHandle, event: *mut c_void) {
+        if p_handle.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let e = with_init(|p| {
+            let ev = p.events.get(&(event as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            let need = EVENT_INTERPROCESS | EVENT_DISABLE_TIMING;
+            if ev.flags & need != need {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            let dev = p.ctx(ev.ctx)?.dev as u32;
+            Ok(DecodedEvent { machine: machine_hash(&Config::get().machine), dev, pid: p.pid, start: p.start, event: event as u64 })
+        })?;
+        p_handle.write(encode_event(&e));
+        Ok(())
+    }
+
+    /// Opens an event handle exported by another live process of this machine into the current
+    /// context: a new local event with `CU_EVENT_DISABLE_TIMING` (to be destroyed with
+    /// `cuEventDestroy`). No current context: `CUDA_ERROR_INVALID_CONTEXT`; garbage, a handle of
+    /// another machine or of a process that is gone: `CUDA_ERROR_INVALID_HANDLE`.
+    fn cuIpcOpenEventHandle(ph_event: *mut *mut c_void, handle: CUipcEventHandle) {
+        if ph_event.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = with_init(|p| {
+            let (ctx, _) = p.current()?;
+            let e = decode_event(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            if e.machine != machine_hash(&Config::get().machine) || e.dev as usize >= p.devices {
+                return Err(CUDA_ERROR_INVALID_HANDLE);
+            }
+            if e.pid != p.pid && !process_alive(e.pid, e.start) {
+                return Err(CUDA_ERROR_INVALID_HANDLE);
+            }
+            let h = p.new_handle(tag::EVENT);
+            p.events.insert(h, Event { ctx, flags: EVENT_DISABLE_TIMING });
+            Ok(h)
+        })?;
+        ph_event.write(h as *mut c_void);
+        Ok(())
+    }
+
     fn cuIpcCloseMemHandle(dptr: CUdeviceptr) {
         with_init(|p| {
             p.current()?;
@@ -203,5 +294,18 @@ mod tests {
             assert_eq!(decode(&bad), None, "byte {i} flipped");
         }
         assert_eq!(decode(&CUipcMemHandle { reserved: [0; 64] }), None);
+    }
+
+    #[test]
+    fn event_handle_round_trip_and_not_a_memory_handle() {
+        let e = DecodedEvent { machine: 7, dev: 1, pid: 4242, start: 123_456, event: 0x0e7e_0000_0009 };
+        let h = encode_event(&e);
+        assert_eq!(decode_event(&h), Some(e));
+        assert_eq!(decode(&h), None, "an event handle opens no memory");
+        let m = encode(&Decoded { machine: 7, dev: 3, pid: 4242, slot: 17, id: 99, base: 0x7000_0020_0000, size: 8 << 20 });
+        assert_eq!(decode_event(&m), None, "a memory handle is no event");
+        let mut bad = h;
+        bad.reserved[33] ^= 1;
+        assert_eq!(decode_event(&bad), None);
     }
 }

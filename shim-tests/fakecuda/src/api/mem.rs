@@ -223,6 +223,12 @@ fn pointer_attribute(p: &Proc, attr: c_int, ptr: u64) -> R<Attr> {
     })
 }
 
+/// Whether attribute `attr` is written as 8 bytes (handles, addresses, sizes, ids) rather than
+/// 4 (enums, booleans, ordinals, flags), by the types cuda.h gives `*data` for each.
+fn attribute_is_u64(attr: c_int) -> bool {
+    matches!(attr, 1 | 3 | 4 | 7 | 11 | 12 | 14 | 17 | 18 | 19 | 20)
+}
+
 entry! {
     fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) {
         alloc_sync(dptr, bytesize as u64, Kind::Device, false).map(|_| ())
@@ -341,6 +347,47 @@ entry! {
         match with_init(|p| pointer_attribute(p, attribute, ptr))? {
             Attr::U32(v) => data.cast::<u32>().write_unaligned(v),
             Attr::U64(v) => data.cast::<u64>().write_unaligned(v),
+        }
+        Ok(())
+    }
+
+    /// Unlike `cuPointerGetAttribute`, as cuda.h says, a pointer the driver does not know (or an
+    /// attribute that has no value for it, such as the host pointer of device memory) gets the
+    /// default NULL value and `CUDA_SUCCESS`; an attribute number cuda.h does not define, or the
+    /// P2P tokens (a struct the fake cannot fill), is `CUDA_ERROR_INVALID_VALUE` /
+    /// `CUDA_ERROR_NOT_SUPPORTED`. NVIDIA's `cudaPointerGetAttributes` is this call.
+    fn cuPointerGetAttributes(num_attributes: c_uint, attributes: *mut c_int, data: *mut *mut c_void, ptr: CUdeviceptr) {
+        if num_attributes > 0 && (attributes.is_null() || data.is_null()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let n = num_attributes as usize;
+        let attrs: Vec<c_int> = (0..n).map(|i| attributes.add(i).read()).collect();
+        let outs: Vec<*mut c_void> = (0..n).map(|i| data.add(i).read()).collect();
+        for &a in &attrs {
+            if !(1..=21).contains(&a) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            if a == 5 {
+                return Err(CUDA_ERROR_NOT_SUPPORTED);
+            }
+        }
+        let values: Vec<Attr> = with_init(|p| {
+            Ok(attrs
+                .iter()
+                .map(|&a| {
+                    pointer_attribute(p, a, ptr)
+                        .unwrap_or(if attribute_is_u64(a) { Attr::U64(0) } else { Attr::U32(0) })
+                })
+                .collect())
+        })?;
+        for (out, v) in outs.into_iter().zip(values) {
+            if out.is_null() {
+                continue;
+            }
+            match v {
+                Attr::U32(v) => out.cast::<u32>().write_unaligned(v),
+                Attr::U64(v) => out.cast::<u64>().write_unaligned(v),
+            }
         }
         Ok(())
     }
