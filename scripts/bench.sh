@@ -4,13 +4,14 @@
 # each figure against the same program without the preload, printed beside its target: the
 # runtime paths, and the driver reached through cuGetProcAddress only (2 MiB pairs from one
 # call site with and without a site, on growing and reused addresses; the query; the copy);
-# a real-torch step loop when `make frameworks` has installed torch.
+# two real-torch step loops (served by the caching allocator; missing it every step) when
+# `make frameworks` has installed torch.
 # Then (without arguments) the cost of capturing a call site: Python frames read raw and
 # native frames, through scripts/bench_sites.py.
 # Figures and how to read them: BENCHMARKS.md. Arguments are passed to the harness:
 #   scripts/bench.sh --quick             fewer rounds and batches (a smoke run)
 #   scripts/bench.sh --only pair         only the figures whose mode or name contains "pair"
-#   scripts/bench.sh --only drv          only the cuGetProcAddress-path figures (--only torch: the torch loop)
+#   scripts/bench.sh --only drv          only the cuGetProcAddress-path figures (--only torch: the torch loops)
 #   scripts/bench.sh --json out.json     also write the figures as JSON
 #   scripts/bench.sh longrun 100000000   memory and report size over a long run
 set -euo pipefail

@@ -12,7 +12,8 @@
 //! Also: `bench_rt drv_*` reach the driver through `cuGetProcAddress` only (as NCCL and
 //! nvcc-built code do): 2 MiB pairs from one call site with and without a site, on growing and
 //! on reused addresses (`MINCUDA_REUSE=1`), the free-memory query and the copy; and, when
-//! `make frameworks` has installed it, a real-torch step loop on the simulated driver.
+//! `make frameworks` has installed it, two real-torch step loops on the simulated driver (one
+//! served by the caching allocator, one missing it every step).
 //!
 //! ```text
 //! culedger_bench [--quick] [--rounds N] [--only TEXT] [--json PATH]   the table of figures
@@ -641,8 +642,14 @@ fn bench(args: &[String]) -> Result<(), String> {
     }
 
     if want("torch") {
-        if let Some(row) = torch_steps(&b)? {
-            rows.push(row);
+        for (mode, what) in [
+            ("cached", "through the caching allocator, warm (no cudaMalloc)"),
+            ("miss", "missing the cache (every step new segments)"),
+        ] {
+            match torch_steps(&b, mode, what)? {
+                Some(row) => rows.push(row),
+                None => break,
+            }
         }
     }
 
@@ -678,10 +685,10 @@ fn bench(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A step loop of real PyTorch on the simulated driver (`shim-tests/py/frameworks/torch_steps.py`),
-/// with and without culedger, when `make frameworks` has installed it; None (after a line
-/// saying so) otherwise.
-fn torch_steps(b: &Bench) -> Result<Option<Row>, String> {
+/// A step loop of real PyTorch on the simulated driver (`shim-tests/py/frameworks/torch_steps.py`,
+/// `mode` `cached` or `miss`), with and without culedger, when `make frameworks` has installed
+/// it; None (after a line saying so) otherwise.
+fn torch_steps(b: &Bench, mode: &str, what: &str) -> Result<Option<Row>, String> {
     let site = repo_root().join("target/frameworks/site");
     if !site.join("torch/__init__.py").is_file() {
         println!("bench: real-torch step loop skipped: {} has no torch (make frameworks)", site.display());
@@ -693,7 +700,7 @@ fn torch_steps(b: &Bench) -> Result<Option<Row>, String> {
     for round in 0..b.rounds.min(if b.quick { 1 } else { 5 }) {
         let order = if round % 2 == 0 { [Side::Plain, Side::With] } else { [Side::With, Side::Plain] };
         for side in order {
-            let mut sim = culedger_scenarios::Sim::new(&format!("bench_torch_{round}_{side:?}"));
+            let mut sim = culedger_scenarios::Sim::new(&format!("bench_torch_{mode}_{round}_{side:?}"));
             sim.env("FAKECUDA_DRIVER_VERSION", "13020")
                 .env("FAKECUDA_DEVICES", "1")
                 .env("FAKECUDA_TOTAL_MIB", "81920")
@@ -703,7 +710,7 @@ fn torch_steps(b: &Bench) -> Result<Option<Row>, String> {
                 let out = sim.scratch().join("out");
                 sim.env("LD_PRELOAD", &b.paths.lib).env("CULEDGER_OUT", out);
             }
-            let run = sim.run_ok(sim.python("frameworks/torch_steps.py").args([batches, steps]));
+            let run = sim.run_ok(sim.python("frameworks/torch_steps.py").args([mode, batches, steps]));
             let values: Vec<f64> = run.all("ns").iter().filter_map(|v| v.parse().ok()).collect();
             if values.is_empty() {
                 return Err(format!("torch_steps.py printed no figure\n{}", run.describe()));
@@ -716,7 +723,7 @@ fn torch_steps(b: &Bench) -> Result<Option<Row>, String> {
     }
     let m = p.figure();
     Ok(Some(Row {
-        name: format!("real-torch step loop, per step (ratio with/without {:.3}x)", m.with / m.plain),
+        name: format!("real-torch step loop {what}, per step (ratio with/without {:.3}x)", m.with / m.plain),
         unit: "us",
         measured: Some(Measured {
             plain: m.plain / 1e3,
