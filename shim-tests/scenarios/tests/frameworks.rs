@@ -230,11 +230,15 @@ fn torch_multiprocessing_ipc_lands_in_ipc() {
     let e = report_of_pid(&out, n(&t["exporter_pid"]) as u32);
     let d = dev0(&e);
     let held = d["top_allocations"].as_array().unwrap().iter().find(|a| {
-        u64::from_str_radix(a["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap() == n(&t["segment_address"])
+        u64::from_str_radix(a["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+            == n(&t["segment_address"])
     });
     let held = held.unwrap_or_else(|| panic!("the tensor's segment is no live allocation: {}", d["top_allocations"]));
     assert_eq!(n(&held["bytes"]), segment, "the segment memory_snapshot() gives the tensor's block");
-    assert_eq!((&held["category"], &held["rule"], &held["exported"]), (&"ipc".into(), &"ipc.exported".into(), &true.into()));
+    assert_eq!(
+        (&held["category"], &held["rule"], &held["exported"]),
+        (&"ipc".into(), &"ipc.exported".into(), &true.into())
+    );
     assert_eq!(held["caller"], "torch_ipc.py:export_tensor");
     assert_eq!(n(&d["categories"]["ipc"]["live_bytes"]), segment);
     assert_eq!((n(&d["ipc"]["exported_count"]), n(&d["ipc"]["exported_bytes"])), (1, segment), "{}", d["ipc"]);
@@ -248,7 +252,11 @@ fn torch_multiprocessing_ipc_lands_in_ipc() {
     let d = dev0(&c);
     let ipc = &d["ipc"];
     assert_eq!((n(&ipc["imported_count"]), n(&ipc["imported_bytes"])), (1, segment), "{ipc}");
-    assert_eq!((n(&ipc["imported_live_count"]), n(&ipc["imported_live_bytes"])), (0, 0), "closed with the tensor: {ipc}");
+    assert_eq!(
+        (n(&ipc["imported_live_count"]), n(&ipc["imported_live_bytes"])),
+        (0, 0),
+        "closed with the tensor: {ipc}"
+    );
     assert_eq!(n(&ipc["exported_count"]), 0);
     assert_eq!(n(&d["categories"]["ipc"]["live_bytes"]), 0, "another process's memory is not the consumer's");
     assert!(n(&d["peak_bytes"]) < segment, "the import never counted in the consumer's bytes: {}", d["peak_bytes"]);
@@ -258,7 +266,8 @@ fn torch_multiprocessing_ipc_lands_in_ipc() {
     let open = d["driver_costs"].as_array().unwrap().iter().find(|c| c["api"] == "cudaIpcOpenMemHandle");
     let open = open.unwrap_or_else(|| panic!("the open's mapping cost: {}", d["driver_costs"]));
     assert_eq!(n(&open["bytes"]), 2 << 20, "FAKECUDA_IPC_OPEN_MIB");
-    let callers: Vec<Option<String>> = open["sites"].as_array().unwrap().iter().map(|id| short_caller(&c, id)).collect();
+    let callers: Vec<Option<String>> =
+        open["sites"].as_array().unwrap().iter().map(|id| short_caller(&c, id)).collect();
     assert_eq!(callers, [Some("torch_ipc.py:sum_tensor".to_string())], "the open happens in the consumer's unpickling");
     assert_eq!(n(&c["health"]["lost_events"]), 0);
 }
