@@ -7,20 +7,24 @@
  * there is a crash. NCCL (src/misc/nvmlwrap.cc, ncclNvmlEnsureInitialized) resolves the
  * unversioned names and calls nvmlDeviceGetHandleByIndex and nvmlDeviceGetCudaComputeCapability
  * for every device without checking that they exist. Nothing here allocates device memory, so it
- * needs no accounting. The
- * signatures are NVML's (nvml.h); handles point into a static table. */
+ * needs no accounting.
+ *
+ * Compiled against NVIDIA's nvml.h (scripts/fetch-nvml.sh: target/nvml/include), with the
+ * unversioned names declared as the library exports them (NVML_NO_UNVERSIONED_FUNC_DEFS): every
+ * signature and structure is NVML's. Handles point into a static table. */
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef int nvmlReturn_t;
-enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
-       NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7 };
+#include <strings.h>
 
 #define MAX_DEVICES 16
-struct fake_device { unsigned index; };
-static struct fake_device devices[MAX_DEVICES];
+/* What an nvmlDevice_t points to. */
+struct nvmlDevice_st { unsigned index; };
+static struct nvmlDevice_st devices[MAX_DEVICES];
 static int initialised;
 
 static unsigned device_count(void) {
@@ -31,7 +35,7 @@ static unsigned device_count(void) {
     return (end != v && n >= 0 && n <= MAX_DEVICES) ? (unsigned)n : 8;
 }
 
-static int valid(const struct fake_device *d) {
+static int valid(const struct nvmlDevice_st *d) {
     return d >= devices && d < devices + device_count();
 }
 
@@ -41,7 +45,7 @@ nvmlReturn_t nvmlInit_v2(void) {
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
-nvmlReturn_t nvmlInitWithFlags(unsigned flags) { (void)flags; return nvmlInit_v2(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return nvmlInit_v2(); }
 nvmlReturn_t nvmlShutdown(void) { initialised = 0; return NVML_SUCCESS; }
 
 const char *nvmlErrorString(nvmlReturn_t r) {
@@ -64,7 +68,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
 }
 nvmlReturn_t nvmlDeviceGetCount(unsigned *count) { return nvmlDeviceGetCount_v2(count); }
 
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!device || index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &devices[index];
@@ -72,11 +76,11 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **
 }
 
 /* The unversioned name (the library exports both; NCCL resolves this one). */
-nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t *device) {
     return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
-nvmlReturn_t nvmlDeviceGetIndex(struct fake_device *d, unsigned *index) {
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned *index) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !index) return NVML_ERROR_INVALID_ARGUMENT;
     *index = d->index;
@@ -84,7 +88,7 @@ nvmlReturn_t nvmlDeviceGetIndex(struct fake_device *d, unsigned *index) {
 }
 
 /* Compute capability 9.0, as the fake driver's device attributes 75/76 say. */
-nvmlReturn_t nvmlDeviceGetCudaComputeCapability(struct fake_device *d, int *major, int *minor) {
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
     *major = 9;
@@ -94,7 +98,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(struct fake_device *d, int *majo
 
 /* The fake driver's bus ids: domain 0, bus = ordinal + 1, device 0 (cuDeviceGetPCIBusId).
  * Accepts the driver's form and the short one ("0000:01:00.0"), in any case. */
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!pci || !device) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned domain, bus, dev, fn;
@@ -104,66 +108,59 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_devic
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pci, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pci, nvmlDevice_t *device) {
     return nvmlDeviceGetHandleByPciBusId_v2(pci, device);
 }
 
-/* nvml.h's nvmlPciInfo_t (nvmlDeviceGetPciInfo_v3) and nvmlPciInfoExt_v1_t. */
-struct pci_info {
-    char bus_id_legacy[16];
-    unsigned domain, bus, device, pci_device_id, pci_subsystem_id, reserved[4];
-};
-struct pci_info_ext {
-    unsigned version, domain, bus, device, pci_device_id, pci_subsystem_id, base_class, sub_class;
-    char bus_id[16];
-};
 /* An H200's device and vendor id (the fake driver's attribute GPU_PCI_DEVICE_ID), NVIDIA as the
  * subsystem vendor. NCCL's topology (src/graph/xml.cc, ncclTopoGetXmlFromSys) reads them when
  * the device has no /sys entry, as on the simulated machine. */
 #define PCI_DEVICE_ID 0x233510deu
 #define PCI_SUBSYSTEM_ID 0x000010deu
 
-nvmlReturn_t nvmlDeviceGetPciInfo_v3(struct fake_device *d, struct pci_info *pci) {
+/* Both bus id strings in nvml.h's formats (NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, _FMT). */
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !pci) return NVML_ERROR_INVALID_ARGUMENT;
     memset(pci, 0, sizeof *pci);
-    snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02x:00.0", d->index + 1);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, 0, d->index + 1, 0);
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0, d->index + 1, 0);
     pci->bus = d->index + 1;
-    pci->pci_device_id = PCI_DEVICE_ID;
-    pci->pci_subsystem_id = PCI_SUBSYSTEM_ID;
+    pci->pciDeviceId = PCI_DEVICE_ID;
+    pci->pciSubSystemId = PCI_SUBSYSTEM_ID;
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetPciInfoExt(struct fake_device *d, struct pci_info_ext *pci) {
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t d, nvmlPciInfoExt_t *pci) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !pci) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned version = pci->version;
     memset(pci, 0, sizeof *pci);
     pci->version = version;
     pci->bus = d->index + 1;
-    pci->pci_device_id = PCI_DEVICE_ID;
-    pci->pci_subsystem_id = PCI_SUBSYSTEM_ID;
-    pci->base_class = 0x03; /* display controller */
-    pci->sub_class = 0x02;  /* 3D controller */
-    snprintf(pci->bus_id, sizeof pci->bus_id, "0000:%02x:00.0", d->index + 1);
+    pci->pciDeviceId = PCI_DEVICE_ID;
+    pci->pciSubSystemId = PCI_SUBSYSTEM_ID;
+    pci->baseClass = 0x03; /* display controller */
+    pci->subClass = 0x02;  /* 3D controller */
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0, d->index + 1, 0);
     return NVML_SUCCESS;
 }
 
 /* PCIe Gen5 x16. */
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(struct fake_device *d, unsigned *gen) {
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned *gen) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !gen) return NVML_ERROR_INVALID_ARGUMENT;
     *gen = 5;
     return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(struct fake_device *d, unsigned *width) {
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned *width) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !width) return NVML_ERROR_INVALID_ARGUMENT;
     *width = 16;
     return NVML_SUCCESS;
 }
 /* In MB/s per lane, as nvml.h's NVML_PCIE_LINK_MAX_SPEED_32000MBPS. */
-nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(struct fake_device *d, unsigned *speed) {
+nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t d, unsigned *speed) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !speed) return NVML_ERROR_INVALID_ARGUMENT;
     *speed = 32000;
@@ -175,7 +172,7 @@ static void uuid_of(unsigned i, char *out, size_t len) {
     snprintf(out, len, "GPU-fa4ec0da-0000-4000-8000-%012x", i);
 }
 
-nvmlReturn_t nvmlDeviceGetUUID(struct fake_device *d, char *uuid, unsigned length) {
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned length) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
     char buf[96];
@@ -185,7 +182,7 @@ nvmlReturn_t nvmlDeviceGetUUID(struct fake_device *d, char *uuid, unsigned lengt
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned i = 0; i < device_count(); i++) {
@@ -197,22 +194,22 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **de
 }
 
 /* No NVLink on the simulated machine. */
-nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(struct fake_device *d, unsigned link, int *type) {
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, nvmlIntNvLinkDeviceType_t *type) {
     (void)link; (void)type;
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
-nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(struct fake_device *d, unsigned link, void *pci) {
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci) {
     (void)link; (void)pci;
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
 /* No multi-node fabric either. */
-nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(struct fake_device *d, void *info) {
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfoV_t *info) {
     (void)info;
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
 
 /* NVML does not see the simulated processes: none are listed. */
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(struct fake_device *d, unsigned *count, void *infos) {
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v1_t *infos) {
     (void)infos;
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -221,11 +218,12 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(struct fake_device *d, unsigne
 }
 
 /* Every pair of distinct devices is peer-capable (as cuDeviceCanAccessPeer says). */
-nvmlReturn_t nvmlDeviceGetP2PStatus(struct fake_device *a, struct fake_device *b, int index, int *status) {
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP2PCapsIndex_t index,
+                                    nvmlGpuP2PStatus_t *status) {
     (void)index;
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(a) || !valid(b) || !status) return NVML_ERROR_INVALID_ARGUMENT;
-    *status = a == b ? 4 /* NVML_P2P_STATUS_NOT_SUPPORTED */ : 0 /* NVML_P2P_STATUS_OK */;
+    *status = a == b ? NVML_P2P_STATUS_NOT_SUPPORTED : NVML_P2P_STATUS_OK;
     return NVML_SUCCESS;
 }
 
