@@ -16,16 +16,25 @@
 #include <nvml.h>
 
 #include <ctype.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define MAX_DEVICES 16
 /* What an nvmlDevice_t points to. */
 struct nvmlDevice_st { unsigned index; };
 static struct nvmlDevice_st devices[MAX_DEVICES];
-static int initialised;
+
+/* Initialisations not yet shut down (see nvmlInit_v2). */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned init_count;
+#define initialised (__atomic_load_n(&init_count, __ATOMIC_ACQUIRE) > 0)
 
 static unsigned device_count(void) {
     const char *v = getenv("FAKECUDA_DEVICES");
@@ -39,14 +48,30 @@ static int valid(const struct nvmlDevice_st *d) {
     return d >= devices && d < devices + device_count();
 }
 
+/* nvml.h: "A reference count of the number of initializations is maintained, and a
+ * corresponding call to nvmlShutdown() needs to be issued once usage of the NVML Library is
+ * complete. Shutdown will only occur after the reference count reaches zero." Every library of
+ * a process shares the one count: SGLang's pynvml peer check (init, queries, shutdown) in the
+ * middle of NCCL's session must leave NCCL's handles working. */
 nvmlReturn_t nvmlInit_v2(void) {
+    pthread_mutex_lock(&init_lock);
     for (unsigned i = 0; i < MAX_DEVICES; i++) devices[i].index = i;
-    initialised = 1;
+    __atomic_add_fetch(&init_count, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&init_lock);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return nvmlInit_v2(); }
-nvmlReturn_t nvmlShutdown(void) { initialised = 0; return NVML_SUCCESS; }
+
+/* One initialisation undone; NVML_ERROR_UNINITIALIZED when none is left (nvml.h's return list). */
+nvmlReturn_t nvmlShutdown(void) {
+    nvmlReturn_t r = NVML_SUCCESS;
+    pthread_mutex_lock(&init_lock);
+    if (init_count == 0) r = NVML_ERROR_UNINITIALIZED;
+    else __atomic_sub_fetch(&init_count, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&init_lock);
+    return r;
+}
 
 const char *nvmlErrorString(nvmlReturn_t r) {
     switch (r) {
@@ -56,6 +81,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
     default: return "Unknown Error";
     }
 }
@@ -236,3 +262,165 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) { return nvmlSystemGetCudaDriverVersion_v2(version); }
+
+/* ---- The device's name, memory and place in the host ---- */
+
+/* The name the fake driver gives the device (cuDeviceGetName). */
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !name) return NVML_ERROR_INVALID_ARGUMENT;
+    char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    int n = snprintf(buf, sizeof buf, "FakeCUDA Simulated GPU %u", d->index);
+    if ((unsigned)n + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(name, buf, (size_t)n + 1);
+    return NVML_SUCCESS;
+}
+
+/* The head of the machine file every process of the simulated machine maps
+ * (/dev/shm/fakecuda-<FAKECUDA_MACHINE>; shim-tests/fakecuda/src/shm.rs, `Layout`, whose unit
+ * test pins these offsets): the device count, each device's total and the bytes all processes
+ * hold on it (contexts, modules and the other hidden costs included), as the driver's
+ * cuMemGetInfo answers from them. */
+#define MACHINE_MAGIC 0x46435544414b0001ull
+#define MACHINE_DEVICES 16
+struct machine_head {
+    uint64_t magic;
+    uint32_t state, devices;
+    uint64_t total[MACHINE_DEVICES];
+    uint64_t used[MACHINE_DEVICES];
+};
+_Static_assert(sizeof(struct machine_head) == 272, "shm.rs Layout: magic, state, devices, total, used");
+
+/* The machine's name as the driver validates it (config.rs, valid_machine_name), else "default". */
+static const char *machine_name(void) {
+    const char *m = getenv("FAKECUDA_MACHINE");
+    size_t n = m ? strlen(m) : 0;
+    if (n == 0 || n > 100 || !strcmp(m, ".") || !strcmp(m, "..")) return "default";
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)m[i]) && m[i] != '.' && m[i] != '_' && m[i] != '-') return "default";
+    return m;
+}
+
+/* The machine file, mapped read-only once it exists (never created here: a machine no driver
+ * has attached to holds nothing). */
+static const struct machine_head *machine(void) {
+    static const struct machine_head *head;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!head) {
+        char path[160];
+        snprintf(path, sizeof path, "/dev/shm/fakecuda-%s", machine_name());
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            void *p = mmap(NULL, sizeof *head, PROT_READ, MAP_SHARED, fd, 0);
+            close(fd);
+            if (p != MAP_FAILED) head = p;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return head && __atomic_load_n(&head->magic, __ATOMIC_ACQUIRE) == MACHINE_MAGIC ? head : NULL;
+}
+
+/* FAKECUDA_TOTAL_MIB as the driver reads it (config.rs: MiB in [2, 2^30], default 98304). */
+static uint64_t configured_total(void) {
+    const char *v = getenv("FAKECUDA_TOTAL_MIB");
+    if (v) {
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+        if (end != v && *end == 0 && n >= 2 && n <= (1ull << 30)) return (uint64_t)n << 20;
+    }
+    return 98304ull << 20;
+}
+
+/* Total and used bytes of device `index`: the machine's figures, or the configured total and
+ * nothing used before any process attached. */
+static void device_memory(unsigned index, uint64_t *total, uint64_t *used) {
+    const struct machine_head *m = machine();
+    if (m && index < MACHINE_DEVICES) {
+        *total = __atomic_load_n(&m->total[index], __ATOMIC_ACQUIRE);
+        *used = __atomic_load_n(&m->used[index], __ATOMIC_ACQUIRE);
+        if (*used > *total) *used = *total;
+    } else {
+        *total = configured_total();
+        *used = 0;
+    }
+}
+
+/* v1: used is everything allocated on the device by every process; total = free + used. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t total, used;
+    device_memory(d->index, &total, &used);
+    memory->total = total;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+/* v2: the caller sets version = nvmlMemory_v2; the simulated device sets nothing aside for the
+ * system (its whole total is what cuMemGetInfo offers), so reserved is 0. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    uint64_t total, used;
+    device_memory(d->index, &total, &used);
+    memory->total = total;
+    memory->reserved = 0;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+/* The simulated machine is one NUMA node: every device is near node 0 and every online CPU. */
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !node) return NVML_ERROR_INVALID_ARGUMENT;
+    *node = 0;
+    return NVML_SUCCESS;
+}
+
+/* Sets the bits of the online CPUs (/sys/devices/system/cpu/online, a list such as "0-3,6";
+ * else the first sysconf(_SC_NPROCESSORS_ONLN)) that fit in `words` words of 64. */
+static void online_cpus(unsigned long *set, unsigned words) {
+    memset(set, 0, words * sizeof *set);
+    const unsigned bits = 8 * sizeof *set;
+    char list[4096] = "";
+    FILE *f = fopen("/sys/devices/system/cpu/online", "re");
+    if (f) {
+        if (!fgets(list, sizeof list, f)) list[0] = 0;
+        fclose(f);
+    }
+    if (!list[0] || list[0] == '\n') {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(list, sizeof list, "0-%ld", (n > 0 ? n : 1) - 1);
+    }
+    for (char *p = list; *p && *p != '\n';) {
+        char *end;
+        unsigned long lo = strtoul(p, &end, 10), hi = lo;
+        if (end == p) break;
+        if (*end == '-') {
+            p = end + 1;
+            hi = strtoul(p, &end, 10);
+            if (end == p) break;
+        }
+        for (unsigned long c = lo; c <= hi && c < (unsigned long)words * bits; c++) set[c / bits] |= 1ul << (c % bits);
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t d, unsigned int cpuSetSize, unsigned long *cpuSet,
+                                                 nvmlAffinityScope_t scope) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || cpuSetSize == 0 || !cpuSet) return NVML_ERROR_INVALID_ARGUMENT;
+    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET) return NVML_ERROR_INVALID_ARGUMENT;
+    online_cpus(cpuSet, cpuSetSize);
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: the same as WithinScope at NVML_AFFINITY_SCOPE_NODE. */
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t d, unsigned int cpuSetSize, unsigned long *cpuSet) {
+    return nvmlDeviceGetCpuAffinityWithinScope(d, cpuSetSize, cpuSet, NVML_AFFINITY_SCOPE_NODE);
+}
