@@ -127,6 +127,8 @@ table! {
     cuMemHostRegister 4000 => cuMemHostRegister;
     cuMemHostRegister 6050 => cuMemHostRegister_v2;
     cuMemHostUnregister 4000 => cuMemHostUnregister;
+    cuMemHostGetDevicePointer 2020 => cuMemHostGetDevicePointer;
+    cuMemHostGetDevicePointer 3020 => cuMemHostGetDevicePointer_v2;
     cuPointerGetAttribute 4000 => cuPointerGetAttribute;
     cuPointerGetAttributes 7000 => cuPointerGetAttributes;
     cuMemAllocAsync 11020 => cuMemAllocAsync;

@@ -199,6 +199,10 @@ pub struct Phys {
     /// Host-located memory (`CU_MEM_LOCATION_TYPE_HOST*`): real memory the CPU reads and writes.
     pub host: Option<HostPhys>,
 }
+    /// Mapped into the device address space (`cuMemHostGetDevicePointer` answers): all allocated
+    /// host memory on a device with unified addressing, registered memory only with
+    /// `CU_MEMHOSTREGISTER_DEVICEMAP`.
+    pub mapped: bool,
 
 /// The backing of host-located VMM memory: a memfd whose first page holds the export record
 /// and whose data follows at [`HOST_PHYS_DATA`], so every mapping, in this process or an

@@ -392,3 +392,42 @@ fn cuda13_runtime_exports_what_culedger_hooks() {
         }
     }
 }
+
+/// `cuMemHostGetDevicePointer` (cuda.h 13.5's `_v2`): with unified addressing and
+/// CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (an H100 on x86-64 Linux), allocated pinned memory
+/// and memory registered with DEVICEMAP are reached at their host address (an interior pointer
+/// too); memory registered without DEVICEMAP, pageable memory, unregistered and freed memory and
+/// non-zero flags are `CUDA_ERROR_INVALID_VALUE`; no context is `CUDA_ERROR_INVALID_CONTEXT`.
+#[test]
+fn host_device_pointer_of_mapped_pinned_memory() {
+    let (run, _) = run_both("cu13_hostptr", "", "c13_hostptr");
+    assert_eq!((run.u64("no_context"), run.u64("can_use_host_pointer")), (201, 1));
+    assert_eq!((run.u64("allocated_same"), run.u64("interior_same"), run.u64("registered_same")), (1, 1, 1));
+    for key in ["flags", "null_out", "registered_unmapped", "not_pinned", "unregistered", "freed"] {
+        assert_eq!(run.u64(key), 1, "{key}: CUDA_ERROR_INVALID_VALUE");
+    }
+}
+
+/// NVIDIA's runtimes (12.9.79, 13.0.96) mapping pinned memory on the fake: `cudaHostAlloc`
+/// (mapped and default) and `cudaHostRegister(Portable | Mapped)` (NCCL's shared-memory
+/// transport) give device pointers equal to the host pointers; registered-unmapped and pageable
+/// memory are cudaErrorInvalidValue. Identical with and without culedger. Before the fake had
+/// `cuMemHostGetDevicePointer`, the runtime's call failed.
+#[test]
+fn real_runtime_host_get_device_pointer() {
+    for (path, driver, _) in &REAL_RUNTIMES[..2] {
+        let real = repo_root().join(path);
+        let (plain, _) = machine("c13_hostmap_plain", driver, false);
+        let a = plain.run_ok(plain.python("real_cudart_hostmap.py").arg(&real));
+        let (ledgered, _) = machine("c13_hostmap", driver, true);
+        let b = ledgered.run_ok(ledgered.python("real_cudart_hostmap.py").arg(&real));
+        assert_eq!(a.stdout, b.stdout, "{path}: differs under culedger");
+        for key in ["set_rc", "alloc_rc", "alloc_ptr_rc", "default_rc", "register_rc", "registered_rc", "free_rc"] {
+            assert_eq!(a.u64(key), 0, "{path}: {key}\n{}", a.stdout);
+        }
+        assert_eq!((a.u64("alloc_same"), a.u64("default_same"), a.u64("registered_same")), (1, 1, 1), "{path}");
+        for key in ["flags_rc", "unmapped_rc", "pageable_rc"] {
+            assert_eq!(a.u64(key), 1, "{path}: {key}: cudaErrorInvalidValue");
+        }
+    }
+}

@@ -49,7 +49,7 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
     (81, 233472),       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
     (83, 1),            // MANAGED_MEMORY
     (89, 1),            // CONCURRENT_MANAGED_ACCESS
-    (91, 0),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    (91, 1),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (x86-64 Linux, unified addressing)
     (95, 1),            // COOPERATIVE_LAUNCH
     (97, 232448),       // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 227 KiB (NCCL's init checks its kernels fit)
     (99, 1),            // HOST_REGISTER_SUPPORTED

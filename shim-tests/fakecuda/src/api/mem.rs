@@ -128,7 +128,9 @@ unsafe fn host_alloc(pp: *mut *mut c_void, size: u64, flags: c_uint) -> R {
         let len = size.checked_add(4095).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? & !4095;
         let ptr = state::map_host(len)?;
         let base = ptr as u64;
-        p.host.insert(base, HostRange { base, size, owned: Some(len as usize), ctx, dev });
+        // cuda.h (Unified Addressing, "Automatic Mapping of Host Allocated Host Memory"): every
+        // cuMemHostAlloc allocation is reachable from all devices, DEVICEMAP or not.
+        p.host.insert(base, HostRange { base, size, owned: Some(len as usize), mapped: true, ctx, dev });
         Ok(ptr)
     })?;
     pp.write(ptr);
@@ -147,8 +149,28 @@ fn host_register(ptr: *mut c_void, size: usize, flags: c_uint) -> R {
         if overlaps {
             return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        p.host.insert(base, HostRange { base, size, owned: None, ctx, dev });
+        let mapped = flags & CU_MEMHOSTREGISTER_DEVICEMAP != 0;
+        p.host.insert(base, HostRange { base, size, owned: None, mapped, ctx, dev });
         Ok(())
+    })
+}
+
+/// The device address of mapped pinned host memory: every simulated device reads host memory at
+/// its host address (`CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM` is 1), so, as cuda.h says of
+/// such a machine, it is the host pointer itself. In cuda.h's order: a current context, then
+/// `Flags` (must be 0), then `p` inside host memory allocated by the driver or registered with
+/// `CU_MEMHOSTREGISTER_DEVICEMAP` (anything else, pageable memory included, is
+/// `CUDA_ERROR_INVALID_VALUE`).
+fn host_device_pointer(ptr: *mut c_void, flags: c_uint) -> R<u64> {
+    with_init(|p| {
+        p.current()?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        match p.find_host(ptr as u64) {
+            Some(r) if r.mapped => Ok(ptr as u64),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
     })
 }
 
@@ -486,6 +508,17 @@ entry! {
     /// The 4000 ABI (same signature).
     fn cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) {
         host_register(p, bytesize, flags)
+    }
+
+    fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) {
+        let d = host_device_pointer(p, flags)?;
+        out(pdptr, d)
+    }
+
+    /// The 32-bit ABI: an address above 4 GiB does not fit its device pointer.
+    fn cuMemHostGetDevicePointer(pdptr: *mut CUdeviceptrV1, p: *mut c_void, flags: c_uint) {
+        let d = host_device_pointer(p, flags)?;
+        out(pdptr, CUdeviceptrV1::try_from(d).map_err(|_| CUDA_ERROR_INVALID_VALUE)?)
     }
 
     fn cuMemHostUnregister(ptr: *mut c_void) {
