@@ -11,7 +11,7 @@
 //! exist for that driver: a 12.9 driver knows no `cuCtxGetDevice_v2` (13000) and resolves
 //! `cuCtxGetDevice` at 13000 to the 2000 ABI, as a real 12.9 driver does.
 
-use crate::api::{copy::*, ctx::*, exec::*, export::*, ipc::*, mem::*, stream::*, vmm::*};
+use crate::api::{copy::*, ctx::*, exec::*, export::*, ipc::*, mem::*, stream::*, tensormap::*, vmm::*};
 use crate::types::*;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -345,6 +345,7 @@ table! {
     cuDevSmResourceSplitByCount 12040 => cuDevSmResourceSplitByCount;
     cuDeviceGetDevResource 12040 => cuDeviceGetDevResource;
     cuDevResourceGenerateDesc 12040 => cuDevResourceGenerateDesc;
+    cuTensorMapEncodeTiled 12000 => cuTensorMapEncodeTiled;
     cuLogsRegisterCallback 12090 => cuLogsRegisterCallback;
     cuLogsUnregisterCallback 12090 => cuLogsUnregisterCallback;
 }

@@ -393,6 +393,33 @@ fn cuda13_runtime_exports_what_culedger_hooks() {
     }
 }
 
+/// `cuTensorMapEncodeTiled`, linked directly (vLLM's `_C_stable_libtorch.abi3.so` fails its
+/// import without it): the documented order (`CUDA_ERROR_NOT_INITIALIZED` before cuInit,
+/// `CUDA_ERROR_INVALID_CONTEXT` without a context), a Hopper GEMM operand's descriptor encoded
+/// twice to the same bytes, and each documented limit broken alone is `CUDA_ERROR_INVALID_VALUE`
+/// (map not 64-byte aligned, rank 0 and 6, address not 16-byte aligned, stride not a multiple
+/// of 16, box over 256, element stride over 8, an inner box wider than its swizzle, a zero
+/// dimension). The same with and without culedger.
+#[test]
+fn tensor_map_encode_tiled_checks_what_cuda_h_documents() {
+    let (run, _) = run_both("cu13_tensormap", "", "c13_tensormap");
+    assert_eq!((run.u64("before_init"), run.u64("no_context")), (3, 201));
+    assert_eq!((run.u64("ok"), run.u64("again"), run.u64("same")), (0, 0, 1));
+    for key in [
+        "misaligned_map",
+        "rank0",
+        "rank6",
+        "misaligned_address",
+        "stride",
+        "box",
+        "element_stride",
+        "swizzle",
+        "dim",
+    ] {
+        assert_eq!(run.u64(key), 1, "{key}: CUDA_ERROR_INVALID_VALUE");
+    }
+}
+
 /// `cuMemHostGetDevicePointer` (cuda.h 13.5's `_v2`): with unified addressing and
 /// CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (an H100 on x86-64 Linux), allocated pinned memory
 /// and memory registered with DEVICEMAP are reached at their host address (an interior pointer

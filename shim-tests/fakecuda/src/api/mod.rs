@@ -11,4 +11,5 @@ pub mod export;
 pub mod ipc;
 pub mod mem;
 pub mod stream;
+pub mod tensormap;
 pub mod vmm;
