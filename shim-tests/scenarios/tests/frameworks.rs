@@ -25,17 +25,23 @@ fn frameworks() -> Option<PathBuf> {
     }
 }
 
-/// A 2-device machine with a 13.2 driver, the frameworks on `PYTHONPATH`, culedger preloaded.
-fn machine(test: &str, site: &PathBuf) -> (Sim, PathBuf) {
+/// A 2-device machine with a 13.2 driver and the frameworks on `PYTHONPATH`, without culedger:
+/// a failure here is the fake's (or the framework's), not culedger's.
+fn bare_machine(test: &str, site: &PathBuf) -> Sim {
     let mut sim = Sim::new(test);
-    let out = sim.scratch().join("out");
     sim.env("FAKECUDA_DRIVER_VERSION", "13020")
         .env("FAKECUDA_DEVICES", "2")
         .env("FAKECUDA_TOTAL_MIB", "81920")
         .env("PYTHONPATH", site)
-        .env("LD_PRELOAD", libculedger())
-        .env("CULEDGER_OUT", &out)
         .timeout(Duration::from_secs(600));
+    sim
+}
+
+/// [`bare_machine`] with culedger preloaded.
+fn machine(test: &str, site: &PathBuf) -> (Sim, PathBuf) {
+    let mut sim = bare_machine(test, site);
+    let out = sim.scratch().join("out");
+    sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out);
     (sim, out)
 }
 
@@ -328,5 +334,59 @@ fn torch_nccl_world_size_1_lands_in_comm() {
         (1, 1, 2 << 20, 0),
         "the probe: 1 byte aligned to the fake's 2 MiB granularity, created and released"
     );
+    assert_eq!(n(&r["health"]["lost_events"]), 0);
+}
+
+/// NVIDIA's cuBLAS 13.4 and cuBLASLt under real torch: the GEMMs of an engine's forward pass
+/// (`torch.mm` fp32 and bf16, `F.linear` with a bias in bf16 and fp32, a batched `torch.matmul`)
+/// return, first without culedger (a failure there is the fake driver's: before it had the
+/// occupancy queries, the globals, the linker, the private tables cuBLASLt reads and the
+/// CIG limit, `cublasCreate` failed or `cublasGemmEx` answered NOT_SUPPORTED), then under it
+/// with the same results. cuBLAS's workspace is a segment of torch's caching allocator made by
+/// the first GEMM: live == memory_reserved(), every snapshot segment a live allocation, and the
+/// workspace's caller is the script's forward pass.
+#[test]
+fn torch_gemms_run_on_cublas() {
+    let Some(site) = frameworks() else { return };
+    let plain = bare_machine("fw_torch_gemm_plain", &site);
+    let plain_figures = plain.scratch().join("gemm.json");
+    plain.run_ok(plain.python("frameworks/torch_gemm.py").arg(&plain_figures));
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&plain_figures).unwrap()).unwrap();
+    let expected = serde_json::json!({
+        "mm_fp32": [[64, 128], "float32"],
+        "mm_bf16": [[64, 128], "bfloat16"],
+        "linear_bf16": [[64, 384], "bfloat16"],
+        "linear_fp32": [[64, 256], "float32"],
+        "matmul_batched": [[8, 64, 16], "float32"],
+    });
+    assert_eq!(p["shapes"], expected, "without culedger");
+    assert_eq!(p["blas_handle"], true);
+
+    let (sim, out) = machine("fw_torch_gemm", &site);
+    let figures = sim.scratch().join("gemm.json");
+    sim.run_ok(sim.python("frameworks/torch_gemm.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    assert_eq!(t["shapes"], expected, "under culedger");
+    assert_eq!(t["reserved"], p["reserved"], "torch's memory is the same under culedger");
+    let r = only_report(&out);
+    let d = dev0(&r);
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]), "live == torch.cuda.memory_reserved()");
+    let live: Vec<(u64, u64, String)> = d["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let ptr = u64::from_str_radix(a["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            (ptr, n(&a["bytes"]), a["caller"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    for s in t["segments"].as_array().unwrap() {
+        let seg = (n(&s["address"]), n(&s["total_size"]));
+        assert!(live.iter().any(|(p, b, _)| (*p, *b) == seg), "segment {seg:x?} is no live allocation: {live:x?}");
+    }
+    let workspace = live.iter().find(|(_, b, _)| *b == 32 << 20);
+    let workspace = workspace.unwrap_or_else(|| panic!("cuBLAS's 32 MiB workspace segment: {live:x?}"));
+    assert_eq!(workspace.2, "torch_gemm.py:forward", "made by the first GEMM");
+    assert!(d["failures"].as_array().unwrap().is_empty(), "{}", d["failures"]);
     assert_eq!(n(&r["health"]["lost_events"]), 0);
 }

@@ -174,6 +174,39 @@ fn host_device_pointer(ptr: *mut c_void, flags: c_uint) -> R<u64> {
     })
 }
 
+/// `cuMemPrefetchAsync` (both ABIs): the stream, the destination (a device, or the host), then
+/// the range, which must lie in managed memory (the simulated devices have no
+/// PAGEABLE_MEMORY_ACCESS). Nothing moves: managed memory is host memory on the fake.
+fn prefetch(ptr: CUdeviceptr, count: usize, to_host: bool, dev: CUdevice, stream: CUstream, per_thread: bool) -> R {
+    with_init(|p| {
+        p.stream(stream, per_thread)?;
+        if !to_host {
+            p.device(dev).map_err(|_| CUDA_ERROR_INVALID_DEVICE)?;
+        }
+        match p.check_range(ptr, count as u64) {
+            Ok(a) if a.kind == Kind::Managed && count > 0 => Ok(()),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    })
+}
+
+/// `CU_DEVICE_CPU`.
+const DEVICE_CPU: CUdevice = -1;
+
+/// A `cuMemPrefetchAsync_v2` location: a device, or the host (any NUMA form); flags must be 0.
+fn prefetch_v2(ptr: CUdeviceptr, count: usize, loc: CUmemLocation, flags: c_uint, stream: CUstream, per_thread: bool) -> R {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    match loc.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => prefetch(ptr, count, false, loc.id, stream, per_thread),
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => {
+            prefetch(ptr, count, true, 0, stream, per_thread)
+        }
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
 /// Value of one pointer attribute.
 enum Attr {
     U32(u32),
@@ -508,6 +541,22 @@ entry! {
     /// The 4000 ABI (same signature).
     fn cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) {
         host_register(p, bytesize, flags)
+    }
+
+    fn cuMemPrefetchAsync(dev_ptr: CUdeviceptr, count: usize, dst_device: CUdevice, h_stream: CUstream) {
+        prefetch(dev_ptr, count, dst_device == DEVICE_CPU, dst_device, h_stream, false)
+    }
+
+    fn cuMemPrefetchAsync_ptsz(dev_ptr: CUdeviceptr, count: usize, dst_device: CUdevice, h_stream: CUstream) {
+        prefetch(dev_ptr, count, dst_device == DEVICE_CPU, dst_device, h_stream, true)
+    }
+
+    fn cuMemPrefetchAsync_v2(dev_ptr: CUdeviceptr, count: usize, location: CUmemLocation, flags: c_uint, h_stream: CUstream) {
+        prefetch_v2(dev_ptr, count, location, flags, h_stream, false)
+    }
+
+    fn cuMemPrefetchAsync_v2_ptsz(dev_ptr: CUdeviceptr, count: usize, location: CUmemLocation, flags: c_uint, h_stream: CUstream) {
+        prefetch_v2(dev_ptr, count, location, flags, h_stream, true)
     }
 
     fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) {
