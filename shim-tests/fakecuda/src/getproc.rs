@@ -11,7 +11,9 @@
 //! exist for that driver: a 12.9 driver knows no `cuCtxGetDevice_v2` (13000) and resolves
 //! `cuCtxGetDevice` at 13000 to the 2000 ABI, as a real 12.9 driver does.
 
-use crate::api::{copy::*, ctx::*, exec::*, export::*, ipc::*, mem::*, module::*, occupancy::*, stream::*, tensormap::*, vmm::*};
+use crate::api::{
+    copy::*, ctx::*, exec::*, export::*, ipc::*, mem::*, module::*, occupancy::*, stream::*, tensormap::*, vmm::*,
+};
 use crate::types::*;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};

@@ -20,7 +20,10 @@ use std::ptr::{null, null_mut};
 unsafe fn library() -> (CUlibrary, *mut c_void) {
     let image = [0u8; 16];
     let mut lib = null_mut();
-    assert_eq!(cuLibraryLoadData(&mut lib, image.as_ptr().cast(), null_mut(), null_mut(), 0, null_mut(), null_mut(), 0), 0);
+    assert_eq!(
+        cuLibraryLoadData(&mut lib, image.as_ptr().cast(), null_mut(), null_mut(), 0, null_mut(), null_mut(), 0),
+        0
+    );
     let mut k = null_mut();
     assert_eq!(cuLibraryGetKernel(&mut k, lib, c"gemm".as_ptr()), 0);
     (lib, k)
@@ -31,40 +34,47 @@ unsafe fn library() -> (CUlibrary, *mut c_void) {
 /// unload forgets it. A kernel knows its library.
 #[test]
 fn globals_and_the_library_of_a_kernel() {
-    in_child("globals_and_the_library_of_a_kernel", &[("FAKECUDA_CTX_MIB", "0"), ("FAKECUDA_MODULE_MIB", "8")], || unsafe {
-        assert_eq!(cuInit(0), 0);
-        let (lib, k) = library();
-        let (mut d, mut bytes) = (0u64, 0usize);
-        assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, lib, c"x".as_ptr()), CUDA_ERROR_INVALID_CONTEXT);
-        setup(0);
-        assert_eq!(cuLibraryGetGlobal(null_mut(), null_mut(), lib, c"x".as_ptr()), CUDA_ERROR_INVALID_VALUE);
-        assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, lib, null()), CUDA_ERROR_INVALID_VALUE);
-        assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, 0x99 as CUlibrary, c"x".as_ptr()), CUDA_ERROR_INVALID_HANDLE);
-        assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, lib, c"x".as_ptr()), 0);
-        assert_eq!(used(), 8 * MIB, "the library's module is loaded in the context");
-        assert!(d != 0 && bytes > 0);
-        let (mut again, mut other) = (0u64, 0u64);
-        assert_eq!(cuLibraryGetGlobal(&mut again, null_mut(), lib, c"x".as_ptr()), 0);
-        assert_eq!(cuLibraryGetGlobal(&mut other, null_mut(), lib, c"y".as_ptr()), 0);
-        assert_eq!(again, d);
-        assert!(other >= d + bytes as u64, "a name of its own");
-        let src = [7u8; 64];
-        assert_eq!(cuMemcpyHtoD_v2(d, src.as_ptr().cast(), 64), 0, "cudaMemcpyToSymbol's copy");
-        assert_eq!(cuMemFree_v2(d), CUDA_ERROR_INVALID_VALUE, "a global is not an allocation");
-        let mut module = null_mut();
-        assert_eq!(cuLibraryGetModule(&mut module, lib), 0);
-        let mut via_module = 0u64;
-        assert_eq!(cuModuleGetGlobal_v2(&mut via_module, null_mut(), module, c"x".as_ptr()), 0);
-        assert_eq!(via_module, d, "the library's module in this context has the same global");
-        let mut owner = null_mut();
-        assert_eq!(cuKernelGetLibrary(&mut owner, k), 0);
-        assert_eq!(owner, lib);
-        assert_eq!(cuKernelGetLibrary(null_mut(), k), CUDA_ERROR_INVALID_VALUE);
-        assert_eq!(cuKernelGetLibrary(&mut owner, 0x42 as *mut c_void), CUDA_ERROR_INVALID_HANDLE);
-        assert_eq!(cuLibraryUnload(lib), 0);
-        assert_eq!(used(), 0);
-        assert_eq!(cuMemcpyHtoD_v2(d, src.as_ptr().cast(), 64), CUDA_ERROR_INVALID_VALUE, "gone with the library");
-    });
+    in_child(
+        "globals_and_the_library_of_a_kernel",
+        &[("FAKECUDA_CTX_MIB", "0"), ("FAKECUDA_MODULE_MIB", "8")],
+        || unsafe {
+            assert_eq!(cuInit(0), 0);
+            let (lib, k) = library();
+            let (mut d, mut bytes) = (0u64, 0usize);
+            assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, lib, c"x".as_ptr()), CUDA_ERROR_INVALID_CONTEXT);
+            setup(0);
+            assert_eq!(cuLibraryGetGlobal(null_mut(), null_mut(), lib, c"x".as_ptr()), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, lib, null()), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(
+                cuLibraryGetGlobal(&mut d, &mut bytes, 0x99 as CUlibrary, c"x".as_ptr()),
+                CUDA_ERROR_INVALID_HANDLE
+            );
+            assert_eq!(cuLibraryGetGlobal(&mut d, &mut bytes, lib, c"x".as_ptr()), 0);
+            assert_eq!(used(), 8 * MIB, "the library's module is loaded in the context");
+            assert!(d != 0 && bytes > 0);
+            let (mut again, mut other) = (0u64, 0u64);
+            assert_eq!(cuLibraryGetGlobal(&mut again, null_mut(), lib, c"x".as_ptr()), 0);
+            assert_eq!(cuLibraryGetGlobal(&mut other, null_mut(), lib, c"y".as_ptr()), 0);
+            assert_eq!(again, d);
+            assert!(other >= d + bytes as u64, "a name of its own");
+            let src = [7u8; 64];
+            assert_eq!(cuMemcpyHtoD_v2(d, src.as_ptr().cast(), 64), 0, "cudaMemcpyToSymbol's copy");
+            assert_eq!(cuMemFree_v2(d), CUDA_ERROR_INVALID_VALUE, "a global is not an allocation");
+            let mut module = null_mut();
+            assert_eq!(cuLibraryGetModule(&mut module, lib), 0);
+            let mut via_module = 0u64;
+            assert_eq!(cuModuleGetGlobal_v2(&mut via_module, null_mut(), module, c"x".as_ptr()), 0);
+            assert_eq!(via_module, d, "the library's module in this context has the same global");
+            let mut owner = null_mut();
+            assert_eq!(cuKernelGetLibrary(&mut owner, k), 0);
+            assert_eq!(owner, lib);
+            assert_eq!(cuKernelGetLibrary(null_mut(), k), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuKernelGetLibrary(&mut owner, 0x42 as *mut c_void), CUDA_ERROR_INVALID_HANDLE);
+            assert_eq!(cuLibraryUnload(lib), 0);
+            assert_eq!(used(), 0);
+            assert_eq!(cuMemcpyHtoD_v2(d, src.as_ptr().cast(), 64), CUDA_ERROR_INVALID_VALUE, "gone with the library");
+        },
+    );
 }
 
 /// The documented H100 figures: one block gets the whole opt-in 227 KiB; two split the SM's
@@ -103,9 +113,17 @@ fn occupancy_with_dynamic_shared_memory_and_clusters() {
         let mut n = 0;
         assert_eq!((cuOccupancyMaxActiveClusters(&mut n, k, &config), n), (0, 132 * 8 / 2), "8 blocks of 256 per SM");
         config.shared_mem_bytes = 100 << 10;
-        assert_eq!(cuOccupancyMaxActiveClusters(&mut n, k, &config), CUDA_ERROR_INVALID_VALUE, "over the default 48 KiB");
+        assert_eq!(
+            cuOccupancyMaxActiveClusters(&mut n, k, &config),
+            CUDA_ERROR_INVALID_VALUE,
+            "over the default 48 KiB"
+        );
         assert_eq!(cuKernelSetAttribute(8, 100 << 10, k, 0), 0);
-        assert_eq!((cuOccupancyMaxActiveClusters(&mut n, k, &config), n), (0, 132 * 2 / 2), "2 blocks by shared memory");
+        assert_eq!(
+            (cuOccupancyMaxActiveClusters(&mut n, k, &config), n),
+            (0, 132 * 2 / 2),
+            "2 blocks by shared memory"
+        );
         cluster.value[..3].copy_from_slice(&[16, 1, 1]);
         assert_eq!(cuOccupancyMaxActiveClusters(&mut n, k, &config), CUDA_ERROR_INVALID_CLUSTER_SIZE, "non-portable");
         // What cuBLASLt does: the opt-in shared memory and non-portable clusters, then sizes to 16.
@@ -167,7 +185,8 @@ fn stream_batch_memory_operations() {
     in_child("stream_batch_memory_operations", &[], || unsafe {
         setup(0);
         let flag = alloc(MIB);
-        let ops: [[u64; 6]; 4] = [[2, flag, 1, 0, 0, 0], [1, flag, 1, 0, 0, 0], [5, flag + 8, 1, 0, 0, 0], [6, 0, 0, 0, 0, 0]];
+        let ops: [[u64; 6]; 4] =
+            [[2, flag, 1, 0, 0, 0], [1, flag, 1, 0, 0, 0], [5, flag + 8, 1, 0, 0, 0], [6, 0, 0, 0, 0, 0]];
         assert_eq!(cuStreamBatchMemOp_v2(null_mut(), 4, ops.as_ptr(), 0), 0);
         assert_eq!(cuStreamBatchMemOp(null_mut(), 4, ops.as_ptr(), 0), 0);
         assert_eq!(cuStreamBatchMemOp_v2(null_mut(), 4, ops.as_ptr(), 1), CUDA_ERROR_INVALID_VALUE);
@@ -214,7 +233,11 @@ fn copies_in_two_dimensions() {
         assert_eq!(&dst[..12], &[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0], "fake device memory reads as zeros");
         c.src_y = MIB / 16 - 1;
         dst.fill(0xee);
-        assert_eq!(cuMemcpy2DAsync_v2(&c, null_mut()), CUDA_ERROR_INVALID_VALUE, "the second row leaves the allocation");
+        assert_eq!(
+            cuMemcpy2DAsync_v2(&c, null_mut()),
+            CUDA_ERROR_INVALID_VALUE,
+            "the second row leaves the allocation"
+        );
         assert!(dst.iter().all(|b| *b == 0xee), "nothing moved");
         c.src_y = 0;
         c.dst_pitch = 2;
@@ -255,6 +278,9 @@ fn graph_nodes_are_unknown() {
         setup(0);
         assert_eq!(cuGraphNodeGetType(0x1 as CUgraphNode, &mut 0), CUDA_ERROR_INVALID_VALUE);
         let mut params = [0u8; 128];
-        assert_eq!(cuGraphKernelNodeGetParams_v2(0x1 as CUgraphNode, params.as_mut_ptr().cast()), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(
+            cuGraphKernelNodeGetParams_v2(0x1 as CUgraphNode, params.as_mut_ptr().cast()),
+            CUDA_ERROR_INVALID_VALUE
+        );
     });
 }

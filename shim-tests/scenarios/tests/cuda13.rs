@@ -395,17 +395,9 @@ fn tensor_map_encode_tiled_checks_what_cuda_h_documents() {
     let (run, _) = run_both("cu13_tensormap", "", "c13_tensormap");
     assert_eq!((run.u64("before_init"), run.u64("no_context")), (3, 201));
     assert_eq!((run.u64("ok"), run.u64("again"), run.u64("same")), (0, 0, 1));
-    for key in [
-        "misaligned_map",
-        "rank0",
-        "rank6",
-        "misaligned_address",
-        "stride",
-        "box",
-        "element_stride",
-        "swizzle",
-        "dim",
-    ] {
+    for key in
+        ["misaligned_map", "rank0", "rank6", "misaligned_address", "stride", "box", "element_stride", "swizzle", "dim"]
+    {
         assert_eq!(run.u64(key), 1, "{key}: CUDA_ERROR_INVALID_VALUE");
     }
 }

@@ -185,7 +185,11 @@ fn settable(attrib: c_int, value: c_int) -> R {
         17 => (0..=4).contains(&value), // CUsharedMemoryMode
         _ => false,
     };
-    if ok { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) }
+    if ok {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    }
 }
 
 /// Whose attributes a function handle reads and sets, on which device: a module's function in

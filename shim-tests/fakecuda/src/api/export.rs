@@ -506,7 +506,11 @@ unsafe extern "C" fn driver_blob(data: *mut *mut c_void, size: *mut usize) -> CU
 /// Slot 13: gives back what slot 4 handed out (nothing, on the fake).
 unsafe extern "C" fn driver_blob_release(data: *mut c_void, size: usize) -> CUresult {
     let _ = size;
-    if data.is_null() { CUDA_SUCCESS } else { CUDA_ERROR_INVALID_VALUE }
+    if data.is_null() {
+        CUDA_SUCCESS
+    } else {
+        CUDA_ERROR_INVALID_VALUE
+    }
 }
 
 const DRIVER_BLOB_SLOTS: usize = 16;

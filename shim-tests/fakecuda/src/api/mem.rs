@@ -194,7 +194,14 @@ fn prefetch(ptr: CUdeviceptr, count: usize, to_host: bool, dev: CUdevice, stream
 const DEVICE_CPU: CUdevice = -1;
 
 /// A `cuMemPrefetchAsync_v2` location: a device, or the host (any NUMA form); flags must be 0.
-fn prefetch_v2(ptr: CUdeviceptr, count: usize, loc: CUmemLocation, flags: c_uint, stream: CUstream, per_thread: bool) -> R {
+fn prefetch_v2(
+    ptr: CUdeviceptr,
+    count: usize,
+    loc: CUmemLocation,
+    flags: c_uint,
+    stream: CUstream,
+    per_thread: bool,
+) -> R {
     if flags != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }

@@ -35,12 +35,12 @@ const SWIZZLE_128B_ATOM_64B: c_int = 6;
 /// Size of one element in half-bytes (the packed types hold 16 values in 8 or 16 bytes).
 fn element_nibbles(data_type: c_int) -> u64 {
     match data_type {
-        0 => 2,                           // UINT8
-        1 | 6 | 9 => 4,                   // UINT16, FLOAT16, BFLOAT16
-        2 | 3 | 7 | 10 | 11 | 12 => 8,    // UINT32, INT32, FLOAT32, FLOAT32_FTZ, TFLOAT32(_FTZ)
-        4 | 5 | 8 => 16,                  // UINT64, INT64, FLOAT64
-        U4_ALIGN8B => 1,                  // 16 x U4 in 8 bytes
-        _ => 2,                           // 16 x U4 or U6 in 16 bytes
+        0 => 2,                        // UINT8
+        1 | 6 | 9 => 4,                // UINT16, FLOAT16, BFLOAT16
+        2 | 3 | 7 | 10 | 11 | 12 => 8, // UINT32, INT32, FLOAT32, FLOAT32_FTZ, TFLOAT32(_FTZ)
+        4 | 5 | 8 => 16,               // UINT64, INT64, FLOAT64
+        U4_ALIGN8B => 1,               // 16 x U4 in 8 bytes
+        _ => 2,                        // 16 x U4 or U6 in 16 bytes
     }
 }
 
