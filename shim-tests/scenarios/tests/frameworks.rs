@@ -398,3 +398,65 @@ fn torch_gemms_run_on_cublas() {
     assert!(d["failures"].as_array().unwrap().is_empty(), "{}", d["failures"]);
     assert_eq!(n(&r["health"]["lost_events"]), 0);
 }
+
+/// NCCL's "SHM legacy" lines of one process: the size of each buffer it shared with its device
+/// through cudaHostRegister + cudaHostGetDevicePointer (NCCL's src/transport/shm.cc).
+fn nccl_shm_buffers(log: &str, pid: u64) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("SHM legacy: sharing buffer with GPU"))
+        .filter(|l| {
+            let prefix = l.split_whitespace().next().unwrap_or("");
+            prefix.rsplit(':').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(pid)
+        })
+        .map(|l| l.rsplit("size ").next().and_then(|s| s.trim_end_matches(')').parse().ok()).expect("a size"))
+        .collect()
+}
+
+/// NCCL 2.30 between two ranks on two simulated devices through its shared-memory transport, as
+/// SGLang runs it by default (NCCL_CUMEM_ENABLE=0) when peer access is off: each rank maps
+/// /dev/shm segments into its device with cudaHostRegister(Portable | Mapped) and
+/// cudaHostGetDevicePointer. Before the fake had cuMemHostGetDevicePointer, NCCL failed ("Error
+/// while creating shared memory segment") and so did the ranks. Without culedger (a failure there
+/// is the fake's), then under it: every channel connects "via SHM", both ranks finish, and each
+/// rank's report holds exactly the registrations NCCL logged (count and bytes), all undone.
+#[test]
+fn torch_nccl_two_ranks_over_shared_memory() {
+    let Some(site) = frameworks() else { return };
+    let setup = |sim: &mut Sim| {
+        sim.env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", "INIT,ALLOC")
+            .env("NCCL_CUMEM_ENABLE", "0")
+            .env("NCCL_P2P_DISABLE", "1");
+    };
+    let mut plain = bare_machine("fw_nccl_shm_plain", &site);
+    setup(&mut plain);
+    let run = plain.run_ok(
+        plain.python("frameworks/torch_nccl_shm.py").arg(plain.scratch().join("o.json")).arg(plain.scratch().join("s")),
+    );
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("via SHM/direct"), "the channels connect through shared memory: {log}");
+    assert_eq!(run.u64("ranks_done"), 2);
+
+    let (mut sim, out) = machine("fw_nccl_shm", &site);
+    setup(&mut sim);
+    let figures = sim.scratch().join("o.json");
+    let run = sim.run_ok(sim.python("frameworks/torch_nccl_shm.py").arg(&figures).arg(sim.scratch().join("s")));
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("via SHM/direct"), "{log}");
+    assert_eq!(run.u64("ranks_done"), 2);
+    let ranks: Vec<Value> = reports_in(&out)
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| r["devices"].as_array().is_some_and(|d| !d.is_empty()))
+        .collect();
+    assert_eq!(ranks.len(), 2, "one report per rank with a device");
+    for r in &ranks {
+        let buffers = nccl_shm_buffers(&log, n(&r["process"]["pid"]));
+        assert!(!buffers.is_empty(), "NCCL logged its shared buffers for {}", r["process"]["pid"]);
+        let h = &r["host"];
+        assert_eq!(n(&h["registered_count"]), buffers.len() as u64, "{h}");
+        assert_eq!(n(&h["registered_peak_bytes"]), buffers.iter().sum::<u64>(), "{h}");
+        assert_eq!((n(&h["unregistered_count"]), n(&h["registered_live_bytes"])), (buffers.len() as u64, 0), "{h}");
+        assert_eq!(n(&r["health"]["lost_events"]), 0);
+    }
+}
