@@ -55,6 +55,16 @@ unsafe fn get_global(hmod: u64, name: *const c_char, null_outs: bool) -> R<u64> 
     with_init(|p| module_global(p, hmod, name))
 }
 
+/// Writes a global's address and size through whichever out-pointer is not NULL.
+unsafe fn write_global(dptr: *mut CUdeviceptr, bytes: *mut usize, d: u64) {
+    if !dptr.is_null() {
+        dptr.write(d);
+    }
+    if !bytes.is_null() {
+        bytes.write(GLOBAL_BYTES as usize);
+    }
+}
+
 /// Options of a link call: `num` entries in both arrays.
 fn options_ok(num: c_uint, options: *mut c_int, values: *mut *mut c_void) -> bool {
     num == 0 || (!options.is_null() && !values.is_null())
@@ -121,23 +131,13 @@ entry! {
             let (ctx, dev) = p.use_library(lib)?;
             p.global(lib, ctx, dev, name)
         })?;
-        if !dptr.is_null() {
-            dptr.write(d);
-        }
-        if !bytes.is_null() {
-            bytes.write(GLOBAL_BYTES as usize);
-        }
+        write_global(dptr, bytes, d);
         Ok(())
     }
 
     fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: CUmodule, name: *const c_char) {
         let d = get_global(hmod as u64, name, dptr.is_null() && bytes.is_null())?;
-        if !dptr.is_null() {
-            dptr.write(d);
-        }
-        if !bytes.is_null() {
-            bytes.write(GLOBAL_BYTES as usize);
-        }
+        write_global(dptr, bytes, d);
         Ok(())
     }
 
