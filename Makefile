@@ -18,6 +18,7 @@ C_BINS  := $(patsubst shim-tests/c/%.c,$(SIM)/bin/%,$(C_SRCS))
 C13_SRCS := $(wildcard shim-tests/c13/*.c)
 C13_BINS := $(patsubst shim-tests/c13/%.c,$(SIM)/bin/%,$(C13_SRCS))
 HDR13   := target/cuda13/13.5.37/include
+NVMLHDR := target/nvml/include
 SO_SRCS := $(wildcard shim-tests/interposers/*.c)
 SO_LIBS := $(patsubst shim-tests/interposers/%.c,$(SIM)/lib/lib%.so,$(SO_SRCS))
 # Native libraries of the simulated engines (shim-tests/native, shim-tests/py/engines).
@@ -42,12 +43,14 @@ cli:
 	$(CARGO) build --release -p culedger-cli
 
 # Official CUDA 12.9 headers (and the real libcudart.so.12 the tests run) from PyPI wheels,
-# and CUDA 13 (13.0 and the newest 13.x: headers and the real libcudart.so.13) into
-# target/cuda13/; the scripts return at once when everything is already unpacked.
+# CUDA 13 (13.0 and the newest 13.x: headers and the real libcudart.so.13) into
+# target/cuda13/, and NVML's header and Python bindings into target/nvml/; the scripts return
+# at once when everything is already unpacked.
 headers:
 	PYTHON=$(PYTHON) scripts/fetch-cuda-headers.sh
 	PYTHON=$(PYTHON) scripts/fetch-cuda13.sh
-$(HDR)/cuda.h $(HDR13)/cuda.h: headers
+	PYTHON=$(PYTHON) scripts/fetch-nvml.sh
+$(HDR)/cuda.h $(HDR13)/cuda.h $(NVMLHDR)/nvml.h: headers
 
 # Third-party libraries the tests load (LLVM OpenMP from PyPI) into target/test-deps/;
 # no root, no system package.
@@ -65,9 +68,10 @@ sim: headers
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 
-# NVML of the simulated machine, next to the fake driver (PyTorch's driver table loads it).
-$(SIM)/lib/libnvidia-ml.so.1: shim-tests/fakenvml/fakenvml.c
-	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+# NVML of the simulated machine, next to the fake driver (PyTorch's driver table loads it),
+# compiled against NVIDIA's nvml.h.
+$(SIM)/lib/libnvidia-ml.so.1: shim-tests/fakenvml/fakenvml.c $(NVMLHDR)/nvml.h
+	$(CC) $(CFLAGS) -I$(NVMLHDR) -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
 cprogs: $(C_BINS) $(C13_BINS) $(SO_LIBS) $(NATIVE) $(MIN_LIBS) $(SIM)/bin/init_reentry $(SIM)/lib/libnvidia-ml.so.1
 

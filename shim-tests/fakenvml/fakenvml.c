@@ -7,21 +7,34 @@
  * there is a crash. NCCL (src/misc/nvmlwrap.cc, ncclNvmlEnsureInitialized) resolves the
  * unversioned names and calls nvmlDeviceGetHandleByIndex and nvmlDeviceGetCudaComputeCapability
  * for every device without checking that they exist. Nothing here allocates device memory, so it
- * needs no accounting. The
- * signatures are NVML's (nvml.h); handles point into a static table. */
+ * needs no accounting.
+ *
+ * Compiled against NVIDIA's nvml.h (scripts/fetch-nvml.sh: target/nvml/include), with the
+ * unversioned names declared as the library exports them (NVML_NO_UNVERSIONED_FUNC_DEFS): every
+ * signature and structure is NVML's. Handles point into a static table. */
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+
 #include <ctype.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef int nvmlReturn_t;
-enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
-       NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7 };
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define MAX_DEVICES 16
-struct fake_device { unsigned index; };
-static struct fake_device devices[MAX_DEVICES];
-static int initialised;
+/* What an nvmlDevice_t points to. */
+struct nvmlDevice_st { unsigned index; };
+static struct nvmlDevice_st devices[MAX_DEVICES];
+
+/* Initialisations not yet shut down (see nvmlInit_v2). */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned init_count;
+#define initialised (__atomic_load_n(&init_count, __ATOMIC_ACQUIRE) > 0)
 
 static unsigned device_count(void) {
     const char *v = getenv("FAKECUDA_DEVICES");
@@ -31,18 +44,34 @@ static unsigned device_count(void) {
     return (end != v && n >= 0 && n <= MAX_DEVICES) ? (unsigned)n : 8;
 }
 
-static int valid(const struct fake_device *d) {
+static int valid(const struct nvmlDevice_st *d) {
     return d >= devices && d < devices + device_count();
 }
 
+/* nvml.h: "A reference count of the number of initializations is maintained, and a
+ * corresponding call to nvmlShutdown() needs to be issued once usage of the NVML Library is
+ * complete. Shutdown will only occur after the reference count reaches zero." Every library of
+ * a process shares the one count: SGLang's pynvml peer check (init, queries, shutdown) in the
+ * middle of NCCL's session must leave NCCL's handles working. */
 nvmlReturn_t nvmlInit_v2(void) {
+    pthread_mutex_lock(&init_lock);
     for (unsigned i = 0; i < MAX_DEVICES; i++) devices[i].index = i;
-    initialised = 1;
+    __atomic_add_fetch(&init_count, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&init_lock);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
-nvmlReturn_t nvmlInitWithFlags(unsigned flags) { (void)flags; return nvmlInit_v2(); }
-nvmlReturn_t nvmlShutdown(void) { initialised = 0; return NVML_SUCCESS; }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return nvmlInit_v2(); }
+
+/* One initialisation undone; NVML_ERROR_UNINITIALIZED when none is left (nvml.h's return list). */
+nvmlReturn_t nvmlShutdown(void) {
+    nvmlReturn_t r = NVML_SUCCESS;
+    pthread_mutex_lock(&init_lock);
+    if (init_count == 0) r = NVML_ERROR_UNINITIALIZED;
+    else __atomic_sub_fetch(&init_count, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&init_lock);
+    return r;
+}
 
 const char *nvmlErrorString(nvmlReturn_t r) {
     switch (r) {
@@ -52,6 +81,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
     default: return "Unknown Error";
     }
 }
@@ -64,7 +94,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
 }
 nvmlReturn_t nvmlDeviceGetCount(unsigned *count) { return nvmlDeviceGetCount_v2(count); }
 
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!device || index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &devices[index];
@@ -72,11 +102,11 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **
 }
 
 /* The unversioned name (the library exports both; NCCL resolves this one). */
-nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t *device) {
     return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
-nvmlReturn_t nvmlDeviceGetIndex(struct fake_device *d, unsigned *index) {
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned *index) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !index) return NVML_ERROR_INVALID_ARGUMENT;
     *index = d->index;
@@ -84,7 +114,7 @@ nvmlReturn_t nvmlDeviceGetIndex(struct fake_device *d, unsigned *index) {
 }
 
 /* Compute capability 9.0, as the fake driver's device attributes 75/76 say. */
-nvmlReturn_t nvmlDeviceGetCudaComputeCapability(struct fake_device *d, int *major, int *minor) {
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
     *major = 9;
@@ -94,7 +124,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(struct fake_device *d, int *majo
 
 /* The fake driver's bus ids: domain 0, bus = ordinal + 1, device 0 (cuDeviceGetPCIBusId).
  * Accepts the driver's form and the short one ("0000:01:00.0"), in any case. */
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!pci || !device) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned domain, bus, dev, fn;
@@ -104,66 +134,59 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, struct fake_devic
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pci, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pci, nvmlDevice_t *device) {
     return nvmlDeviceGetHandleByPciBusId_v2(pci, device);
 }
 
-/* nvml.h's nvmlPciInfo_t (nvmlDeviceGetPciInfo_v3) and nvmlPciInfoExt_v1_t. */
-struct pci_info {
-    char bus_id_legacy[16];
-    unsigned domain, bus, device, pci_device_id, pci_subsystem_id, reserved[4];
-};
-struct pci_info_ext {
-    unsigned version, domain, bus, device, pci_device_id, pci_subsystem_id, base_class, sub_class;
-    char bus_id[16];
-};
 /* An H200's device and vendor id (the fake driver's attribute GPU_PCI_DEVICE_ID), NVIDIA as the
  * subsystem vendor. NCCL's topology (src/graph/xml.cc, ncclTopoGetXmlFromSys) reads them when
  * the device has no /sys entry, as on the simulated machine. */
 #define PCI_DEVICE_ID 0x233510deu
 #define PCI_SUBSYSTEM_ID 0x000010deu
 
-nvmlReturn_t nvmlDeviceGetPciInfo_v3(struct fake_device *d, struct pci_info *pci) {
+/* Both bus id strings in nvml.h's formats (NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, _FMT). */
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !pci) return NVML_ERROR_INVALID_ARGUMENT;
     memset(pci, 0, sizeof *pci);
-    snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02x:00.0", d->index + 1);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, 0, d->index + 1, 0);
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0, d->index + 1, 0);
     pci->bus = d->index + 1;
-    pci->pci_device_id = PCI_DEVICE_ID;
-    pci->pci_subsystem_id = PCI_SUBSYSTEM_ID;
+    pci->pciDeviceId = PCI_DEVICE_ID;
+    pci->pciSubSystemId = PCI_SUBSYSTEM_ID;
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetPciInfoExt(struct fake_device *d, struct pci_info_ext *pci) {
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t d, nvmlPciInfoExt_t *pci) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !pci) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned version = pci->version;
     memset(pci, 0, sizeof *pci);
     pci->version = version;
     pci->bus = d->index + 1;
-    pci->pci_device_id = PCI_DEVICE_ID;
-    pci->pci_subsystem_id = PCI_SUBSYSTEM_ID;
-    pci->base_class = 0x03; /* display controller */
-    pci->sub_class = 0x02;  /* 3D controller */
-    snprintf(pci->bus_id, sizeof pci->bus_id, "0000:%02x:00.0", d->index + 1);
+    pci->pciDeviceId = PCI_DEVICE_ID;
+    pci->pciSubSystemId = PCI_SUBSYSTEM_ID;
+    pci->baseClass = 0x03; /* display controller */
+    pci->subClass = 0x02;  /* 3D controller */
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0, d->index + 1, 0);
     return NVML_SUCCESS;
 }
 
 /* PCIe Gen5 x16. */
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(struct fake_device *d, unsigned *gen) {
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned *gen) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !gen) return NVML_ERROR_INVALID_ARGUMENT;
     *gen = 5;
     return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(struct fake_device *d, unsigned *width) {
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned *width) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !width) return NVML_ERROR_INVALID_ARGUMENT;
     *width = 16;
     return NVML_SUCCESS;
 }
 /* In MB/s per lane, as nvml.h's NVML_PCIE_LINK_MAX_SPEED_32000MBPS. */
-nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(struct fake_device *d, unsigned *speed) {
+nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t d, unsigned *speed) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !speed) return NVML_ERROR_INVALID_ARGUMENT;
     *speed = 32000;
@@ -175,7 +198,7 @@ static void uuid_of(unsigned i, char *out, size_t len) {
     snprintf(out, len, "GPU-fa4ec0da-0000-4000-8000-%012x", i);
 }
 
-nvmlReturn_t nvmlDeviceGetUUID(struct fake_device *d, char *uuid, unsigned length) {
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned length) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
     char buf[96];
@@ -185,7 +208,7 @@ nvmlReturn_t nvmlDeviceGetUUID(struct fake_device *d, char *uuid, unsigned lengt
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **device) {
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned i = 0; i < device_count(); i++) {
@@ -197,22 +220,22 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **de
 }
 
 /* No NVLink on the simulated machine. */
-nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(struct fake_device *d, unsigned link, int *type) {
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, nvmlIntNvLinkDeviceType_t *type) {
     (void)link; (void)type;
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
-nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(struct fake_device *d, unsigned link, void *pci) {
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci) {
     (void)link; (void)pci;
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
 /* No multi-node fabric either. */
-nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(struct fake_device *d, void *info) {
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfoV_t *info) {
     (void)info;
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
 
 /* NVML does not see the simulated processes: none are listed. */
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(struct fake_device *d, unsigned *count, void *infos) {
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v1_t *infos) {
     (void)infos;
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -221,11 +244,12 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(struct fake_device *d, unsigne
 }
 
 /* Every pair of distinct devices is peer-capable (as cuDeviceCanAccessPeer says). */
-nvmlReturn_t nvmlDeviceGetP2PStatus(struct fake_device *a, struct fake_device *b, int index, int *status) {
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP2PCapsIndex_t index,
+                                    nvmlGpuP2PStatus_t *status) {
     (void)index;
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!valid(a) || !valid(b) || !status) return NVML_ERROR_INVALID_ARGUMENT;
-    *status = a == b ? 4 /* NVML_P2P_STATUS_NOT_SUPPORTED */ : 0 /* NVML_P2P_STATUS_OK */;
+    *status = a == b ? NVML_P2P_STATUS_NOT_SUPPORTED : NVML_P2P_STATUS_OK;
     return NVML_SUCCESS;
 }
 
@@ -238,3 +262,165 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) { return nvmlSystemGetCudaDriverVersion_v2(version); }
+
+/* ---- The device's name, memory and place in the host ---- */
+
+/* The name the fake driver gives the device (cuDeviceGetName). */
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !name) return NVML_ERROR_INVALID_ARGUMENT;
+    char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    int n = snprintf(buf, sizeof buf, "FakeCUDA Simulated GPU %u", d->index);
+    if ((unsigned)n + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(name, buf, (size_t)n + 1);
+    return NVML_SUCCESS;
+}
+
+/* The head of the machine file every process of the simulated machine maps
+ * (/dev/shm/fakecuda-<FAKECUDA_MACHINE>; shim-tests/fakecuda/src/shm.rs, `Layout`, whose unit
+ * test pins these offsets): the device count, each device's total and the bytes all processes
+ * hold on it (contexts, modules and the other hidden costs included), as the driver's
+ * cuMemGetInfo answers from them. */
+#define MACHINE_MAGIC 0x46435544414b0001ull
+#define MACHINE_DEVICES 16
+struct machine_head {
+    uint64_t magic;
+    uint32_t state, devices;
+    uint64_t total[MACHINE_DEVICES];
+    uint64_t used[MACHINE_DEVICES];
+};
+_Static_assert(sizeof(struct machine_head) == 272, "shm.rs Layout: magic, state, devices, total, used");
+
+/* The machine's name as the driver validates it (config.rs, valid_machine_name), else "default". */
+static const char *machine_name(void) {
+    const char *m = getenv("FAKECUDA_MACHINE");
+    size_t n = m ? strlen(m) : 0;
+    if (n == 0 || n > 100 || !strcmp(m, ".") || !strcmp(m, "..")) return "default";
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)m[i]) && m[i] != '.' && m[i] != '_' && m[i] != '-') return "default";
+    return m;
+}
+
+/* The machine file, mapped read-only once it exists (never created here: a machine no driver
+ * has attached to holds nothing). */
+static const struct machine_head *machine(void) {
+    static const struct machine_head *head;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!head) {
+        char path[160];
+        snprintf(path, sizeof path, "/dev/shm/fakecuda-%s", machine_name());
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            void *p = mmap(NULL, sizeof *head, PROT_READ, MAP_SHARED, fd, 0);
+            close(fd);
+            if (p != MAP_FAILED) head = p;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return head && __atomic_load_n(&head->magic, __ATOMIC_ACQUIRE) == MACHINE_MAGIC ? head : NULL;
+}
+
+/* FAKECUDA_TOTAL_MIB as the driver reads it (config.rs: MiB in [2, 2^30], default 98304). */
+static uint64_t configured_total(void) {
+    const char *v = getenv("FAKECUDA_TOTAL_MIB");
+    if (v) {
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+        if (end != v && *end == 0 && n >= 2 && n <= (1ull << 30)) return (uint64_t)n << 20;
+    }
+    return 98304ull << 20;
+}
+
+/* Total and used bytes of device `index`: the machine's figures, or the configured total and
+ * nothing used before any process attached. */
+static void device_memory(unsigned index, uint64_t *total, uint64_t *used) {
+    const struct machine_head *m = machine();
+    if (m && index < MACHINE_DEVICES) {
+        *total = __atomic_load_n(&m->total[index], __ATOMIC_ACQUIRE);
+        *used = __atomic_load_n(&m->used[index], __ATOMIC_ACQUIRE);
+        if (*used > *total) *used = *total;
+    } else {
+        *total = configured_total();
+        *used = 0;
+    }
+}
+
+/* v1: used is everything allocated on the device by every process; total = free + used. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t total, used;
+    device_memory(d->index, &total, &used);
+    memory->total = total;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+/* v2: the caller sets version = nvmlMemory_v2; the simulated device sets nothing aside for the
+ * system (its whole total is what cuMemGetInfo offers), so reserved is 0. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    uint64_t total, used;
+    device_memory(d->index, &total, &used);
+    memory->total = total;
+    memory->reserved = 0;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+/* The simulated machine is one NUMA node: every device is near node 0 and every online CPU. */
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !node) return NVML_ERROR_INVALID_ARGUMENT;
+    *node = 0;
+    return NVML_SUCCESS;
+}
+
+/* Sets the bits of the online CPUs (/sys/devices/system/cpu/online, a list such as "0-3,6";
+ * else the first sysconf(_SC_NPROCESSORS_ONLN)) that fit in `words` words of 64. */
+static void online_cpus(unsigned long *set, unsigned words) {
+    memset(set, 0, words * sizeof *set);
+    const unsigned bits = 8 * sizeof *set;
+    char list[4096] = "";
+    FILE *f = fopen("/sys/devices/system/cpu/online", "re");
+    if (f) {
+        if (!fgets(list, sizeof list, f)) list[0] = 0;
+        fclose(f);
+    }
+    if (!list[0] || list[0] == '\n') {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(list, sizeof list, "0-%ld", (n > 0 ? n : 1) - 1);
+    }
+    for (char *p = list; *p && *p != '\n';) {
+        char *end;
+        unsigned long lo = strtoul(p, &end, 10), hi = lo;
+        if (end == p) break;
+        if (*end == '-') {
+            p = end + 1;
+            hi = strtoul(p, &end, 10);
+            if (end == p) break;
+        }
+        for (unsigned long c = lo; c <= hi && c < (unsigned long)words * bits; c++) set[c / bits] |= 1ul << (c % bits);
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t d, unsigned int cpuSetSize, unsigned long *cpuSet,
+                                                 nvmlAffinityScope_t scope) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || cpuSetSize == 0 || !cpuSet) return NVML_ERROR_INVALID_ARGUMENT;
+    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET) return NVML_ERROR_INVALID_ARGUMENT;
+    online_cpus(cpuSet, cpuSetSize);
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: the same as WithinScope at NVML_AFFINITY_SCOPE_NODE. */
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t d, unsigned int cpuSetSize, unsigned long *cpuSet) {
+    return nvmlDeviceGetCpuAffinityWithinScope(d, cpuSetSize, cpuSet, NVML_AFFINITY_SCOPE_NODE);
+}

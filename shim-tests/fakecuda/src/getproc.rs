@@ -11,7 +11,9 @@
 //! exist for that driver: a 12.9 driver knows no `cuCtxGetDevice_v2` (13000) and resolves
 //! `cuCtxGetDevice` at 13000 to the 2000 ABI, as a real 12.9 driver does.
 
-use crate::api::{copy::*, ctx::*, exec::*, export::*, ipc::*, mem::*, stream::*, vmm::*};
+use crate::api::{
+    copy::*, ctx::*, exec::*, export::*, ipc::*, mem::*, module::*, occupancy::*, stream::*, tensormap::*, vmm::*,
+};
 use crate::types::*;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -127,6 +129,12 @@ table! {
     cuMemHostRegister 4000 => cuMemHostRegister;
     cuMemHostRegister 6050 => cuMemHostRegister_v2;
     cuMemHostUnregister 4000 => cuMemHostUnregister;
+    cuMemPrefetchAsync 8000 => cuMemPrefetchAsync;
+    cuMemPrefetchAsync 8000 ptsz => cuMemPrefetchAsync_ptsz;
+    cuMemPrefetchAsync 12020 => cuMemPrefetchAsync_v2;
+    cuMemPrefetchAsync 12020 ptsz => cuMemPrefetchAsync_v2_ptsz;
+    cuMemHostGetDevicePointer 2020 => cuMemHostGetDevicePointer;
+    cuMemHostGetDevicePointer 3020 => cuMemHostGetDevicePointer_v2;
     cuPointerGetAttribute 4000 => cuPointerGetAttribute;
     cuPointerGetAttributes 7000 => cuPointerGetAttributes;
     cuMemAllocAsync 11020 => cuMemAllocAsync;
@@ -214,6 +222,11 @@ table! {
     cuGraphInstantiateWithParams 12000 => cuGraphInstantiateWithParams;
     cuGraphInstantiateWithParams 12000 ptsz => cuGraphInstantiateWithParams_ptsz;
     cuGraphExecDestroy 10000 => cuGraphExecDestroy;
+    cuGraphNodeGetType 10000 => cuGraphNodeGetType;
+    cuGraphKernelNodeGetParams 10000 => cuGraphKernelNodeGetParams;
+    cuGraphKernelNodeGetParams 12000 => cuGraphKernelNodeGetParams_v2;
+    cuGraphExecKernelNodeSetParams 10010 => cuGraphExecKernelNodeSetParams;
+    cuGraphExecKernelNodeSetParams 12000 => cuGraphExecKernelNodeSetParams_v2;
     cuGraphLaunch 10000 => cuGraphLaunch;
     cuGraphLaunch 10000 ptsz => cuGraphLaunch_ptsz;
     cuModuleLoad 2000 => cuModuleLoad;
@@ -279,6 +292,10 @@ table! {
     cuStreamWaitValue64 9000 ptsz => cuStreamWaitValue64_ptsz;
     cuStreamWaitValue64 11070 => cuStreamWaitValue64_v2;
     cuStreamWaitValue64 11070 ptsz => cuStreamWaitValue64_v2_ptsz;
+    cuStreamBatchMemOp 8000 => cuStreamBatchMemOp;
+    cuStreamBatchMemOp 8000 ptsz => cuStreamBatchMemOp_ptsz;
+    cuStreamBatchMemOp 11070 => cuStreamBatchMemOp_v2;
+    cuStreamBatchMemOp 11070 ptsz => cuStreamBatchMemOp_v2_ptsz;
     cuLaunchHostFunc 10000 => cuLaunchHostFunc;
     cuLaunchHostFunc 10000 ptsz => cuLaunchHostFunc_ptsz;
     cuLaunchHostFunc 13010 => cuLaunchHostFunc_v2;
@@ -290,6 +307,16 @@ table! {
     cuKernelSetAttribute 12000 => cuKernelSetAttribute;
     cuKernelSetCacheConfig 12000 => cuKernelSetCacheConfig;
     cuKernelGetName 12030 => cuKernelGetName;
+    cuKernelGetLibrary 12050 => cuKernelGetLibrary;
+    cuLibraryGetGlobal 12000 => cuLibraryGetGlobal;
+    cuModuleGetGlobal 2000 => cuModuleGetGlobal;
+    cuModuleGetGlobal 3020 => cuModuleGetGlobal_v2;
+    cuLinkCreate 5050 => cuLinkCreate;
+    cuLinkCreate 6050 => cuLinkCreate_v2;
+    cuLinkAddData 5050 => cuLinkAddData;
+    cuLinkAddData 6050 => cuLinkAddData_v2;
+    cuLinkComplete 5050 => cuLinkComplete;
+    cuLinkDestroy 5050 => cuLinkDestroy;
     cuModuleGetFunction 2000 => cuModuleGetFunction;
     cuFuncGetAttribute 2020 => cuFuncGetAttribute;
     cuFuncSetAttribute 9000 => cuFuncSetAttribute;
@@ -300,6 +327,8 @@ table! {
     cuLaunchKernelEx 11060 ptsz => cuLaunchKernelEx_ptsz;
     cuOccupancyMaxActiveBlocksPerMultiprocessor 6050 => cuOccupancyMaxActiveBlocksPerMultiprocessor;
     cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags 7000 => cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags;
+    cuOccupancyAvailableDynamicSMemPerBlock 10020 => cuOccupancyAvailableDynamicSMemPerBlock;
+    cuOccupancyMaxActiveClusters 11070 => cuOccupancyMaxActiveClusters;
     cuMemPoolGetAttribute 11020 => cuMemPoolGetAttribute;
     cuMemPoolSetAttribute 11020 => cuMemPoolSetAttribute;
     cuMemPoolTrimTo 11020 => cuMemPoolTrimTo;
@@ -325,6 +354,9 @@ table! {
     cuMemsetD32 7000 ptds => cuMemsetD32_v2_ptds;
     cuMemsetD32Async 3020 => cuMemsetD32Async;
     cuMemsetD32Async 7000 ptsz => cuMemsetD32Async_ptsz;
+    cuMemcpy2DAsync 2000 => cuMemcpy2DAsync;
+    cuMemcpy2DAsync 3020 => cuMemcpy2DAsync_v2;
+    cuMemcpy2DAsync 7000 ptsz => cuMemcpy2DAsync_v2_ptsz;
     cuMemcpyDtoDAsync 3000 => cuMemcpyDtoDAsync;
     cuMemcpyDtoDAsync 3020 => cuMemcpyDtoDAsync_v2;
     cuMemcpyDtoDAsync 7000 ptsz => cuMemcpyDtoDAsync_v2_ptsz;
@@ -343,6 +375,7 @@ table! {
     cuDevSmResourceSplitByCount 12040 => cuDevSmResourceSplitByCount;
     cuDeviceGetDevResource 12040 => cuDeviceGetDevResource;
     cuDevResourceGenerateDesc 12040 => cuDevResourceGenerateDesc;
+    cuTensorMapEncodeTiled 12000 => cuTensorMapEncodeTiled;
     cuLogsRegisterCallback 12090 => cuLogsRegisterCallback;
     cuLogsUnregisterCallback 12090 => cuLogsUnregisterCallback;
 }

@@ -374,3 +374,19 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
         None => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    /// The simulated NVML (shim-tests/fakenvml/fakenvml.c, `struct machine_head`) reads the
+    /// device count, totals and used bytes at these offsets.
+    #[test]
+    fn the_head_the_simulated_nvml_reads() {
+        assert_eq!(MAGIC, 0x4643_5544_414b_0001);
+        assert_eq!((offset_of!(Layout, magic), offset_of!(Layout, state), offset_of!(Layout, devices)), (0, 8, 12));
+        assert_eq!((offset_of!(Layout, total), offset_of!(Layout, used)), (16, 16 + 8 * MAX_DEVICES));
+        assert_eq!(MAX_DEVICES, 16);
+    }
+}

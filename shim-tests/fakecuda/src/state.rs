@@ -15,6 +15,7 @@ use crate::shm::{self, Shm};
 use crate::types::*;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
@@ -52,6 +53,8 @@ pub mod tag {
     pub const FUNC: u64 = 0x0f0c;
     /// A library's module in a context (`cuLibraryGetModule`; the id is the library's).
     pub const LIBRARY_MODULE: u64 = 0x0d1b;
+    /// A pending JIT link (`cuLinkCreate`).
+    pub const LINK: u64 = 0x0111;
 }
 
 /// Builds a handle value from a tag and an id.
@@ -142,6 +145,31 @@ pub enum Kind {
     IpcOpen { slot: u32, id: u64, refs: u32, exporter: u32 },
     /// A VMM mapping of physical handle `phys` (`cuMemMap`).
     VmmMap { phys: u64 },
+    /// The global variables of a module loaded in a context (part of the module's memory, charged
+    /// with it): [`Proc::global`].
+    Globals,
+}
+
+/// Address space of one module's globals in one context, and the bytes each name gets: the fake
+/// reads no images, so every name is a global of [`GLOBAL_BYTES`] (the most a `__constant__`
+/// variable holds), handed out in the order names are first asked for.
+pub const GLOBALS_SPAN: u64 = 16 << 20;
+pub const GLOBAL_BYTES: u64 = 64 << 10;
+
+/// A pending JIT link: the inputs added so far and the image `cuLinkComplete` handed out (owned
+/// by the link until `cuLinkDestroy`).
+#[derive(Debug, Clone, Default)]
+pub struct Link {
+    pub inputs: Vec<u8>,
+    pub image: Vec<u8>,
+}
+
+/// The globals handed out for one (module or library, context).
+#[derive(Debug, Clone)]
+pub struct Globals {
+    pub base: u64,
+    /// Name -> offset from `base`.
+    pub names: HashMap<String, u64>,
 }
 
 /// One entry of the process's device-pointer table.
@@ -171,6 +199,10 @@ pub struct HostRange {
     pub size: u64,
     /// `Some(mapped length)` for memory the fake allocated (`cuMemHostAlloc`), None if registered.
     pub owned: Option<usize>,
+    /// Mapped into the device address space (`cuMemHostGetDevicePointer` answers): all allocated
+    /// host memory on a device with unified addressing, registered memory only with
+    /// `CU_MEMHOSTREGISTER_DEVICEMAP`.
+    pub mapped: bool,
     pub ctx: u64,
     pub dev: usize,
 }
@@ -295,6 +327,14 @@ pub struct Proc {
     pub libraries: HashMap<u64, ()>,
     /// A library loaded into a context: (library, context) -> its cost there.
     pub lib_loads: HashMap<(u64, u64), Costly>,
+    /// Globals asked for: (module or library, context) -> their address range.
+    pub globals: HashMap<(u64, u64), Globals>,
+    /// Pending JIT links: handle -> what was added, and the image of the last completion.
+    pub links: HashMap<u64, Link>,
+    /// Function attributes set (`cuFuncSetAttribute`, `cuKernelSetAttribute`): (module or
+    /// library, device) -> attribute -> value. The fake tells no two functions of one module
+    /// apart (any name is a function of it), so they share what was set.
+    pub func_attrs: HashMap<(u64, usize), HashMap<c_int, c_int>>,
     pub events: HashMap<u64, Event>,
     /// Context-local storage of the runtime's private table: (context, key) -> value.
     pub ctx_storage: HashMap<(u64, usize), usize>,
@@ -443,6 +483,9 @@ impl Proc {
             modules: HashMap::new(),
             libraries: HashMap::new(),
             lib_loads: HashMap::new(),
+            globals: HashMap::new(),
+            links: HashMap::new(),
+            func_attrs: HashMap::new(),
             events: HashMap::new(),
             ctx_storage: HashMap::new(),
             pool_high: HashMap::new(),
@@ -567,6 +610,7 @@ impl Proc {
                 self.uncharge(c.dev, c.charged);
             }
         }
+        self.globals.retain(|(_, c), _| *c != h);
         self.events.retain(|_, e| e.ctx != h);
         self.ctx_storage.retain(|(c, _), _| *c != h);
         let peers: Vec<(u64, u64)> = self.peers.keys().filter(|(a, b)| *a == h || *b == h).copied().collect();
@@ -738,6 +782,54 @@ impl Proc {
     }
 
     /// Releases a costly object's hidden cost.
+    /// The address of global `name` of `owner` (a module, or a library's module) in context
+    /// `ctx` on `dev`: the first name asked for in a (module, context) reserves its globals'
+    /// address range, a device range owned by the context that cannot be freed.
+    pub fn global(&mut self, owner: u64, ctx: u64, dev: usize, name: &str) -> R<u64> {
+        if !self.globals.contains_key(&(owner, ctx)) {
+            let base = self.reserve_va(dev, GLOBALS_SPAN, false)?;
+            let a = Alloc {
+                base,
+                size: GLOBALS_SPAN,
+                span: GLOBALS_SPAN,
+                dev,
+                kind: Kind::Globals,
+                ctx,
+                charge: None,
+                export: None,
+                low: false,
+            };
+            self.allocs.insert(base, a);
+            self.globals.insert((owner, ctx), Globals { base, names: HashMap::new() });
+        }
+        let g = self.globals.get_mut(&(owner, ctx)).ok_or(CUDA_ERROR_UNKNOWN)?;
+        if let Some(off) = g.names.get(name) {
+            return Ok(g.base + off);
+        }
+        let off = g.names.len() as u64 * GLOBAL_BYTES;
+        if off + GLOBAL_BYTES > GLOBALS_SPAN {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        g.names.insert(name.to_string(), off);
+        Ok(g.base + off)
+    }
+
+    /// Forgets what belonged to module or library `owner` (unloaded) in every context: its
+    /// globals and the attributes set on its functions.
+    pub fn forget_module(&mut self, owner: u64) {
+        self.func_attrs.retain(|(o, _), _| *o != owner);
+        self.drop_globals(owner);
+    }
+
+    fn drop_globals(&mut self, owner: u64) {
+        let gone: Vec<(u64, u64)> = self.globals.keys().filter(|(o, _)| *o == owner).copied().collect();
+        for k in gone {
+            if let Some(g) = self.globals.remove(&k) {
+                self.remove_alloc(g.base);
+            }
+        }
+    }
+
     pub fn drop_costly(&mut self, c: Costly) {
         self.uncharge(c.dev, c.charged);
     }

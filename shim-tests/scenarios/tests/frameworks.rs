@@ -25,17 +25,23 @@ fn frameworks() -> Option<PathBuf> {
     }
 }
 
-/// A 2-device machine with a 13.2 driver, the frameworks on `PYTHONPATH`, culedger preloaded.
-fn machine(test: &str, site: &PathBuf) -> (Sim, PathBuf) {
+/// A 2-device machine with a 13.2 driver and the frameworks on `PYTHONPATH`, without culedger:
+/// a failure here is the fake's (or the framework's), not culedger's.
+fn bare_machine(test: &str, site: &PathBuf) -> Sim {
     let mut sim = Sim::new(test);
-    let out = sim.scratch().join("out");
     sim.env("FAKECUDA_DRIVER_VERSION", "13020")
         .env("FAKECUDA_DEVICES", "2")
         .env("FAKECUDA_TOTAL_MIB", "81920")
         .env("PYTHONPATH", site)
-        .env("LD_PRELOAD", libculedger())
-        .env("CULEDGER_OUT", &out)
         .timeout(Duration::from_secs(600));
+    sim
+}
+
+/// [`bare_machine`] with culedger preloaded.
+fn machine(test: &str, site: &PathBuf) -> (Sim, PathBuf) {
+    let mut sim = bare_machine(test, site);
+    let out = sim.scratch().join("out");
+    sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out);
     (sim, out)
 }
 
@@ -329,4 +335,128 @@ fn torch_nccl_world_size_1_lands_in_comm() {
         "the probe: 1 byte aligned to the fake's 2 MiB granularity, created and released"
     );
     assert_eq!(n(&r["health"]["lost_events"]), 0);
+}
+
+/// NVIDIA's cuBLAS 13.4 and cuBLASLt under real torch: the GEMMs of an engine's forward pass
+/// (`torch.mm` fp32 and bf16, `F.linear` with a bias in bf16 and fp32, a batched `torch.matmul`)
+/// return, first without culedger (a failure there is the fake driver's: before it had the
+/// occupancy queries, the globals, the linker, the private tables cuBLASLt reads and the
+/// CIG limit, `cublasCreate` failed or `cublasGemmEx` answered NOT_SUPPORTED), then under it
+/// with the same results. cuBLAS's workspace is a segment of torch's caching allocator made by
+/// the first GEMM (its caller the script's forward pass), every snapshot segment a live
+/// allocation; what else is live is cuBLAS's and cuBLASLt's own device memory (their static
+/// runtime's cudaMalloc, reaching the driver as `cuMemAlloc_v2`), which torch does not count:
+/// live == memory_reserved() + those.
+#[test]
+fn torch_gemms_run_on_cublas() {
+    let Some(site) = frameworks() else { return };
+    let plain = bare_machine("fw_torch_gemm_plain", &site);
+    let plain_figures = plain.scratch().join("gemm.json");
+    plain.run_ok(plain.python("frameworks/torch_gemm.py").arg(&plain_figures));
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&plain_figures).unwrap()).unwrap();
+    let expected = serde_json::json!({
+        "mm_fp32": [[64, 128], "float32"],
+        "mm_bf16": [[64, 128], "bfloat16"],
+        "linear_bf16": [[64, 384], "bfloat16"],
+        "linear_fp32": [[64, 256], "float32"],
+        "matmul_batched": [[8, 64, 16], "float32"],
+    });
+    assert_eq!(p["shapes"], expected, "without culedger");
+    assert_eq!(p["blas_handle"], true);
+
+    let (sim, out) = machine("fw_torch_gemm", &site);
+    let figures = sim.scratch().join("gemm.json");
+    sim.run_ok(sim.python("frameworks/torch_gemm.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    assert_eq!(t["shapes"], expected, "under culedger");
+    assert_eq!(t["reserved"], p["reserved"], "torch's memory is the same under culedger");
+    let r = only_report(&out);
+    let d = dev0(&r);
+    // (address, bytes, caller, api) of each live allocation.
+    let live: Vec<(u64, u64, String, String)> = d["top_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let ptr = u64::from_str_radix(a["ptr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            let text = |k: &str| a[k].as_str().unwrap_or("").to_string();
+            (ptr, n(&a["bytes"]), text("caller"), text("api"))
+        })
+        .collect();
+    let segments: Vec<(u64, u64)> =
+        t["segments"].as_array().unwrap().iter().map(|s| (n(&s["address"]), n(&s["total_size"]))).collect();
+    for seg in &segments {
+        assert!(live.iter().any(|a| (a.0, a.1) == *seg), "segment {seg:x?} is no live allocation: {live:x?}");
+    }
+    let workspace = live.iter().find(|a| a.1 == 32 << 20 && segments.contains(&(a.0, a.1)));
+    let workspace = workspace.unwrap_or_else(|| panic!("cuBLAS's 32 MiB workspace segment: {live:x?}"));
+    assert_eq!(workspace.2, "torch_gemm.py:forward", "made by the first GEMM");
+    let own: Vec<&(u64, u64, String, String)> = live.iter().filter(|a| !segments.contains(&(a.0, a.1))).collect();
+    assert!(!own.is_empty() && own.iter().all(|a| a.3 == "cuMemAlloc_v2"), "cuBLAS's own memory: {own:x?}");
+    let own_bytes: u64 = own.iter().map(|a| a.1).sum();
+    assert_eq!(n(&d["live_bytes"]), n(&t["reserved"]) + own_bytes, "torch's segments and cuBLAS's own: {live:x?}");
+    assert!(d["failures"].as_array().unwrap().is_empty(), "{}", d["failures"]);
+    assert_eq!(n(&r["health"]["lost_events"]), 0);
+}
+
+/// NCCL's "SHM legacy" lines of one process: the size of each buffer it shared with its device
+/// through cudaHostRegister + cudaHostGetDevicePointer (NCCL's src/transport/shm.cc).
+fn nccl_shm_buffers(log: &str, pid: u64) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("SHM legacy: sharing buffer with GPU"))
+        .filter(|l| {
+            let prefix = l.split_whitespace().next().unwrap_or("");
+            prefix.rsplit(':').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(pid)
+        })
+        .map(|l| l.rsplit("size ").next().and_then(|s| s.trim_end_matches(')').parse().ok()).expect("a size"))
+        .collect()
+}
+
+/// NCCL 2.30 between two ranks on two simulated devices through its shared-memory transport, as
+/// SGLang runs it by default (NCCL_CUMEM_ENABLE=0) when peer access is off: each rank maps
+/// /dev/shm segments into its device with cudaHostRegister(Portable | Mapped) and
+/// cudaHostGetDevicePointer. Before the fake had cuMemHostGetDevicePointer, NCCL failed ("Error
+/// while creating shared memory segment") and so did the ranks. Without culedger (a failure there
+/// is the fake's), then under it: every channel connects "via SHM", both ranks finish, and each
+/// rank's report holds exactly the registrations NCCL logged (count and bytes), all undone.
+#[test]
+fn torch_nccl_two_ranks_over_shared_memory() {
+    let Some(site) = frameworks() else { return };
+    let setup = |sim: &mut Sim| {
+        sim.env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", "INIT,ALLOC")
+            .env("NCCL_CUMEM_ENABLE", "0")
+            .env("NCCL_P2P_DISABLE", "1");
+    };
+    let mut plain = bare_machine("fw_nccl_shm_plain", &site);
+    setup(&mut plain);
+    let run = plain.run_ok(
+        plain.python("frameworks/torch_nccl_shm.py").arg(plain.scratch().join("o.json")).arg(plain.scratch().join("s")),
+    );
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("via SHM/direct"), "the channels connect through shared memory: {log}");
+    assert_eq!(run.u64("ranks_done"), 2);
+
+    let (mut sim, out) = machine("fw_nccl_shm", &site);
+    setup(&mut sim);
+    let figures = sim.scratch().join("o.json");
+    let run = sim.run_ok(sim.python("frameworks/torch_nccl_shm.py").arg(&figures).arg(sim.scratch().join("s")));
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("via SHM/direct"), "{log}");
+    assert_eq!(run.u64("ranks_done"), 2);
+    let ranks: Vec<Value> = reports_in(&out)
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| r["devices"].as_array().is_some_and(|d| !d.is_empty()))
+        .collect();
+    assert_eq!(ranks.len(), 2, "one report per rank with a device");
+    for r in &ranks {
+        let buffers = nccl_shm_buffers(&log, n(&r["process"]["pid"]));
+        assert!(!buffers.is_empty(), "NCCL logged its shared buffers for {}", r["process"]["pid"]);
+        let h = &r["host"];
+        assert_eq!(n(&h["registered_count"]), buffers.len() as u64, "{h}");
+        assert_eq!(n(&h["registered_peak_bytes"]), buffers.iter().sum::<u64>(), "{h}");
+        assert_eq!((n(&h["unregistered_count"]), n(&h["registered_live_bytes"])), (buffers.len() as u64, 0), "{h}");
+        assert_eq!(n(&r["health"]["lost_events"]), 0);
+    }
 }

@@ -93,7 +93,132 @@ fn memset_wide(dst: u64, pattern: &[u8], n: usize, stream: Option<(CUstream, boo
     Ok(())
 }
 
+/// `CUDA_MEMCPY2D` (the `_v2` layout, `size_t` offsets and pitches).
+#[repr(C)]
+pub struct Memcpy2D {
+    pub src_x: usize,
+    pub src_y: usize,
+    pub src_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: *mut c_void,
+    pub src_pitch: usize,
+    pub dst_x: usize,
+    pub dst_y: usize,
+    pub dst_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: *mut c_void,
+    pub dst_pitch: usize,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// `CUDA_MEMCPY2D_v1` (the 2000 ABI: 32-bit offsets, pitches and device pointers).
+#[repr(C)]
+pub struct Memcpy2DV1 {
+    pub src_x: c_uint,
+    pub src_y: c_uint,
+    pub src_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptrV1,
+    pub src_array: *mut c_void,
+    pub src_pitch: c_uint,
+    pub dst_x: c_uint,
+    pub dst_y: c_uint,
+    pub dst_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptrV1,
+    pub dst_array: *mut c_void,
+    pub dst_pitch: c_uint,
+    pub width: c_uint,
+    pub height: c_uint,
+}
+
+impl From<&Memcpy2DV1> for Memcpy2D {
+    fn from(c: &Memcpy2DV1) -> Memcpy2D {
+        Memcpy2D {
+            src_x: c.src_x as usize,
+            src_y: c.src_y as usize,
+            src_type: c.src_type,
+            src_host: c.src_host,
+            src_device: c.src_device as u64,
+            src_array: c.src_array,
+            src_pitch: c.src_pitch as usize,
+            dst_x: c.dst_x as usize,
+            dst_y: c.dst_y as usize,
+            dst_type: c.dst_type,
+            dst_host: c.dst_host,
+            dst_device: c.dst_device as u64,
+            dst_array: c.dst_array,
+            dst_pitch: c.dst_pitch as usize,
+            width: c.width as usize,
+            height: c.height as usize,
+        }
+    }
+}
+
+/// `CU_DEVICE_ATTRIBUTE_MAX_PITCH` of an H100.
+const MAX_PITCH: usize = 2147483647;
+
+/// One end of a 2D copy: the side checker of its memory type and the address of row 0 (arrays:
+/// the fake has none, so an array end is `CUDA_ERROR_INVALID_HANDLE`).
+fn end_2d(kind: c_uint, host: u64, device: u64, x: usize, y: usize, pitch: usize) -> R<(Side, u64)> {
+    let (side, base): (Side, u64) = match kind {
+        CU_MEMORYTYPE_HOST => (host_end, host),
+        CU_MEMORYTYPE_DEVICE => (device_end, device),
+        CU_MEMORYTYPE_UNIFIED => (any_end, device),
+        CU_MEMORYTYPE_ARRAY => return Err(CUDA_ERROR_INVALID_HANDLE),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    let off = y.checked_mul(pitch).and_then(|o| o.checked_add(x)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok((side, base.checked_add(off as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?))
+}
+
+/// `cuMemcpy2DAsync`: `height` rows of `width` bytes, each row's ends checked like a 1D copy's
+/// (a pitch under the width or over MAX_PITCH is `CUDA_ERROR_INVALID_VALUE`); every row is
+/// checked before any byte moves.
+fn copy_2d(c: &Memcpy2D, stream: CUstream, per_thread: bool) -> R {
+    let (src_side, src) = end_2d(c.src_type, c.src_host as u64, c.src_device, c.src_x, c.src_y, c.src_pitch)?;
+    let (dst_side, dst) = end_2d(c.dst_type, c.dst_host as u64, c.dst_device, c.dst_x, c.dst_y, c.dst_pitch)?;
+    let rows = if c.width == 0 { 0 } else { c.height };
+    let pitches_ok = |pitch: usize| pitch <= MAX_PITCH && (rows <= 1 || pitch >= c.width);
+    if !pitches_ok(c.src_pitch) || !pitches_ok(c.dst_pitch) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let ends = with_init(|p| {
+        p.stream(stream, per_thread)?;
+        (0..rows)
+            .map(|r| {
+                let (d, s) = (dst + (r * c.dst_pitch) as u64, src + (r * c.src_pitch) as u64);
+                Ok((dst_side(p, d, c.width as u64)?, src_side(p, s, c.width as u64)?))
+            })
+            .collect::<R<Vec<(End, End)>>>()
+    })?;
+    for (d, s) in ends {
+        // SAFETY: as in `copy`: each real end was checked for `width` bytes.
+        unsafe {
+            match (d, s) {
+                (End::Real(d), End::Real(s)) => std::ptr::copy(s, d, c.width),
+                (End::Real(d), End::Fake) => std::ptr::write_bytes(d, 0, c.width),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 entry! {
+    fn cuMemcpy2DAsync_v2(p_copy: *const Memcpy2D, h_stream: CUstream) {
+        copy_2d(p_copy.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?, h_stream, false)
+    }
+    fn cuMemcpy2DAsync_v2_ptsz(p_copy: *const Memcpy2D, h_stream: CUstream) {
+        copy_2d(p_copy.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?, h_stream, true)
+    }
+    fn cuMemcpy2DAsync(p_copy: *const Memcpy2DV1, h_stream: CUstream) {
+        copy_2d(&p_copy.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?.into(), h_stream, false)
+    }
+
     fn cuMemcpyHtoD_v2(dst_device: CUdeviceptr, src_host: *const c_void, byte_count: usize) {
         copy(dst_device, device_end, src_host as u64, host_end, byte_count, None)
     }

@@ -49,13 +49,14 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
     (81, 233472),       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
     (83, 1),            // MANAGED_MEMORY
     (89, 1),            // CONCURRENT_MANAGED_ACCESS
-    (91, 0),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    (91, 1),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (x86-64 Linux, unified addressing)
     (95, 1),            // COOPERATIVE_LAUNCH
     (97, 232448),       // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 227 KiB (NCCL's init checks its kernels fit)
     (99, 1),            // HOST_REGISTER_SUPPORTED
     (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
     (103, 1),           // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
     (106, 32),          // MAX_BLOCKS_PER_MULTIPROCESSOR
+    (111, 1024),        // RESERVED_SHARED_MEMORY_PER_BLOCK: 233472 per SM = 232448 opt-in + 1024
     (113, 1),           // READ_ONLY_HOST_REGISTER_SUPPORTED
     (115, 1),           // MEMORY_POOLS_SUPPORTED
     (116, 1),           // GPU_DIRECT_RDMA_SUPPORTED
@@ -67,6 +68,11 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
     (141, 1),           // HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
     (145, 1),           // HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 ];
+
+/// The value of device attribute `attrib` (in range; the PCI location ones are per device).
+pub fn attribute(attrib: c_int) -> c_int {
+    ATTRIBUTES.iter().find(|(a, _)| *a == attrib).map_or(0, |(_, v)| *v)
+}
 
 /// Creates a context on `dev`, makes it current (pushed), and returns its handle.
 ///
@@ -130,9 +136,15 @@ unsafe fn get_uuid(uuid: *mut [u8; 16], dev: CUdevice) -> state::R {
 fn limit_slot(limit: c_int) -> state::R<usize> {
     usize::try_from(limit).ok().filter(|l| *l < LIMITS_DEFAULT.len()).ok_or(CUDA_ERROR_INVALID_VALUE)
 }
-/// Defaults of `CU_LIMIT_STACK_SIZE` .. `CU_LIMIT_SHMEM_SIZE` (a real H100's).
-const LIMITS_DEFAULT: [usize; 8] = [1024, 1 << 20, 8 << 20, 2, 2048, 0, 32, 0];
-static LIMITS: std::sync::Mutex<[usize; 8]> = std::sync::Mutex::new(LIMITS_DEFAULT);
+/// Defaults of `CU_LIMIT_STACK_SIZE` .. `CU_LIMIT_CIG_ENABLED` (a real H100's). CIG_ENABLED is 0:
+/// the fake's contexts are never CUDA-in-graphics contexts. cuBLASLt's `cublasLtCtxInit` asks it
+/// and, when the query fails, takes the context's shared memory limit to be 0 ("Discovered
+/// per-ctx shared memory size limit = 0"): every GEMM's heuristic then finds no kernel that fits
+/// and `cublasGemmEx` answers CUBLAS_STATUS_NOT_SUPPORTED.
+const LIMITS_DEFAULT: [usize; 9] = [1024, 1 << 20, 8 << 20, 2, 2048, 0, 32, 0, 0];
+static LIMITS: std::sync::Mutex<[usize; 9]> = std::sync::Mutex::new(LIMITS_DEFAULT);
+/// `CU_LIMIT_SHMEM_SIZE` and `CU_LIMIT_CIG_ENABLED`: "Can only be queried, cannot be set" (cuda.h).
+const QUERY_ONLY_LIMITS: [usize; 2] = [7, 8];
 
 /// Shared body of the primary-context release ABIs.
 fn primary_release(dev: CUdevice) -> state::R {
@@ -233,7 +245,7 @@ entry! {
             33 => bus,
             34 => device,
             50 => domain,
-            _ => ATTRIBUTES.iter().find(|(a, _)| *a == attrib).map_or(0, |(_, v)| *v),
+            _ => attribute(attrib),
         };
         out(pi, v)
     }
@@ -496,6 +508,9 @@ entry! {
     fn cuCtxSetLimit(limit: c_int, value: usize) {
         let slot = limit_slot(limit)?;
         with_init(|p| p.current().map(|_| ()))?;
+        if QUERY_ONLY_LIMITS.contains(&slot) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         if let Ok(mut l) = LIMITS.lock() {
             l[slot] = value;
         }

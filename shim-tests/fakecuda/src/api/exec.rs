@@ -11,7 +11,7 @@
 //! real driver's documented order, and splitting them by family would scatter what a
 //! framework's start-up asks for in one sequence.
 
-use crate::api::ctx::STREAM_PRIORITY_GREATEST;
+use crate::api::ctx::{attribute, STREAM_PRIORITY_GREATEST};
 use crate::api::mem::pool_device;
 use crate::out;
 use crate::state::{handle, tag, tag_of, with_init, Event, Proc, Stream, R};
@@ -114,7 +114,7 @@ unsafe fn capture_info(
 }
 
 /// The library a kernel handle belongs to.
-fn kernel_library(p: &Proc, kernel: *mut c_void) -> R<u64> {
+pub fn kernel_library(p: &Proc, kernel: *mut c_void) -> R<u64> {
     let k = kernel as u64;
     let lib = handle(tag::LIBRARY, k);
     if tag_of(k) == tag::KERNEL && p.libraries.contains_key(&lib) {
@@ -126,7 +126,7 @@ fn kernel_library(p: &Proc, kernel: *mut c_void) -> R<u64> {
 
 /// A function handle: from `cuModuleGetFunction`/`cuKernelGetFunction`, or a kernel handle,
 /// which `cuLaunchKernel` also takes. A kernel used here loads its library into the context.
-fn launchable(p: &mut Proc, f: *mut c_void) -> R {
+pub fn launchable(p: &mut Proc, f: *mut c_void) -> R {
     let v = f as u64;
     match tag_of(v) {
         tag::FUNC if p.modules.contains_key(&handle(tag::MODULE, v)) => Ok(()),
@@ -156,7 +156,7 @@ pub struct CUlaunchConfig {
     pub num_attrs: c_uint,
 }
 
-/// Values of `CUfunction_attribute` 0..=17 (a small kernel compiled for sm_90).
+/// Defaults of `CUfunction_attribute` 0..=17 (a small kernel compiled for sm_90).
 fn function_attribute(attrib: c_int) -> R<c_int> {
     Ok(match attrib {
         0 => 1024,   // MAX_THREADS_PER_BLOCK
@@ -167,6 +167,57 @@ fn function_attribute(attrib: c_int) -> R<c_int> {
         1..=17 => 0,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
+}
+
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, `_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
+pub const FUNC_MAX_DYNAMIC_SHARED: c_int = 8;
+pub const FUNC_NON_PORTABLE_CLUSTER: c_int = 14;
+
+/// Checks a value for a settable attribute (cuda.h, cuFuncSetAttribute: 8, 9, 11-15 and 17;
+/// the others are read-only, `CUDA_ERROR_INVALID_VALUE`).
+fn settable(attrib: c_int, value: c_int) -> R {
+    let ok = match attrib {
+        FUNC_MAX_DYNAMIC_SHARED => (0..=attribute(97)).contains(&value), // opt-in per block, no static smem
+        9 => (-1..=100).contains(&value),                                // carveout, percent
+        11..=13 => value >= 0,                                           // required cluster dims
+        FUNC_NON_PORTABLE_CLUSTER => matches!(value, 0 | 1),
+        15 => (0..=3).contains(&value), // CUclusterSchedulingPolicy
+        17 => (0..=4).contains(&value), // CUsharedMemoryMode
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    }
+}
+
+/// Whose attributes a function handle reads and sets, on which device: a module's function in
+/// its module's context; a library's kernel (as a kernel, or as a function of the current
+/// context) on the current device.
+pub fn attribute_owner(p: &mut Proc, f: *mut c_void) -> R<(u64, usize)> {
+    launchable(p, f)?;
+    let v = f as u64;
+    let module = handle(tag::MODULE, v);
+    if tag_of(v) == tag::FUNC {
+        if let Some(m) = p.modules.get(&module) {
+            return Ok((module, m.dev));
+        }
+    }
+    Ok((handle(tag::LIBRARY, v), p.current()?.1))
+}
+
+/// An attribute's value for (owner, device): what was set, else the default.
+pub fn function_value(p: &Proc, owner: (u64, usize), attrib: c_int) -> R<c_int> {
+    let default = function_attribute(attrib)?;
+    Ok(p.func_attrs.get(&owner).and_then(|a| a.get(&attrib)).copied().unwrap_or(default))
+}
+
+fn set_function_value(p: &mut Proc, owner: (u64, usize), attrib: c_int, value: c_int) -> R {
+    function_attribute(attrib)?;
+    settable(attrib, value)?;
+    p.func_attrs.entry(owner).or_default().insert(attrib, value);
+    Ok(())
 }
 
 /// A `CUmemPool_attribute` value: (is 64-bit, value).
@@ -215,6 +266,30 @@ fn stream_memop(stream: CUstream, addr: CUdeviceptr, per_thread: bool) -> R {
     with_init(|p| {
         p.stream(stream, per_thread)?;
         p.check_range(addr, 4).map(|_| ())
+    })
+}
+
+/// `cuStreamBatchMemOp` (both ABIs): fewer than 256 `CUstreamBatchMemOpParams` (48 bytes: the
+/// operation, then for the value operations the address), flags 0. Waits and writes are checked
+/// like their single forms; flushes and barriers need nothing; the atomic reductions of CUDA 13
+/// are not supported by the simulated device.
+unsafe fn batch_mem_op(stream: CUstream, count: c_uint, params: *const [u64; 6], flags: c_uint, per_thread: bool) -> R {
+    with_init(|p| {
+        p.stream(stream, per_thread)?;
+        if flags != 0 || count >= 256 || (count > 0 && params.is_null()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        for i in 0..count as usize {
+            let op = params.add(i).read_unaligned();
+            match op[0] as u32 {
+                1 | 2 => p.check_range(op[1], 4).map(|_| ())?,
+                4 | 5 => p.check_range(op[1], 8).map(|_| ())?,
+                3 | 6 => {}
+                8 => return Err(CUDA_ERROR_NOT_SUPPORTED),
+                _ => return Err(CUDA_ERROR_INVALID_VALUE),
+            }
+        }
+        Ok(())
     })
 }
 
@@ -445,6 +520,19 @@ entry! {
         stream_memop(stream, addr, true)
     }
 
+    fn cuStreamBatchMemOp(stream: CUstream, count: c_uint, param_array: *const [u64; 6], flags: c_uint) {
+        batch_mem_op(stream, count, param_array, flags, false)
+    }
+    fn cuStreamBatchMemOp_ptsz(stream: CUstream, count: c_uint, param_array: *const [u64; 6], flags: c_uint) {
+        batch_mem_op(stream, count, param_array, flags, true)
+    }
+    fn cuStreamBatchMemOp_v2(stream: CUstream, count: c_uint, param_array: *const [u64; 6], flags: c_uint) {
+        batch_mem_op(stream, count, param_array, flags, false)
+    }
+    fn cuStreamBatchMemOp_v2_ptsz(stream: CUstream, count: c_uint, param_array: *const [u64; 6], flags: c_uint) {
+        batch_mem_op(stream, count, param_array, flags, true)
+    }
+
     fn cuLaunchHostFunc(h_stream: CUstream, f: Option<unsafe extern "C" fn(*mut c_void)>, user_data: *mut c_void) {
         host_func(h_stream, f, user_data, false)
     }
@@ -495,20 +583,22 @@ entry! {
     }
 
     fn cuKernelGetAttribute(pi: *mut c_int, attrib: c_int, kernel: *mut c_void, dev: CUdevice) {
-        with_init(|p| {
-            p.device(dev)?;
-            kernel_library(p, kernel)
+        let v = with_init(|p| {
+            let d = p.device(dev)?;
+            let lib = kernel_library(p, kernel)?;
+            function_value(p, (lib, d), attrib)
         })?;
-        out(pi, function_attribute(attrib)?)
+        out(pi, v)
     }
 
+    /// Per kernel and device; what cuBLASLt sets (the opt-in dynamic shared memory, non-portable
+    /// clusters) is what its occupancy queries then count on.
     fn cuKernelSetAttribute(attrib: c_int, val: c_int, kernel: *mut c_void, dev: CUdevice) {
-        let _ = val;
         with_init(|p| {
-            p.device(dev)?;
-            kernel_library(p, kernel)
-        })?;
-        function_attribute(attrib).map(|_| ())
+            let d = p.device(dev)?;
+            let lib = kernel_library(p, kernel)?;
+            set_function_value(p, (lib, d), attrib, val)
+        })
     }
 
     fn cuKernelSetCacheConfig(kernel: *mut c_void, config: c_int, dev: CUdevice) {
@@ -540,14 +630,18 @@ entry! {
     }
 
     fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: *mut c_void) {
-        with_init(|p| launchable(p, hfunc))?;
-        out(pi, function_attribute(attrib)?)
+        let v = with_init(|p| {
+            let owner = attribute_owner(p, hfunc)?;
+            function_value(p, owner, attrib)
+        })?;
+        out(pi, v)
     }
 
     fn cuFuncSetAttribute(hfunc: *mut c_void, attrib: c_int, value: c_int) {
-        let _ = value;
-        with_init(|p| launchable(p, hfunc))?;
-        function_attribute(attrib).map(|_| ())
+        with_init(|p| {
+            let owner = attribute_owner(p, hfunc)?;
+            set_function_value(p, owner, attrib, value)
+        })
     }
 
     fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: c_int) {

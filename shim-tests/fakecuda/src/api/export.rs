@@ -11,18 +11,22 @@
 //!   context, like `cuModuleLoadData`), retaining a device's primary context (slot 2), and two
 //!   calls with nothing to do here (7, and 12 which loads the JIT compilers).
 //! * TOOLS_RUNTIME_CALLBACK_HOOKS: two zeroed buffers of tools' state (slots 2 and 6).
-//! * TOOLS_TLS: its size only.
+//! * TOOLS_TLS: the calling thread's current context (slot 2).
 //! * CONTEXT_LOCAL_STORAGE: put/delete/get of a value per (context, key). The destroy callbacks
 //!   are recorded but never called: the fake never calls back into its caller's code.
 //! * CONTEXT_CHECKS: every context passes (slot 2 writes 0; slot 3 returns 0).
 //! * INTEGRITY_CHECK: the runtime proves it talks to a genuine driver by comparing slot 1's answer
 //!   with its own computation: two fixed words for versions ending in 0 and 1, otherwise an
 //!   HMAC-MD2 (RFC 2104 over RFC 1319) of the call's context ([`integrity`]).
+//! * CONTEXT_INFO (`21318c60-...`, no public name; cudart 13.5 and cuBLASLt 13 ask for it): a
+//!   context's id (slot 4), which cuBLASLt needs for every GEMM. Its layout (90 functions) is
+//!   Wine's nvcuda relay's; what slot 4 does was read from how cuBLASLt and cudart 13.5 call it.
+//! * `1734dc26-...` (no public name): a driver-held blob cuBLASLt 13 asks for (slot 4) and gives
+//!   back (slot 13) before its half-precision heuristics; the simulated driver holds none.
 //!
 //! The skip-init probe (`f8cff951-...`) answers `CUDA_ERROR_NOT_FOUND`, as a real driver does;
-//! any other id (a table the fake does not know, such as the one 13.5's runtime asks for,
-//! `21318c60-...`) answers `CUDA_ERROR_NOT_SUPPORTED`: that runtime then fails its calls
-//! cleanly with 801. Every call is traced (`init cuGetExportTable <uuid> -> <rc>`).
+//! any other id answers `CUDA_ERROR_NOT_SUPPORTED`. Every call is traced
+//! (`init cuGetExportTable <uuid> -> <rc>`).
 
 use crate::api::ctx::{device_pci, device_uuid, retain_primary};
 use crate::config::Config;
@@ -85,6 +89,8 @@ pub const TOOLS_TLS: Uuid = uuid("42d85a81-23f6-cb47-8298-f6e78a3aecdc");
 pub const CONTEXT_LOCAL_STORAGE: Uuid = uuid("c693336e-1121-df11-a8c3-68f355d89593");
 pub const CONTEXT_CHECKS: Uuid = uuid("263e8860-7cd2-6143-92f6-bbd5006dfa7e");
 pub const INTEGRITY_CHECK: Uuid = uuid("d4082055-bde6-704b-8d34-ba123c66e1f2");
+pub const CONTEXT_INFO: Uuid = uuid("21318c60-9714-3248-8ca6-41ff7324c8f2");
+pub const DRIVER_BLOB: Uuid = uuid("1734dc26-800d-4745-8726-c0f1e7dd8bca");
 
 /// The first slot of a table that starts with its size in bytes.
 const fn size_of<const N: usize>() -> *const c_void {
@@ -184,7 +190,45 @@ unsafe extern "C" fn hooks_buffer_2(ptr: *mut *mut c_void, size: *mut usize) {
 
 static TOOLS_HOOKS: Table<7> =
     Table([size_of::<7>(), NULL, hooks_buffer_1 as *const c_void, NULL, NULL, NULL, hooks_buffer_2 as *const c_void]);
-static TOOLS_TLS_TABLE: Table<4> = Table([size_of::<4>(), NULL, NULL, NULL]);
+
+/// TOOLS_TLS slot 2: `CUresult (CUcontext *ctx)`, the calling thread's current context (NULL when
+/// it has none), what a runtime puts in a tool's callback record: cudart 13.5 (cudaDeviceReset,
+/// cudaStreamGetPriority, ... with a tool subscribed) hands it to slot 4 of the callback-hooks
+/// table for the context's id. cuBLASLt 13 calls it on every `cublasLt*MatmulAlgoGetHeuristic`
+/// (an unguarded indirect call: NULL here was a SIGSEGV in `cublasGemmEx`) and keys its
+/// per-context heuristics by the id table `21318c60-...` gives that context ([`context_id`]).
+unsafe extern "C" fn current_context(ctx: *mut CUcontext) -> CUresult {
+    if ctx.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    ctx.write(state::current_handle() as CUcontext);
+    CUDA_SUCCESS
+}
+
+static TOOLS_TLS_TABLE: Table<4> = Table([size_of::<4>(), NULL, current_context as *const c_void, NULL]);
+
+// ---- CONTEXT_INFO (21318c60-...) ----
+
+/// Slot 4: `CUresult (CUcontext ctx, unsigned long long *id)`, a context's unique id (what
+/// `cuCtxGetId` answers). cuBLASLt 13 asks it for the current context (TOOLS_TLS slot 2) before
+/// every heuristic query and answers CUBLAS_STATUS_NOT_SUPPORTED when it cannot: without this
+/// table no GEMM runs.
+unsafe extern "C" fn context_id(ctx: CUcontext, id: *mut u64) -> CUresult {
+    guarded(|| {
+        let h = with_init(|p| p.ctx(ctx as u64).map(|_| ctx as u64))?;
+        crate::out(id, h & 0xffff_ffff)
+    })
+}
+
+/// 90 function slots after the size (the layout Wine's nvcuda relay gives this table). The
+/// runtimes call the others only from a tool's callbacks, which never run on the fake.
+const CONTEXT_INFO_SLOTS: usize = 91;
+static CONTEXT_INFO_TABLE: Table<CONTEXT_INFO_SLOTS> = {
+    let mut t = [NULL; CONTEXT_INFO_SLOTS];
+    t[0] = size_of::<CONTEXT_INFO_SLOTS>();
+    t[4] = context_id as *const c_void;
+    Table(t)
+};
 
 // ---- CONTEXT_LOCAL_STORAGE ----
 
@@ -442,6 +486,42 @@ pub mod integrity {
     }
 }
 
+// ---- 1734dc26-... ----
+
+/// Slot 4: `CUresult (void **data, size_t *size)`, a driver-held blob cuBLASLt 13 reads before
+/// its bf16/fp16 heuristics (it walks the bytes when it gets some, and hands them back through
+/// slot 13). cuBLASLt calls the table without checking that `cuGetExportTable` found it (a
+/// SIGSEGV in `cublasLtTSTMatmulAlgoGetHeuristic` without it), but goes on without the blob when
+/// slot 4 fails or gives NULL. The simulated driver holds none: NULL, 0 and
+/// `CUDA_ERROR_NOT_FOUND`.
+unsafe extern "C" fn driver_blob(data: *mut *mut c_void, size: *mut usize) -> CUresult {
+    if data.is_null() || size.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    data.write(std::ptr::null_mut());
+    size.write(0);
+    CUDA_ERROR_NOT_FOUND
+}
+
+/// Slot 13: gives back what slot 4 handed out (nothing, on the fake).
+unsafe extern "C" fn driver_blob_release(data: *mut c_void, size: usize) -> CUresult {
+    let _ = size;
+    if data.is_null() {
+        CUDA_SUCCESS
+    } else {
+        CUDA_ERROR_INVALID_VALUE
+    }
+}
+
+const DRIVER_BLOB_SLOTS: usize = 16;
+static DRIVER_BLOB_TABLE: Table<DRIVER_BLOB_SLOTS> = {
+    let mut t = [NULL; DRIVER_BLOB_SLOTS];
+    t[0] = size_of::<DRIVER_BLOB_SLOTS>();
+    t[4] = driver_blob as *const c_void;
+    t[13] = driver_blob_release as *const c_void;
+    Table(t)
+};
+
 /// The table for `id`, if the fake has it.
 fn table(id: &Uuid) -> Option<*const c_void> {
     Some(match *id {
@@ -451,6 +531,8 @@ fn table(id: &Uuid) -> Option<*const c_void> {
         CONTEXT_LOCAL_STORAGE => STORAGE.0.as_ptr().cast(),
         CONTEXT_CHECKS => CHECKS.0.as_ptr().cast(),
         INTEGRITY_CHECK => INTEGRITY.0.as_ptr().cast(),
+        CONTEXT_INFO => CONTEXT_INFO_TABLE.0.as_ptr().cast(),
+        DRIVER_BLOB => DRIVER_BLOB_TABLE.0.as_ptr().cast(),
         _ => return None,
     })
 }

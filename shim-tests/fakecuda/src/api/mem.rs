@@ -128,7 +128,9 @@ unsafe fn host_alloc(pp: *mut *mut c_void, size: u64, flags: c_uint) -> R {
         let len = size.checked_add(4095).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? & !4095;
         let ptr = state::map_host(len)?;
         let base = ptr as u64;
-        p.host.insert(base, HostRange { base, size, owned: Some(len as usize), ctx, dev });
+        // cuda.h (Unified Addressing, "Automatic Mapping of Host Allocated Host Memory"): every
+        // cuMemHostAlloc allocation is reachable from all devices, DEVICEMAP or not.
+        p.host.insert(base, HostRange { base, size, owned: Some(len as usize), mapped: true, ctx, dev });
         Ok(ptr)
     })?;
     pp.write(ptr);
@@ -147,9 +149,69 @@ fn host_register(ptr: *mut c_void, size: usize, flags: c_uint) -> R {
         if overlaps {
             return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        p.host.insert(base, HostRange { base, size, owned: None, ctx, dev });
+        let mapped = flags & CU_MEMHOSTREGISTER_DEVICEMAP != 0;
+        p.host.insert(base, HostRange { base, size, owned: None, mapped, ctx, dev });
         Ok(())
     })
+}
+
+/// The device address of mapped pinned host memory: every simulated device reads host memory at
+/// its host address (`CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM` is 1), so, as cuda.h says of
+/// such a machine, it is the host pointer itself. In cuda.h's order: a current context, then
+/// `Flags` (must be 0), then `p` inside host memory allocated by the driver or registered with
+/// `CU_MEMHOSTREGISTER_DEVICEMAP` (anything else, pageable memory included, is
+/// `CUDA_ERROR_INVALID_VALUE`).
+fn host_device_pointer(ptr: *mut c_void, flags: c_uint) -> R<u64> {
+    with_init(|p| {
+        p.current()?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        match p.find_host(ptr as u64) {
+            Some(r) if r.mapped => Ok(ptr as u64),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    })
+}
+
+/// `cuMemPrefetchAsync` (both ABIs): the stream, the destination (a device, or the host), then
+/// the range, which must lie in managed memory (the simulated devices have no
+/// PAGEABLE_MEMORY_ACCESS). Nothing moves: managed memory is host memory on the fake.
+fn prefetch(ptr: CUdeviceptr, count: usize, to_host: bool, dev: CUdevice, stream: CUstream, per_thread: bool) -> R {
+    with_init(|p| {
+        p.stream(stream, per_thread)?;
+        if !to_host {
+            p.device(dev).map_err(|_| CUDA_ERROR_INVALID_DEVICE)?;
+        }
+        match p.check_range(ptr, count as u64) {
+            Ok(a) if a.kind == Kind::Managed && count > 0 => Ok(()),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    })
+}
+
+/// `CU_DEVICE_CPU`.
+const DEVICE_CPU: CUdevice = -1;
+
+/// A `cuMemPrefetchAsync_v2` location: a device, or the host (any NUMA form); flags must be 0.
+fn prefetch_v2(
+    ptr: CUdeviceptr,
+    count: usize,
+    loc: CUmemLocation,
+    flags: c_uint,
+    stream: CUstream,
+    per_thread: bool,
+) -> R {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    match loc.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => prefetch(ptr, count, false, loc.id, stream, per_thread),
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => {
+            prefetch(ptr, count, true, 0, stream, per_thread)
+        }
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
 }
 
 /// Value of one pointer attribute.
@@ -486,6 +548,33 @@ entry! {
     /// The 4000 ABI (same signature).
     fn cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) {
         host_register(p, bytesize, flags)
+    }
+
+    fn cuMemPrefetchAsync(dev_ptr: CUdeviceptr, count: usize, dst_device: CUdevice, h_stream: CUstream) {
+        prefetch(dev_ptr, count, dst_device == DEVICE_CPU, dst_device, h_stream, false)
+    }
+
+    fn cuMemPrefetchAsync_ptsz(dev_ptr: CUdeviceptr, count: usize, dst_device: CUdevice, h_stream: CUstream) {
+        prefetch(dev_ptr, count, dst_device == DEVICE_CPU, dst_device, h_stream, true)
+    }
+
+    fn cuMemPrefetchAsync_v2(dev_ptr: CUdeviceptr, count: usize, location: CUmemLocation, flags: c_uint, h_stream: CUstream) {
+        prefetch_v2(dev_ptr, count, location, flags, h_stream, false)
+    }
+
+    fn cuMemPrefetchAsync_v2_ptsz(dev_ptr: CUdeviceptr, count: usize, location: CUmemLocation, flags: c_uint, h_stream: CUstream) {
+        prefetch_v2(dev_ptr, count, location, flags, h_stream, true)
+    }
+
+    fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) {
+        let d = host_device_pointer(p, flags)?;
+        out(pdptr, d)
+    }
+
+    /// The 32-bit ABI: an address above 4 GiB does not fit its device pointer.
+    fn cuMemHostGetDevicePointer(pdptr: *mut CUdeviceptrV1, p: *mut c_void, flags: c_uint) {
+        let d = host_device_pointer(p, flags)?;
+        out(pdptr, CUdeviceptrV1::try_from(d).map_err(|_| CUDA_ERROR_INVALID_VALUE)?)
     }
 
     fn cuMemHostUnregister(ptr: *mut c_void) {

@@ -10,5 +10,8 @@ pub mod exec;
 pub mod export;
 pub mod ipc;
 pub mod mem;
+pub mod module;
+pub mod occupancy;
 pub mod stream;
+pub mod tensormap;
 pub mod vmm;

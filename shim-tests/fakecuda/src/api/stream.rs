@@ -229,6 +229,24 @@ fn options_ok<A, B>(n: c_uint, a: *const A, b: *const B) -> bool {
     n == 0 || (!a.is_null() && !b.is_null())
 }
 
+/// `CUlibraryOption`s (cuda.h): HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE (0) takes a value (its
+/// table), BINARY_IS_PRESERVED (1) none (only for `cuLibraryLoadData`), so the values array may
+/// be NULL when no option needs one. cuBLASLt 13 loads its CUTLASS kernels with
+/// `{BINARY_IS_PRESERVED}` and no values; refusing that left every such kernel unknown.
+unsafe fn library_options_ok(n: c_uint, options: *const c_int, values: *const *mut c_void, from_data: bool) -> bool {
+    if n == 0 {
+        return true;
+    }
+    if options.is_null() {
+        return false;
+    }
+    std::slice::from_raw_parts(options, n as usize).iter().all(|&o| match o {
+        0 => !values.is_null(),
+        1 => from_data,
+        _ => false,
+    })
+}
+
 /// A file to load must exist (`CUDA_ERROR_FILE_NOT_FOUND` otherwise).
 unsafe fn check_file(fname: *const c_char) -> R<bool> {
     if fname.is_null() {
@@ -248,6 +266,7 @@ fn unload_module(h: u64) -> R {
         }
         let c = p.modules.remove(&h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         p.drop_costly(c);
+        p.forget_module(h);
         Ok(())
     })
 }
@@ -264,8 +283,23 @@ fn unload_library(h: u64) -> R {
                 p.drop_costly(c);
             }
         }
+        p.forget_module(h);
         Ok(())
     })
+}
+
+/// A graph node handle: the fake's graphs have none (their captured work is not recorded), so
+/// every node is `CUDA_ERROR_INVALID_VALUE`, as an unknown node is to the driver.
+fn no_node() -> R {
+    Err(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// A node of an instantiated graph: the exec must be live, and then the node is unknown.
+fn exec_node(p: &Proc, exec: CUgraphExec) -> R {
+    if !p.execs.contains_key(&(exec as u64)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    no_node()
 }
 
 /// The context and device of a stream: a created stream's own; for the default streams (NULL,
@@ -460,6 +494,32 @@ entry! {
         instantiate_with_log(ph_graph_exec, h_graph, ph_error_node, log_buffer, buffer_size)
     }
 
+    /// The fake's graphs have no nodes (cuGraphGetNodes lists none), so no node handle is valid.
+    fn cuGraphNodeGetType(h_node: CUgraphNode, type_: *mut c_int) {
+        let _ = (h_node, type_);
+        with_init(|_| no_node())
+    }
+
+    fn cuGraphKernelNodeGetParams(h_node: CUgraphNode, node_params: *mut c_void) {
+        let _ = (h_node, node_params);
+        with_init(|_| no_node())
+    }
+
+    fn cuGraphKernelNodeGetParams_v2(h_node: CUgraphNode, node_params: *mut c_void) {
+        let _ = (h_node, node_params);
+        with_init(|_| no_node())
+    }
+
+    fn cuGraphExecKernelNodeSetParams(h_graph_exec: CUgraphExec, h_node: CUgraphNode, node_params: *const c_void) {
+        let _ = (h_node, node_params);
+        with_init(|p| exec_node(p, h_graph_exec))
+    }
+
+    fn cuGraphExecKernelNodeSetParams_v2(h_graph_exec: CUgraphExec, h_node: CUgraphNode, node_params: *const c_void) {
+        let _ = (h_node, node_params);
+        with_init(|p| exec_node(p, h_graph_exec))
+    }
+
     fn cuGraphExecDestroy(h_graph_exec: CUgraphExec) {
         with_init(|p| {
             let c = p.execs.remove(&(h_graph_exec as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -502,13 +562,13 @@ entry! {
     /// Context-independent and lazy: nothing is charged until a kernel of it is used.
     fn cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_options_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_int, library_option_values: *mut *mut c_void, num_library_options: c_uint) {
         let opts = options_ok(num_jit_options, jit_options, jit_options_values)
-            && options_ok(num_library_options, library_options, library_option_values);
+            && library_options_ok(num_library_options, library_options, library_option_values, true);
         library_load(library, !code.is_null(), opts)
     }
 
     fn cuLibraryLoadFromFile(library: *mut CUlibrary, file_name: *const c_char, jit_options: *mut c_int, jit_options_values: *mut *mut c_void, num_jit_options: c_uint, library_options: *mut c_int, library_option_values: *mut *mut c_void, num_library_options: c_uint) {
         let opts = options_ok(num_jit_options, jit_options, jit_options_values)
-            && options_ok(num_library_options, library_options, library_option_values);
+            && library_options_ok(num_library_options, library_options, library_option_values, false);
         let exists = check_file(file_name)?;
         library_load(library, exists, opts)
     }
