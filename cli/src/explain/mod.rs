@@ -156,6 +156,7 @@ fn notes(run: &Run) -> Vec<String> {
         .skipped
         .iter()
         .map(|s| {
+            let s = crate::load::file_error(s);
             format!("skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)")
         })
         .collect();
