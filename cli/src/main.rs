@@ -41,8 +41,7 @@ use clap::{CommandFactory, Parser};
 use doc::Format;
 use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
-use layout::{ColorChoice, Stream, Style};
-use std::io::Write;
+use layout::{print_stdout, ColorChoice, Stream, Style};
 use std::path::PathBuf;
 
 fn main() {
@@ -57,13 +56,6 @@ fn main() {
     // `culedger run` whose command died of a signal ends by that signal.
     wrap::end_like_cmd();
     std::process::exit(code);
-}
-
-/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
-/// a message.
-pub fn print_stdout(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
 
 /// Prints a document or JSON value to stdout.

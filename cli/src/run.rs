@@ -153,7 +153,7 @@ fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
                     "{}: holds the reports of another run ({}{runs}); choose another -o, remove them, or pass \
                      --append to add this run",
                     dir.display(),
-                    crate::report::count(n, "file", "files")
+                    crate::units::count(n, "file", "files")
                 )));
             }
             dir

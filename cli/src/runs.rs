@@ -51,7 +51,7 @@ fn list(runs: &[RunListing]) -> String {
             format!(
                 "{}: {} from {}",
                 g.id,
-                crate::report::count(g.procs, "process", "processes"),
+                crate::units::count(g.procs, "process", "processes"),
                 crate::clock::fmt_wall(g.start_us)
             )
         })
