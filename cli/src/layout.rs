@@ -415,14 +415,6 @@ fn render_fitted(t: &TableSpec, max: usize) -> String {
     out
 }
 
-/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
-/// a message.
-pub fn print_stdout(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

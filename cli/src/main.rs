@@ -22,11 +22,13 @@ mod html;
 mod layout;
 mod load;
 mod metrics;
+mod output;
 mod plot;
 mod report;
 mod run;
 mod runs;
 mod screen;
+mod serve;
 mod sites;
 mod summary;
 mod top;
@@ -41,7 +43,8 @@ use clap::{CommandFactory, Parser};
 use doc::Format;
 use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
-use layout::{print_stdout, ColorChoice, Stream, Style};
+use layout::{ColorChoice, Stream, Style};
+use output::print_stdout;
 use std::path::PathBuf;
 
 fn main() {
@@ -70,8 +73,7 @@ fn emit<T: serde::Serialize>(
         Format::Json => serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n",
         _ => doc().render(format, Style::for_stream(color, Stream::Stdout)),
     };
-    print_stdout(&text);
-    Ok(())
+    print_stdout(&text)
 }
 
 /// Loads one run from `paths` as `sel` asks.
@@ -96,7 +98,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                     paths.iter().map(|p| screen::shell_word(&p.display().to_string())).collect::<Vec<_>>().join(" ");
                 print_stdout(
                     &screen::document(&run, &dir).render(Format::Text, Style::for_stream(color, Stream::Stdout)),
-                );
+                )?;
                 return Ok(0);
             }
             let s = crate::summary::summarize(&run, all_categories);
@@ -184,7 +186,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             };
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "culedger", &mut buf);
-            print_stdout(&String::from_utf8_lossy(&buf));
+            print_stdout(&String::from_utf8_lossy(&buf))?;
             Ok(0)
         }
     }
