@@ -114,10 +114,10 @@ pub fn explain(run: &Run) -> Explanation {
     let verdict = if failures + warnings == 0 && !impossible.is_empty() {
         format!(
             "{} that cannot all be true: these are not the figures of one GPU each",
-            crate::report::count(impossible.len(), "figure", "figures")
+            crate::units::count(impossible.len(), "figure", "figures")
         )
     } else if failures + warnings == 0 && infos > 0 {
-        format!("nothing alarming; {} below", crate::report::count(infos, "observation", "observations"))
+        format!("nothing alarming; {} below", crate::units::count(infos, "observation", "observations"))
     } else if failures + warnings == 0 {
         "no findings: no allocation failed, the ranks sized their pools alike, untracked memory never rose by more \
          than 256 MiB between two queries, no category kept growing at the end of the run, and the ranks are \
@@ -126,10 +126,10 @@ pub fn explain(run: &Run) -> Explanation {
     } else {
         let mut parts = Vec::new();
         if failures > 0 {
-            parts.push(crate::report::count(failures, "failed allocation", "failed allocations"));
+            parts.push(crate::units::count(failures, "failed allocation", "failed allocations"));
         }
         if warnings > 0 {
-            parts.push(crate::report::count(warnings, "warning", "warnings"));
+            parts.push(crate::units::count(warnings, "warning", "warnings"));
         }
         format!("{}, most important first", parts.join(" and "))
     };
@@ -165,7 +165,10 @@ impl Explanation {
 fn notes(run: &Run) -> Vec<String> {
     let mut out: Vec<String> = crate::analysis::ordinal_fallback_note(run).into_iter().collect();
     out.extend(run.skipped.iter().map(|s| {
-        format!("skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)")
+        let s = crate::load::file_error(s);
+        format!(
+            "skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)"
+        )
     }));
     for r in &run.procs {
         let status = crate::runs::status(r, run.summary.as_ref());
