@@ -22,6 +22,9 @@ pub struct Run {
     /// Files inside a directory that could not be read, one message each (they were
     /// reported on stderr and left out).
     pub skipped: Vec<String>,
+    /// Paths named that do not exist (yet, or any more): only the live views (`load_live`)
+    /// keep going without them.
+    pub missing: Vec<PathBuf>,
 }
 
 /// The fields of a `culedger-summary/1` besides its processes.
@@ -39,11 +42,62 @@ pub struct SummaryMeta {
 
 /// The summary's own fields, when `path` is a readable `culedger-summary/1`.
 fn summary_meta(path: &Path) -> Option<SummaryMeta> {
-    let value: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    if value.get("schema").and_then(Value::as_str) != Some(SUMMARY_SCHEMA) {
-        return None;
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        schema: Option<String>,
+        #[serde(flatten)]
+        meta: SummaryMeta,
     }
-    serde_json::from_value(value).ok()
+    let bytes = read_bounded(path).ok()?;
+    let doc: Doc = serde_json::from_slice(&bytes).ok()?;
+    (doc.schema.as_deref() == Some(SUMMARY_SCHEMA)).then_some(doc.meta)
+}
+
+/// The most bytes one report or summary file may have (a report of one busy device is about
+/// 0.5 MB, its writer keeps every list bounded: docs/reliability.md). A larger file is
+/// refused, not read.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// The bytes of a report file: a regular file (a FIFO, a device, a symlink to `/dev/zero`
+/// is refused in one line, never read or waited on) of at most [`MAX_FILE_BYTES`].
+pub fn read_bounded(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let shown = path.display();
+    // O_NONBLOCK: opening a FIFO does not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(format!("{shown}: not a report file ({what}), not read"));
+    }
+    let too_big = |n: u64| {
+        format!("{shown}: {} MiB, over the {} MiB a report file may have; not read", n >> 20, MAX_FILE_BYTES >> 20)
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// Checks a parsed document against `culedger/1` and converts it.
@@ -54,34 +108,72 @@ pub fn report_from_value(value: Value, origin: &Path) -> std::result::Result<Rep
         Some(_) | None => return Err(format!("{shown}: not a culedger report (no \"schema\" field)")),
     };
     if schema != SCHEMA {
-        return Err(if schema.starts_with("culedger/") {
-            format!("{shown}: unsupported report version \"{schema}\" (this culedger reads \"{SCHEMA}\")")
-        } else {
-            format!("{shown}: not a culedger report (schema \"{schema}\", expected \"{SCHEMA}\")")
-        });
+        return Err(schema_error(&schema, origin));
     }
     serde_json::from_value(value).map_err(|e| format!("{shown}: malformed {SCHEMA} report: {e}"))
 }
 
+/// What a document says it is, read without building it (every other field skipped).
+#[derive(serde::Deserialize)]
+struct Probe {
+    schema: Option<Value>,
+}
+
+/// A `culedger-summary/1`'s processes.
+#[derive(serde::Deserialize)]
+struct SummaryDoc {
+    processes: Option<Vec<Report>>,
+}
+
+/// Parses one file's bytes: a per-process report or a `culedger-summary/1`, straight into the
+/// format crate's types (never a generic JSON tree first: memory stays near the size of
+/// what the report holds).
+pub fn parse(bytes: &[u8], path: &Path) -> std::result::Result<Vec<Report>, String> {
+    let shown = path.display();
+    let report_error = match serde_json::from_slice::<Report>(bytes) {
+        Ok(r) if r.schema == SCHEMA => return Ok(vec![r]),
+        Ok(_) => None,
+        Err(e) => Some(e),
+    };
+    let probe: Probe = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Eof => format!("{shown}: truncated JSON ({e})"),
+        serde_json::error::Category::Data => format!("{shown}: not a culedger report (no \"schema\" field)"),
+        _ => format!("{shown}: invalid JSON ({e})"),
+    })?;
+    let schema = match probe.schema {
+        Some(Value::String(s)) => s,
+        Some(_) | None => return Err(format!("{shown}: not a culedger report (no \"schema\" field)")),
+    };
+    if schema == SUMMARY_SCHEMA {
+        let doc: SummaryDoc =
+            serde_json::from_slice(bytes).map_err(|e| format!("{shown}: malformed {SUMMARY_SCHEMA}: {e}"))?;
+        let procs = doc.processes.ok_or_else(|| format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"))?;
+        if let Some(other) = procs.iter().find(|r| r.schema != SCHEMA) {
+            return Err(schema_error(&other.schema, path));
+        }
+        return Ok(procs);
+    }
+    if schema != SCHEMA {
+        return Err(schema_error(&schema, path));
+    }
+    Err(format!(
+        "{shown}: malformed {SCHEMA} report: {}",
+        report_error.map_or_else(|| "unreadable".to_string(), |e| e.to_string())
+    ))
+}
+
+fn schema_error(schema: &str, origin: &Path) -> String {
+    let shown = origin.display();
+    if schema.starts_with("culedger/") {
+        format!("{shown}: unsupported report version \"{schema}\" (this culedger reads \"{SCHEMA}\")")
+    } else {
+        format!("{shown}: not a culedger report (schema \"{schema}\", expected \"{SCHEMA}\")")
+    }
+}
+
 /// Reads one file: a per-process report or a `culedger-summary/1`.
 fn read_file(path: &Path) -> std::result::Result<Vec<Report>, String> {
-    let shown = path.display();
-    let text = std::fs::read(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let value: Value = serde_json::from_slice(&text).map_err(|e| {
-        if e.is_eof() {
-            format!("{shown}: truncated JSON ({e})")
-        } else {
-            format!("{shown}: invalid JSON ({e})")
-        }
-    })?;
-    if value.get("schema").and_then(Value::as_str) == Some(SUMMARY_SCHEMA) {
-        let procs = value
-            .get("processes")
-            .and_then(Value::as_array)
-            .ok_or_else(|| format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"))?;
-        return procs.iter().cloned().map(|p| report_from_value(p, path)).collect();
-    }
-    Ok(vec![report_from_value(value, path)?])
+    parse(&read_bounded(path)?, path)
 }
 
 /// Is this file name a per-process report? Every `culedger-*.json`: the names of today's
@@ -165,13 +257,18 @@ pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
 }
 
 /// Loads what `paths` hold now, for the views of a run that is still going (`top`,
-/// `metrics`): an empty or missing directory gives an empty run, and a file that cannot be
+/// `metrics`): an empty directory gives an empty run, a missing path is listed in
+/// `missing`, and a file that cannot be
 /// read (half-written by a writer that does not rename, or being replaced) is counted in
 /// `skipped`, never printed: a live view reads the directory every second.
 pub fn load_live(paths: &[PathBuf]) -> Run {
     let mut run =
         Run { label: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "), ..Run::default() };
     for path in paths {
+        if std::fs::symlink_metadata(path).is_err() {
+            run.missing.push(path.clone());
+            continue;
+        }
         let summary = if path.is_dir() { path.join("summary.json") } else { path.clone() };
         if paths.len() == 1 {
             run.summary = summary_meta(&summary);
