@@ -44,6 +44,7 @@ use doc::Format;
 use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
 use layout::{ColorChoice, Stream, Style};
+use output::print_stdout;
 use std::path::PathBuf;
 
 fn main() {
@@ -58,12 +59,6 @@ fn main() {
     // `culedger run` whose command died of a signal ends by that signal.
     wrap::end_like_cmd();
     std::process::exit(code);
-}
-
-/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
-/// a message, any other failure is (see `output`).
-pub fn print_stdout(text: &str) -> Result<()> {
-    output::stdout(text.as_bytes())
 }
 
 /// Prints a document or JSON value to stdout.
@@ -167,7 +162,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             eprintln!("culedger: wrote {}", plot::write_svg(&run, &output, all_categories, window)?);
             Ok(0)
         }
-        Command::Top { paths, once, fold } => top::command(&paths, top::Options { once, fold }),
+        Command::Top { paths, once, fold, wait } => top::command(&paths, top::Options { once, fold, wait }),
         Command::Metrics { paths, listen, sites } => {
             metrics::command(&paths, listen.as_deref(), &metrics::Options { sites })
         }

@@ -11,6 +11,8 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+mod frames;
+
 /// How an output path is named in messages: `-` is stdout.
 pub fn shown_path(path: &Path) -> String {
     if path.as_os_str() == "-" {
@@ -374,11 +376,11 @@ fn synthesize(g: &DeviceGroup) -> Synth {
         }
     }
     steps.sort_by_key(|(t, member, order, ..)| (*t, *member, *order));
-    let mut cursor = crate::sites::SiteCursor::new(g);
+    let mut cursor = frames::SiteCursor::new(g);
     for (t, _, order, owner, cat, value) in steps {
         let now = s.current.get(&(owner.clone(), cat.to_string())).copied().unwrap_or(0);
         let pid = owner.strip_prefix("pid ").and_then(|p| p.parse::<i64>().ok());
-        s.alloc_frames = crate::sites::frames_of_allocation(g, &owner, order, cat).or_else(|| match pid {
+        s.alloc_frames = frames::frames_of_allocation(g, &owner, order, cat).or_else(|| match pid {
             Some(pid) if value > now => cursor.frames(pid, cat, value - now),
             _ => None,
         });
@@ -403,7 +405,9 @@ fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i6
 }
 
 pub fn memory_viz(run: &Run) -> Snapshot {
-    let gs = groups(run);
+    // Devices beyond the ordinals a snapshot can list are left out (`write_memory_viz`
+    // refuses them first).
+    let gs: Vec<DeviceGroup> = groups(run).into_iter().filter(|g| (0..=MAX_DEVICE_INDEX).contains(&g.index)).collect();
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
@@ -411,7 +415,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     for g in &gs {
         let s = synthesize(g);
         let mut segs = s.segments();
-        crate::sites::attach_frames(&mut segs, g);
+        frames::attach_frames(&mut segs, g);
         // A segment shows the frames of its first block (its call site, when known).
         for seg in &mut segs {
             if let Some(b) = seg.blocks.first() {
@@ -439,7 +443,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
                 size: f.bytes,
                 stream: 0,
                 time_us: at,
-                frames: crate::sites::frames_of_failure(&m, f)
+                frames: frames::frames_of_failure(&m, f)
                     .unwrap_or_else(|| Synth::frames(&format!("pid {}", m.pid()), &format!("{} failed", f.api))),
                 category: UNKNOWN.into(),
                 device_free: Some(free.unwrap_or(0).max(0)),
@@ -473,7 +477,19 @@ pub fn memory_viz(run: &Run) -> Snapshot {
 }
 
 /// Writes the snapshot; returns what to tell the user.
+/// The device ordinals a memory_viz snapshot can hold: its `device_traces` is a list
+/// indexed by ordinal, so an index from a report is bounded before it sizes that list
+/// (CUDA's ordinals are small; the interposer keeps 0..64).
+pub const MAX_DEVICE_INDEX: i64 = 1023;
+
 pub fn write_memory_viz(run: &Run, out: &Path) -> Result<String> {
+    if let Some(g) = groups(run).iter().find(|g| !(0..=MAX_DEVICE_INDEX).contains(&g.index)) {
+        return Err(Fail::input(format!(
+            "export --memory-viz: {} device index {} is outside 0..{MAX_DEVICE_INDEX} (a snapshot lists devices by ordinal)",
+            crate::layout::printable(&g.host),
+            g.index
+        )));
+    }
     let snapshot = memory_viz(run);
     let n: usize = snapshot.device_traces.iter().map(Vec::len).sum();
     let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())
