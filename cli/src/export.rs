@@ -9,7 +9,6 @@ use crate::units::fmt_bytes;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::Path;
 
 /// How an output path is named in messages: `-` is stdout.
@@ -21,15 +20,7 @@ pub fn shown_path(path: &Path) -> String {
     }
 }
 
-/// Writes `bytes` to `path`, or to stdout for `-`.
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    if path.as_os_str() == "-" {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(bytes).and_then(|_| out.flush());
-        return Ok(());
-    }
-    std::fs::write(path, bytes).map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
-}
+use crate::output::write;
 
 // ---------------------------------------------------------------------------------------
 // Perfetto / Chrome trace event format.

@@ -568,11 +568,7 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool, window:
     }
     let doc = svg(run, all_categories, window)?;
     let n = groups(run).len();
-    if out.as_os_str() == "-" {
-        crate::print_stdout(&(doc.to_string() + "\n"));
-    } else {
-        svg::save(out, &doc).map_err(|e| Fail::input(format!("{}: cannot write: {e}", out.display())))?;
-    }
+    crate::output::write(out, (doc.to_string() + "\n").as_bytes())?;
     Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::report::count(n, "panel", "panels")))
 }
 

@@ -352,7 +352,7 @@ pub fn command(paths: &[PathBuf], opts: Options) -> Result<i32> {
             std::env::var("COLUMNS").ok().as_deref(),
             crossterm::terminal::size().ok().map(|s| s.0 as usize),
         );
-        crate::print_stdout(&once_text(paths, view, width.clamp(60, 400) as u16));
+        crate::print_stdout(&once_text(paths, view, width.clamp(60, 400) as u16))?;
         return Ok(0);
     }
     if !std::io::stdout().is_terminal() {

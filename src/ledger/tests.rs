@@ -627,6 +627,8 @@ fn host_vmm_memory_lives_like_device_vmm() {
         ["vmm_live_bytes", "vmm_peak_bytes", "vmm_create_count", "vmm_release_count"].map(|k| h[k].as_u64().unwrap())
     };
     assert_eq!(host(&l), [4 << 20, 4 << 20, 1, 0]);
+    assert!(l.vmm_export(0x77), "a host-located handle is exported as host memory");
+    assert_eq!(l.to_json()["health"]["lost_events"], 0, "no device ordinal -1: nothing lost");
     assert_eq!(l.vmm_handle_at(0x6000_0000_1000), Some(0x77));
     assert!(l.vmm_retain(0x77));
     assert!(l.vmm_release(0x77));

@@ -158,11 +158,16 @@ impl Ledger {
         self.vmm_export_by(handle, "vmm_export")
     }
 
-    /// `vmm_export`, naming the exporting entry point in the event list.
+    /// `vmm_export`, naming the exporting entry point in the event list. A host-located
+    /// handle (NCCL's and vLLM's `CU_MEM_LOCATION_TYPE_HOST*` memory, shared between ranks
+    /// through a POSIX file descriptor) is host memory: known, and nothing on a device changes.
     pub fn vmm_export_by(&self, handle: u64, api: &'static str) -> bool {
         let Some(dev) = self.vmm.lock().device_of(handle) else {
             return false;
         };
+        if dev == HOST {
+            return true;
+        }
         self.on_device(dev, api, |d, now| d.mark_exported(Key::Handle(handle), api, now)).unwrap_or(false)
     }
 
