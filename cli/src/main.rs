@@ -44,6 +44,7 @@ use doc::Format;
 use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
 use layout::{ColorChoice, Stream, Style};
+use output::print_stdout;
 use std::path::PathBuf;
 
 fn main() {
@@ -58,12 +59,6 @@ fn main() {
     // `culedger run` whose command died of a signal ends by that signal.
     wrap::end_like_cmd();
     std::process::exit(code);
-}
-
-/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
-/// a message, any other failure is (see `output`).
-pub fn print_stdout(text: &str) -> Result<()> {
-    output::stdout(text.as_bytes())
 }
 
 /// Prints a document or JSON value to stdout.

@@ -354,7 +354,7 @@ pub fn command(paths: &[PathBuf], listen: Option<&str>, opts: &Options) -> Resul
         if snap.run.procs.is_empty() && !paths.iter().any(|p| p.exists()) {
             return Err(Fail::input(format!("{}: no such file or directory", snap.run.label)));
         }
-        crate::print_stdout(&render(&snap, opts, now_us()))?;
+        crate::output::print_stdout(&render(&snap, opts, now_us()))?;
         return Ok(0);
     };
     let listener =

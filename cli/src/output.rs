@@ -13,6 +13,12 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
+/// a message, any other failure is.
+pub fn print_stdout(text: &str) -> Result<()> {
+    stdout(text.as_bytes())
+}
+
 /// How many temporary names are tried before giving up (each is new: pid and a counter).
 const TRIES: u32 = 64;
 

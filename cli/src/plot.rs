@@ -291,7 +291,7 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         title = format!(
             "{} ({}) tracked peak {}{cap_text}",
             g.title(),
-            crate::report::count(g.members.len(), "process", "processes"),
+            crate::units::count(g.members.len(), "process", "processes"),
             fmt_bytes(peak)
         );
     }
@@ -569,7 +569,7 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool, window:
     let doc = svg(run, all_categories, window)?;
     let n = groups(run).len();
     crate::output::write(out, (doc.to_string() + "\n").as_bytes())?;
-    Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::report::count(n, "panel", "panels")))
+    Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::units::count(n, "panel", "panels")))
 }
 
 #[cfg(test)]

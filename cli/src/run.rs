@@ -175,7 +175,7 @@ fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<(PathBuf, std::fs:
                     "{}: holds the reports of another run ({}{runs}); choose another -o, remove them, or pass \
                      --append to add this run",
                     dir.display(),
-                    crate::report::count(n, "file", "files")
+                    crate::units::count(n, "file", "files")
                 )));
             }
             (dir, lock)
@@ -356,7 +356,7 @@ fn collect(dir: &Path, run_id: &str, started: SystemTime) -> Vec<(PathBuf, Value
             let parsed = std::fs::read(&p)
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
-                .and_then(|v| report_from_value(v.clone(), &p).map(|_| v));
+                .and_then(|v| report_from_value(v.clone(), &p).map(|_| v).map_err(|e| crate::load::file_error(&e)));
             match parsed {
                 Ok(v) => {
                     let fresh = p.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
