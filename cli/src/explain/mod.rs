@@ -175,6 +175,15 @@ fn notes(run: &Run) -> Vec<String> {
         if ["no final report", "killed", "running or", "stopped with"].iter().any(|s| status.starts_with(s)) {
             out.push(format!("{}: {status}; its figures are those of its last report", who(r)));
         }
+        // Past the urgent writes' budget a failure waited for the periodic write, which a kill
+        // may have cut short (docs/reliability.md, "Urgent writes").
+        if r.process.exit == crate::model::Exit::Running && r.health.urgent_deferred > 0 {
+            out.push(format!(
+                "{}: {} failed allocations or free-memory query windows came past culedger's budget for writing at                  once; its last report may lack those of its last second",
+                who(r),
+                r.health.urgent_deferred
+            ));
+        }
         if r.health.lost_events > 0 {
             out.push(format!("{}: {} events were lost; its figures are incomplete", who(r), r.health.lost_events));
         }
