@@ -36,6 +36,10 @@ static UNTRACKED_MAX: [std::sync::atomic::AtomicI64; ORDINALS] =
 static HOST_INDEX: [std::sync::atomic::AtomicI64; ORDINALS] =
     [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
 
+/// The device's used bytes at the reading last written per ordinal (-1: none).
+static LAST_USED: [std::sync::atomic::AtomicI64; ORDINALS] =
+    [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
+
 /// A UUID as nvidia-smi writes it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn uuid_string(u: &[u8; 16]) -> String {
     let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
@@ -99,11 +103,26 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
             if let Some(i) = r.index {
                 HOST_INDEX[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
             }
+            LAST_USED[ordinal].store(i64::try_from(r.used).unwrap_or(i64::MAX), std::sync::atomic::Ordering::Relaxed);
             apply(d, ordinal, r, now_us);
         }
         let index = HOST_INDEX[ordinal].load(std::sync::atomic::Ordering::Relaxed);
         d.host_index = (index >= 0).then_some(index);
     }
+}
+
+/// Whether NVML reads another used figure now than the last write recorded, for a device
+/// a write has recorded a reading of (the flush thread, between writes; never opens NVML).
+pub fn usage_changed() -> bool {
+    let Some(n) = nvml::get(false) else { return false };
+    (0..ORDINALS).any(|ordinal| {
+        let last = LAST_USED[ordinal].load(std::sync::atomic::Ordering::Relaxed);
+        let uuid = IDENTITY[ordinal].get().map(|(u, _)| u);
+        match (last, uuid) {
+            (l, Some(u)) if l >= 0 => n.read(u).is_some_and(|r| i64::try_from(r.used).unwrap_or(i64::MAX) != l),
+            _ => false,
+        }
+    })
 }
 
 /// One NVML reading of a device.
