@@ -75,6 +75,19 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 }
 
 impl Urgent {
+    /// For helgrind (`valgrind` feature; a no-op otherwise): every field is an atomic that the
+    /// hooking threads and the flush thread use without a lock.
+    #[inline(always)]
+    fn annotate(&self) {
+        crate::sync::atomic(&self.requested);
+        crate::sync::atomic(&self.served);
+        crate::sync::atomic(&self.stuck);
+        crate::sync::atomic(&self.window_until);
+        crate::sync::atomic(&self.spent_ns);
+        crate::sync::atomic(&self.writes);
+        crate::sync::atomic(&self.deferred);
+    }
+
     pub(super) fn counts(&self) -> UrgentCounts {
         UrgentCounts {
             writes: self.writes.load(Ordering::Relaxed),
@@ -105,6 +118,7 @@ impl Urgent {
 
     /// The end of the open sizing window, if one is open at `now`.
     pub(super) fn window(&self, now: u64) -> Option<u64> {
+        self.annotate();
         let until = self.window_until.load(Ordering::Acquire);
         (until > now).then_some(until)
     }
@@ -119,6 +133,7 @@ impl Reporter {
             return;
         }
         let u = &s.urgent;
+        u.annotate();
         // Inside bookkeeping (a signal handler): this thread may hold a lock the write needs.
         if !s.helper.load(Ordering::Acquire)
             || crate::rt::thread::in_bookkeeping()
@@ -151,6 +166,7 @@ impl Reporter {
             return;
         }
         let u = &s.urgent;
+        u.annotate();
         let now = now_ns();
         let was_open = u.window(now).is_some();
         if !was_open && !u.within_budget() {
@@ -166,6 +182,7 @@ impl Reporter {
     /// On the flush thread: serve the failed allocations waiting for a write.
     pub(super) fn serve_urgent(&self, s: &Session) {
         let u = &s.urgent;
+        u.annotate();
         let want = u.requested.load(Ordering::Acquire);
         if want == u.served.load(Ordering::Acquire) {
             return;
@@ -184,6 +201,7 @@ impl Reporter {
     /// budget; past it the window closes (counted) and the periodic write goes on.
     pub(super) fn window_tick(&self, s: &Session) {
         let u = &s.urgent;
+        u.annotate();
         if !u.within_budget() {
             u.window_until.store(0, Ordering::Release);
             u.defer();
