@@ -20,6 +20,8 @@
 //! of the process's CPU time. Past it, failures and windows fall back to the periodic
 //! write (`CULEDGER_FLUSH_MS`), counted in the report (`health.urgent_deferred`), as are the
 //! urgent writes made and their time (`health.urgent_writes`, `health.urgent_write_us`).
+//! An urgent write asks nothing of the driver or NVML (`crate::gpu::When::Urgent`); the
+//! periodic writes add what they say.
 //!
 //! With `CULEDGER_FLUSH_MS=0` nothing is written before the process ends (what that setting
 //! asks for), urgent writes included. The writer is the flush thread: no thread is started
@@ -37,6 +39,25 @@ pub const WINDOW_PERIOD: Duration = Duration::from_millis(20);
 pub const BURST: Duration = Duration::from_millis(100);
 /// Beyond [`BURST`], urgent writes take at most 1/`CPU_SHARE` of the process's CPU time.
 pub const CPU_SHARE: u64 = 10;
+
+thread_local! {
+    /// Set on the flush thread while it makes an urgent write.
+    static WRITING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Is this thread making an urgent write? Such a write asks nothing of the driver or NVML
+/// (`crate::gpu::When::Urgent`): what is known already.
+pub(super) fn writing() -> bool {
+    WRITING.try_with(Cell::get).unwrap_or(false)
+}
+
+/// An urgent write: `flush_tick` with [`writing`] set.
+fn urgent_tick(r: &Reporter, s: &Session) -> bool {
+    let _ = WRITING.try_with(|w| w.set(true));
+    let wrote = catch_unwind(AssertUnwindSafe(|| r.flush_tick(s))).unwrap_or(false);
+    let _ = WRITING.try_with(|w| w.set(false));
+    wrote
+}
 
 /// A session's urgent-write state (one per process image and per fork child's session).
 #[derive(Default)]
@@ -190,7 +211,7 @@ impl Reporter {
         let t0 = now_ns();
         // Unchanged since the last write (a periodic one took it), finished (the final write
         // has it) or paused for an exec (the exec write has it): on disk already.
-        let wrote = catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).unwrap_or(false);
+        let wrote = urgent_tick(self, s);
         u.spent(t0, wrote);
         u.stuck.store(false, Ordering::Release);
         u.served.store(want, Ordering::Release);
@@ -208,7 +229,7 @@ impl Reporter {
             return;
         }
         let t0 = now_ns();
-        let wrote = catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).unwrap_or(false);
+        let wrote = urgent_tick(self, s);
         if wrote {
             u.spent(t0, true);
         }
