@@ -30,7 +30,7 @@ NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1 $(SIM)/min-noresolver/libcuda.so.1
 MIN_CC = mkdir -p $(@D) && $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1
 
-.PHONY: all build lib cli sim headers pythons frameworks test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
+.PHONY: all build lib cli sim headers pythons frameworks sglang test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
 all: build sim
 
 build:
@@ -121,6 +121,12 @@ $(SIM)/bin/%: shim-tests/c/%.c $(wildcard shim-tests/c/*.h) $(HDR)/cuda.h $(SIM)
 frameworks:
 	PYTHON=$(PYTHON) scripts/fetch-frameworks.sh
 
+# The real SGLang server (sglang 0.5.23, sglang-kernel 0.4.10 and what it imports, pinned, about
+# 830 MB) into target/sglang over the frameworks' torch; without network its tests skip with one
+# line (scripts/fetch-sglang.sh).
+sglang: frameworks
+	PYTHON=$(PYTHON) scripts/fetch-sglang.sh
+
 # Extra CPython interpreters for the call-site tests (Debian's 3.13 and 3.14 under
 # target/pythons); a version that cannot be fetched is skipped with one line.
 pythons:
@@ -128,7 +134,7 @@ pythons:
 
 # The packaging tests read the wheels and tarballs of `make dist`; then the interposer's
 # integration tests run again on aarch64 under qemu (scripts/aarch64.sh).
-test: all pythons test-deps frameworks dist
+test: all pythons test-deps frameworks sglang dist
 	$(CARGO) test --release --workspace --no-fail-fast
 	PYTHON=$(PYTHON) scripts/aarch64.sh test
 

@@ -11,7 +11,7 @@ use crate::figures::Figure;
 use crate::layout::printable;
 use crate::load::load_run;
 use crate::model::CATEGORIES;
-use crate::report::count;
+use crate::units::count;
 use crate::runs::Selection;
 use crate::units::{fmt_bytes, parse_size};
 use serde::Serialize;
@@ -320,7 +320,7 @@ pub fn command(req: &Request) -> Result<i32> {
             outcomes,
         };
         let text = serde_json::to_string_pretty(&result).map_err(|e| Fail::input(e.to_string()))? + "\n";
-        crate::print_stdout(&text);
+        crate::output::print_stdout(&text)?;
         return Ok(if ok { 0 } else { 1 });
     }
     let style = crate::layout::Style::for_stream(req.color, crate::layout::Stream::Stdout);
@@ -357,13 +357,13 @@ pub fn command(req: &Request) -> Result<i32> {
         format!("FAILED: {}; {checks_text} {on}", parts.join(" and "))
     };
     if req.format == crate::doc::Format::Markdown {
-        crate::print_stdout(&markdown(&last, ok, &outcomes, req.allow_unmeasured));
+        crate::output::print_stdout(&markdown(&last, ok, &outcomes, req.allow_unmeasured))?;
         return Ok(if ok { 0 } else { 1 });
     }
     let last = crate::layout::wrap_indent(&last, style.width, "  ").join("\n");
     text.push_str(&style.paint(if ok { "1;32" } else { "1;31" }, &last));
     text.push('\n');
-    crate::print_stdout(&text);
+    crate::output::print_stdout(&text)?;
     Ok(if ok { 0 } else { 1 })
 }
 

@@ -286,9 +286,7 @@ pub fn write(runs: &[Run], out: &Path) -> Result<String> {
         return Err(Fail::input(format!("html: {}: the output must end in .html", out.display())));
     }
     let text = page(runs)?;
-    let tmp = out.with_extension("html.tmp");
-    std::fs::write(&tmp, &text)
-        .and_then(|_| std::fs::rename(&tmp, out))
+    crate::output::write_file(out, text.as_bytes(), None)
         .map_err(|e| Fail::input(format!("html: cannot write {}: {e}", out.display())))?;
     Ok(format!("{} ({} KiB)", out.display(), text.len().div_ceil(1024)))
 }

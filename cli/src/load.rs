@@ -1,210 +1,57 @@
-//! Reading reports: single `culedger-*.json` files, run directories, and the
-//! `summary.json` that `culedger run` writes.
+//! Reading reports, in the CLI's words: the analysis crate loads (`culedger_analysis::load`);
+//! this names what went wrong in one line, reports skipped files on stderr, and maps a
+//! failure to the bad-input exit status.
 
 use crate::error::{Fail, Result};
-use crate::model::{Report, SCHEMA, SUMMARY_SCHEMA};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
+use crate::model::{SCHEMA, SUMMARY_SCHEMA};
+pub use culedger_analysis::load::{
+    is_report_file_name, report_from_value, FileError, FileProblem, LoadError, Run, SummaryMeta,
+};
+use std::path::PathBuf;
 
-/// The processes of one run, read from one or more paths.
-#[derive(Debug, Clone, Default)]
-pub struct Run {
-    /// What the user named (for headings and diffs), e.g. `target/demo/nccl/`.
-    pub label: String,
-    pub procs: Vec<Report>,
-    /// Where each report came from (same order as `procs`).
-    pub sources: Vec<PathBuf>,
-    /// What `culedger run` recorded about the run, when a `summary.json` was read or found
-    /// next to the reports.
-    pub summary: Option<SummaryMeta>,
-    /// The ids of the runs these processes belong to (set by `runs::select`).
-    pub run_ids: Vec<String>,
-    /// Files inside a directory that could not be read, one message each (they were
-    /// reported on stderr and left out).
-    pub skipped: Vec<String>,
-}
-
-/// The fields of a `culedger-summary/1` besides its processes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(default)]
-pub struct SummaryMeta {
-    pub run_id: Option<String>,
-    /// The pid of the command `culedger run` started.
-    pub pid: Option<i64>,
-    pub exit_code: Option<i64>,
-    /// The signal that killed the command, if one did.
-    pub signal: Option<i64>,
-    pub command: Vec<String>,
-}
-
-/// The summary's own fields, when `path` is a readable `culedger-summary/1`.
-fn summary_meta(path: &Path) -> Option<SummaryMeta> {
-    let value: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    if value.get("schema").and_then(Value::as_str) != Some(SUMMARY_SCHEMA) {
-        return None;
-    }
-    serde_json::from_value(value).ok()
-}
-
-/// Checks a parsed document against `culedger/1` and converts it.
-pub fn report_from_value(value: Value, origin: &Path) -> std::result::Result<Report, String> {
-    let shown = origin.display();
-    let schema = match value.get("schema") {
-        Some(Value::String(s)) => s.clone(),
-        Some(_) | None => return Err(format!("{shown}: not a culedger report (no \"schema\" field)")),
-    };
-    if schema != SCHEMA {
-        return Err(if schema.starts_with("culedger/") {
+/// One line for a file that could not be read as reports: `PATH: what is wrong`.
+pub fn file_error(e: &FileError) -> String {
+    let shown = e.path.display();
+    match &e.problem {
+        FileProblem::CannotRead(err) => format!("{shown}: cannot read: {err}"),
+        FileProblem::Truncated(err) => format!("{shown}: truncated JSON ({err})"),
+        FileProblem::InvalidJson(err) => format!("{shown}: invalid JSON ({err})"),
+        FileProblem::NoSchema => format!("{shown}: not a culedger report (no \"schema\" field)"),
+        FileProblem::Unsupported(schema) => {
             format!("{shown}: unsupported report version \"{schema}\" (this culedger reads \"{SCHEMA}\")")
-        } else {
+        }
+        FileProblem::NotAReport(schema) => {
             format!("{shown}: not a culedger report (schema \"{schema}\", expected \"{SCHEMA}\")")
-        });
-    }
-    serde_json::from_value(value).map_err(|e| format!("{shown}: malformed {SCHEMA} report: {e}"))
-}
-
-/// Reads one file: a per-process report or a `culedger-summary/1`.
-fn read_file(path: &Path) -> std::result::Result<Vec<Report>, String> {
-    let shown = path.display();
-    let text = std::fs::read(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let value: Value = serde_json::from_slice(&text).map_err(|e| {
-        if e.is_eof() {
-            format!("{shown}: truncated JSON ({e})")
-        } else {
-            format!("{shown}: invalid JSON ({e})")
         }
-    })?;
-    if value.get("schema").and_then(Value::as_str) == Some(SUMMARY_SCHEMA) {
-        let procs = value
-            .get("processes")
-            .and_then(Value::as_array)
-            .ok_or_else(|| format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"))?;
-        return procs.iter().cloned().map(|p| report_from_value(p, path)).collect();
+        FileProblem::Malformed(err) => format!("{shown}: malformed {SCHEMA} report: {err}"),
+        FileProblem::NoProcesses => format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"),
     }
-    Ok(vec![report_from_value(value, path)?])
 }
 
-/// Is this file name a per-process report? Every `culedger-*.json`: the names of today's
-/// writers (`culedger-<host>-<pid>-<start_ms>[-<k>].json`) and of older ones
-/// (`culedger-<pid>.json`). A writer's temporaries (`.culedger-....json.tmp....`, partial
-/// JSON while it writes, or left behind by a killed writer) never are.
-pub fn is_report_file_name(name: &str) -> bool {
-    name.starts_with("culedger-") && name.ends_with(".json")
+/// One line for a run that could not be loaded.
+pub fn load_error(e: &LoadError) -> String {
+    match e {
+        LoadError::NoSuchPath(path) => format!("{}: no such file or directory", path.display()),
+        LoadError::CannotReadDir(dir, err) => format!("{}: cannot read directory: {err}", dir.display()),
+        LoadError::NoReports(path) => {
+            format!("{}: no culedger-*.json reports or summary.json in this directory", path.display())
+        }
+        LoadError::NoReadableReport(path) => {
+            format!("{}: no readable culedger/1 report in this directory", path.display())
+        }
+        LoadError::File(f) => file_error(f),
+    }
 }
 
-/// The `culedger-*.json` files of a directory, sorted by name.
-fn report_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Fail::input(format!("{}: cannot read directory: {e}", dir.display())))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(is_report_file_name))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// Loads every path into one run. A directory means its `culedger-*.json` files, or its
-/// `summary.json` when it has none. A bad file named on the command line is an error; a
-/// bad file inside a directory is reported on stderr (one line) and skipped.
+/// Loads every path into one run (`culedger_analysis::load::load_run`); a bad file inside
+/// a directory is reported on stderr (one line) and skipped.
 pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
-    let label = paths
-        .iter()
-        .map(|p| {
-            let s = p.display().to_string();
-            if p.is_dir() && !s.ends_with('/') {
-                s + "/"
-            } else {
-                s
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut run = Run { label, ..Run::default() };
-    for path in paths {
-        let summary = if path.is_dir() { path.join("summary.json") } else { path.clone() };
-        if paths.len() == 1 {
-            run.summary = summary_meta(&summary);
-        }
-        if path.is_dir() {
-            let mut files = report_files(path)?;
-            if files.is_empty() && path.join("summary.json").is_file() {
-                files.push(path.join("summary.json"));
-            }
-            if files.is_empty() {
-                return Err(Fail::input(format!(
-                    "{}: no culedger-*.json reports or summary.json in this directory",
-                    path.display()
-                )));
-            }
-            let before = run.procs.len();
-            for file in files {
-                match read_file(&file) {
-                    Ok(reports) => push(&mut run, reports, &file),
-                    Err(message) => {
-                        eprintln!("culedger: skipping {}", crate::layout::printable(&message));
-                        run.skipped.push(message);
-                    }
-                }
-            }
-            if run.procs.len() == before {
-                return Err(Fail::input(format!(
-                    "{}: no readable culedger/1 report in this directory",
-                    path.display()
-                )));
-            }
-        } else if path.exists() {
-            let reports = read_file(path).map_err(Fail::input)?;
-            push(&mut run, reports, path);
-        } else {
-            return Err(Fail::input(format!("{}: no such file or directory", path.display())));
-        }
-    }
-    sort(&mut run);
-    Ok(run)
+    let mut on_skip =
+        |e: &FileError| eprintln!("culedger: skipping {}", crate::layout::printable(&file_error(e)));
+    culedger_analysis::load::load_run(paths, &mut on_skip).map_err(|e| Fail::input(load_error(&e)))
 }
 
-/// Loads what `paths` hold now, for the views of a run that is still going (`top`,
-/// `metrics`): an empty or missing directory gives an empty run, and a file that cannot be
-/// read (half-written by a writer that does not rename, or being replaced) is counted in
-/// `skipped`, never printed: a live view reads the directory every second.
+/// Loads what `paths` hold now, for the live views (`top`, `metrics`).
 pub fn load_live(paths: &[PathBuf]) -> Run {
-    let mut run =
-        Run { label: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "), ..Run::default() };
-    for path in paths {
-        let summary = if path.is_dir() { path.join("summary.json") } else { path.clone() };
-        if paths.len() == 1 {
-            run.summary = summary_meta(&summary);
-        }
-        let mut files = if path.is_dir() { report_files(path).unwrap_or_default() } else { vec![path.clone()] };
-        if files.is_empty() && summary.is_file() {
-            files.push(summary);
-        }
-        for file in files {
-            match read_file(&file) {
-                Ok(reports) => push(&mut run, reports, &file),
-                Err(message) => run.skipped.push(message),
-            }
-        }
-    }
-    sort(&mut run);
-    run
-}
-
-/// A stable order: by host, then start time, then pid.
-fn sort(run: &mut Run) {
-    let mut order: Vec<usize> = (0..run.procs.len()).collect();
-    order.sort_by_key(|&i| {
-        let p = &run.procs[i].process;
-        (p.host.clone(), p.start_unix_ms, p.pid)
-    });
-    run.procs = order.iter().map(|&i| run.procs[i].clone()).collect();
-    run.sources = order.iter().map(|&i| run.sources[i].clone()).collect();
-}
-
-fn push(run: &mut Run, reports: Vec<Report>, source: &Path) {
-    for r in reports {
-        run.procs.push(r);
-        run.sources.push(source.to_path_buf());
-    }
+    culedger_analysis::load::load_live(paths)
 }

@@ -22,11 +22,13 @@ mod html;
 mod layout;
 mod load;
 mod metrics;
+mod output;
 mod plot;
 mod report;
 mod run;
 mod runs;
 mod screen;
+mod serve;
 mod sites;
 mod summary;
 mod top;
@@ -42,7 +44,7 @@ use doc::Format;
 use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
 use layout::{ColorChoice, Stream, Style};
-use std::io::Write;
+use output::print_stdout;
 use std::path::PathBuf;
 
 fn main() {
@@ -59,13 +61,6 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Writes text to stdout; a closed pipe (`culedger report x | head`) is not an error worth
-/// a message.
-pub fn print_stdout(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
-}
-
 /// Prints a document or JSON value to stdout.
 fn emit<T: serde::Serialize>(
     format: Format,
@@ -78,8 +73,7 @@ fn emit<T: serde::Serialize>(
         Format::Json => serde_json::to_string_pretty(data).map_err(|e| Fail::input(e.to_string()))? + "\n",
         _ => doc().render(format, Style::for_stream(color, Stream::Stdout)),
     };
-    print_stdout(&text);
-    Ok(())
+    print_stdout(&text)
 }
 
 /// Loads one run from `paths` as `sel` asks.
@@ -104,7 +98,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                     paths.iter().map(|p| screen::shell_word(&p.display().to_string())).collect::<Vec<_>>().join(" ");
                 print_stdout(
                     &screen::document(&run, &dir).render(Format::Text, Style::for_stream(color, Stream::Stdout)),
-                );
+                )?;
                 return Ok(0);
             }
             let s = crate::summary::summarize(&run, all_categories);
@@ -192,7 +186,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             };
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "culedger", &mut buf);
-            print_stdout(&String::from_utf8_lossy(&buf));
+            print_stdout(&String::from_utf8_lossy(&buf))?;
             Ok(0)
         }
     }

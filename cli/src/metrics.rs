@@ -354,29 +354,35 @@ pub fn command(paths: &[PathBuf], listen: Option<&str>, opts: &Options) -> Resul
         if snap.run.procs.is_empty() && !paths.iter().any(|p| p.exists()) {
             return Err(Fail::input(format!("{}: no such file or directory", snap.run.label)));
         }
-        crate::print_stdout(&render(&snap, opts, now_us()));
+        crate::output::print_stdout(&render(&snap, opts, now_us()))?;
         return Ok(0);
     };
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| Fail::input(format!("metrics: cannot listen on {addr}: {e}")))?;
-    eprintln!("culedger: serving http://{addr}/metrics");
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or("").to_string();
-        let (status, content_type, body) = match path.as_str() {
-            "/metrics" => (200, CONTENT_TYPE, render(&snapshot(paths), opts, now_us())),
-            "/" => (
-                200,
-                "text/html; charset=utf-8",
-                "<html><body><a href=\"/metrics\">/metrics</a></body></html>\n".into(),
-            ),
-            _ => (404, "text/plain; charset=utf-8", "not found: try /metrics\n".into()),
-        };
-        let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes())
-            .expect("a constant header is valid");
-        let response = tiny_http::Response::from_string(body).with_status_code(status).with_header(header);
-        // A scraper that hung up is its own business.
-        let _ = request.respond(response);
-    }
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| Fail::input(format!("metrics: cannot listen on {addr}: {e}")))?;
+    let bound = listener.local_addr().map_or_else(|_| addr.to_string(), |a| a.to_string());
+    eprintln!("culedger: serving http://{bound}/metrics");
+    let (paths, opts) = (paths.to_vec(), opts.clone());
+    // One exposition built at a time: concurrent scrapes wait for the one in progress
+    // rather than each reading every report at once.
+    let building = std::sync::Mutex::new(());
+    let handler = move |path: &str| match path {
+        "/metrics" => {
+            let _one = building.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let body = render(&snapshot(&paths), &opts, now_us()).into_bytes();
+            crate::serve::Answer { status: 200, content_type: CONTENT_TYPE, body }
+        }
+        "/" => crate::serve::Answer {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            body: b"<html><body><a href=\"/metrics\">/metrics</a></body></html>\n".to_vec(),
+        },
+        _ => crate::serve::Answer {
+            status: 404,
+            content_type: "text/plain; charset=utf-8",
+            body: b"not found: try /metrics\n".to_vec(),
+        },
+    };
+    crate::serve::serve(listener, std::sync::Arc::new(handler));
     Ok(0)
 }
 

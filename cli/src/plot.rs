@@ -291,7 +291,7 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         title = format!(
             "{} ({}) tracked peak {}{cap_text}",
             g.title(),
-            crate::report::count(g.members.len(), "process", "processes"),
+            crate::units::count(g.members.len(), "process", "processes"),
             fmt_bytes(peak)
         );
     }
@@ -568,12 +568,8 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool, window:
     }
     let doc = svg(run, all_categories, window)?;
     let n = groups(run).len();
-    if out.as_os_str() == "-" {
-        crate::print_stdout(&(doc.to_string() + "\n"));
-    } else {
-        svg::save(out, &doc).map_err(|e| Fail::input(format!("{}: cannot write: {e}", out.display())))?;
-    }
-    Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::report::count(n, "panel", "panels")))
+    crate::output::write(out, (doc.to_string() + "\n").as_bytes())?;
+    Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::units::count(n, "panel", "panels")))
 }
 
 #[cfg(test)]

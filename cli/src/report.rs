@@ -4,8 +4,9 @@
 use crate::analysis::{Holds, Reading};
 use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock};
 use crate::doc::{Block, Doc, Table};
+use crate::sites::SiteRow;
 use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};
-use crate::units::{fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
+use crate::units::{count, fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
 
 /// How the report is laid out.
 #[derive(Debug, Clone, Copy, Default)]
@@ -18,11 +19,6 @@ pub struct Options {
 
 /// Alike devices are folded by default when a run has more than this many.
 pub const FOLD_ABOVE: usize = 2;
-
-/// `count(3, "process", "processes")` -> `3 processes`.
-pub fn count(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
 
 /// A run-relative time in µs on the report's clock.
 fn at(us: i64) -> String {
@@ -334,7 +330,7 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
         }
     }
 
-    crate::sites::report_section(d, &dev.sites);
+    sites_section(d, &dev.sites);
 
     if !dev.top_allocations.is_empty() {
         // One API for all of them (the usual case) is said once, in the heading.
@@ -477,3 +473,42 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
     }
     d.table(t);
 }
+/// Rows shown in the report's table (the rest are summed in one line).
+const REPORT_ROWS: usize = 20;
+
+/// The report's "Where the memory was allocated" section of one device.
+fn sites_section(d: &mut Doc, rows: &[SiteRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    d.push(Block::Sub("Where the memory was allocated".into()));
+    // Live and all allocations share a column, so the caller keeps its room at 80 columns.
+    // The rule behind each category goes with the caller, in brackets (the one free-text column
+    // wraps; the category stays a short column): only when a report names rules (reports
+    // written before report-time categories do not).
+    let rules = rows.iter().take(REPORT_ROWS).any(|r| r.rule.is_some());
+    let caller = if rules { "caller [rule]" } else { "caller" };
+    let mut t = Table::new(&[caller, "category", "live", "peak", "allocs live/all", "pids"], &[2, 3, 4]);
+    for r in rows.iter().take(REPORT_ROWS) {
+        let pids: Vec<String> = r.pids.iter().map(i64::to_string).collect();
+        let mut cells = vec![match (&r.rule, rules) {
+            (Some(rule), _) => format!("{}\n[{rule}]", r.caller),
+            (None, true) => format!("{}\n[default]", r.caller),
+            (None, false) => r.caller.clone(),
+        }];
+        cells.push(r.category.clone());
+        cells.extend([
+            fmt_bytes(r.live_bytes),
+            fmt_bytes(r.peak_bytes),
+            format!("{}/{}", r.allocs, r.total_allocs),
+            pids.join(" "),
+        ]);
+        t.row(cells);
+    }
+    d.table(t);
+    if rows.len() > REPORT_ROWS {
+        let rest = &rows[REPORT_ROWS..];
+        d.para(format!("{} more callers hold {}", rest.len(), fmt_bytes(rest.iter().map(|r| r.live_bytes).sum())));
+    }
+}
+

@@ -139,13 +139,35 @@ fn existing_reports(dir: &Path) -> (usize, Vec<String>) {
     (n, ids)
 }
 
-/// The output directory: `explicit` (made if missing; refused when it holds another run's
-/// reports, unless `append`), or a new `./culedger-<YYYYmmdd-HHMMSS>[-N]`.
-fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
-    let dir = match explicit {
+/// Takes the output directory for this run: an exclusive `flock(2)` on the directory itself,
+/// held until `culedger run` ends (the file stays open; CMD does not inherit it). A second
+/// `culedger run` into the same directory while the first runs is refused (exit 2), with
+/// `--append` too: two runs would merge into one `summary.json`.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::File::open(dir)
+        .map_err(|e| Fail::input(format!("{}: cannot open output directory: {e}", dir.display())))?;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Fail::input(if e.kind() == std::io::ErrorKind::WouldBlock {
+            format!("{}: another `culedger run` is writing into this directory; choose another -o", dir.display())
+        } else {
+            format!("{}: cannot lock output directory: {e}", dir.display())
+        }));
+    }
+    Ok(file)
+}
+
+/// The output directory: `explicit` (made if missing; refused when another `culedger run`
+/// holds it or it holds another run's reports, unless `append`), or a new
+/// `./culedger-<YYYYmmdd-HHMMSS>[-N]`; with the lock that keeps it this run's.
+fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<(PathBuf, std::fs::File)> {
+    let (dir, lock) = match explicit {
         Some(dir) => {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| Fail::input(format!("{}: cannot create output directory: {e}", dir.display())))?;
+            let lock = lock_dir(&dir)?;
             let (n, ids) = existing_reports(&dir);
             if n > 0 && !append {
                 let runs = if ids.is_empty() { String::new() } else { format!(", run {}", ids.join(", ")) };
@@ -153,10 +175,10 @@ fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
                     "{}: holds the reports of another run ({}{runs}); choose another -o, remove them, or pass \
                      --append to add this run",
                     dir.display(),
-                    crate::report::count(n, "file", "files")
+                    crate::units::count(n, "file", "files")
                 )));
             }
-            dir
+            (dir, lock)
         }
         None => {
             let base = format!("culedger-{}", chrono::Local::now().format("%Y%m%d-%H%M%S"));
@@ -164,7 +186,10 @@ fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
             loop {
                 let dir = PathBuf::from(if k == 1 { base.clone() } else { format!("{base}-{k}") });
                 match std::fs::create_dir(&dir) {
-                    Ok(()) => break dir,
+                    Ok(()) => {
+                        let lock = lock_dir(&dir)?;
+                        break (dir, lock);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 1000 => k += 1,
                     Err(e) => {
                         return Err(Fail::input(format!("{}: cannot create output directory: {e}", dir.display())))
@@ -173,14 +198,16 @@ fn out_dir(explicit: Option<PathBuf>, append: bool) -> Result<PathBuf> {
             }
         }
     };
-    std::fs::canonicalize(&dir).map_err(|e| Fail::input(format!("{}: {e}", dir.display())))
+    let dir = std::fs::canonicalize(&dir).map_err(|e| Fail::input(format!("{}: {e}", dir.display())))?;
+    Ok((dir, lock))
 }
 
 pub fn run(req: Request) -> Result<i32> {
     let Request { output, append, lib, command, color, report } = req;
     let lib = find_lib(lib)?;
     let made = output.as_deref().is_none_or(|d| !d.exists());
-    let dir = out_dir(output, append)?;
+    // Held to the end, after the summary is written.
+    let (dir, _lock) = out_dir(output, append)?;
     // A directory made for a command that could not start is not left behind empty.
     let _empty = RemoveIfEmpty(made.then(|| dir.clone()));
     let started = SystemTime::now();
@@ -329,7 +356,7 @@ fn collect(dir: &Path, run_id: &str, started: SystemTime) -> Vec<(PathBuf, Value
             let parsed = std::fs::read(&p)
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
-                .and_then(|v| report_from_value(v.clone(), &p).map(|_| v));
+                .and_then(|v| report_from_value(v.clone(), &p).map(|_| v).map_err(|e| crate::load::file_error(&e)));
             match parsed {
                 Ok(v) => {
                     let fresh = p.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
@@ -361,42 +388,11 @@ fn summary_mode() -> u32 {
     }
 }
 
-/// Writes JSON to a temporary file in the same directory, then renames it into place. The
-/// temporary file is created exclusively without following symlinks (a planted name is
-/// skipped) and gets the mode of the reports before anything is written into it.
+/// Writes JSON atomically (`output::write_file`) with the mode of the reports.
 fn write_atomic(path: &Path, value: &Value) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let text = serde_json::to_string_pretty(value).map_err(|e| Fail::input(e.to_string()))? + "\n";
-    let fail = |e: std::io::Error| Fail::input(format!("{}: cannot write: {e}", path.display()));
-    let mode = summary_mode();
-    let mut last = None;
-    for n in 0..16 {
-        let tmp = path.with_extension(format!("json.tmp.{}.{n}", std::process::id()));
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp);
-        let mut file = match opened {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                last = Some(e);
-                continue;
-            }
-            Err(e) => return Err(fail(e)),
-        };
-        let written = file
-            .set_permissions(std::fs::Permissions::from_mode(mode))
-            .and_then(|()| file.write_all(text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return written.map_err(fail);
-    }
-    Err(fail(last.unwrap_or_else(|| std::io::ErrorKind::AlreadyExists.into())))
+    crate::output::write_file(path, text.as_bytes(), Some(summary_mode()))
+        .map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
 }
 
 #[cfg(test)]

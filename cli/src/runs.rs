@@ -1,230 +1,62 @@
-//! Runs kept apart, selections, and how each process ended.
-//!
-//! A run is the set of processes of one launch. `culedger run` gives its whole process
-//! tree one id (`CULEDGER_RUN_ID`, `process.run_id_source: "env"`). A process preloaded
-//! without one names itself (`"process"`), and so do its children; such processes are put
-//! back together by their parentage: a child joins the run of its parent (`ppid` or
-//! `forked_from`, same host, parent started before and still reporting when the child
-//! started), and siblings (same host, same parent pid other than 0 and 1, lifetimes that
-//! overlap) join each other. Reports from writers before run ids are grouped the same way.
-//!
-//! `report`, `diff` and `check` read one run: reports of several runs in one directory (a
-//! reused `-o DIR`, files copied together) are refused in one line unless `--merge-runs`
-//! adds them up or `--run ID` picks one.
+//! Runs and how each process ended, in the CLI's words: the analysis crate groups the
+//! processes into runs and selects what a command reads (`culedger_analysis::runs`); this
+//! words a selection that found nothing, and tells how each process ended (asking this
+//! machine whether a process without a final report still runs).
 
 use crate::error::{Fail, Result};
 use crate::load::{Run, SummaryMeta};
 use crate::model::{Exit, Report};
-use std::collections::BTreeMap;
+pub use culedger_analysis::runs::Selection;
+use culedger_analysis::runs::{RunListing, SelectError};
 
-/// One run in a set of reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunGroup {
-    /// The run id (of the run's first process when they named themselves).
-    pub id: String,
-    /// Indices into the run's processes, in their order.
-    pub procs: Vec<usize>,
+/// One run out of `run`, as `sel` asks (`culedger_analysis::runs::select`), or one line
+/// that says why none.
+pub fn select(run: Run, sel: &Selection) -> Result<Run> {
+    culedger_analysis::runs::select(run, sel).map_err(|e| Fail::input(select_error(&e)))
 }
 
-/// How far (µs) a parent's last report may lag its child's start: reports are rewritten
-/// every second while a process runs.
-const REPORT_LAG_US: i64 = 2_000_000;
-
-struct Sets(Vec<usize>);
-
-impl Sets {
-    fn find(&mut self, i: usize) -> usize {
-        let mut r = i;
-        while self.0[r] != r {
-            r = self.0[r];
+/// One line for a selection that found nothing.
+pub fn select_error(e: &SelectError) -> String {
+    match e {
+        SelectError::NoSuchRun { label, want, runs } => {
+            format!("{}: no run {want} here (runs: {})", label.trim_end(), list(runs))
         }
-        self.0[i] = r;
-        r
-    }
-    fn union(&mut self, a: usize, b: usize) {
-        let (ra, rb) = (self.find(a), self.find(b));
-        if ra != rb {
-            // The earlier index (earlier start: processes are sorted) becomes the root.
-            let (lo, hi) = (ra.min(rb), ra.max(rb));
-            self.0[hi] = lo;
-        }
-    }
-}
-
-fn from_env(r: &Report) -> Option<&str> {
-    (r.process.run_id_source.as_deref() == Some("env")).then_some(r.process.run_id.as_deref()).flatten()
-}
-
-/// Groups the processes of `procs` (sorted by host, start, pid) into runs, in the order of
-/// their first process.
-pub fn group(procs: &[Report]) -> Vec<RunGroup> {
-    let mut sets = Sets((0..procs.len()).collect());
-    let mut by_id: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, r) in procs.iter().enumerate() {
-        if let Some(id) = from_env(r) {
-            match by_id.get(id) {
-                Some(&j) => sets.union(i, j),
-                None => {
-                    by_id.insert(id, i);
+        SelectError::AmbiguousRun { want, matches } => format!("--run {want} matches {matches} runs: give more of the id"),
+        SelectError::SeveralRuns { label, runs } => format!(
+            "{}: reports of {} different runs ({}); add --merge-runs to add them up, or --run ID to read one",
+            label.trim_end(),
+            runs.len(),
+            list(runs)
+        ),
+        SelectError::NoMatch { label, devices, pids, hosts } => {
+            let mut asked = Vec::new();
+            for (flag, values) in [
+                ("--device", devices.iter().map(i64::to_string).collect::<Vec<_>>()),
+                ("--pid", pids.iter().map(i64::to_string).collect()),
+                ("--host", hosts.clone()),
+            ] {
+                if !values.is_empty() {
+                    asked.push(format!("{flag} {}", values.join(",")));
                 }
             }
+            format!("{}: no process matches {}", label.trim_end(), asked.join(" "))
         }
-    }
-    for (i, child) in procs.iter().enumerate() {
-        if from_env(child).is_some() {
-            continue;
-        }
-        let c = &child.process;
-        for (j, other) in procs.iter().enumerate() {
-            let o = &other.process;
-            if i == j || o.host != c.host {
-                continue;
-            }
-            let parent = (o.pid == c.ppid || Some(o.pid) == c.forked_from)
-                && o.start_us() <= c.start_us()
-                && o.end_us() + REPORT_LAG_US >= c.start_us();
-            let sibling = from_env(other).is_none()
-                && c.ppid > 1
-                && o.ppid == c.ppid
-                && o.start_us() <= c.end_us()
-                && c.start_us() <= o.end_us();
-            if parent || sibling {
-                sets.union(i, j);
-            }
-        }
-    }
-    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for i in 0..procs.len() {
-        let root = sets.find(i);
-        groups.entry(root).or_default().push(i);
-    }
-    let mut out: Vec<RunGroup> = groups
-        .into_values()
-        .map(|members| {
-            let first = members.iter().copied().min_by_key(|&i| (procs[i].process.start_us(), i)).unwrap_or(0);
-            let p = &procs[first].process;
-            let id = members
-                .iter()
-                .find_map(|&i| from_env(&procs[i]).map(String::from))
-                .or_else(|| p.run_id.clone())
-                .unwrap_or_else(|| format!("{}-{}-{}", p.host, p.pid, p.start_unix_ms));
-            RunGroup { id, procs: members }
-        })
-        .collect();
-    out.sort_by_key(|g| g.procs.iter().map(|&i| procs[i].process.start_us()).min().unwrap_or(0));
-    out
-}
-
-/// `culedger report|diff|check` options that choose what to read.
-#[derive(Debug, Clone, Default)]
-pub struct Selection {
-    /// Add up the processes of several runs.
-    pub merge_runs: bool,
-    /// Keep only the run with this id (or id prefix).
-    pub run: Option<String>,
-    /// Keep only these device indices / pids / hosts (empty: all).
-    pub devices: Vec<i64>,
-    pub pids: Vec<i64>,
-    pub hosts: Vec<String>,
-}
-
-impl Run {
-    fn retain_procs(&mut self, mut keep: impl FnMut(&Report) -> bool) {
-        let (procs, sources): (Vec<_>, Vec<_>) = std::mem::take(&mut self.procs)
-            .into_iter()
-            .zip(std::mem::take(&mut self.sources))
-            .filter(|(r, _)| keep(r))
-            .unzip();
-        self.procs = procs;
-        self.sources = sources;
     }
 }
 
-/// One run out of `run`, as `sel` asks; the run ids it holds are in `run.run_ids`.
-pub fn select(mut run: Run, sel: &Selection) -> Result<Run> {
-    let groups = group(&run.procs);
-    let chosen: Vec<&RunGroup> = match &sel.run {
-        Some(want) => {
-            let exact: Vec<&RunGroup> = groups.iter().filter(|g| &g.id == want).collect();
-            let found =
-                if exact.is_empty() { groups.iter().filter(|g| g.id.starts_with(want)).collect() } else { exact };
-            match found.len() {
-                1 => found,
-                0 => {
-                    return Err(Fail::input(format!(
-                        "{}: no run {want} here (runs: {})",
-                        run.label.trim_end(),
-                        list(&groups, &run.procs)
-                    )))
-                }
-                _ => {
-                    return Err(Fail::input(format!("--run {want} matches {} runs: give more of the id", found.len())))
-                }
-            }
-        }
-        None if groups.len() > 1 && !sel.merge_runs => {
-            return Err(Fail::input(format!(
-                "{}: reports of {} different runs ({}); add --merge-runs to add them up, or --run ID to read one",
-                run.label.trim_end(),
-                groups.len(),
-                list(&groups, &run.procs)
-            )))
-        }
-        None => groups.iter().collect(),
-    };
-    let keep: Vec<usize> = chosen.iter().flat_map(|g| g.procs.iter().copied()).collect();
-    run.run_ids = chosen.iter().map(|g| g.id.clone()).collect();
-    let mut i = 0;
-    run.retain_procs(|_| {
-        i += 1;
-        keep.contains(&(i - 1))
-    });
-    filter(run, sel)
-}
-
-/// `id: N processes from HH:MM:SS` for each group.
-fn list(groups: &[RunGroup], procs: &[Report]) -> String {
-    groups
-        .iter()
+/// `id: N processes from HH:MM:SS` for each run.
+fn list(runs: &[RunListing]) -> String {
+    runs.iter()
         .map(|g| {
-            let start = g.procs.iter().map(|&i| procs[i].process.start_us()).min().unwrap_or(0);
             format!(
                 "{}: {} from {}",
                 g.id,
-                crate::report::count(g.procs.len(), "process", "processes"),
-                crate::clock::fmt_wall(start)
+                crate::units::count(g.procs, "process", "processes"),
+                crate::clock::fmt_wall(g.start_us)
             )
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// Keeps the devices, pids and hosts asked for.
-fn filter(mut run: Run, sel: &Selection) -> Result<Run> {
-    let wanted = |list: &[i64], v: i64| list.is_empty() || list.contains(&v);
-    run.retain_procs(|r| {
-        wanted(&sel.pids, r.process.pid) && (sel.hosts.is_empty() || sel.hosts.contains(&r.process.host))
-    });
-    if !sel.devices.is_empty() {
-        for r in &mut run.procs {
-            r.devices.retain(|d| sel.devices.contains(&d.index));
-        }
-        run.retain_procs(|r| !r.devices.is_empty());
-    }
-    if run.procs.is_empty() {
-        let mut asked = Vec::new();
-        for (flag, values) in [
-            ("--device", sel.devices.iter().map(i64::to_string).collect::<Vec<_>>()),
-            ("--pid", sel.pids.iter().map(i64::to_string).collect()),
-            ("--host", sel.hosts.clone()),
-        ] {
-            if !values.is_empty() {
-                asked.push(format!("{flag} {}", values.join(",")));
-            }
-        }
-        return Err(Fail::input(format!("{}: no process matches {}", run.label.trim_end(), asked.join(" "))));
-    }
-    Ok(run)
 }
 
 /// Signal names for exit statuses.
@@ -349,49 +181,6 @@ mod tests {
             p["run_id_source"] = json!(source);
         }
         serde_json::from_value(json!({"schema": "culedger/1", "process": p, "devices": []})).unwrap()
-    }
-
-    fn ids(procs: &[Report]) -> Vec<(String, Vec<i64>)> {
-        group(procs).into_iter().map(|g| (g.id, g.procs.iter().map(|&i| procs[i].process.pid).collect())).collect()
-    }
-
-    #[test]
-    fn runs_by_environment_id() {
-        let procs = vec![
-            proc(10, 1, 1000, 5000, Some(("runA", "env"))),
-            proc(11, 10, 1100, 5000, Some(("runA", "env"))),
-            proc(20, 1, 9000, 9500, Some(("runB", "env"))),
-        ];
-        assert_eq!(ids(&procs), [("runA".to_string(), vec![10, 11]), ("runB".to_string(), vec![20])]);
-    }
-
-    #[test]
-    fn own_ids_join_their_parents_and_overlapping_siblings() {
-        let procs = vec![
-            proc(10, 5, 1000, 5000, Some(("h-10-1000", "process"))),
-            proc(11, 10, 1100, 4000, Some(("h-11-1100", "process"))),
-            proc(12, 10, 1200, 4000, Some(("h-12-1200", "process"))),
-            // Launched by the same shell (ppid 5) later, not overlapping: another run.
-            proc(30, 5, 8000, 9000, Some(("h-30-8000", "process"))),
-            // Two workers of a launcher that has no report, running together: one run.
-            proc(41, 40, 10000, 12000, None),
-            proc(42, 40, 10001, 12000, None),
-        ];
-        assert_eq!(
-            ids(&procs),
-            [
-                ("h-10-1000".to_string(), vec![10, 11, 12]),
-                ("h-30-8000".to_string(), vec![30]),
-                ("h-41-10000".to_string(), vec![41, 42]),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_reused_pid_is_not_a_parent() {
-        // pid 10 of an old run ended long before pid 11 (ppid 10) of a new one started.
-        let procs = vec![proc(10, 1, 1000, 2000, None), proc(11, 10, 60_000, 61_000, None)];
-        assert_eq!(group(&procs).len(), 2);
     }
 
     fn run(procs: Vec<Report>) -> Run {

@@ -7,7 +7,7 @@ use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
 use crate::explain::{Explanation, Severity};
 use crate::load::Run;
-use crate::report::count;
+use crate::units::count;
 use crate::summary::{summarize, OverviewRow, RunSummary};
 use crate::units::fmt_range;
 

@@ -103,7 +103,7 @@ fn header(snap: &Snapshot, paths: &[PathBuf], now_us: i64, lines: &mut Vec<Line>
     if let Some(s) = &snap.summary {
         head.push(Span::raw(format!(
             " · {} · {} GPUs",
-            crate::report::count(s.processes.len(), "process", "processes"),
+            crate::units::count(s.processes.len(), "process", "processes"),
             s.devices.len()
         )));
     }
@@ -117,7 +117,7 @@ fn header(snap: &Snapshot, paths: &[PathBuf], now_us: i64, lines: &mut Vec<Line>
         lines.push(Line::from(Span::styled(
             format!(
                 "{} unreadable (half-written or foreign) and left out this second",
-                crate::report::count(snap.run.skipped.len(), "report file", "report files")
+                crate::units::count(snap.run.skipped.len(), "report file", "report files")
             ),
             Style::default().fg(Color::Yellow),
         )));
@@ -352,7 +352,7 @@ pub fn command(paths: &[PathBuf], opts: Options) -> Result<i32> {
             std::env::var("COLUMNS").ok().as_deref(),
             crossterm::terminal::size().ok().map(|s| s.0 as usize),
         );
-        crate::print_stdout(&once_text(paths, view, width.clamp(60, 400) as u16));
+        crate::output::print_stdout(&once_text(paths, view, width.clamp(60, 400) as u16))?;
         return Ok(0);
     }
     if !std::io::stdout().is_terminal() {

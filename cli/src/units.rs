@@ -88,6 +88,11 @@ pub fn parse_size(text: &str) -> Result<i64, String> {
     Ok(bytes as i64)
 }
 
+/// `count(3, "process", "processes")` -> `3 processes`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 /* A simulated NVML (libnvidia-ml.so.1) next to the fake driver: the devices of the simulated
  * machine (FAKECUDA_DEVICES, default 8) with the PCI bus ids and UUID strings the fake driver
- * reports, no NVLink, no fabric, no running processes.
+ * reports, every process's memory on each device, no NVLink, no fabric. Like the real NVML it
+ * indexes every device of the machine, whatever CUDA_VISIBLE_DEVICES says.
  *
  * PyTorch's driver table (c10/cuda/driver_api.cpp) dlopens libnvidia-ml.so.1 and resolves these
  * entry points; its expandable segments ask NVML about the fabric and peers, and a NULL function
@@ -16,7 +17,9 @@
 #include <nvml.h>
 
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,9 +27,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_DEVICES 16
+#define MAX_PROCS 256
 /* What an nvmlDevice_t points to. */
 struct nvmlDevice_st { unsigned index; };
 static struct nvmlDevice_st devices[MAX_DEVICES];
@@ -193,9 +198,17 @@ nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t d, unsigned *speed) {
     return NVML_SUCCESS;
 }
 
-/* "GPU-" and a UUID in the form nvidia-smi prints; stable per ordinal. */
+static const char *machine_name(void);
+
+/* "GPU-" and a UUID in the form nvidia-smi prints: the 16 bytes the fake driver's
+ * cuDeviceGetUuid_v2 gives the same physical device (config.rs, device_uuid): the FNV-1a hash of
+ * the machine's name (big-endian), 0xface, and the device index in 48 bits. NVML indexes every
+ * device of the machine, whatever CUDA_VISIBLE_DEVICES says, as the real NVML does. */
 static void uuid_of(unsigned i, char *out, size_t len) {
-    snprintf(out, len, "GPU-fa4ec0da-0000-4000-8000-%012x", i);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = machine_name(); *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    snprintf(out, len, "GPU-%08x-%04x-%04x-face-%012llx", (unsigned)(h >> 32), (unsigned)(h >> 16) & 0xffff,
+             (unsigned)h & 0xffff, (unsigned long long)i);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned length) {
@@ -234,13 +247,39 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfoV_t *i
     return initialised ? (valid(d) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT) : NVML_ERROR_UNINITIALIZED;
 }
 
-/* NVML does not see the simulated processes: none are listed. */
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v1_t *infos) {
-    (void)infos;
-    if (!initialised) return NVML_ERROR_UNINITIALIZED;
-    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = 0;
+struct machine_head;
+static const struct machine_head *machine(void);
+static unsigned running_processes(unsigned index, unsigned max, unsigned *pids, unsigned long long *used);
+
+/* The processes of the simulated machine holding memory on the device, each with the bytes it
+ * holds there (its contexts, modules and allocations: what the driver charged it). nvml.h: a
+ * count too small for them is NVML_ERROR_INSUFFICIENT_SIZE with *count set to the number
+ * needed; not MIG, so the instance ids are 0xFFFFFFFF. */
+#define RUNNING_PROCESSES(infos_type, fill)                                                       \
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;                                            \
+    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;                                  \
+    unsigned pids[MAX_PROCS];                                                                     \
+    unsigned long long used[MAX_PROCS];                                                           \
+    unsigned n = running_processes(d->index, MAX_PROCS, pids, used);                              \
+    if (*count < n || (n && !infos)) { *count = n; return NVML_ERROR_INSUFFICIENT_SIZE; }         \
+    for (unsigned i = 0; i < n; i++) {                                                            \
+        infos_type *p = &infos[i];                                                                \
+        memset(p, 0, sizeof *p);                                                                  \
+        p->pid = pids[i];                                                                         \
+        p->usedGpuMemory = used[i];                                                               \
+        fill;                                                                                     \
+    }                                                                                             \
+    *count = n;                                                                                   \
     return NVML_SUCCESS;
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v1_t *infos) {
+    RUNNING_PROCESSES(nvmlProcessInfo_v1_t, (void)0)
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v2_t *infos) {
+    RUNNING_PROCESSES(nvmlProcessInfo_v2_t, (p->gpuInstanceId = p->computeInstanceId = 0xFFFFFFFFu))
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos) {
+    RUNNING_PROCESSES(nvmlProcessInfo_t, (p->gpuInstanceId = p->computeInstanceId = 0xFFFFFFFFu))
 }
 
 /* Every pair of distinct devices is peer-capable (as cuDeviceCanAccessPeer says). */
@@ -283,13 +322,22 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) 
  * cuMemGetInfo answers from them. */
 #define MACHINE_MAGIC 0x46435544414b0001ull
 #define MACHINE_DEVICES 16
+/* shm.rs `ProcSlot`: one attached process and the bytes charged to it per device. */
+struct proc_slot {
+    uint32_t pid, pad;
+    uint64_t start;
+    uint64_t used[MACHINE_DEVICES];
+};
 struct machine_head {
     uint64_t magic;
     uint32_t state, devices;
     uint64_t total[MACHINE_DEVICES];
     uint64_t used[MACHINE_DEVICES];
+    uint64_t next_ipc_id;
+    struct proc_slot procs[MAX_PROCS];
 };
-_Static_assert(sizeof(struct machine_head) == 272, "shm.rs Layout: magic, state, devices, total, used");
+_Static_assert(sizeof(struct proc_slot) == 144, "shm.rs ProcSlot: pid, pad, start, used");
+_Static_assert(__builtin_offsetof(struct machine_head, procs) == 280, "shm.rs Layout: magic .. used, next_ipc_id, procs");
 
 /* The machine's name as the driver validates it (config.rs, valid_machine_name), else "default". */
 static const char *machine_name(void) {
@@ -311,6 +359,11 @@ static const struct machine_head *machine(void) {
         char path[160];
         snprintf(path, sizeof path, "/dev/shm/fakecuda-%s", machine_name());
         int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof *head)) {
+            close(fd);
+            fd = -1;
+        }
         if (fd >= 0) {
             void *p = mmap(NULL, sizeof *head, PROT_READ, MAP_SHARED, fd, 0);
             close(fd);
@@ -319,6 +372,23 @@ static const struct machine_head *machine(void) {
     }
     pthread_mutex_unlock(&lock);
     return head && __atomic_load_n(&head->magic, __ATOMIC_ACQUIRE) == MACHINE_MAGIC ? head : NULL;
+}
+
+/* The live processes holding bytes on device `index` (at most `max`); a slot being claimed or
+ * freed (pid 0 or ~0) or of a process that is gone is skipped, as the driver's sweep would. */
+static unsigned running_processes(unsigned index, unsigned max, unsigned *pids, unsigned long long *used) {
+    const struct machine_head *m = machine();
+    unsigned n = 0;
+    if (!m || index >= MACHINE_DEVICES) return 0;
+    for (unsigned i = 0; i < MAX_PROCS && n < max; i++) {
+        uint32_t pid = __atomic_load_n(&m->procs[i].pid, __ATOMIC_ACQUIRE);
+        uint64_t u = __atomic_load_n(&m->procs[i].used[index], __ATOMIC_ACQUIRE);
+        if (pid == 0 || pid == UINT32_MAX || u == 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue;
+        pids[n] = pid;
+        used[n] = u;
+        n++;
+    }
+    return n;
 }
 
 /* FAKECUDA_TOTAL_MIB as the driver reads it (config.rs: MiB in [2, 2^30], default 98304). */

@@ -109,5 +109,34 @@ def queries():
           f"bad_scope={bad_scope}", flush=True)
 
 
+def identity():
+    """Under CUDA_VISIBLE_DEVICES (set by the test): the driver's ordinal 0 and NVML's device of
+    the same UUID and PCI bus id; NVML lists this process with the bytes it holds there."""
+    free, total, _ = driver()
+    cu = ctypes.CDLL("libcuda.so.1")
+    raw = (ctypes.c_ubyte * 16)()
+    check(cu.cuDeviceGetUuid_v2(raw, 0) == 0, "cuDeviceGetUuid_v2")
+    b = bytes(raw).hex()
+    cu_uuid = f"GPU-{b[:8]}-{b[8:12]}-{b[12:16]}-{b[16:20]}-{b[20:]}"
+    bus = ctypes.create_string_buffer(32)
+    check(cu.cuDeviceGetPCIBusId(bus, 32, 0) == 0, "cuDeviceGetPCIBusId")
+    pynvml.nvmlInit()
+    by_uuid = pynvml.nvmlDeviceGetHandleByUUID(cu_uuid)
+    by_bus = pynvml.nvmlDeviceGetHandleByPciBusId(bus.value)
+    index = pynvml.nvmlDeviceGetIndex(by_uuid)
+    same = int(index == pynvml.nvmlDeviceGetIndex(by_bus))
+    text = lambda v: v.decode() if isinstance(v, bytes) else v
+    nvml_uuid = text(pynvml.nvmlDeviceGetUUID(by_uuid))
+    pci = pynvml.nvmlDeviceGetPciInfo(by_uuid)
+    procs = pynvml.nvmlDeviceGetComputeRunningProcesses(by_uuid)
+    mine = [p.usedGpuMemory for p in procs if p.pid == os.getpid()]
+    others = sum(len(pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                 for i in range(pynvml.nvmlDeviceGetCount()) if i != index)
+    pynvml.nvmlShutdown()
+    print(f"RESULT index={index} same_device={same} uuid_match={int(nvml_uuid == cu_uuid)} "
+          f"bus_match={int(text(pci.busId).lower() == bus.value.decode().lower())} "
+          f"procs={len(procs)} mine={mine[0] if mine else 0} held={total - free} others={others}", flush=True)
+
+
 if __name__ == "__main__":
-    {"sessions": sessions, "queries": queries}[sys.argv[1]]()
+    {"sessions": sessions, "queries": queries, "identity": identity}[sys.argv[1]]()

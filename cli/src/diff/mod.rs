@@ -5,7 +5,7 @@
 mod render;
 pub mod since;
 
-pub use render::{document, rows_table};
+pub use render::document;
 
 use crate::analysis::{groups, shown_categories, DeviceGroup};
 use crate::clock::Clock;
@@ -13,6 +13,7 @@ use crate::figures::{Figure, DIFF_TOTALS};
 use crate::load::Run;
 use crate::model::CATEGORIES;
 use crate::units::{fmt_bytes, fmt_delta};
+pub use culedger_analysis::compare::Row;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -59,23 +60,6 @@ pub struct DevDiff {
     /// Each side's pool reconciled from its sizing query (`culedger explain`), side by side;
     /// null when neither side sized a pool on this device.
     pub since_sizing: Option<since::SinceSizing>,
-}
-
-#[derive(Debug, Serialize, Clone)]
-pub struct Row {
-    pub name: String,
-    pub a: i64,
-    pub b: i64,
-    pub delta: i64,
-    /// delta / a in percent; null when a is 0.
-    pub pct: Option<f64>,
-}
-
-impl Row {
-    pub(crate) fn new(name: &str, a: i64, b: i64) -> Self {
-        let delta = b - a;
-        Row { name: name.into(), a, b, delta, pct: (a != 0).then(|| delta as f64 * 100.0 / a as f64) }
-    }
 }
 
 #[derive(Debug, Serialize)]

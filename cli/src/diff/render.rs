@@ -7,7 +7,7 @@ use crate::clock::fmt_secs;
 use crate::doc::{Block, Doc, Table};
 use crate::units::{fmt_bytes, fmt_delta, fmt_opt};
 
-pub fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
+fn rows_table(first: &str, rows: &[Row], sa: &str, sb: &str) -> Table {
     let mut t = Table::new(&[first, sa, sb, "delta", "%"], &[1, 2, 3, 4]);
     for r in rows {
         t.row(vec![
@@ -151,7 +151,7 @@ fn device_pair(doc: &mut Doc, d: &Diff, dev: &DevDiff, sa: &str, sb: &str) {
             doc.push(Block::Sub("Hidden driver costs that changed".into()));
             doc.table(rows_table("api", &dev.driver_costs, &sa, &sb));
         }
-        crate::sites::diff_section(doc, &dev.sites, &sa, &sb);
+        sites_section(doc, &dev.sites, &sa, &sb);
     }
 }
 
@@ -169,4 +169,13 @@ fn since_sizing_table(doc: &mut Doc, s: &SinceSizing, sa: &str, sb: &str) {
         t.row(vec![r.name.clone(), fmt_opt(r.a), fmt_opt(r.b), r.delta.map_or("-".into(), fmt_delta)]);
     }
     doc.table(t);
+}
+
+/// The diff's "Call sites that grew" section of one device.
+fn sites_section(doc: &mut Doc, rows: &[Row], sa: &str, sb: &str) {
+    if rows.is_empty() {
+        return;
+    }
+    doc.push(Block::Sub("Call sites that grew".into()));
+    doc.table(rows_table("caller", rows, sa, sb));
 }

@@ -107,7 +107,7 @@ pub fn explain(run: &Run) -> Explanation {
     let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
     let infos = count(Severity::Info);
     let verdict = if failures + warnings == 0 && infos > 0 {
-        format!("nothing alarming; {} below", crate::report::count(infos, "observation", "observations"))
+        format!("nothing alarming; {} below", crate::units::count(infos, "observation", "observations"))
     } else if failures + warnings == 0 {
         "no findings: no allocation failed, the ranks sized their pools alike, untracked memory never rose by more \
          than 256 MiB between two queries, no category kept growing at the end of the run, and the ranks are \
@@ -116,10 +116,10 @@ pub fn explain(run: &Run) -> Explanation {
     } else {
         let mut parts = Vec::new();
         if failures > 0 {
-            parts.push(crate::report::count(failures, "failed allocation", "failed allocations"));
+            parts.push(crate::units::count(failures, "failed allocation", "failed allocations"));
         }
         if warnings > 0 {
-            parts.push(crate::report::count(warnings, "warning", "warnings"));
+            parts.push(crate::units::count(warnings, "warning", "warnings"));
         }
         format!("{}, most important first", parts.join(" and "))
     };
@@ -156,6 +156,7 @@ fn notes(run: &Run) -> Vec<String> {
         .skipped
         .iter()
         .map(|s| {
+            let s = crate::load::file_error(s);
             format!("skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)")
         })
         .collect();

@@ -35,7 +35,7 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
         "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was          refused; the engine gave up by its own check (its log says why), or something other than GPU memory          failed.",
         r0.process,
         r0.status,
-        if n > 1 { format!(", and so did {} more", crate::report::count(n - 1, "process", "processes")) } else { String::new() }
+        if n > 1 { format!(", and so did {} more", crate::units::count(n - 1, "process", "processes")) } else { String::new() }
     );
     let title = if n == 1 {
         format!("{} {} without a failed allocation", r0.process, r0.status)

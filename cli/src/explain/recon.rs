@@ -210,7 +210,7 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
     apis.into_iter()
         .map(|api| {
             let mine: Vec<&Measured> = calls.iter().filter(|c| c.call.api == api).collect();
-            let n = crate::report::count(mine.len(), "call", "calls");
+            let n = crate::units::count(mine.len(), "call", "calls");
             let mut it = Item::new(ItemKind::DriverCost, format!("{api} ({n}) by {}", who(m.report)), 0);
             it.bytes = mine.iter().map(|c| c.bytes).sum();
             it.api = Some(api.to_string());
@@ -454,7 +454,7 @@ pub fn reconcile<'a>(
     });
     if !pool_idx.is_empty() {
         let main = (0..6).max_by_key(|&i| pool_cats[i]).unwrap_or(5);
-        let n = crate::report::count(pool_idx.len(), "allocation", "allocations");
+        let n = crate::units::count(pool_idx.len(), "allocation", "allocations");
         let mut it = Item::new(ItemKind::Pool, format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
         it.bytes = pool_idx.iter().map(|&i| steps[i].bytes).sum();
         it.category = Some(CATEGORIES[main].to_string());

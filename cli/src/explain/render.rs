@@ -246,8 +246,8 @@ pub fn document(e: &Explanation) -> Doc {
     d.push(Block::Title(format!(
         "culedger explain: {} ({}, {}{runs})",
         e.label,
-        crate::report::count(e.processes, "process", "processes"),
-        crate::report::count(e.devices, "GPU", "GPUs"),
+        crate::units::count(e.processes, "process", "processes"),
+        crate::units::count(e.devices, "GPU", "GPUs"),
     )));
     d.push(Block::Verdict { text: e.verdict.clone(), bad: e.exit_code != 0 });
     d.para(Clock { t0_us: e.t0_unix_us }.header());
@@ -275,7 +275,7 @@ pub fn document(e: &Explanation) -> Doc {
                 if fd.later_failures > 0 {
                     d.para(format!(
                         "{} of the same burst failed after it (an allocator retries a failed request).",
-                        crate::report::count(fd.later_failures, "more attempt", "more attempts")
+                        crate::units::count(fd.later_failures, "more attempt", "more attempts")
                     ));
                 }
             }

@@ -21,7 +21,7 @@ pub fn culedger(args: &[&str]) -> Output {
 
 /// [`culedger`] with extra environment variables.
 pub fn culedger_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_culedger"))
+    Command::new(culedger_bin())
         .args(args)
         .current_dir(crate_dir())
         .env("NO_COLOR", "1")

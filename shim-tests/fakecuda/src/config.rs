@@ -40,6 +40,8 @@ pub struct Config {
     /// `FAKECUDA_DRIVER_VERSION`: the CUDA version the driver reports (`cuDriverGetVersion`) and the
     /// newest ABI it resolves: rows of the resolution table introduced after it do not exist.
     pub driver_version: i32,
+    /// `CUDA_VISIBLE_DEVICES` as the process was started with it (None: unset, every device).
+    pub visible: Option<String>,
 }
 
 impl Config {
@@ -101,6 +103,7 @@ impl Config {
                     }
                 },
             },
+            visible: get("CUDA_VISIBLE_DEVICES"),
         }
     }
 
@@ -123,6 +126,56 @@ pub fn valid_machine_name(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
         && s != "."
         && s != ".."
+}
+
+/// The UUID of physical device `phys` of machine `machine`: the machine's hash (so two simulated
+/// machines never share a GPU), 0xface, and the device's index. The fake driver
+/// (`cuDeviceGetUuid_v2`) and the fake NVML (`nvmlDeviceGetUUID`, fakenvml.c `uuid_of`) give the
+/// same 16 bytes.
+pub fn device_uuid(machine: &str, phys: usize) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    u[..8].copy_from_slice(&machine_hash(machine).to_be_bytes());
+    u[8..10].copy_from_slice(&[0xfa, 0xce]);
+    u[10..].copy_from_slice(&(phys as u64).to_be_bytes()[2..]);
+    u
+}
+
+/// A UUID as nvidia-smi and `CUDA_VISIBLE_DEVICES` write it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("GPU-{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+}
+
+/// The physical devices a process sees, in its ordinal order, from `CUDA_VISIBLE_DEVICES` as the
+/// real driver reads it (CUDA C Programming Guide, "CUDA Environment Variables"): a comma-separated
+/// list of device indices or `GPU-` UUIDs (any unique prefix of the UUID string), read up to the
+/// first entry that names no device ("only the devices whose index precedes the invalid index
+/// are visible"). A `MIG-` entry names no device here (the simulated machine has no MIG
+/// instances), nor does an ambiguous prefix, nor a device listed twice. Unset: every device.
+pub fn visible_devices(spec: Option<&str>, physical: usize, machine: &str) -> Vec<usize> {
+    let Some(spec) = spec else { return (0..physical).collect() };
+    let uuids: Vec<String> = (0..physical).map(|d| uuid_string(&device_uuid(machine, d))).collect();
+    let mut seen = Vec::new();
+    for entry in spec.split(',') {
+        let e = entry.trim();
+        let dev = if let Some(rest) = e.get(..4).filter(|p| p.eq_ignore_ascii_case("GPU-")).map(|_| &e[4..]) {
+            let want = format!("gpu-{}", rest.to_ascii_lowercase());
+            let hits: Vec<usize> =
+                (0..physical).filter(|d| uuids[*d].to_ascii_lowercase().starts_with(&want)).collect();
+            if rest.is_empty() || hits.len() != 1 {
+                None
+            } else {
+                Some(hits[0])
+            }
+        } else {
+            e.parse::<usize>().ok().filter(|d| *d < physical)
+        };
+        match dev {
+            Some(d) if !seen.contains(&d) => seen.push(d),
+            _ => break,
+        }
+    }
+    seen
 }
 
 /// Rounds `bytes` up to the allocation granularity (None on overflow).
@@ -154,7 +207,33 @@ mod tests {
             (512 * MIB, 64 * MIB, 16 * MIB, 8 * MIB, 2 * MIB)
         );
         assert!(!c.reset);
-        assert_eq!((c.ctx_extra_cost, c.driver_version), (0, 12090));
+        assert_eq!((c.ctx_extra_cost, c.driver_version, c.visible), (0, 12090, None));
+    }
+
+    #[test]
+    fn visible_devices_as_the_driver_reads_them() {
+        let v = |s: &str| visible_devices(Some(s), 8, "m");
+        assert_eq!(visible_devices(None, 3, "m"), vec![0, 1, 2]);
+        assert_eq!(v("1"), vec![1]);
+        assert_eq!(v("4,5,6,7"), vec![4, 5, 6, 7]);
+        assert_eq!(v("1,0"), vec![1, 0]);
+        assert_eq!(v(" 2 , 3"), vec![2, 3]);
+        assert_eq!(v("0,9,1"), vec![0], "stops at the first invalid entry");
+        assert_eq!(v("0,-1,1"), vec![0]);
+        assert_eq!(v("1,1,2"), vec![1], "a repeated device ends the list");
+        assert_eq!(v(""), Vec::<usize>::new());
+        assert_eq!(v("MIG-0"), Vec::<usize>::new());
+        let u3 = uuid_string(&device_uuid("m", 3));
+        assert!(u3.starts_with("GPU-") && u3.len() == 40, "{u3}");
+        assert_eq!(v(&u3), vec![3]);
+        assert_eq!(v(&format!("{},0", u3.to_uppercase())), vec![3, 0]);
+        let u0 = uuid_string(&device_uuid("m", 0));
+        assert_eq!(visible_devices(Some(&u0[..12]), 1, "m"), vec![0], "a unique prefix");
+        assert_eq!(v(&u3[..u3.len() - 1]), Vec::<usize>::new(), "a prefix of devices 0-9 is ambiguous");
+        assert_eq!(v("GPU-"), Vec::<usize>::new());
+        assert_eq!(v(&format!("0,{}", &u3[..12])), vec![0], "a prefix every device shares is ambiguous");
+        assert_ne!(device_uuid("m", 0), device_uuid("n", 0), "machines do not share GPUs");
+        assert_ne!(device_uuid("m", 0), device_uuid("m", 1));
     }
 
     #[test]

@@ -240,6 +240,7 @@ table! {
     cuDeviceGetUuid 9020 => cuDeviceGetUuid;
     cuDeviceGetUuid 11040 => cuDeviceGetUuid_v2;
     cuDeviceGetPCIBusId 4010 => cuDeviceGetPCIBusId;
+    cuDeviceGetByPCIBusId 4010 => cuDeviceGetByPCIBusId;
     cuDeviceGetP2PAttribute 8000 => cuDeviceGetP2PAttribute;
     cuDevicePrimaryCtxSetFlags 7000 => cuDevicePrimaryCtxSetFlags;
     cuDevicePrimaryCtxSetFlags 11000 => cuDevicePrimaryCtxSetFlags_v2;

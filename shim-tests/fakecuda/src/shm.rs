@@ -388,5 +388,8 @@ mod tests {
         assert_eq!((offset_of!(Layout, magic), offset_of!(Layout, state), offset_of!(Layout, devices)), (0, 8, 12));
         assert_eq!((offset_of!(Layout, total), offset_of!(Layout, used)), (16, 16 + 8 * MAX_DEVICES));
         assert_eq!(MAX_DEVICES, 16);
+        // ... and, for nvmlDeviceGetComputeRunningProcesses, each process slot's pid and bytes.
+        assert_eq!((offset_of!(Layout, procs), std::mem::size_of::<ProcSlot>(), PROC_SLOTS), (280, 144, 256));
+        assert_eq!((offset_of!(ProcSlot, pid), offset_of!(ProcSlot, used)), (0, 16));
     }
 }

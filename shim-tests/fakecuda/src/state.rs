@@ -300,7 +300,11 @@ pub struct Proc {
     pub initialized: bool,
     pub shm: Option<&'static Shm>,
     pub slot: Option<usize>,
+    /// Devices this process sees (`CUDA_VISIBLE_DEVICES`): its ordinals.
     pub devices: usize,
+    /// The physical device of each ordinal: usage is charged to the machine's physical device,
+    /// which every process of the machine shares whatever ordinal it reaches it by.
+    pub visible: Vec<usize>,
     next_id: u64,
     pub ctxs: HashMap<u64, Ctx>,
     /// Primary context per device: (handle if active, reference count).
@@ -464,6 +468,7 @@ impl Proc {
             shm: None,
             slot: None,
             devices: 0,
+            visible: Vec::new(),
             next_id: 0,
             ctxs: HashMap::new(),
             primary: Vec::new(),
@@ -503,10 +508,17 @@ impl Proc {
             return Err(CUDA_ERROR_NO_DEVICE);
         }
         let shm = shm::machine().ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
+        let cfg = Config::get();
+        let visible = crate::config::visible_devices(cfg.visible.as_deref(), shm.devices(), &cfg.machine);
+        if visible.is_empty() {
+            // The real driver: CUDA_VISIBLE_DEVICES naming no device is CUDA_ERROR_NO_DEVICE.
+            return Err(CUDA_ERROR_NO_DEVICE);
+        }
         self.start = shm::self_start_time();
         self.slot = shm.attach(self.pid, self.start);
         self.shm = Some(shm);
-        self.devices = shm.devices();
+        self.devices = visible.len();
+        self.visible = visible;
         self.primary = vec![(None, 0); self.devices];
         self.ctx_count = vec![0; self.devices];
         self.initialized = true;
@@ -524,6 +536,16 @@ impl Proc {
         usize::try_from(dev).ok().filter(|d| *d < self.devices).ok_or(CUDA_ERROR_INVALID_DEVICE)
     }
 
+    /// The physical device of ordinal `dev` (validated).
+    pub fn physical(&self, dev: CUdevice) -> R<usize> {
+        self.device(dev).map(|d| self.visible[d])
+    }
+
+    /// The ordinal by which this process sees physical device `phys`, if it sees it.
+    pub fn ordinal_of(&self, phys: usize) -> Option<usize> {
+        self.visible.iter().position(|p| *p == phys)
+    }
+
     /// The calling thread's current context and its device (`CUDA_ERROR_INVALID_CONTEXT` if none).
     pub fn current(&self) -> R<(u64, usize)> {
         let h = current_handle();
@@ -535,27 +557,30 @@ impl Proc {
         self.ctxs.get(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)
     }
 
-    /// Charges `bytes` to `dev` on the machine (`CUDA_ERROR_OUT_OF_MEMORY` if it does not fit).
+    /// Charges `bytes` to ordinal `dev`'s physical device on the machine
+    /// (`CUDA_ERROR_OUT_OF_MEMORY` if it does not fit).
     pub fn charge(&mut self, dev: usize, bytes: u64) -> R {
         let shm = self.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
-        if bytes == 0 || shm.reserve(self.slot, dev, bytes) {
+        if bytes == 0 || shm.reserve(self.slot, self.visible[dev], bytes) {
             Ok(())
         } else {
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
     }
 
-    /// Gives `bytes` of `dev` back to the machine.
+    /// Gives `bytes` of ordinal `dev`'s physical device back to the machine.
     pub fn uncharge(&mut self, dev: usize, bytes: u64) {
         if let (Some(shm), true) = (self.shm, bytes > 0) {
-            shm.release(self.slot, dev, bytes);
+            shm.release(self.slot, self.visible[dev], bytes);
         }
     }
 
-    /// (free, total) of `dev` as `cuMemGetInfo` reports them.
+    /// (free, total) of ordinal `dev` as `cuMemGetInfo` reports them: its physical device's,
+    /// every process of the machine counted.
     pub fn mem_info(&self, dev: usize) -> (u64, u64) {
         match self.shm {
             Some(shm) => {
+                let dev = self.visible[dev];
                 shm.sweep_with(false);
                 let total = shm.total(dev);
                 (total.saturating_sub(shm.used(dev)), total)
@@ -599,7 +624,7 @@ impl Proc {
             for k in gone {
                 if let Some(c) = costly.remove(&k) {
                     if let Some(shm) = self.shm {
-                        shm.release(self.slot, c.dev, c.charged);
+                        shm.release(self.slot, self.visible[c.dev], c.charged);
                     }
                 }
             }

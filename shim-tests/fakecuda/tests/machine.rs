@@ -381,3 +381,126 @@ fn fork_while_threads_allocate() {
         assert_eq!(used(), 0, "children's usage is gone, the parent's is untouched");
     });
 }
+
+/// Helper "visible": what a process started with `CUDA_VISIBLE_DEVICES` sees; with 100 MiB on
+/// its ordinal 0 and 30 MiB on its ordinal 1, it opens the handle in `FAKECUDA_IPC_HANDLE` (if
+/// any) on its ordinal 0, reports and waits for stdin to close.
+fn visible_helper() {
+    unsafe {
+        let rc = cuInit(0);
+        say(&format!("init={rc}"));
+        if rc != 0 {
+            return;
+        }
+        let mut n = 0;
+        assert_eq!(cuDeviceGetCount(&mut n), 0);
+        say(&format!("count={n}"));
+        let mut u = [0u8; 16];
+        assert_eq!(cuDeviceGetUuid_v2(&mut u, 0), 0);
+        say(&format!("uuid0={}", hex(&u)));
+        let mut bus = [0 as std::os::raw::c_char; 32];
+        assert_eq!(cuDeviceGetPCIBusId(bus.as_mut_ptr(), 32, 0), 0);
+        say(&format!("bus0={}", std::ffi::CStr::from_ptr(bus.as_ptr()).to_str().unwrap()));
+        let mut a = 0;
+        assert_eq!(cuDeviceGetAttribute(&mut a, 33, 0), 0);
+        say(&format!("bus_attr0={a}"));
+        let mut d = -1;
+        let rc = cuDeviceGetByPCIBusId(&mut d, c"0000:02:00.0".as_ptr());
+        say(&format!("by_bus2={rc},{d}"));
+        say(&format!("by_bus1={}", cuDeviceGetByPCIBusId(&mut d, c"00000000:01:00.0".as_ptr())));
+        if n >= 2 {
+            setup(1);
+            alloc(30 * MIB);
+        }
+        setup(0);
+        alloc(100 * MIB);
+        if let Ok(h) = std::env::var("FAKECUDA_IPC_HANDLE") {
+            let mut handle = CUipcMemHandle { reserved: [0; 64] };
+            handle.reserved.copy_from_slice(&unhex(&h));
+            let mut p = 0;
+            say(&format!("open={}", cuIpcOpenMemHandle_v2(&mut p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)));
+            let mut v = 0u64;
+            assert_eq!(cuPointerGetAttribute((&mut v as *mut u64).cast(), 9, p), 0);
+            say(&format!("opened_ordinal={}", v as u32));
+        }
+    }
+    say("ready=1");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// Runs helper "visible" with `CUDA_VISIBLE_DEVICES=spec` to its report; returns its stdout
+/// (and the child, holding its memory until its stdin closes, when it got ready).
+fn run_visible(test: &str, spec: &str, handle: Option<&CUipcMemHandle>) -> (String, Option<std::process::Child>) {
+    let mut cmd = helper_cmd(test, "visible");
+    cmd.env("CUDA_VISIBLE_DEVICES", spec).stdin(Stdio::piped()).stdout(Stdio::piped());
+    if let Some(h) = handle {
+        cmd.env("FAKECUDA_IPC_HANDLE", hex(&h.reserved));
+    }
+    let mut child = cmd.spawn().expect("spawn helper");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let (mut text, mut line) = (String::new(), String::new());
+    while out.read_line(&mut line).expect("read helper") > 0 {
+        text.push_str(&line);
+        if line.contains("RESULT ready=1") {
+            std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+            return (text, Some(child));
+        }
+        line.clear();
+    }
+    let _ = child.wait();
+    (text, None)
+}
+
+/// `CUDA_VISIBLE_DEVICES` as the real driver reads it: a process sees the listed physical
+/// devices as its ordinals 0, 1, ... (indices or `GPU-` UUIDs, up to the first entry naming no
+/// device; none at all is CUDA_ERROR_NO_DEVICE); each physical device keeps its UUID and PCI bus
+/// id whatever ordinal reaches it, and every process of the machine sees the memory another holds
+/// on it, and opens its IPC handles through its own ordinal.
+#[test]
+fn visible_devices_are_physical_devices() {
+    if helper().as_deref() == Some("visible") {
+        return visible_helper();
+    }
+    const T: &str = "visible_devices_are_physical_devices";
+    in_child(T, &[("FAKECUDA_CTX_MIB", "0"), ("FAKECUDA_DEVICES", "4"), ("FAKECUDA_TOTAL_MIB", "1024")], || unsafe {
+        setup(2);
+        let mine = alloc(10 * MIB);
+        let mut handle = CUipcMemHandle { reserved: [0; 64] };
+        assert_eq!(cuIpcGetMemHandle(&mut handle, mine), 0);
+        let mut uuid2 = [0u8; 16];
+        assert_eq!(cuDeviceGetUuid_v2(&mut uuid2, 2), 0);
+        let text = |u: &[u8; 16]| fakecuda::config::uuid_string(u);
+
+        let (out, child) = run_visible(T, "2,1", Some(&handle));
+        let mut child = child.unwrap_or_else(|| panic!("helper failed:\n{out}"));
+        assert_eq!(result(&out, "count").as_deref(), Some("2"));
+        assert_eq!(result(&out, "uuid0"), Some(hex(&uuid2)), "its ordinal 0 is physical device 2");
+        assert_eq!(result(&out, "bus0").as_deref(), Some("00000000:03:00.0"));
+        assert_eq!(result(&out, "bus_attr0").as_deref(), Some("3"));
+        assert_eq!(result(&out, "by_bus2").as_deref(), Some("0,1"), "bus 2 (physical 1) is its ordinal 1");
+        assert_eq!(result(&out, "by_bus1").as_deref(), Some(&*CUDA_ERROR_INVALID_DEVICE.to_string()), "not visible");
+        assert_eq!(result(&out, "open").as_deref(), Some("0"), "the handle opens through its ordinal 0");
+        assert_eq!(result(&out, "opened_ordinal").as_deref(), Some("0"));
+        // This process sees the helper's memory on the physical devices it charged.
+        assert_eq!(used(), (10 + 100 + 2) * MIB, "device 2: mine, the helper's and its IPC mapping");
+        setup(1);
+        assert_eq!(used(), 30 * MIB, "device 1");
+        setup(0);
+        assert_eq!(used(), 0, "device 0: nobody's");
+        drop(child.stdin.take());
+        assert!(child.wait().expect("wait").success());
+        setup(2);
+        assert_eq!(used(), 10 * MIB, "the helper's memory is given back to the physical device");
+
+        // A UUID (upper case too) names the device; a MIG- entry, an unknown index and an empty
+        // list end the list.
+        let (out, child) = run_visible(T, &format!("{},9,0", text(&uuid2).to_uppercase()), None);
+        drop(child);
+        assert_eq!((result(&out, "count").as_deref(), result(&out, "uuid0")), (Some("1"), Some(hex(&uuid2))));
+        for none in ["", "MIG-4f1b2c3d-0000-0000-0000-000000000000", "7", "-1"] {
+            let (out, _) = run_visible(T, none, None);
+            assert_eq!(result(&out, "init"), Some(CUDA_ERROR_NO_DEVICE.to_string()), "{none:?}:\n{out}");
+        }
+    });
+}

@@ -197,6 +197,8 @@ impl Sim {
             .env("CULEDGER_SIM_DIR", sim_dir())
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env("PYTHONUNBUFFERED", "1")
+            // The fake driver honours it as the real one does: a test sets it where it means to.
+            .env_remove("CUDA_VISIBLE_DEVICES")
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

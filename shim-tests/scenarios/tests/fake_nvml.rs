@@ -7,6 +7,10 @@ use culedger_scenarios::{repo_root, Run, Sim};
 
 /// A 2-device machine of 80 GiB devices with pynvml on `PYTHONPATH`.
 fn run(test: &str, mode: &str) -> Run {
+    run_with(test, mode, &[])
+}
+
+fn run_with(test: &str, mode: &str, env: &[(&str, &str)]) -> Run {
     let py = repo_root().join("target/nvml/py");
     assert!(py.join("pynvml.py").is_file(), "{} missing: run `make headers` (scripts/fetch-nvml.sh)", py.display());
     let mut sim = Sim::new(test);
@@ -14,6 +18,9 @@ fn run(test: &str, mode: &str) -> Run {
         .env("FAKECUDA_TOTAL_MIB", "81920")
         .env("FAKECUDA_CTX_MIB", "512")
         .env("PYTHONPATH", py);
+    for (k, v) in env {
+        sim.env(k, v);
+    }
     sim.run_ok(sim.python("nvml_sessions.py").arg(mode))
 }
 
@@ -52,4 +59,18 @@ fn vllm_queries_answer_from_the_simulated_machine() {
     assert_eq!(r.u64("affinity_cpus"), r.u64("online_cpus"));
     assert_eq!(r.u64("same_socket"), 1, "one node, one socket");
     assert_eq!(r.u64("bad_scope"), 2, "NVML_ERROR_INVALID_ARGUMENT");
+}
+
+/// One physical device, two views: a process started with `CUDA_VISIBLE_DEVICES=1` reaches
+/// physical device 1 as its ordinal 0; NVML (which indexes every device, as the real one does)
+/// finds it by the UUID and PCI bus id the driver gives that ordinal, names the same UUID, and
+/// lists this process with the bytes it holds there (its context and 100 MiB, what cuMemGetInfo
+/// counts); no process on the other device.
+#[test]
+fn nvml_and_the_driver_name_one_device_alike() {
+    let r = run_with("nvml_identity", "identity", &[("CUDA_VISIBLE_DEVICES", "1")]);
+    assert_eq!((r.u64("index"), r.u64("same_device")), (1, 1));
+    assert_eq!((r.u64("uuid_match"), r.u64("bus_match")), (1, 1));
+    assert_eq!((r.u64("procs"), r.u64("mine"), r.u64("held")), (1, (512 + 100) << 20, (512 + 100) << 20));
+    assert_eq!(r.u64("others"), 0);
 }

@@ -111,24 +111,42 @@ pub unsafe fn retain_primary(pctx: *mut CUcontext, dev: CUdevice) -> state::R {
     out(pctx, h as CUcontext)
 }
 
-/// A device's PCI (domain, bus, device): one bus per device.
-pub fn device_pci(dev: CUdevice) -> (c_int, c_int, c_int) {
-    (0, dev + 1, 0)
+/// A physical device's PCI (domain, bus, device): one bus per device, bus = index + 1 (as the
+/// fake NVML's nvmlDeviceGetPciInfo_v3 says), whatever ordinal a process sees it by.
+pub fn device_pci(phys: CUdevice) -> (c_int, c_int, c_int) {
+    (0, phys + 1, 0)
 }
 
-/// A device's UUID: stable for a machine name and ordinal, different between devices.
-pub fn device_uuid(dev: CUdevice) -> [u8; 16] {
-    let h = crate::config::machine_hash(&Config::get().machine);
-    let mut u = [0u8; 16];
-    u[..8].copy_from_slice(&h.to_le_bytes());
-    u[8..12].copy_from_slice(b"fake");
-    u[12..].copy_from_slice(&(dev as u32).to_be_bytes());
-    u
+/// A physical device's UUID: stable for a machine name and device, different between devices and
+/// machines, the same bytes the fake NVML prints ([`crate::config::device_uuid`]).
+pub fn device_uuid(phys: CUdevice) -> [u8; 16] {
+    crate::config::device_uuid(&Config::get().machine, phys as usize)
+}
+
+/// The physical device of ordinal `dev` as the C types want it.
+fn physical(dev: CUdevice) -> state::R<CUdevice> {
+    with_init(|p| p.physical(dev)).map(|d| d as CUdevice)
 }
 
 unsafe fn get_uuid(uuid: *mut [u8; 16], dev: CUdevice) -> state::R {
-    with_init(|p| p.device(dev))?;
-    out(uuid, device_uuid(dev))
+    let phys = physical(dev)?;
+    out(uuid, device_uuid(phys))
+}
+
+/// (domain, bus, device, function) of a PCI location in one of cuda.h's three forms.
+fn parse_pci(s: &str) -> Option<(u32, u32, u32, u32)> {
+    let hex = |x: &str| u32::from_str_radix(x.trim(), 16).ok();
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    let (domain, bus, rest) = match parts.as_slice() {
+        [d, b, r] => (hex(d)?, hex(b)?, *r),
+        [b, r] if r.contains('.') => (0, hex(b)?, *r),
+        _ => return None,
+    };
+    let (device, function) = match rest.split_once('.') {
+        Some((d, f)) => (hex(d)?, hex(f)?),
+        None => (hex(rest)?, 0),
+    };
+    Some((domain, bus, device, function))
 }
 
 /// `CUlimit` values a context reports (stack size, printf FIFO, malloc heap, ...); set values
@@ -236,11 +254,11 @@ entry! {
     }
 
     fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) {
-        with_init(|p| p.device(dev))?;
+        let phys = physical(dev)?;
         if !(1..device_attribute_max()).contains(&attrib) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let (domain, bus, device) = device_pci(dev);
+        let (domain, bus, device) = device_pci(phys);
         let v = match attrib {
             33 => bus,
             34 => device,
@@ -251,11 +269,11 @@ entry! {
     }
 
     fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) {
-        with_init(|p| p.device(dev))?;
+        let phys = physical(dev)?;
         if name.is_null() || len <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let s = format!("FakeCUDA Simulated GPU {dev}");
+        let s = format!("FakeCUDA Simulated GPU {phys}");
         let n = s.len().min(len as usize - 1);
         std::ptr::copy_nonoverlapping(s.as_ptr(), name.cast::<u8>(), n);
         name.add(n).write(0);
@@ -445,16 +463,36 @@ entry! {
 
     /// `domain:bus:device.function`, as the real driver formats it.
     fn cuDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: c_int, dev: CUdevice) {
-        with_init(|p| p.device(dev))?;
+        let phys = physical(dev)?;
         if pci_bus_id.is_null() || len <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let (domain, bus, device) = device_pci(dev);
+        let (domain, bus, device) = device_pci(phys);
         let s = format!("{domain:08X}:{bus:02X}:{device:02X}.0");
         let n = s.len().min(len as usize - 1);
         std::ptr::copy_nonoverlapping(s.as_ptr(), pci_bus_id.cast::<u8>(), n);
         pci_bus_id.add(n).write(0);
         Ok(())
+    }
+
+    /// The ordinal of the device at a PCI location, in cuda.h's forms `domain:bus:device.function`,
+    /// `domain:bus:device` and `bus:device.function` (hexadecimal); a device this process does not
+    /// see (`CUDA_VISIBLE_DEVICES`) or no device there is `CUDA_ERROR_INVALID_DEVICE`.
+    fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, pci_bus_id: *const c_char) {
+        if dev.is_null() || pci_bus_id.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let s = std::ffi::CStr::from_ptr(pci_bus_id).to_str().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        let loc = parse_pci(s).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let ordinal = with_init(|p| {
+            (0..p.devices)
+                .find(|&o| {
+                    let (domain, bus, device) = device_pci(p.visible[o] as CUdevice);
+                    (domain as u32, bus as u32, device as u32, 0) == loc
+                })
+                .ok_or(CUDA_ERROR_INVALID_DEVICE)
+        })?;
+        out(dev, ordinal as CUdevice)
     }
 
     /// Peer attributes (performance rank, access, atomics, array access): every pair of distinct

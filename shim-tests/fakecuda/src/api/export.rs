@@ -304,7 +304,7 @@ unsafe extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *m
         if result.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let devices = with_init(|p| Ok(p.devices))?;
+        let visible = with_init(|p| Ok(p.visible.clone()))?;
         let ctx = integrity::Context {
             driver_version: Config::get().driver_version as u32,
             version,
@@ -316,8 +316,9 @@ unsafe extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *m
             function: integrity_check as *const c_void as u64,
             unix_seconds,
         };
-        let devs: Vec<integrity::Device> = (0..devices)
-            .map(|d| {
+        let devs: Vec<integrity::Device> = visible
+            .iter()
+            .map(|&d| {
                 let (domain, bus, device) = device_pci(d as c_int);
                 integrity::Device {
                     uuid: device_uuid(d as c_int),

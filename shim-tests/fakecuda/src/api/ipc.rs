@@ -126,9 +126,11 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
         }
         let shm = p.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
         let e = shm.lookup_export(d.slot, d.id).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if (e.pid, e.dev, e.base, e.size) != (d.pid, d.dev, d.base, d.size) || e.dev as usize >= p.devices {
+        if (e.pid, e.dev, e.base, e.size) != (d.pid, d.dev, d.base, d.size) {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
+        // The handle names the physical device; this process may see it by another ordinal.
+        let e_dev = p.ordinal_of(e.dev as usize).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if e.pid == p.pid {
             // The real driver refuses to open a handle in the process that exported it.
             return Err(CUDA_ERROR_INVALID_CONTEXT);
@@ -150,7 +152,7 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
         let cost = Config::get().ipc_open_cost;
         let span = round_up(e.size).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         p.charge(my_dev, cost)?;
-        let base = match p.reserve_va(e.dev as usize, span, false) {
+        let base = match p.reserve_va(e_dev, span, false) {
             Ok(b) => b,
             Err(err) => {
                 p.uncharge(my_dev, cost);
@@ -163,7 +165,7 @@ unsafe fn open(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -
                 base,
                 size: e.size,
                 span,
-                dev: e.dev as usize,
+                dev: e_dev,
                 kind: Kind::IpcOpen { slot: d.slot, id: d.id, refs: 1, exporter: e.pid },
                 ctx,
                 charge: Some((my_dev, cost)),
@@ -188,7 +190,7 @@ entry! {
             p.current()?;
             let (pid, start, shm) = (p.pid, p.start, p.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?);
             let a = p.find(dptr).filter(|a| matches!(a.kind, Kind::Device | Kind::Pitch)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-            let (base, size, dev, export) = (a.base, a.size, a.dev as u32, a.export);
+            let (base, size, dev, export) = (a.base, a.size, p.visible[a.dev] as u32, a.export);
             let (slot, id) = match export {
                 Some(e) => e,
                 None => {
@@ -230,7 +232,7 @@ entry! {
             if ev.flags & need != need {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
-            let dev = p.ctx(ev.ctx)?.dev as u32;
+            let dev = p.visible[p.ctx(ev.ctx)?.dev] as u32;
             Ok(DecodedEvent { machine: machine_hash(&Config::get().machine), dev, pid: p.pid, start: p.start, event: event as u64 })
         })?;
         p_handle.write(encode_event(&e));
@@ -248,7 +250,7 @@ entry! {
         let h = with_init(|p| {
             let (ctx, _) = p.current()?;
             let e = decode_event(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-            if e.machine != machine_hash(&Config::get().machine) || e.dev as usize >= p.devices {
+            if e.machine != machine_hash(&Config::get().machine) || p.ordinal_of(e.dev as usize).is_none() {
                 return Err(CUDA_ERROR_INVALID_HANDLE);
             }
             if e.pid != p.pid && !process_alive(e.pid, e.start) {

@@ -29,6 +29,7 @@ pub fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
         .env("FAKECUDA_TEST_CHILD", test)
         .env("FAKECUDA_MACHINE", &machine)
         .env_remove("FAKECUDA_HELPER")
+        .env_remove("CUDA_VISIBLE_DEVICES")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -48,6 +49,7 @@ pub fn helper_cmd(test_fn: &str, name: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("test binary path"));
     c.args([test_fn, "--exact", "--nocapture", "--test-threads=1"])
         .env_remove("FAKECUDA_TEST_CHILD")
+        .env_remove("CUDA_VISIBLE_DEVICES")
         .env("FAKECUDA_HELPER", name);
     c
 }

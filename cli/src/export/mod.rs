@@ -9,8 +9,9 @@ use crate::units::fmt_bytes;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::Path;
+
+mod frames;
 
 /// How an output path is named in messages: `-` is stdout.
 pub fn shown_path(path: &Path) -> String {
@@ -21,15 +22,7 @@ pub fn shown_path(path: &Path) -> String {
     }
 }
 
-/// Writes `bytes` to `path`, or to stdout for `-`.
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    if path.as_os_str() == "-" {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(bytes).and_then(|_| out.flush());
-        return Ok(());
-    }
-    std::fs::write(path, bytes).map_err(|e| Fail::input(format!("{}: cannot write: {e}", path.display())))
-}
+use crate::output::write;
 
 // ---------------------------------------------------------------------------------------
 // Perfetto / Chrome trace event format.
@@ -383,11 +376,11 @@ fn synthesize(g: &DeviceGroup) -> Synth {
         }
     }
     steps.sort_by_key(|(t, member, order, ..)| (*t, *member, *order));
-    let mut cursor = crate::sites::SiteCursor::new(g);
+    let mut cursor = frames::SiteCursor::new(g);
     for (t, _, order, owner, cat, value) in steps {
         let now = s.current.get(&(owner.clone(), cat.to_string())).copied().unwrap_or(0);
         let pid = owner.strip_prefix("pid ").and_then(|p| p.parse::<i64>().ok());
-        s.alloc_frames = crate::sites::frames_of_allocation(g, &owner, order, cat).or_else(|| match pid {
+        s.alloc_frames = frames::frames_of_allocation(g, &owner, order, cat).or_else(|| match pid {
             Some(pid) if value > now => cursor.frames(pid, cat, value - now),
             _ => None,
         });
@@ -420,7 +413,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
     for g in &gs {
         let s = synthesize(g);
         let mut segs = s.segments();
-        crate::sites::attach_frames(&mut segs, g);
+        frames::attach_frames(&mut segs, g);
         // A segment shows the frames of its first block (its call site, when known).
         for seg in &mut segs {
             if let Some(b) = seg.blocks.first() {
@@ -448,7 +441,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
                 size: f.bytes,
                 stream: 0,
                 time_us: at,
-                frames: crate::sites::frames_of_failure(&m, f)
+                frames: frames::frames_of_failure(&m, f)
                     .unwrap_or_else(|| Synth::frames(&format!("pid {}", m.pid()), &format!("{} failed", f.api))),
                 category: UNKNOWN.into(),
                 device_free: Some(free.unwrap_or(0).max(0)),
