@@ -405,7 +405,9 @@ fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i6
 }
 
 pub fn memory_viz(run: &Run) -> Snapshot {
-    let gs = groups(run);
+    // Devices beyond the ordinals a snapshot can list are left out (`write_memory_viz`
+    // refuses them first).
+    let gs: Vec<DeviceGroup> = groups(run).into_iter().filter(|g| (0..=MAX_DEVICE_INDEX).contains(&g.index)).collect();
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
@@ -475,7 +477,19 @@ pub fn memory_viz(run: &Run) -> Snapshot {
 }
 
 /// Writes the snapshot; returns what to tell the user.
+/// The device ordinals a memory_viz snapshot can hold: its `device_traces` is a list
+/// indexed by ordinal, so an index from a report is bounded before it sizes that list
+/// (CUDA's ordinals are small; the interposer keeps 0..64).
+pub const MAX_DEVICE_INDEX: i64 = 1023;
+
 pub fn write_memory_viz(run: &Run, out: &Path) -> Result<String> {
+    if let Some(g) = groups(run).iter().find(|g| !(0..=MAX_DEVICE_INDEX).contains(&g.index)) {
+        return Err(Fail::input(format!(
+            "export --memory-viz: {} device index {} is outside 0..{MAX_DEVICE_INDEX} (a snapshot lists devices by ordinal)",
+            crate::layout::printable(&g.host),
+            g.index
+        )));
+    }
     let snapshot = memory_viz(run);
     let n: usize = snapshot.device_traces.iter().map(Vec::len).sum();
     let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())
