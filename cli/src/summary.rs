@@ -106,6 +106,12 @@ pub struct ProcSummary {
 pub struct DeviceSummary {
     pub host: String,
     pub index: i64,
+    /// The physical GPU (absent for reports written before culedger recorded it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Figures that cannot all be true (`DeviceGroup::impossible`), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub impossible: Vec<String>,
     pub total_bytes: Option<i64>,
     /// Every process whose report has this device (a context counts).
     pub processes: Vec<DevProc>,
@@ -146,6 +152,9 @@ pub struct DevProc {
     pub role: String,
     /// `allocations`, `peer context` (its context here serves peer access) or `context`.
     pub holds: Holds,
+    /// The process's own ordinal for this GPU, where it is not the GPU's number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<i64>,
     pub live_bytes: i64,
     pub peak_bytes: i64,
     pub alloc_count: i64,
@@ -335,7 +344,7 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
                 env: p.env.clone(),
                 run_id: p.run_id.clone(),
                 argv: p.argv.clone(),
-                status: crate::runs::status(r, run.summary.as_ref()),
+                status: crate::runs::status_in(r, run),
                 exit: p.exit.clone(),
                 exit_code: p.exit_code,
                 signal: p.signal,
@@ -386,7 +395,11 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
             .chain(extra_categories(run, all_categories))
             .collect(),
         verdict: verdict(run, &gs),
-        notes: sequential_runs(run).into_iter().collect(),
+        notes: sequential_runs(run)
+            .into_iter()
+            .chain(crate::analysis::ordinal_fallback_note(run))
+            .chain(devices.iter().flat_map(|d| d.impossible.iter().map(|l| format!("Impossible figures: {l}."))))
+            .collect(),
         overview,
         processes,
         devices,
@@ -450,6 +463,8 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,
+        uuid: g.uuid.clone(),
+        impossible: g.impossible(),
         total_bytes: g.total_bytes(),
         processes: g
             .members
@@ -460,6 +475,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 label: m.label(),
                 role: m.report.process.role(),
                 holds: m.holds(),
+                ordinal: (g.uuid.is_some() && m.dev.index != g.index).then_some(m.dev.index),
                 live_bytes: m.dev.live_bytes,
                 peak_bytes: m.dev.peak_bytes,
                 alloc_count: m.dev.alloc_count,

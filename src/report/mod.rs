@@ -31,6 +31,7 @@ pub mod naming;
 mod process;
 mod procfs;
 pub mod signals;
+mod urgent;
 mod writer;
 
 use std::cell::Cell;
@@ -51,6 +52,7 @@ pub use exit::{exit_process, note_quick_exit_status};
 #[cfg(test)]
 use flush::{block_all_signals, signals_blocked};
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
+pub use urgent::{UrgentCounts, BURST, CPU_SHARE, SIZING_WINDOW, URGENT_WAIT, WINDOW_PERIOD};
 pub use writer::AtomicWriter;
 
 use crate::config::Config;
@@ -70,6 +72,11 @@ pub trait LedgerAccess: Sync {
     fn note_warning(&self, line: &str);
     /// In a fork child: replace the ledger without touching locks (see `ledger`).
     fn reset_after_fork(&self);
+    /// Add what the driver and NVML say of the rendered devices now (`crate::gpu`), as much
+    /// as a write at `exit` may ask. Tests' ledgers add nothing.
+    fn annotate_devices(&self, _devices: &mut [culedger_format::report::Device], _exit: ExitState) {}
+    /// On the flush thread when it starts (`crate::gpu::prepare`).
+    fn prepare_flush_thread(&self) {}
 }
 
 /// The process-wide ledger, `ledger::global()`.
@@ -94,6 +101,18 @@ impl LedgerAccess for GlobalLedger {
     fn reset_after_fork(&self) {
         crate::ledger::reset_global_after_fork();
         crate::sites::reset_after_fork();
+    }
+    fn annotate_devices(&self, devices: &mut [culedger_format::report::Device], exit: ExitState) {
+        let now_us = i64::try_from(crate::ledger::global().t_us()).unwrap_or(i64::MAX);
+        let when = match exit {
+            ExitState::Running => crate::gpu::When::Periodic,
+            ExitState::Exited(_) => crate::gpu::When::Exit,
+            ExitState::Signaled(_) | ExitState::Exec => crate::gpu::When::Urgent,
+        };
+        crate::gpu::annotate(devices, now_us, when);
+    }
+    fn prepare_flush_thread(&self) {
+        crate::gpu::prepare();
     }
 }
 
@@ -164,6 +183,8 @@ struct Session {
     /// The one "cannot write" warning has been given.
     warned_write: AtomicBool,
     writer: AtomicWriter,
+    /// Failed allocations and sizing windows written at once (`urgent`).
+    urgent: urgent::Urgent,
 }
 
 const INACTIVE: u8 = 0;
@@ -336,6 +357,7 @@ impl Reporter {
             force: AtomicBool::new(false),
             cleaned: AtomicBool::new(false),
             warned_write: AtomicBool::new(false),
+            urgent: urgent::Urgent::default(),
         }));
         for w in &config.warnings {
             self.ledger.note_warning(w);
@@ -397,9 +419,16 @@ impl Reporter {
                 crate::debug!("removed {removed} stale temporary file(s) in {}", s.out_dir.display());
             }
         }
-        let ledger = self.ledger.render();
+        let mut ledger = self.ledger.render();
+        if catch_unwind(AssertUnwindSafe(|| self.ledger.annotate_devices(&mut ledger.devices, exit))).is_err() {
+            crate::debug!("internal error while asking about the devices; the report goes without it");
+        }
         let process = ProcessInfo::gather_at(self.ledger.start_unix_us(), exit, s.forked_from);
-        let doc = build_document(&process, self.config.get(), ledger);
+        let mut doc = build_document(&process, self.config.get(), ledger);
+        let urgent = s.urgent.counts();
+        doc.health.urgent_writes = urgent.writes;
+        doc.health.urgent_write_us = urgent.write_us;
+        doc.health.urgent_deferred = urgent.deferred;
         let mut bytes = match serde_json::to_vec(&doc) {
             Ok(b) => b,
             Err(e) => {
@@ -508,6 +537,18 @@ pub fn is_ours() -> bool {
 /// Write the final report now (idempotent; no-op when not active). Never unwinds.
 pub fn final_write(state: ExitState) {
     let _ = catch_unwind(|| GLOBAL.final_write(state));
+}
+
+/// A failed allocation was just recorded (no lock held): returns once the report holding it
+/// is on disk, at most [`URGENT_WAIT`] (see `urgent`). Never unwinds.
+pub fn failed_allocation() {
+    let _ = catch_unwind(|| GLOBAL.urgent_failure());
+}
+
+/// A free-memory query was just recorded: the sizing window opens (see `urgent`). Never
+/// unwinds.
+pub fn free_memory_query() {
+    let _ = catch_unwind(|| GLOBAL.urgent_query());
 }
 
 /// See [`Reporter::exec_begin`]. Never unwinds.
