@@ -27,7 +27,13 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
     for r in &run.procs {
         let touched = !r.devices.is_empty();
         let own_failures = r.devices.iter().any(|d| !d.failures.is_empty());
-        let child_failed = run.procs.iter().any(|c| c.process.ppid == r.process.pid && failed(c));
+        // Its children: on its host, started after it (a pid alone names no process).
+        let child_failed = run.procs.iter().any(|c| {
+            c.process.ppid == r.process.pid
+                && c.process.host == r.process.host
+                && c.process.start_us() >= r.process.start_us()
+                && failed(c)
+        });
         if !failed(r) || !touched || own_failures || child_failed {
             continue;
         }
