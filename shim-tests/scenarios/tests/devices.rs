@@ -258,20 +258,27 @@ fn old_reports_fall_back_to_ordinals_and_impossible_figures_are_flagged() {
 #[test]
 fn an_idle_servers_report_follows_the_device() {
     let (sim, out) = machine("devices_idle_server");
-    let server = start(&sim, "0", &["100", "none", "6"]);
+    let mut server = start(&sim, "0", &["100", "none", "30"]);
     let report = || -> Option<Value> {
         let e = std::fs::read_dir(&out).ok()?.flatten().next()?;
         serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()
     };
     let t0 = std::time::Instant::now();
     while report().and_then(|r| r["devices"][0]["usage"]["used_bytes"].as_i64()).is_none() {
-        assert!(t0.elapsed().as_secs() < 10, "no report with a reading");
+        if t0.elapsed().as_secs() >= 10 {
+            let _ = server.kill();
+            panic!("no report with a reading: {:?}", report());
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // Another process on the same GPU, without culedger.
     let mut other = sim.python("devices.py");
-    other.args(["1000", "none", "4"]).env("CUDA_VISIBLE_DEVICES", "0").env_remove("LD_PRELOAD");
-    let other = other.spawn().expect("start the other process");
+    other.args(["1000", "none", "30"]).env("CUDA_VISIBLE_DEVICES", "0").env_remove("LD_PRELOAD");
+    let mut other = other.spawn().expect("start the other process");
+    // From the moment it holds its memory (its first RESULT line).
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("RESULT ptr="), "{line}");
     let want = (512 + 100 + 512 + 1000) * MIB;
     let t1 = std::time::Instant::now();
     let seen = loop {
@@ -291,5 +298,8 @@ fn an_idle_servers_report_follows_the_device() {
     assert_eq!(code, 0, "{frame}");
     assert!(frame.contains("last NVML reading"), "{frame}");
     assert!(frame.contains(&format!("{:.2} GiB", (want - 100 * MIB) as f64 / (1u64 << 30) as f64)), "{frame}");
-    wait_all(vec![server, other]);
+    for c in [&mut server, &mut other] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }
