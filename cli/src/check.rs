@@ -302,8 +302,8 @@ pub fn command(req: &Request) -> Result<i32> {
         return Err(Fail::input("check: nothing to check: give --budget 'KEY<=SIZE', --budgets FILE or --no-failures"));
     }
     let run = crate::runs::select(load_run(std::slice::from_ref(req.path))?, req.selection)?;
-    let gs = groups(&run);
-    let outcomes = evaluate(&gs, &budgets, req.no_failures);
+    let analysis = crate::run_analysis::Analysis::new(&run);
+    let outcomes = evaluate(analysis.groups(), &budgets, req.no_failures);
     let of = |status: Status| outcomes.iter().filter(|o| o.status == status).count();
     let (breaches, unmeasured) = (of(Status::Breach), of(Status::Unmeasured));
     let ok = breaches == 0 && (unmeasured == 0 || req.allow_unmeasured);

@@ -45,7 +45,7 @@ pub fn snapshot(paths: &[PathBuf]) -> Snapshot {
     match runs::select(run.clone(), &sel) {
         Ok(mut chosen) => {
             chosen.skipped = skipped;
-            let summary = summary::summarize(&chosen, false);
+            let summary = crate::run_analysis::Analysis::new(&chosen).summary(false).clone();
             Snapshot { run: chosen, summary: Some(summary) }
         }
         Err(_) => Snapshot { run, summary: None },

@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::costs::CostRow;
 use crate::figures::Figure;
 use crate::load::Run;
+use crate::run_analysis::Analysis;
 use crate::model::{Graphs, Ipc, CATEGORIES};
 use crate::units::fmt_bytes;
 use serde::Serialize;
@@ -311,8 +312,11 @@ pub fn sequential_runs(run: &Run) -> Option<String> {
     ))
 }
 
-pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
-    let gs = groups(run);
+/// The run's summary, from the device groups of its analysis.
+pub fn summarize(a: &Analysis, all_categories: bool) -> RunSummary {
+    crate::counts::computed(crate::counts::Part::Summary);
+    let run = a.run;
+    let gs = a.groups();
     let clock = Clock::of(&run.procs);
     let processes = run
         .procs
@@ -380,7 +384,7 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
             .map(|c| c.to_string())
             .chain(extra_categories(run, all_categories))
             .collect(),
-        verdict: verdict(run, &gs),
+        verdict: verdict(run, gs),
         notes: sequential_runs(run).into_iter().collect(),
         overview,
         processes,

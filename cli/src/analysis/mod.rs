@@ -124,6 +124,7 @@ pub struct DeviceGroup<'a> {
 
 /// Groups a run's processes per (host, device index), sorted.
 pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
+    crate::counts::computed(crate::counts::Part::Groups);
     let clock = Clock::of(&run.procs);
     let mut map: BTreeMap<(String, i64), Vec<Member>> = BTreeMap::new();
     for report in &run.procs {

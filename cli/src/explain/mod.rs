@@ -25,6 +25,7 @@ pub mod steps;
 
 use crate::clock::Clock;
 use crate::load::Run;
+use crate::run_analysis::Analysis;
 use crate::model::Report;
 use serde::Serialize;
 
@@ -97,11 +98,13 @@ fn words_upto(text: &str, width: usize) -> String {
     out
 }
 
-/// Explains a run.
-pub fn explain(run: &Run) -> Explanation {
+/// Explains a run, from the parts of its analysis.
+pub fn explain(a: &Analysis) -> Explanation {
+    crate::counts::computed(crate::counts::Part::Explanation);
+    let run = a.run;
     let clock = Clock::of(&run.procs);
-    let gs = crate::analysis::groups(run);
-    let found = findings::all(run, &gs);
+    let gs = a.groups();
+    let found = a.findings().to_vec();
 
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
@@ -123,7 +126,7 @@ pub fn explain(run: &Run) -> Explanation {
         }
         format!("{}, most important first", parts.join(" and "))
     };
-    let what_to_change = if failures > 0 { advice::advise(run, &gs, &found) } else { None };
+    let what_to_change = a.advice().cloned();
     Explanation {
         schema: EXPLAIN_SCHEMA,
         label: run.label.clone(),

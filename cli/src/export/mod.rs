@@ -4,6 +4,7 @@ use crate::analysis::{groups, DeviceGroup};
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
 use crate::load::Run;
+use crate::run_analysis::Analysis;
 use crate::model::{Stamped, CATEGORIES};
 use crate::units::fmt_bytes;
 use serde::Serialize;
@@ -37,9 +38,10 @@ use crate::output::write;
 /// started). A device's events are written in the process's record order, `(t_ms, seq)`,
 /// so viewers keep the order of what happened within one millisecond; `seq` is in the
 /// instants' args when the report has it.
-pub fn perfetto(run: &Run) -> Value {
+pub fn perfetto(a: &Analysis) -> Value {
+    let run = a.run;
     let clock = Clock::of(&run.procs);
-    let gs = groups(run);
+    let gs = a.groups();
     let mut events = Vec::new();
     let mut used = std::collections::HashSet::new();
     for (i, r) in run.procs.iter().enumerate() {
@@ -154,8 +156,8 @@ pub fn perfetto(run: &Run) -> Value {
 }
 
 /// Writes the trace; returns what to tell the user.
-pub fn write_perfetto(run: &Run, out: &Path) -> Result<String> {
-    let trace = perfetto(run);
+pub fn write_perfetto(a: &Analysis, out: &Path) -> Result<String> {
+    let trace = perfetto(a);
     let n = trace["traceEvents"].as_array().map_or(0, Vec::len);
     let text = serde_json::to_vec(&trace).map_err(|e| Fail::input(e.to_string()))?;
     write(out, &text)?;
@@ -393,8 +395,8 @@ fn synthesize(g: &DeviceGroup) -> Synth {
 /// reconciles it (measured by the query that followed, else estimated from the sizing
 /// query): (pid, run-clock µs of the failure, free bytes). A retry of the same burst shares
 /// its first failure's figure.
-fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i64, i64, i64)> {
-    e.findings
+fn free_at_failures(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Vec<(i64, i64, i64)> {
+    findings
         .iter()
         .filter(|f| f.device == Some(g.index) && f.host.as_deref().is_none_or(|h| h == g.host))
         .filter_map(|f| match &f.detail {
@@ -404,13 +406,12 @@ fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i6
         .collect()
 }
 
-pub fn memory_viz(run: &Run) -> Snapshot {
-    let gs = groups(run);
+pub fn memory_viz(a: &Analysis) -> Snapshot {
+    let gs = a.groups();
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
-    let e = crate::explain::explain(run);
-    for g in &gs {
+    for g in gs {
         let s = synthesize(g);
         let mut segs = s.segments();
         frames::attach_frames(&mut segs, g);
@@ -426,7 +427,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
         // An `oom` entry at each failure with the free memory at the failure, as torch's
         // allocator records it (what cudaMemGetInfo says when cudaMalloc fails), not what
         // the last query before it told.
-        let frees = free_at_failures(g, &e);
+        let frees = free_at_failures(g, a.findings());
         for (m, f) in g.failures() {
             let at = g.clock.since(m.abs_us(f));
             let free = frees
@@ -475,8 +476,8 @@ pub fn memory_viz(run: &Run) -> Snapshot {
 }
 
 /// Writes the snapshot; returns what to tell the user.
-pub fn write_memory_viz(run: &Run, out: &Path) -> Result<String> {
-    let snapshot = memory_viz(run);
+pub fn write_memory_viz(a: &Analysis, out: &Path) -> Result<String> {
+    let snapshot = memory_viz(a);
     let n: usize = snapshot.device_traces.iter().map(Vec::len).sum();
     let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())
         .map_err(|e| Fail::input(format!("cannot encode the snapshot: {e}")))?;
@@ -503,7 +504,7 @@ mod tests {
     fn perfetto_writes_a_device_in_record_order() {
         let mut r = report(true);
         r.devices[0].probes.reverse();
-        let trace = perfetto(&run(r));
+        let trace = perfetto(&Analysis::new(&run(r)));
         // (kind, seq) of the device's events as written: probes carry their seq in args;
         // counters are matched by their live bytes.
         let order: Vec<String> = trace["traceEvents"]
@@ -530,7 +531,7 @@ mod tests {
             "error_name": "cudaErrorMemoryAllocation",
             "last_probe": {"t_ms": 7, "seq": 5, "api": "cudaMemGetInfo", "free_bytes": 300 << 20}}))
         .unwrap()];
-        let snap = memory_viz(&run(r));
+        let snap = memory_viz(&Analysis::new(&run(r)));
         let ooms: Vec<&TraceEntry> = snap.device_traces[0].iter().filter(|e| e.action == "oom").collect();
         assert_eq!(ooms.len(), 1);
         assert_eq!((ooms[0].size, ooms[0].device_free, ooms[0].time_us), (400 << 20, Some(300 << 20), 7000));

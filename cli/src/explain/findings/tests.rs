@@ -134,7 +134,7 @@ fn without_call_sites_the_text_says_so() {
             }
         }
     }
-    let e = super::super::explain(&run);
+    let e = super::super::explain(&crate::run_analysis::Analysis::new(&run));
     assert!(!e.sites_recorded);
     let text = super::super::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
     assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
