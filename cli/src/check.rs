@@ -5,7 +5,7 @@
 //! when all hold, 1 when one is breached or cannot be measured (one line each; unmeasured
 //! ones are only notes with `--allow-unmeasured`), 2 on bad input.
 
-use crate::analysis::{groups, DeviceGroup};
+use crate::analysis::DeviceGroup;
 use crate::error::{Fail, Result};
 use crate::figures::Figure;
 use crate::layout::printable;
@@ -303,7 +303,8 @@ pub fn command(req: &Request) -> Result<i32> {
     }
     let run = crate::runs::select(load_run(std::slice::from_ref(req.path))?, req.selection)?;
     let analysis = crate::run_analysis::Analysis::new(&run);
-    let outcomes = evaluate(analysis.groups(), &budgets, req.no_failures);
+    let gs = analysis.groups();
+    let outcomes = evaluate(gs, &budgets, req.no_failures);
     let of = |status: Status| outcomes.iter().filter(|o| o.status == status).count();
     let (breaches, unmeasured) = (of(Status::Breach), of(Status::Unmeasured));
     let ok = breaches == 0 && (unmeasured == 0 || req.allow_unmeasured);

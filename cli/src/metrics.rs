@@ -11,7 +11,7 @@ use crate::error::{Fail, Result};
 use crate::load::{self, Run};
 use crate::model::CATEGORIES;
 use crate::runs;
-use crate::summary::{self, RunSummary};
+use crate::summary::RunSummary;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 

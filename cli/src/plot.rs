@@ -12,10 +12,9 @@
 //!
 //! Written with the `svg` crate: plain `<text>` elements, no font files needed.
 
-use crate::analysis::{groups, DeviceGroup, Point};
+use crate::analysis::{DeviceGroup, Point};
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
-use crate::load::Run;
 use crate::run_analysis::Analysis;
 use crate::model::CATEGORIES;
 use crate::units::fmt_bytes;

@@ -6,7 +6,6 @@
 use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
 use crate::explain::{Explanation, Severity};
-use crate::load::Run;
 use crate::run_analysis::Analysis;
 use crate::units::count;
 use crate::summary::{OverviewRow, RunSummary};
@@ -161,7 +160,7 @@ mod tests {
     use crate::doc::Format;
     use crate::layout::Style;
 
-    fn fixture(name: &str) -> Run {
+    fn fixture(name: &str) -> crate::load::Run {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
         let run = crate::load::load_run(&[dir]).unwrap();
         crate::runs::select(run, &Default::default()).unwrap()

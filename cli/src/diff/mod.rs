@@ -7,10 +7,9 @@ pub mod since;
 
 pub use render::document;
 
-use crate::analysis::{groups, shown_categories, DeviceGroup};
+use crate::analysis::{shown_categories, DeviceGroup};
 use crate::clock::Clock;
 use crate::figures::{Figure, DIFF_TOTALS};
-use crate::load::Run;
 use crate::run_analysis::Analysis;
 use crate::model::CATEGORIES;
 use crate::units::{fmt_bytes, fmt_delta};
@@ -237,7 +236,7 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
     // The same recommendation as `culedger explain` of the side whose start failed (its
     // first line, as `Explanation::gist` gives it).
     let what_to_change =
-        [b, a].into_iter().find_map(Analysis::advice).and_then(|adv| adv.lines.first()).map(|l| format!("{l}."));
+        b.advice().or_else(|| a.advice()).and_then(|adv| adv.lines.first()).map(|l| format!("{l}."));
     let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
     Diff {
         schema: DIFF_SCHEMA,

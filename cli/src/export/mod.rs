@@ -1,9 +1,8 @@
 //! `culedger export`: Chrome/Perfetto trace JSON and PyTorch memory_viz snapshots.
 
-use crate::analysis::{groups, DeviceGroup};
+use crate::analysis::DeviceGroup;
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
-use crate::load::Run;
 use crate::run_analysis::Analysis;
 use crate::model::{Stamped, CATEGORIES};
 use crate::units::fmt_bytes;
