@@ -75,7 +75,7 @@ fn run() -> Run {
 fn a_failure_is_reconciled_with_its_call_sites() {
     let run = run();
     let gs = crate::analysis::groups(&run);
-    let found = all(&run, &gs);
+    let found = all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
     let f = found.iter().find(|f| f.kind == Kind::FailedAllocation).expect("the failure");
     let Detail::Failure(d) = &f.detail else { unreachable!() };
     let r = d.reconciliation.as_ref().expect("a sizing query before it");
@@ -116,7 +116,7 @@ fn a_failure_without_a_query_before_it_says_so() {
     let r = crate::explain::steps::tests::process(&[("a", 100), ("x", 5000)]);
     let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
     let gs = crate::analysis::groups(&run);
-    let found = all(&run, &gs);
+    let found = all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
     assert_eq!(found.len(), 1, "{found:?}");
     let Detail::Failure(d) = &found[0].detail else { unreachable!() };
     assert!(d.reconciliation.is_none() && d.short_by_bytes.is_none());
