@@ -24,6 +24,10 @@ pub enum FileProblem {
     Malformed(String),
     /// A `culedger-summary/1` without a `"processes"` array.
     NoProcesses,
+    /// Not a regular file (what it is: "a FIFO", "a device", ...): refused, never read.
+    NotRegular(&'static str),
+    /// Over [`MAX_FILE_BYTES`] (its size): refused, never read.
+    TooLarge(u64),
 }
 
 /// One file that could not be read as reports.
@@ -64,6 +68,9 @@ pub struct Run {
     /// Files inside a directory that could not be read (each was handed to the loader's
     /// `on_skip` and left out).
     pub skipped: Vec<FileError>,
+    /// Paths named that do not exist (yet, or any more): only the live views (`load_live`)
+    /// keep going without them.
+    pub missing: Vec<PathBuf>,
 }
 
 /// The fields of a `culedger-summary/1` besides its processes.
@@ -81,11 +88,66 @@ pub struct SummaryMeta {
 
 /// The summary's own fields, when `path` is a readable `culedger-summary/1`.
 fn summary_meta(path: &Path) -> Option<SummaryMeta> {
-    let value: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    if value.get("schema").and_then(Value::as_str) != Some(SUMMARY_SCHEMA) {
-        return None;
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        schema: Option<String>,
+        #[serde(flatten)]
+        meta: SummaryMeta,
     }
-    serde_json::from_value(value).ok()
+    let bytes = read_bounded(path).ok()?;
+    let doc: Doc = serde_json::from_slice(&bytes).ok()?;
+    (doc.schema.as_deref() == Some(SUMMARY_SCHEMA)).then_some(doc.meta)
+}
+
+/// The most bytes one report or summary file may have (a report of one busy device is about
+/// 0.5 MB, its writer keeps every list bounded: docs/reliability.md). A larger file is
+/// refused, not read.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// The bytes of a report file: a regular file (a FIFO, a device, a symlink to `/dev/zero`
+/// is refused, never read or waited on) of at most [`MAX_FILE_BYTES`].
+pub fn read_bounded(path: &Path) -> Result<Vec<u8>, FileError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let fail = |problem| FileError { path: path.to_path_buf(), problem };
+    // O_NONBLOCK: opening a FIFO does not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| fail(FileProblem::CannotRead(e.to_string())))?;
+    let meta = file.metadata().map_err(|e| fail(FileProblem::CannotRead(e.to_string())))?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        return Err(fail(FileProblem::NotRegular(if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        })));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(fail(FileProblem::TooLarge(meta.len())));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| fail(FileProblem::CannotRead(e.to_string())))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(fail(FileProblem::TooLarge(bytes.len() as u64)));
+    }
+    Ok(bytes)
+}
+
+fn schema_problem(schema: String) -> FileProblem {
+    if schema.starts_with("culedger/") {
+        FileProblem::Unsupported(schema)
+    } else {
+        FileProblem::NotAReport(schema)
+    }
 }
 
 /// Checks a parsed document against `culedger/1` and converts it.
@@ -96,28 +158,61 @@ pub fn report_from_value(value: Value, origin: &Path) -> Result<Report, FileErro
         Some(_) | None => return Err(fail(FileProblem::NoSchema)),
     };
     if schema != crate::model::SCHEMA {
-        return Err(fail(if schema.starts_with("culedger/") {
-            FileProblem::Unsupported(schema)
-        } else {
-            FileProblem::NotAReport(schema)
-        }));
+        return Err(fail(schema_problem(schema)));
     }
     serde_json::from_value(value).map_err(|e| fail(FileProblem::Malformed(e.to_string())))
 }
 
+/// What a document says it is, read without building it (every other field skipped).
+#[derive(serde::Deserialize)]
+struct Probe {
+    schema: Option<Value>,
+}
+
+/// A `culedger-summary/1`'s processes.
+#[derive(serde::Deserialize)]
+struct SummaryDoc {
+    processes: Option<Vec<Report>>,
+}
+
+/// Parses one file's bytes: a per-process report or a `culedger-summary/1`, straight into the
+/// format crate's types (never a generic JSON tree first: memory stays near the size of
+/// what the report holds).
+pub fn parse(bytes: &[u8], path: &Path) -> Result<Vec<Report>, FileError> {
+    let fail = |problem| FileError { path: path.to_path_buf(), problem };
+    let report_error = match serde_json::from_slice::<Report>(bytes) {
+        Ok(r) if r.schema == crate::model::SCHEMA => return Ok(vec![r]),
+        Ok(_) => None,
+        Err(e) => Some(e),
+    };
+    let probe: Probe = serde_json::from_slice(bytes).map_err(|e| {
+        fail(match e.classify() {
+            serde_json::error::Category::Eof => FileProblem::Truncated(e.to_string()),
+            serde_json::error::Category::Data => FileProblem::NoSchema,
+            _ => FileProblem::InvalidJson(e.to_string()),
+        })
+    })?;
+    let schema = match probe.schema {
+        Some(Value::String(s)) => s,
+        Some(_) | None => return Err(fail(FileProblem::NoSchema)),
+    };
+    if schema == SUMMARY_SCHEMA {
+        let doc: SummaryDoc = serde_json::from_slice(bytes).map_err(|e| fail(FileProblem::Malformed(e.to_string())))?;
+        let procs = doc.processes.ok_or_else(|| fail(FileProblem::NoProcesses))?;
+        if let Some(other) = procs.iter().find(|r| r.schema != crate::model::SCHEMA) {
+            return Err(fail(schema_problem(other.schema.clone())));
+        }
+        return Ok(procs);
+    }
+    if schema != crate::model::SCHEMA {
+        return Err(fail(schema_problem(schema)));
+    }
+    Err(fail(FileProblem::Malformed(report_error.map_or_else(|| "unreadable".to_string(), |e| e.to_string()))))
+}
+
 /// Reads one file: a per-process report or a `culedger-summary/1`.
 fn read_file(path: &Path) -> Result<Vec<Report>, FileError> {
-    let fail = |problem| FileError { path: path.to_path_buf(), problem };
-    let text = std::fs::read(path).map_err(|e| fail(FileProblem::CannotRead(e.to_string())))?;
-    let value: Value = serde_json::from_slice(&text).map_err(|e| {
-        fail(if e.is_eof() { FileProblem::Truncated(e.to_string()) } else { FileProblem::InvalidJson(e.to_string()) })
-    })?;
-    if value.get("schema").and_then(Value::as_str) == Some(SUMMARY_SCHEMA) {
-        let procs =
-            value.get("processes").and_then(Value::as_array).ok_or_else(|| fail(FileProblem::NoProcesses))?;
-        return procs.iter().cloned().map(|p| report_from_value(p, path)).collect();
-    }
-    Ok(vec![report_from_value(value, path)?])
+    parse(&read_bounded(path)?, path)
 }
 
 /// Is this file name a per-process report? Every `culedger-*.json`: the names of today's
@@ -196,13 +291,18 @@ pub fn load_run(paths: &[PathBuf], on_skip: &mut dyn FnMut(&FileError)) -> Resul
 }
 
 /// Loads what `paths` hold now, for the views of a run that is still going (`top`,
-/// `metrics`): an empty or missing directory gives an empty run, and a file that cannot be
+/// `metrics`): an empty directory gives an empty run, a missing path is listed in
+/// `missing`, and a file that cannot be
 /// read (half-written by a writer that does not rename, or being replaced) is counted in
 /// `skipped`, never printed: a live view reads the directory every second.
 pub fn load_live(paths: &[PathBuf]) -> Run {
     let mut run =
         Run { label: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "), ..Run::default() };
     for path in paths {
+        if std::fs::symlink_metadata(path).is_err() {
+            run.missing.push(path.clone());
+            continue;
+        }
         let summary = if path.is_dir() { path.join("summary.json") } else { path.clone() };
         if paths.len() == 1 {
             run.summary = summary_meta(&summary);

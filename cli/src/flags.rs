@@ -256,7 +256,7 @@ pub(crate) enum Command {
         and failures, read anew from the reports every second (the program is never polled). Keys: \
         Tab/Right/l next GPU, Shift-Tab/Left/h previous, f fold alike GPUs, q/Esc/Ctrl-C quit.")]
     Top {
-        /// Run directories or report files (a directory may still be empty)
+        /// Run directories or report files (a directory may still be empty; with --wait, not made yet)
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// Print one frame as plain text and exit (for scripts and tests)
@@ -265,6 +265,9 @@ pub(crate) enum Command {
         /// Start with alike GPUs folded into one block
         #[arg(long)]
         fold: bool,
+        /// Wait for paths that do not exist yet (without it, a missing path is an error)
+        #[arg(long)]
+        wait: bool,
     },
     /// The run's figures in the Prometheus text format (docs/metrics.md): printed once, or
     /// served at /metrics with --listen.

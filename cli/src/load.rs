@@ -5,7 +5,7 @@
 use crate::error::{Fail, Result};
 use crate::model::{SCHEMA, SUMMARY_SCHEMA};
 pub use culedger_analysis::load::{
-    is_report_file_name, report_from_value, FileError, FileProblem, LoadError, Run, SummaryMeta,
+    is_report_file_name, read_bounded, report_from_value, FileError, FileProblem, LoadError, Run, SummaryMeta,
 };
 use std::path::PathBuf;
 
@@ -25,6 +25,12 @@ pub fn file_error(e: &FileError) -> String {
         }
         FileProblem::Malformed(err) => format!("{shown}: malformed {SCHEMA} report: {err}"),
         FileProblem::NoProcesses => format!("{shown}: {SUMMARY_SCHEMA} without a \"processes\" array"),
+        FileProblem::NotRegular(what) => format!("{shown}: not a report file ({what}), not read"),
+        FileProblem::TooLarge(n) => format!(
+            "{shown}: {} MiB, over the {} MiB a report file may have; not read",
+            n >> 20,
+            culedger_analysis::load::MAX_FILE_BYTES >> 20
+        ),
     }
 }
 

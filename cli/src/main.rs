@@ -168,7 +168,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             eprintln!("culedger: wrote {}", plot::write_svg(&Analysis::new(&run), &output, all_categories, window)?);
             Ok(0)
         }
-        Command::Top { paths, once, fold } => top::command(&paths, top::Options { once, fold }),
+        Command::Top { paths, once, fold, wait } => top::command(&paths, top::Options { once, fold, wait }),
         Command::Metrics { paths, listen, sites } => {
             metrics::command(&paths, listen.as_deref(), &metrics::Options { sites })
         }

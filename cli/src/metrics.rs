@@ -41,10 +41,11 @@ pub fn snapshot(paths: &[PathBuf]) -> Snapshot {
         return Snapshot { run, summary: None };
     }
     let sel = runs::Selection { merge_runs: true, ..runs::Selection::default() };
-    let skipped = run.skipped.clone();
+    let (skipped, missing) = (run.skipped.clone(), run.missing.clone());
     match runs::select(run.clone(), &sel) {
         Ok(mut chosen) => {
             chosen.skipped = skipped;
+            chosen.missing = missing;
             let summary = crate::run_analysis::Analysis::new(&chosen).summary(false).clone();
             Snapshot { run: chosen, summary: Some(summary) }
         }
@@ -133,6 +134,13 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
         "Report files that could not be read at this scrape (half-written, truncated, another schema).",
         &[],
         snap.run.skipped.len() as f64,
+    );
+    e.sample(
+        "culedger_paths_missing",
+        "gauge",
+        "Paths named on the command line that do not exist at this scrape (a run directory not made yet, or removed).",
+        &[],
+        snap.run.missing.len() as f64,
     );
     let Some(s) = &snap.summary else { return e.render() };
     let verdict_failed = f64::from(u8::from(s.verdict.failed));
@@ -351,7 +359,7 @@ fn now_us() -> i64 {
 pub fn command(paths: &[PathBuf], listen: Option<&str>, opts: &Options) -> Result<i32> {
     let Some(addr) = listen else {
         let snap = snapshot(paths);
-        if snap.run.procs.is_empty() && !paths.iter().any(|p| p.exists()) {
+        if snap.run.procs.is_empty() && snap.run.missing.len() == paths.len() {
             return Err(Fail::input(format!("{}: no such file or directory", snap.run.label)));
         }
         crate::output::print_stdout(&render(&snap, opts, now_us()))?;

@@ -128,7 +128,7 @@ fn existing_reports(dir: &Path) -> (usize, Vec<String>) {
             continue;
         }
         n += 1;
-        let id = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
+        let id = crate::load::read_bounded(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
             v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
         });
         if let Some(id) = id.filter(|id| !ids.contains(id)) {
@@ -353,8 +353,8 @@ fn collect(dir: &Path, run_id: &str, started: SystemTime) -> Vec<(PathBuf, Value
     files
         .into_iter()
         .filter_map(|p| {
-            let parsed = std::fs::read(&p)
-                .map_err(|e| e.to_string())
+            let parsed = crate::load::read_bounded(&p)
+                .map_err(|e| crate::load::file_error(&e))
                 .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
                 .and_then(|v| report_from_value(v.clone(), &p).map(|_| v).map_err(|e| crate::load::file_error(&e)));
             match parsed {

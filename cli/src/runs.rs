@@ -82,6 +82,21 @@ pub fn signal_name(sig: i64) -> String {
     name.to_string()
 }
 
+/// Signals that stop a process rather than tell of a crash: what a user (Ctrl-C), a
+/// terminal closing, a launcher or a service manager sends to end a server
+/// (`SIGHUP`, `SIGINT`, `SIGTERM`).
+pub fn is_stop_signal(sig: i64) -> bool {
+    matches!(sig, 1 | 2 | 15)
+}
+
+/// Whether the process ended as stopped, not failed: by a stop signal of its own (its final
+/// report says so), or, with no failure status of its own, as part of a `culedger run` whose
+/// command a stop signal ended.
+pub fn stopped(r: &Report, summary: Option<&SummaryMeta>) -> bool {
+    r.process.signal.is_some_and(is_stop_signal)
+        || summary.and_then(|s| s.signal).is_some_and(is_stop_signal) && r.process.signal.is_none()
+}
+
 /// This machine's host name.
 fn local_host() -> Option<String> {
     let mut buf = [0u8; 256];
@@ -168,6 +183,35 @@ pub fn status(r: &Report, summary: Option<&SummaryMeta>) -> String {
     }
 }
 
+/// [`status`] with the rest of the run at hand: a process that wrote no final report while
+/// its launcher (its parent: a process of the run, or the command `culedger run` started)
+/// ended cleanly (exit 0, or a stop signal) was "stopped with its launcher", not a crash:
+/// vLLM's shutdown SIGKILLs its workers, SGLang's launcher kills its tree.
+pub fn status_in(r: &Report, run: &Run) -> String {
+    let base = status(r, run.summary.as_ref());
+    if !(base.starts_with("no final report") || base.starts_with("running or killed")) {
+        return base;
+    }
+    let ppid = r.process.ppid;
+    let clean = |code: Option<i64>, signal: Option<i64>| match signal {
+        Some(sig) => is_stop_signal(sig),
+        None => code == Some(0),
+    };
+    let parent_clean = match run.procs.iter().find(|p| p.process.pid == ppid && p.process.host == r.process.host) {
+        Some(p) => match &p.process.exit {
+            Exit::Exit => clean(p.process.exit_code, None),
+            Exit::Signal => clean(None, p.process.signal),
+            _ => false,
+        },
+        None => run.summary.as_ref().is_some_and(|s| s.pid == Some(ppid) && clean(s.exit_code, s.signal)),
+    };
+    if parent_clean {
+        "stopped with its launcher".into()
+    } else {
+        base
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +274,37 @@ mod tests {
         r.process.pid = i32::MAX as i64 - 7;
         assert_eq!(status(&r, None), "no final report (killed?)");
         assert_eq!(signal_name(9), "SIGKILL");
+        assert!(is_stop_signal(15) && is_stop_signal(2) && is_stop_signal(1) && !is_stop_signal(9));
+    }
+
+    #[test]
+    fn a_worker_killed_by_a_launcher_that_ended_cleanly_was_stopped_with_it() {
+        let mut worker = proc(11, 10, 1100, 4000, None);
+        worker.process.exit = Exit::Running;
+        worker.process.exit_code = None;
+        let launcher = proc(10, 5, 1000, 5000, None);
+        let mut r = run(vec![launcher.clone(), worker.clone()]);
+        assert_eq!(status_in(&r.procs[1], &r), "stopped with its launcher");
+        // A launcher stopped by SIGTERM: the same.
+        r.procs[0].process.exit = Exit::Signal;
+        r.procs[0].process.signal = Some(15);
+        assert_eq!(status_in(&r.procs[1], &r), "stopped with its launcher");
+        // A launcher that failed (or was killed hard), or none known: a worker killed, maybe a crash.
+        r.procs[0].process.signal = Some(9);
+        assert_eq!(status_in(&r.procs[1], &r), "running or killed (last report)");
+        r.procs[0].process.exit = Exit::Exit;
+        r.procs[0].process.signal = None;
+        r.procs[0].process.exit_code = Some(1);
+        assert_eq!(status_in(&r.procs[1], &r), "running or killed (last report)");
+        // The launcher is the command `culedger run` started, which wrote no report.
+        let mut alone = run(vec![worker]);
+        alone.summary = Some(SummaryMeta { pid: Some(10), exit_code: Some(0), ..SummaryMeta::default() });
+        assert_eq!(status_in(&alone.procs[0], &alone), "stopped with its launcher");
+        alone.summary =
+            Some(SummaryMeta { pid: Some(10), exit_code: Some(137), signal: Some(9), ..SummaryMeta::default() });
+        assert_eq!(status_in(&alone.procs[0], &alone), "no final report (killed?)");
+        // A process that did write its final report keeps its own words.
+        assert_eq!(status_in(&r.procs[0], &r), "exit 1");
         assert_eq!(signal_name(40), "signal 40");
     }
 }

@@ -334,7 +334,7 @@ pub fn summarize(a: &Analysis, all_categories: bool) -> RunSummary {
                 env: p.env.clone(),
                 run_id: p.run_id.clone(),
                 argv: p.argv.clone(),
-                status: crate::runs::status(r, run.summary.as_ref()),
+                status: crate::runs::status_in(r, run),
                 exit: p.exit.clone(),
                 exit_code: p.exit_code,
                 signal: p.signal,

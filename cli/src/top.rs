@@ -36,6 +36,8 @@ const CAT_COLORS: [Color; 6] = [Color::Blue, Color::Yellow, Color::Red, Color::C
 pub struct Options {
     pub once: bool,
     pub fold: bool,
+    /// Wait for missing paths to appear rather than refuse them.
+    pub wait: bool,
 }
 
 /// What the user chose: the selected row and whether alike GPUs are folded.
@@ -85,6 +87,17 @@ fn gpu_names(s: &RunSummary, members: &[usize]) -> String {
     format!("{} GPUs {} ({} alike)", clean(&d.host), idx.join(","), members.len())
 }
 
+/// The widest a GPU's name is shown in the list (a host name may be any length).
+const NAME_WIDTH: usize = 60;
+
+/// `text` cut to `width` characters, its end marked with `…` when cut.
+fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    text.chars().take(width.saturating_sub(1)).chain(std::iter::once('…')).collect()
+}
+
 /// The whole frame as lines (the selected GPU's block is drawn around part of them).
 struct Frame<'a> {
     lines: Vec<Line<'a>>,
@@ -113,6 +126,12 @@ fn header(snap: &Snapshot, paths: &[PathBuf], now_us: i64, lines: &mut Vec<Line>
         "keys: Tab/→ next GPU  Shift-Tab/← previous  f fold alike GPUs  q quit",
         Style::default().fg(Color::DarkGray),
     )));
+    for p in &snap.run.missing {
+        lines.push(Line::from(Span::styled(
+            format!("{}: no such file or directory (yet, or any more)", clean(&p.display().to_string())),
+            Style::default().fg(Color::Yellow),
+        )));
+    }
     if !snap.run.skipped.is_empty() {
         lines.push(Line::from(Span::styled(
             format!(
@@ -138,7 +157,7 @@ fn frame<'a>(snap: &'a Snapshot, paths: &[PathBuf], view: View, now_us: i64) -> 
     lines.push(Line::raw(""));
     let rows = rows(s, view.fold);
     let selected = view.selected.min(rows.len().saturating_sub(1));
-    let names: Vec<String> = rows.iter().map(|m| gpu_names(s, m)).collect();
+    let names: Vec<String> = rows.iter().map(|m| shorten(&gpu_names(s, m), NAME_WIDTH)).collect();
     let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(3).max(3);
     lines.push(Line::from(Span::styled(
         format!(
@@ -176,7 +195,7 @@ fn frame<'a>(snap: &'a Snapshot, paths: &[PathBuf], view: View, now_us: i64) -> 
     let first = lines.len();
     let d = &s.devices[members[0]];
     detail(s, d, members, now_us, &mut lines);
-    let title = format!(" {} ", gpu_names(s, members));
+    let title = format!(" {} ", shorten(&gpu_names(s, members), NAME_WIDTH));
     let count = lines.len() - first;
     Frame { lines, detail: Some((first, count)), detail_title: title }
 }
@@ -347,6 +366,14 @@ impl Drop for Restore {
 
 pub fn command(paths: &[PathBuf], opts: Options) -> Result<i32> {
     let view = View { selected: 0, fold: opts.fold };
+    if !opts.wait {
+        if let Some(p) = paths.iter().find(|p| std::fs::symlink_metadata(p).is_err()) {
+            return Err(Fail::input(format!(
+                "{}: no such file or directory (top --wait waits for it to appear)",
+                p.display()
+            )));
+        }
+    }
     if opts.once {
         let width = crate::layout::width(
             std::env::var("COLUMNS").ok().as_deref(),

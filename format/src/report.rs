@@ -203,6 +203,13 @@ pub struct Health {
     pub python_version: Option<String>,
     /// Captures proven equal to the thread's previous one from the same place.
     pub site_repeats: u64,
+    /// Writes made at once for a failed allocation or in the window after a free-memory
+    /// query (docs/reliability.md), and the time they took, in microseconds.
+    pub urgent_writes: u64,
+    pub urgent_write_us: u64,
+    /// Failed allocations and free-memory query windows left to the periodic write: past the
+    /// urgent writes' budget, or the writer did not answer in time.
+    pub urgent_deferred: u64,
 }
 
 /// A device whose history of large allocations was frozen in part (`health.history_frozen[]`).

@@ -254,6 +254,34 @@ mod tests {
         assert_eq!(names.len(), n, "rule names are unique across the shipped packs");
     }
 
+    /// SGLang 0.5.23's EagerRunner input buffers (built by ModelRunner.init_cuda_graphs with CUDA
+    /// graphs off too) are other; a graph runner's buffers under the same method stay graphs.
+    #[test]
+    fn sglang_eager_runner_inputs_are_not_graphs() {
+        use matcher::PyFrame;
+        let f = |file: &'static str, function: &'static str| PyFrame { file, function };
+        let eager = [
+            f("/site/sglang/srt/model_executor/cuda_graph_buffer_registry.py", "CudaGraphBufferRegistry.register_slot"),
+            f("/site/sglang/srt/model_executor/cuda_graph_buffer_registry.py", "build_decode_registry"),
+            f("/site/sglang/srt/model_executor/cuda_graph_buffer_registry.py", "build_eager_registry"),
+            f("/site/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner.__init__"),
+            f("/site/sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_cuda_graphs"),
+            f("/site/sglang/srt/model_executor/model_runner.py", "ModelRunner.init_cuda_graphs"),
+        ];
+        let graph = [
+            f("/site/sglang/srt/model_executor/cuda_graph_buffer_registry.py", "CudaGraphBufferRegistry.register_slot"),
+            f("/site/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.__init__"),
+            f("/site/sglang/srt/model_executor/model_runner.py", "ModelRunner.init_cuda_graphs"),
+        ];
+        let set = ruleset();
+        let name = |frames: &[PyFrame<'_>]| {
+            let s = Subject { api: "cudaMalloc", bytes: 1 << 27, python: Some(frames), ..Default::default() };
+            set.rule_name(&set.classify(&s)).to_string()
+        };
+        assert_eq!(name(&eager), "sglang.other.eager_runner_inputs");
+        assert_eq!(name(&graph), "sglang.graphs.cuda_graph_runner");
+    }
+
     #[test]
     fn user_rules_come_first_or_replace() {
         let user = r#"{"culedger_rules": 1, "pack": "mine", "rules": [

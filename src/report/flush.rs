@@ -47,6 +47,8 @@ impl Reporter {
         let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
         let mut next_tick = period.map(|p| Instant::now() + p);
         let mut next_probe = Instant::now() + LIVENESS_POLL;
+        // The next write of an open sizing window (`urgent`).
+        let mut next_window: Option<Instant> = None;
         loop {
             let seen = s.wake.load(Ordering::Acquire);
             self.serve_requests(s);
@@ -63,6 +65,15 @@ impl Reporter {
                     next_tick = Some(Instant::now() + period);
                 }
             }
+            if s.urgent.window(urgent::now_ns()).is_some() {
+                let due = *next_window.get_or_insert(now);
+                if now >= due {
+                    self.window_tick(s);
+                    next_window = Some(Instant::now() + urgent::WINDOW_PERIOD);
+                }
+            } else {
+                next_window = None;
+            }
             if now >= next_probe {
                 if procfs::only_thread_left() == Some(true) {
                     break;
@@ -70,6 +81,7 @@ impl Reporter {
                 next_probe = now + LIVENESS_POLL;
             }
             let until = next_tick.map_or(next_probe, |t| t.min(next_probe));
+            let until = next_window.map_or(until, |w| w.min(until));
             let now = Instant::now();
             if until > now {
                 futex::wait(&s.wake, seen, Some(until - now));
@@ -86,6 +98,7 @@ impl Reporter {
     /// Serve what other threads asked for: exec writes first (a final write asked at the
     /// same time comes after and wins), then the final write, then a forced rewrite.
     pub(super) fn serve_requests(&self, s: &Session) {
+        self.serve_urgent(s);
         let want = s.exec_requested.load(Ordering::Acquire);
         if want != s.exec_served.load(Ordering::Acquire) {
             let _ = catch_unwind(AssertUnwindSafe(|| self.exec_write_now(s)));

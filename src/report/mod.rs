@@ -31,6 +31,7 @@ pub mod naming;
 mod process;
 mod procfs;
 pub mod signals;
+mod urgent;
 mod writer;
 
 use std::cell::Cell;
@@ -51,6 +52,7 @@ pub use exit::{exit_process, note_quick_exit_status};
 #[cfg(test)]
 use flush::{block_all_signals, signals_blocked};
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
+pub use urgent::{UrgentCounts, BURST, CPU_SHARE, SIZING_WINDOW, URGENT_WAIT, WINDOW_PERIOD};
 pub use writer::AtomicWriter;
 
 use crate::config::Config;
@@ -164,6 +166,8 @@ struct Session {
     /// The one "cannot write" warning has been given.
     warned_write: AtomicBool,
     writer: AtomicWriter,
+    /// Failed allocations and sizing windows written at once (`urgent`).
+    urgent: urgent::Urgent,
 }
 
 const INACTIVE: u8 = 0;
@@ -336,6 +340,7 @@ impl Reporter {
             force: AtomicBool::new(false),
             cleaned: AtomicBool::new(false),
             warned_write: AtomicBool::new(false),
+            urgent: urgent::Urgent::default(),
         }));
         for w in &config.warnings {
             self.ledger.note_warning(w);
@@ -399,7 +404,11 @@ impl Reporter {
         }
         let ledger = self.ledger.render();
         let process = ProcessInfo::gather_at(self.ledger.start_unix_us(), exit, s.forked_from);
-        let doc = build_document(&process, self.config.get(), ledger);
+        let mut doc = build_document(&process, self.config.get(), ledger);
+        let urgent = s.urgent.counts();
+        doc.health.urgent_writes = urgent.writes;
+        doc.health.urgent_write_us = urgent.write_us;
+        doc.health.urgent_deferred = urgent.deferred;
         let mut bytes = match serde_json::to_vec(&doc) {
             Ok(b) => b,
             Err(e) => {
@@ -508,6 +517,18 @@ pub fn is_ours() -> bool {
 /// Write the final report now (idempotent; no-op when not active). Never unwinds.
 pub fn final_write(state: ExitState) {
     let _ = catch_unwind(|| GLOBAL.final_write(state));
+}
+
+/// A failed allocation was just recorded (no lock held): returns once the report holding it
+/// is on disk, at most [`URGENT_WAIT`] (see `urgent`). Never unwinds.
+pub fn failed_allocation() {
+    let _ = catch_unwind(|| GLOBAL.urgent_failure());
+}
+
+/// A free-memory query was just recorded: the sizing window opens (see `urgent`). Never
+/// unwinds.
+pub fn free_memory_query() {
+    let _ = catch_unwind(|| GLOBAL.urgent_query());
 }
 
 /// See [`Reporter::exec_begin`]. Never unwinds.

@@ -164,8 +164,8 @@ fn notes(run: &Run) -> Vec<String> {
         })
         .collect();
     for r in &run.procs {
-        let status = crate::runs::status(r, run.summary.as_ref());
-        if status.starts_with("no final report") || status.starts_with("killed") || status.starts_with("running or") {
+        let status = crate::runs::status_in(r, run);
+        if ["no final report", "killed", "running or", "stopped with"].iter().any(|s| status.starts_with(s)) {
             out.push(format!("{}: {status}; its figures are those of its last report", who(r)));
         }
         if r.health.lost_events > 0 {

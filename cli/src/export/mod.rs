@@ -406,7 +406,9 @@ fn free_at_failures(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Ve
 }
 
 pub fn memory_viz(a: &Analysis) -> Snapshot {
-    let gs = a.groups();
+    // Devices beyond the ordinals a snapshot can list are left out (`write_memory_viz`
+    // refuses them first).
+    let gs: Vec<&DeviceGroup> = a.groups().iter().filter(|g| (0..=MAX_DEVICE_INDEX).contains(&g.index)).collect();
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
@@ -475,7 +477,19 @@ pub fn memory_viz(a: &Analysis) -> Snapshot {
 }
 
 /// Writes the snapshot; returns what to tell the user.
+/// The device ordinals a memory_viz snapshot can hold: its `device_traces` is a list
+/// indexed by ordinal, so an index from a report is bounded before it sizes that list
+/// (CUDA's ordinals are small; the interposer keeps 0..64).
+pub const MAX_DEVICE_INDEX: i64 = 1023;
+
 pub fn write_memory_viz(a: &Analysis, out: &Path) -> Result<String> {
+    if let Some(g) = a.groups().iter().find(|g| !(0..=MAX_DEVICE_INDEX).contains(&g.index)) {
+        return Err(Fail::input(format!(
+            "export --memory-viz: {} device index {} is outside 0..{MAX_DEVICE_INDEX} (a snapshot lists devices by ordinal)",
+            crate::layout::printable(&g.host),
+            g.index
+        )));
+    }
     let snapshot = memory_viz(a);
     let n: usize = snapshot.device_traces.iter().map(Vec::len).sum();
     let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())

@@ -33,12 +33,15 @@ pub unsafe fn cu_ipc_get_mem_handle(
     export(sym, p, || real(h, p))
 }
 
-/// Opening: bracketed by free-memory measurements (peer mappings cost driver memory).
+/// Opening: bracketed by free-memory measurements (peer mappings cost driver memory). A
+/// failed open returns once the report holding it is on disk (`report::failed_allocation`).
 fn open(sym: Sym, opened: impl FnOnce() -> Option<u64>, call: impl FnOnce() -> c_int) -> c_int {
-    measured(sym, call, |l, m| {
+    let mut failed = false;
+    let rc = measured(sym, call, |l, m| {
         let name = api(sym);
         if m.rc != 0 {
             l.failure_at(m.dev, name, 0, m.rc, error_name(TABLE[sym as usize].kind, m.rc), m.site);
+            failed = true;
             return;
         }
         if let Some(ptr) = opened() {
@@ -47,7 +50,11 @@ fn open(sym: Sym, opened: impl FnOnce() -> Option<u64>, call: impl FnOnce() -> c
         if let Some(bytes) = m.delta {
             l.driver_cost_at(m.dev, name, bytes, m.site, Some(m.start_us));
         }
-    })
+    });
+    if failed {
+        crate::report::failed_allocation();
+    }
+    rc
 }
 
 pub unsafe fn cuda_ipc_open_mem_handle(

@@ -26,7 +26,8 @@ pub(crate) fn api(sym: Sym) -> &'static str {
 }
 
 /// Forward an allocation of `bytes` on the current device; the outermost call records the
-/// pointer `result()` reads back on success, or the failure with the ledger at that moment.
+/// pointer `result()` reads back on success, or the failure with the ledger at that moment,
+/// and returns once the report holding the failure is on disk (`report::failed_allocation`).
 #[inline]
 pub(crate) fn allocation(
     sym: Sym,
@@ -75,6 +76,7 @@ pub(crate) fn allocation_on(
             (0, false)
         };
         let tag = depth.tag();
+        let mut failed = false;
         depth.record(name, |l| {
             if rc == 0 {
                 if let Some((ptr, size)) = result().filter(|&(ptr, _)| ptr != 0) {
@@ -84,8 +86,12 @@ pub(crate) fn allocation_on(
                 }
             } else if let Some(dev) = place(l, None) {
                 l.failure_at(dev, name, bytes, rc, error_name(TABLE[sym as usize].kind, rc), site);
+                failed = true;
             }
         });
+        if failed {
+            crate::report::failed_allocation();
+        }
     }
     rc
 }

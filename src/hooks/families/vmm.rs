@@ -31,6 +31,7 @@ pub unsafe fn cu_mem_create(
         false => (0, false),
     };
     let tag = depth.tag();
+    let mut failed = false;
     depth.record(name, |l| {
         if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
             // Host-located VMM memory (NCCL's ncclCuMemHostAlloc) is host memory, not device memory.
@@ -48,8 +49,13 @@ pub unsafe fn cu_mem_create(
             }
         } else {
             l.failure_at(dev, name, size as u64, rc, error_name(TABLE[sym as usize].kind, rc), site);
+            failed = true;
         }
     });
+    if failed {
+        // On disk before the call returns (`report::failed_allocation`).
+        crate::report::failed_allocation();
+    }
     rc
 }
 

@@ -161,3 +161,31 @@ fn reconciliation_items_are_written_as_the_json_names_them() {
     assert_eq!(names, ["pool", "allocated", "driver_cost", "other_processes", "context"]);
     assert_eq!(names, kinds.map(|k| k.as_str()));
 }
+
+#[test]
+fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
+    // Rank 1 (no failed allocation of its own) ends by a signal: SIGSEGV is a failed start,
+    // SIGTERM (a healthy server stopped) is not, nor is any process of a `culedger run`
+    // whose command SIGINT stopped.
+    let with = |signal: i64, summary: Option<crate::load::SummaryMeta>| {
+        let mut run = run();
+        run.procs[0].devices[0].failures.clear();
+        run.procs[0].process.exit_code = Some(0);
+        run.procs[1].process.exit = culedger_format::report::Exit::Signal;
+        run.procs[1].process.exit_code = None;
+        run.procs[1].process.signal = Some(signal);
+        run.summary = summary;
+        let gs = crate::analysis::groups(&run);
+        all(&run, &gs).iter().filter(|f| f.kind == Kind::FailedStart).map(|f| f.title.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(with(11, None), ["rank 1 (pid 101) was killed by SIGSEGV without a failed allocation"]);
+    assert!(with(15, None).is_empty());
+    assert!(with(1, None).is_empty());
+    let stopped =
+        crate::load::SummaryMeta { pid: Some(1), signal: Some(2), exit_code: Some(130), ..Default::default() };
+    let mut run = run();
+    run.procs[0].devices[0].failures.clear();
+    run.summary = Some(stopped);
+    let gs = crate::analysis::groups(&run);
+    assert!(all(&run, &gs).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
+}

@@ -1,0 +1,189 @@
+//! Hostile files in a run directory ([23] 7-11, 21): FIFOs and devices named like reports,
+//! files over the size bound, huge device indices, host names of any length, missing
+//! directories. Every command ends (bounded waits here), with one line per refused file.
+//! `CULEDGER_CLI=/path/to/old/culedger` runs these against another build.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `culedger ARGS`, killed after `limit` (then None).
+fn within(args: &[&str], limit: Duration) -> Option<Output> {
+    let mut child = Command::new(culedger_bin())
+        .args(args)
+        .current_dir(crate_dir())
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn with_good_report() -> tempfile::TempDir {
+    let d = tempdir();
+    std::fs::copy(fixtures().join("nccl/culedger-4101.json"), d.path().join("culedger-4101.json")).unwrap();
+    d
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+#[test]
+fn fifos_devices_and_oversized_files_are_refused_not_read() {
+    let d = with_good_report();
+    mkfifo(&d.path().join("culedger-x.json"));
+    std::os::unix::fs::symlink("/dev/zero", d.path().join("culedger-z.json")).unwrap();
+    // A sparse file over the bound: refused by its size, never read.
+    let big = std::fs::File::create(d.path().join("culedger-big.json")).unwrap();
+    big.set_len(300 << 20).unwrap();
+    let dir = d.path().to_str().unwrap();
+    for args in [
+        &["report", dir][..],
+        &["report", dir, "--format", "json"],
+        &["explain", dir],
+        &["top", "--once", dir],
+        &["metrics", dir],
+    ] {
+        let o = within(args, Duration::from_secs(20)).unwrap_or_else(|| panic!("{args:?} did not end within 20 s"));
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert!(o.status.code().is_some_and(|c| c <= 2), "{args:?}: {err}");
+        match args[0] {
+            "metrics" => {
+                assert!(
+                    out.contains("culedger_reports 1\n") && out.contains("culedger_reports_unreadable 3\n"),
+                    "{out}"
+                )
+            }
+            "top" => assert!(out.contains("3 report files unreadable"), "{out}"),
+            _ => {
+                let lines: Vec<&str> = err.lines().filter(|l| l.contains("skipping")).collect();
+                assert_eq!(lines.len(), 3, "{args:?}: {err}");
+                assert!(err.contains("culedger-x.json: not a report file (a FIFO)"), "{err}");
+                assert!(err.contains("culedger-z.json: not a report file (a device)"), "{err}");
+                assert!(err.contains("culedger-big.json: 300 MiB, over the 256 MiB"), "{err}");
+            }
+        }
+    }
+    // Named on the command line: one line, exit 2.
+    for name in ["culedger-x.json", "culedger-z.json", "culedger-big.json"] {
+        let p = d.path().join(name);
+        let o = within(&["report", p.to_str().unwrap()], Duration::from_secs(20)).expect("ends");
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
+/// The largest resident set of `culedger ARGS`, in bytes (wait4's rusage).
+fn max_rss(args: &[&str]) -> u64 {
+    let child = Command::new(culedger_bin()).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage filled by wait4(2) for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{args:?}: status {status}");
+    usage.ru_maxrss as u64 * 1024
+}
+
+#[test]
+fn a_large_report_costs_a_few_times_its_size() {
+    // A 50 MB report: the fixture's events repeated, written piece by piece (the test
+    // process stays small: a forked child's resident set starts as its parent's).
+    let d = tempdir();
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
+    let events: Vec<String> = v["devices"][0]["events"].as_array().unwrap().iter().map(|e| e.to_string()).collect();
+    v["devices"][0]["events"] = serde_json::Value::String("@@EVENTS@@".into());
+    let text = v.to_string();
+    let (head, tail) = text.split_once("\"@@EVENTS@@\"").unwrap();
+    let path = d.path().join("culedger-4101.json");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    use std::io::Write;
+    write!(w, "{head}[").unwrap();
+    let mut size = head.len();
+    let mut i = 0;
+    while size < 50_000_000 {
+        let e = &events[i % events.len()];
+        write!(w, "{}{e}", if i == 0 { "" } else { "," }).unwrap();
+        size += e.len() + 1;
+        i += 1;
+    }
+    write!(w, "]{tail}").unwrap();
+    w.flush().unwrap();
+    drop(w);
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    let rss = max_rss(&["report", d.path().to_str().unwrap(), "--format", "json"]);
+    // Parsed into a generic tree first it took 8 times the file; straight into the
+    // report's types, about 3.
+    assert!(rss < 5 * file_len, "{} MB resident for a {} MB report", rss >> 20, file_len >> 20);
+}
+
+#[test]
+fn memory_viz_refuses_device_indices_beyond_any_ordinal() {
+    for index in ["100000000", "9223372036854775807", "-5"] {
+        let d = tempdir();
+        let text = std::fs::read_to_string(fixtures().join("nccl/culedger-4101.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["devices"][0]["index"] = serde_json::from_str(index).unwrap();
+        std::fs::write(d.path().join("culedger-4101.json"), serde_json::to_vec(&v).unwrap()).unwrap();
+        let out = d.path().join("m.pickle");
+        let o = within(
+            &["export", d.path().to_str().unwrap(), "--memory-viz", out.to_str().unwrap()],
+            Duration::from_secs(60),
+        )
+        .expect("ends");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{index}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("device index {index} is outside 0..1023")), "{err}");
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn a_host_name_of_any_length_is_shown() {
+    let d = tempdir();
+    let text = std::fs::read_to_string(fixtures().join("nccl/culedger-4101.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["process"]["host"] = serde_json::Value::String("h".repeat(70_000));
+    std::fs::write(d.path().join("culedger-4101.json"), serde_json::to_vec(&v).unwrap()).unwrap();
+    let o = within(&["top", "--once", d.path().to_str().unwrap()], Duration::from_secs(30)).expect("ends");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("hhhh…"), "{}", stdout(&o));
+    assert!(widest(&stdout(&o)) <= 120);
+}
+
+#[test]
+fn a_missing_directory_is_said_to_be_missing() {
+    let missing = "/nonexistent/culedger-run";
+    let o = within(&["top", missing], Duration::from_secs(10)).expect("top on a missing directory ends");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1);
+    assert!(stderr(&o).contains("no such file or directory (top --wait waits for it to appear)"), "{}", stderr(&o));
+    let o = within(&["top", "--once", "--wait", missing], Duration::from_secs(10)).expect("ends");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("{missing}: no such file or directory")), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("unreadable"), "{}", stdout(&o));
+    // metrics: another path is there, this one is missing (not unreadable).
+    let nccl = fixtures().join("nccl");
+    let o = within(&["metrics", nccl.to_str().unwrap(), missing], Duration::from_secs(10)).expect("ends");
+    let out = stdout(&o);
+    assert!(out.contains("culedger_reports_unreadable 0\n") && out.contains("culedger_paths_missing 1\n"), "{out}");
+}

@@ -1,0 +1,157 @@
+//! Nothing that matters is lost to SIGKILL (docs/reliability.md, "Urgent writes"): a failed
+//! allocation is on disk before the failing call returns, and the free-memory query an engine
+//! sizes its pool from, with the pool, within tens of milliseconds, with the default
+//! `CULEDGER_FLUSH_MS` (1 s), whatever kills the process next. A launcher kills its tree that
+//! way (SGLang's `kill_process_tree` within a second of a scheduler's exception). And a
+//! program failing allocations in a loop is not slowed without bound: past the budget the
+//! failures fall back to the periodic write, counted. Scenario: `c/rt_sigkill.c`.
+//!
+//! Needs `make sim` and the release `libculedger.so`; `CULEDGER_LIB` runs the same tests
+//! against another build of the library (before this change, every test but the loop fails).
+
+use culedger_scenarios::{Run, Sim};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+fn libculedger() -> PathBuf {
+    let p = std::env::var_os("CULEDGER_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| culedger_scenarios::repo_root().join("target/release/libculedger.so"));
+    assert!(p.is_file(), "{} is missing: run `make` first", p.display());
+    p
+}
+
+/// A simulated machine under culedger with its default settings, writing into `out`.
+fn lab(name: &str) -> (Sim, PathBuf) {
+    let mut sim = Sim::new(name);
+    let out = sim.scratch().join("out");
+    sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out);
+    sim.timeout(Duration::from_secs(60));
+    (sim, out)
+}
+
+/// `rt_sigkill ARGS` with the default flush period whatever the runner's environment says.
+fn cmd(sim: &Sim, args: &[&str]) -> std::process::Command {
+    let mut c = sim.cmd("rt_sigkill");
+    c.args(args).env_remove("CULEDGER_FLUSH_MS");
+    c
+}
+
+/// The one report in `out` (none: the test's failure, said plainly).
+fn report(out: &Path) -> Value {
+    let names: Vec<PathBuf> = std::fs::read_dir(out)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".json")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names.len(), 1, "expected one report in {}, found {names:?}: SIGKILL lost it", out.display());
+    serde_json::from_slice(&std::fs::read(&names[0]).unwrap()).unwrap()
+}
+
+fn killed_by_sigkill(run: &Run) {
+    assert_eq!(run.status.and_then(|s| s.signal()), Some(libc::SIGKILL), "{}", run.describe());
+}
+
+/// Start `rt_sigkill ARGS`, wait for the line `word`, wait `delay`, SIGKILL it; its stdout.
+fn kill_after(sim: &Sim, args: &[&str], word: &str, delay: Duration) -> String {
+    let mut child: Child = cmd(sim, args).spawn().expect("start rt_sigkill");
+    let mut all = String::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok) {
+        all.push_str(&line);
+        all.push('\n');
+        if line == word {
+            break;
+        }
+    }
+    assert!(all.ends_with(&format!("{word}\n")), "rt_sigkill {args:?} never said {word}:\n{all}");
+    std::thread::sleep(delay);
+    // SAFETY: kill on our own child's pid (not reaped yet, so not reused).
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    all
+}
+
+fn failures(doc: &Value) -> Vec<&Value> {
+    doc["devices"].as_array().unwrap().iter().flat_map(|d| d["failures"].as_array().unwrap()).collect()
+}
+
+#[test]
+fn a_failed_allocation_is_on_disk_when_the_failing_call_returns() {
+    // The program SIGKILLs itself the instant cudaMalloc returns its error: nothing of
+    // culedger runs after that.
+    let (sim, out) = lab("sigkill_fail");
+    let run = sim.run(&mut cmd(&sim, &["fail"]));
+    killed_by_sigkill(&run);
+    let doc = report(&out);
+    assert_eq!(doc["process"]["exit"], "running");
+    let fails = failures(&doc);
+    assert_eq!(fails.len(), 1, "{doc:#}");
+    assert_eq!(fails[0]["api"], "cudaMalloc");
+    assert_eq!(fails[0]["bytes"].as_u64(), doc["devices"][0]["total_bytes"].as_u64().map(|t| 2 * t));
+    // With it, what the process held: the weights and its pool.
+    let dev = &doc["devices"][0];
+    let told = dev["probes"][0]["free_bytes"].as_u64().unwrap();
+    assert_eq!(dev["live_bytes"].as_u64(), Some(512 * MIB + told / 4 * 3), "{dev:#}");
+}
+
+#[test]
+fn a_failed_allocation_survives_its_parents_sigkill() {
+    let (sim, out) = lab("sigkill_fail_parent");
+    let said = kill_after(&sim, &["fail-wait"], "FAILED", Duration::ZERO);
+    let doc = report(&out);
+    let fails = failures(&doc);
+    assert_eq!(fails.len(), 1, "{said}\n{doc:#}");
+    let error: i64 = said.lines().find_map(|l| l.split("error=").nth(1)).unwrap().parse().unwrap();
+    assert_eq!(fails[0]["error"].as_i64(), Some(error));
+}
+
+#[test]
+fn a_failed_ipc_open_is_on_disk_when_the_call_returns() {
+    let (sim, out) = lab("sigkill_ipc");
+    let run = sim.run(&mut cmd(&sim, &["ipc"]));
+    killed_by_sigkill(&run);
+    let doc = report(&out);
+    let fails = failures(&doc);
+    assert_eq!(fails.len(), 1, "{doc:#}");
+    assert_eq!(fails[0]["api"], "cudaIpcOpenMemHandle");
+}
+
+#[test]
+fn the_sizing_query_and_the_pool_after_it_survive_a_sigkill_tens_of_milliseconds_later() {
+    // SGLang's launcher kills within about a second; the periodic write comes every second.
+    // 250 ms leaves a loaded CI machine room over the window's 20 ms period.
+    let (sim, out) = lab("sigkill_pool");
+    let said = kill_after(&sim, &["pool"], "POOL", Duration::from_millis(250));
+    let field = |k: &str| -> u64 {
+        said.lines().find_map(|l| l.split(&format!("{k}=")).nth(1)).unwrap().split(' ').next().unwrap().parse().unwrap()
+    };
+    let doc = report(&out);
+    let dev = &doc["devices"][0];
+    assert_eq!(dev["probes"][0]["free_bytes"].as_u64(), Some(field("told")), "{dev:#}");
+    assert_eq!(dev["live_bytes"].as_u64(), Some(512 * MIB + field("pool")), "{dev:#}");
+}
+
+#[test]
+fn failing_in_a_loop_falls_back_to_the_periodic_write_and_says_so() {
+    let (sim, out) = lab("sigkill_loop");
+    let run = sim.run(&mut cmd(&sim, &["loop", "10000"]));
+    run.assert_success();
+    assert_eq!(run.u64("failures"), 10000);
+    let doc = report(&out);
+    assert_eq!(doc["process"]["exit"], "exit");
+    assert_eq!(doc["devices"][0]["failures_total"].as_u64(), Some(10000));
+    let h = &doc["health"];
+    let (writes, deferred) = (h["urgent_writes"].as_u64().unwrap(), h["urgent_deferred"].as_u64().unwrap());
+    assert!(writes >= 1 && deferred >= 1 && writes + deferred <= 10000 + 1, "{h:#}");
+    assert!(h["urgent_write_us"].as_u64().unwrap() > 0, "{h:#}");
+}
