@@ -176,7 +176,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
         run.procs[1].process.signal = Some(signal);
         run.summary = summary;
         let gs = crate::analysis::groups(&run);
-        all(&run, &gs).iter().filter(|f| f.kind == Kind::FailedStart).map(|f| f.title.clone()).collect::<Vec<_>>()
+        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref()).iter().filter(|f| f.kind == Kind::FailedStart).map(|f| f.title.clone()).collect::<Vec<_>>()
     };
     assert_eq!(with(11, None), ["rank 1 (pid 101) was killed by SIGSEGV without a failed allocation"]);
     assert!(with(15, None).is_empty());
@@ -187,5 +187,5 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.procs[0].devices[0].failures.clear();
     run.summary = Some(stopped);
     let gs = crate::analysis::groups(&run);
-    assert!(all(&run, &gs).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
+    assert!(all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref()).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
 }
