@@ -4,7 +4,8 @@
 //!
 //! Layout: `hooks` (C ABI face, symbol table, resolution paths), `ledger` (pure
 //! bookkeeping), `classify` (facts to categories), `report` (JSON, files, lifecycle),
-//! `config` and `log` (environment settings, stderr logging), `sites` (who allocated: Python
+//! `config` and `log` (environment settings, stderr logging), `gpu` (what the driver and NVML
+//! say about the physical devices, asked by the report writer), `sites` (who allocated: Python
 //! and native frames of the calling thread, read without the GIL), `rt` (the ground floor
 //! all of them stand on: the per-thread state of a hooked call, the `dlopen` ring, the real
 //! libc and loader entry points). The report's types, categories, a site's short form and
@@ -12,6 +13,7 @@
 
 pub mod classify;
 pub mod config;
+pub mod gpu;
 pub mod hooks;
 pub mod ledger;
 pub mod log;

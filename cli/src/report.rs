@@ -159,8 +159,9 @@ fn host_memory(p: &ProcSummary) -> String {
 
 /// What the last reading says, compared at the query itself.
 pub fn reading_sentence(r: &Reading, max: Option<&Reading>) -> String {
+    let what = if r.api == "nvml" { "NVML reading" } else { "free-memory query" };
     let mut s = format!(
-        "At the last free-memory query ({} at {}, {} before the last report): device used {} of {}, \
+        "At the last {what} ({} at {}, {} before the last report): device used {} of {}, \
          this run's processes had {} allocated, untracked {} (contexts, modules, graphs, peer mappings, rounding, \
          other processes)",
         r.pid,

@@ -107,6 +107,12 @@ pub struct ProcSummary {
 pub struct DeviceSummary {
     pub host: String,
     pub index: i64,
+    /// The physical GPU (absent for reports written before culedger recorded it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Figures that cannot all be true (`DeviceGroup::impossible`), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub impossible: Vec<String>,
     pub total_bytes: Option<i64>,
     /// Every process whose report has this device (a context counts).
     pub processes: Vec<DevProc>,
@@ -143,6 +149,9 @@ pub struct DevProc {
     pub role: String,
     /// `allocations`, `peer context` (its context here serves peer access) or `context`.
     pub holds: Holds,
+    /// The process's own ordinal for this GPU, where it is not the GPU's number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<i64>,
     pub live_bytes: i64,
     pub peak_bytes: i64,
     pub alloc_count: i64,
@@ -385,7 +394,11 @@ pub fn summarize(a: &Analysis, all_categories: bool) -> RunSummary {
             .chain(extra_categories(run, all_categories))
             .collect(),
         verdict: verdict(run, gs),
-        notes: sequential_runs(run).into_iter().collect(),
+        notes: sequential_runs(run)
+            .into_iter()
+            .chain(crate::analysis::ordinal_fallback_note(run))
+            .chain(devices.iter().flat_map(|d| d.impossible.iter().map(|l| format!("Impossible figures: {l}."))))
+            .collect(),
         overview,
         processes,
         devices,
@@ -449,6 +462,8 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,
+        uuid: g.uuid.clone(),
+        impossible: g.impossible(),
         total_bytes: g.total_bytes(),
         processes: g
             .members
@@ -458,6 +473,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 label: m.label(),
                 role: m.report.process.role(),
                 holds: m.holds(),
+                ordinal: (g.uuid.is_some() && m.dev.index != g.index).then_some(m.dev.index),
                 live_bytes: m.dev.live_bytes,
                 peak_bytes: m.dev.peak_bytes,
                 alloc_count: m.dev.alloc_count,

@@ -258,6 +258,49 @@ pub struct Device {
     pub events_total: u64,
     /// The call sites holding the most live bytes on this device.
     pub sites: Vec<DevSite>,
+    /// The physical device's UUID as nvidia-smi writes it (`GPU-...`), asked of the driver
+    /// (`cuDeviceGetUuid_v2`); None from writers before it, or when the driver could not say.
+    pub uuid: Option<String>,
+    /// The physical device's PCI bus id as the driver writes it (`cuDeviceGetPCIBusId`,
+    /// `00000000:3B:00.0`); None from writers before it.
+    pub pci_bus_id: Option<String>,
+    /// The device's index on its host as nvidia-smi numbers it (NVML's index, PCI bus
+    /// order), whatever this process's ordinal; None without NVML.
+    pub host_index: Option<i64>,
+    /// The device's memory as NVML saw it at this write (None: NVML missing, or a writer
+    /// before it).
+    pub usage: Option<Usage>,
+    /// Where `untracked_bytes` comes from: `"nvml"` (the reading in `usage`) or `"query"`
+    /// (the program's last free-memory query); None from writers before it.
+    pub untracked_source: Option<String>,
+    /// When `untracked_bytes` was measured, microseconds since the process started.
+    pub untracked_t_us: Option<i64>,
+}
+
+/// `devices[].usage`: one reading of the whole device's memory from outside the program.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Usage {
+    /// Who answered: `"nvml"`.
+    pub source: String,
+    /// When it was read (since the process started).
+    pub t_ms: i64,
+    pub t_us: i64,
+    /// Memory used on the device by every process, and its size.
+    pub used_bytes: i64,
+    pub total_bytes: i64,
+    /// What NVML says this process holds there (None: NVML could not list processes).
+    pub process_bytes: Option<i64>,
+    /// Every process holding memory on the device, as NVML lists them.
+    pub processes: Vec<UsageProcess>,
+}
+
+/// `devices[].usage.processes[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UsageProcess {
+    pub pid: i64,
+    pub used_bytes: i64,
 }
 
 /// `devices[].history`.

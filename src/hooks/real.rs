@@ -247,6 +247,14 @@ impl Lazy {
         Lazy { ptr: AtomicUsize::new(0), resolve }
     }
 
+    /// The function if already found; never looks it up.
+    fn peek(&self) -> usize {
+        match self.ptr.load(Ordering::Acquire) {
+            ABSENT => 0,
+            p => p,
+        }
+    }
+
     fn get(&self) -> usize {
         match self.ptr.load(Ordering::Acquire) {
             0 => {}
@@ -341,6 +349,52 @@ driver_fn!(CU_STREAM_GET_DEVICE, b"cuStreamGetDevice\0", 12080, b"cuStreamGetDev
 driver_fn!(CU_STREAM_GET_CTX, b"cuStreamGetCtx\0", 9020, b"cuStreamGetCtx\0");
 driver_fn!(CU_CTX_PUSH_CURRENT, b"cuCtxPushCurrent\0", 4000, b"cuCtxPushCurrent_v2\0");
 driver_fn!(CU_CTX_POP_CURRENT, b"cuCtxPopCurrent\0", 4000, b"cuCtxPopCurrent_v2\0");
+// Context-free questions about a device, asked by the report writer (`crate::gpu`).
+driver_fn!(CU_DEVICE_GET_UUID, b"cuDeviceGetUuid\0", 11040, b"cuDeviceGetUuid_v2\0");
+driver_fn!(CU_DEVICE_GET_PCI_BUS_ID, b"cuDeviceGetPCIBusId\0", 4010, b"cuDeviceGetPCIBusId\0");
+
+driver_fn!(CU_DEVICE_GET_COUNT, b"cuDeviceGetCount\0", 2000, b"cuDeviceGetCount\0");
+
+/// How many devices the process sees (`cuDeviceGetCount`; None when the driver cannot say).
+pub fn device_count() -> Option<i32> {
+    let f = CU_DEVICE_GET_COUNT.get();
+    if f == 0 {
+        return None;
+    }
+    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
+    let mut n: c_int = 0;
+    // SAFETY: the driver's own function with its cuda.h signature, on a local.
+    (unsafe { f(&mut n) } == 0).then_some(n)
+}
+
+/// The 16 bytes of device `ordinal`'s UUID (`cuDeviceGetUuid_v2`) and its PCI bus id
+/// (`cuDeviceGetPCIBusId`), asked of the driver: both are context-free and create nothing.
+/// `resolve`: the functions may be looked up now (a look-up may take the loader's lock). None
+/// when the driver cannot answer (yet). Never called at a final write (`crate::gpu`).
+pub fn device_identity(ordinal: i32, resolve: bool) -> Option<([u8; 16], String)> {
+    let (u, b) = if resolve {
+        (CU_DEVICE_GET_UUID.get(), CU_DEVICE_GET_PCI_BUS_ID.get())
+    } else {
+        (CU_DEVICE_GET_UUID.peek(), CU_DEVICE_GET_PCI_BUS_ID.peek())
+    };
+    if u == 0 || b == 0 {
+        return None;
+    }
+    let get_uuid: unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(u) };
+    let get_bus: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int =
+        unsafe { std::mem::transmute::<usize, _>(b) };
+    let mut uuid = [0u8; 16];
+    let mut bus = [0 as c_char; 64];
+    // SAFETY: the driver's own functions with their cuda.h signatures, on local buffers.
+    let ok =
+        unsafe { get_uuid(&mut uuid, ordinal) == 0 && get_bus(bus.as_mut_ptr(), bus.len() as c_int - 1, ordinal) == 0 };
+    if !ok {
+        return None;
+    }
+    // SAFETY: NUL-terminated by the driver within the length given (the last byte stays 0).
+    let bus = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+    Some((uuid, bus))
+}
 
 /// Runtime `cudaGetDevice`: from the global scope, else from the library in which a
 /// runtime symbol was last found through dlsym (ctypes loads libcudart `RTLD_LOCAL`).

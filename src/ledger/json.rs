@@ -329,6 +329,11 @@ fn device(d: &Copied, sites: &BTreeMap<u32, (SiteRec, Option<String>)>) -> fmt::
         events,
         events_total: s.events.total(),
         sites: dev_sites,
+        // The device's identity and NVML's reading are the writer's (`crate::gpu`), added
+        // after rendering, off the ledger's locks.
+        untracked_source: s.untracked.map(|_| "query".to_string()),
+        untracked_t_us: s.untracked_t_us,
+        ..Default::default()
     }
 }
 

@@ -44,6 +44,8 @@ impl Reporter {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
         block_all_signals(); // already blocked by the creator; stays so even if that changes
         let _ = ON_FLUSH_THREAD.try_with(|f| f.set(true));
+        // Before anything is asked of it: NVML is opened here, never at the final write.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.ledger.prepare_flush_thread()));
         let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
         let mut next_tick = period.map(|p| Instant::now() + p);
         let mut next_probe = Instant::now() + LIVENESS_POLL;

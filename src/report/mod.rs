@@ -72,6 +72,11 @@ pub trait LedgerAccess: Sync {
     fn note_warning(&self, line: &str);
     /// In a fork child: replace the ledger without touching locks (see `ledger`).
     fn reset_after_fork(&self);
+    /// Add what the driver and NVML say of the rendered devices now (`crate::gpu`), as much
+    /// as a write at `exit` may ask. Tests' ledgers add nothing.
+    fn annotate_devices(&self, _devices: &mut [culedger_format::report::Device], _exit: ExitState) {}
+    /// On the flush thread when it starts (`crate::gpu::prepare`).
+    fn prepare_flush_thread(&self) {}
 }
 
 /// The process-wide ledger, `ledger::global()`.
@@ -96,6 +101,18 @@ impl LedgerAccess for GlobalLedger {
     fn reset_after_fork(&self) {
         crate::ledger::reset_global_after_fork();
         crate::sites::reset_after_fork();
+    }
+    fn annotate_devices(&self, devices: &mut [culedger_format::report::Device], exit: ExitState) {
+        let now_us = i64::try_from(crate::ledger::global().t_us()).unwrap_or(i64::MAX);
+        let when = match exit {
+            ExitState::Running => crate::gpu::When::Periodic,
+            ExitState::Exited(_) => crate::gpu::When::Exit,
+            ExitState::Signaled(_) | ExitState::Exec => crate::gpu::When::Urgent,
+        };
+        crate::gpu::annotate(devices, now_us, when);
+    }
+    fn prepare_flush_thread(&self) {
+        crate::gpu::prepare();
     }
 }
 
@@ -402,7 +419,10 @@ impl Reporter {
                 crate::debug!("removed {removed} stale temporary file(s) in {}", s.out_dir.display());
             }
         }
-        let ledger = self.ledger.render();
+        let mut ledger = self.ledger.render();
+        if catch_unwind(AssertUnwindSafe(|| self.ledger.annotate_devices(&mut ledger.devices, exit))).is_err() {
+            crate::debug!("internal error while asking about the devices; the report goes without it");
+        }
         let process = ProcessInfo::gather_at(self.ledger.start_unix_us(), exit, s.forked_from);
         let mut doc = build_document(&process, self.config.get(), ledger);
         let urgent = s.urgent.counts();

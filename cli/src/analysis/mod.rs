@@ -113,26 +113,71 @@ impl Holds {
     }
 }
 
-/// All processes that touched one device of one host.
+/// All processes that touched one physical device of one host.
 pub struct DeviceGroup<'a> {
     pub host: String,
+    /// The GPU's number on its host as nvidia-smi gives it (NVML's index, PCI bus order);
+    /// for reports without it, the processes' own ordinal.
     pub index: i64,
+    /// The physical GPU (`devices[].uuid`), None for reports written before culedger recorded it.
+    pub uuid: Option<String>,
     pub members: Vec<Member<'a>>,
     /// The run's clock (shared by every device of the run).
     pub clock: Clock,
 }
 
-/// Groups a run's processes per (host, device index), sorted.
+/// What identifies a physical GPU on a host: its UUID, or for reports without one the
+/// process's ordinal (then two processes' ordinals 0 are taken for one GPU, as before).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum GpuKey {
+    Uuid(String),
+    Ordinal(i64),
+}
+
+/// Groups a run's processes per (host, physical GPU): one GPU reached through different
+/// ordinals (`CUDA_VISIBLE_DEVICES`) is one group, and two processes' ordinals 0 on different
+/// GPUs are two. Sorted by host, then nvidia-smi's index (else the ordinal), then UUID.
 pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
     crate::counts::computed(crate::counts::Part::Groups);
     let clock = Clock::of(&run.procs);
-    let mut map: BTreeMap<(String, i64), Vec<Member>> = BTreeMap::new();
+    let mut map: BTreeMap<(String, GpuKey), Vec<Member>> = BTreeMap::new();
     for report in &run.procs {
         for dev in &report.devices {
-            map.entry((report.process.host.clone(), dev.index)).or_default().push(Member { report, dev });
+            let key = dev.uuid.clone().map_or(GpuKey::Ordinal(dev.index), GpuKey::Uuid);
+            map.entry((report.process.host.clone(), key)).or_default().push(Member { report, dev });
         }
     }
-    map.into_iter().map(|((host, index), members)| DeviceGroup { host, index, members, clock }).collect()
+    let mut gs: Vec<DeviceGroup> = map
+        .into_iter()
+        .map(|((host, key), members)| {
+            let (index, uuid) = match key {
+                GpuKey::Uuid(u) => {
+                    let host_index = members.iter().find_map(|m| m.dev.host_index);
+                    let ordinal = members.iter().map(|m| m.dev.index).min().unwrap_or(0);
+                    (host_index.unwrap_or(ordinal), Some(u))
+                }
+                GpuKey::Ordinal(i) => (i, None),
+            };
+            DeviceGroup { host, index, uuid, members, clock }
+        })
+        .collect();
+    gs.sort_by(|a, b| (&a.host, a.index, &a.uuid).cmp(&(&b.host, b.index, &b.uuid)));
+    gs
+}
+
+/// The one line saying that a run's reports name no physical GPU (written before culedger
+/// recorded device UUIDs), so GPUs are each process's ordinal; None when every device has one.
+/// Said only where it matters: some process recorded `CUDA_VISIBLE_DEVICES`, which renumbers
+/// ordinals.
+pub fn ordinal_fallback_note(run: &Run) -> Option<String> {
+    let old = run.procs.iter().filter(|r| r.devices.iter().any(|d| d.uuid.is_none())).count();
+    let renumbered = run.procs.iter().any(|r| r.process.env.contains_key("CUDA_VISIBLE_DEVICES"));
+    (old > 0 && renumbered).then(|| {
+        format!(
+            "{old} report(s) name no physical GPU (written before culedger recorded device UUIDs): \
+             their GPUs are the processes' own ordinals, which CUDA_VISIBLE_DEVICES may have renumbered"
+        )
+    })
 }
 
 /// A point of a merged timeline: absolute time (µs) and live bytes per category.
@@ -296,9 +341,91 @@ impl<'a> DeviceGroup<'a> {
         })
     }
 
-    /// Every reading of the device, in time order.
+    /// NVML's reading of the device written in `m`'s report (`devices[].usage`), compared
+    /// with what the run's processes had allocated then: fresher than any query.
+    pub fn usage_reading(&self, m: Member) -> Option<Reading> {
+        let u = m.dev.usage.as_ref()?;
+        let at = m.abs_of(u.t_us);
+        let tracked: i64 = self.members.iter().map(|o| o.live_at(at).iter().sum::<i64>()).sum();
+        Some(Reading {
+            pid: m.pid(),
+            api: u.source.clone(),
+            at_us: self.clock.since(at),
+            free_bytes: u.total_bytes - u.used_bytes,
+            total_bytes: u.total_bytes,
+            used_bytes: u.used_bytes,
+            tracked_bytes: tracked,
+            untracked_bytes: u.used_bytes - tracked,
+            age_us: (self.end_us() - at).max(0),
+        })
+    }
+
+    /// Every reading of the device, in time order: the programs' queries and NVML's readings.
     pub fn readings(&self) -> Vec<Reading> {
-        self.probes().into_iter().filter_map(|(m, p)| self.reading(m, p)).collect()
+        let mut all: Vec<Reading> = self.probes().into_iter().filter_map(|(m, p)| self.reading(m, p)).collect();
+        all.extend(self.members.iter().filter_map(|m| self.usage_reading(*m)));
+        all.sort_by_key(|r| r.at_us);
+        all
+    }
+
+    /// Figures of this GPU that cannot all be true, one line each: the run's processes tracked
+    /// more than the GPU holds, or the freshest reading says they hold more than the whole
+    /// device used (untracked below zero by more than rounding and managed memory explain).
+    /// Both mean these processes were not on one GPU (reports without UUIDs, merged by ordinal)
+    /// or a report is wrong; each line names the processes, their ordinals and environments.
+    pub fn impossible(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let who = || {
+            let each: Vec<String> = self
+                .members
+                .iter()
+                .map(|m| {
+                    let env = m.report.process.env.get("CUDA_VISIBLE_DEVICES");
+                    let env = env.map_or_else(String::new, |v| format!(", CUDA_VISIBLE_DEVICES={v}"));
+                    format!("pid {} (ordinal {}{env})", m.pid(), m.dev.index)
+                })
+                .collect();
+            let why = if self.uuid.is_none() {
+                "; their reports name no physical GPU, so these may be different GPUs merged by ordinal"
+            } else {
+                ""
+            };
+            format!("{}{why}", each.join(", "))
+        };
+        if let Some(total) = self.total_bytes().filter(|t| *t > 0) {
+            let peak = self.peak();
+            if peak > total {
+                out.push(format!(
+                    "{}: tracked {} at once, more than the GPU's {}: {}",
+                    self.title(),
+                    fmt_bytes(peak),
+                    fmt_bytes(total),
+                    who()
+                ));
+            }
+            if let Some(r) = self.last_reading() {
+                let slack = (total / 100).max(256 << 20);
+                if r.untracked_bytes < -slack {
+                    out.push(format!(
+                        "{}: untracked {} at the last reading (pid {}, {}): the run's processes held {} of a device \
+                         that used {}: {}",
+                        self.title(),
+                        fmt_bytes(r.untracked_bytes),
+                        r.pid,
+                        r.api,
+                        fmt_bytes(r.tracked_bytes),
+                        fmt_bytes(r.used_bytes),
+                        who()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `dev` of `report` is one of this GPU's members.
+    pub fn has(&self, report: &Report, dev: &Device) -> bool {
+        self.members.iter().any(|m| std::ptr::eq(m.report, report) && std::ptr::eq(m.dev, dev))
     }
 
     /// The last reading: used and tracked compared at the query itself.

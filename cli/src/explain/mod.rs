@@ -69,6 +69,10 @@ pub struct Explanation {
     /// For a failed or refused start of an engine whose sizing formula the rule packs give:
     /// the parameter to change, its value, and the numbers behind it (null otherwise).
     pub what_to_change: Option<advice::Advice>,
+    /// Figures that cannot all be true (`DeviceGroup::impossible`), one line each; left out
+    /// when none. They make the exit status 1 and are never "nothing alarming".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub impossible: Vec<String>,
 }
 
 /// The process in words for sentences: `rank 1 (pid 5102)` when it has a rank, else
@@ -105,11 +109,17 @@ pub fn explain(a: &Analysis) -> Explanation {
     let clock = Clock::of(&run.procs);
     let gs = a.groups();
     let found = a.findings().to_vec();
+    let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible()).collect();
 
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
     let infos = count(Severity::Info);
-    let verdict = if failures + warnings == 0 && infos > 0 {
+    let verdict = if failures + warnings == 0 && !impossible.is_empty() {
+        format!(
+            "{} that cannot all be true: these are not the figures of one GPU each",
+            crate::units::count(impossible.len(), "figure", "figures")
+        )
+    } else if failures + warnings == 0 && infos > 0 {
         format!("nothing alarming; {} below", crate::units::count(infos, "observation", "observations"))
     } else if failures + warnings == 0 {
         "no findings: no allocation failed, the ranks sized their pools alike, untracked memory never rose by more \
@@ -135,11 +145,12 @@ pub fn explain(a: &Analysis) -> Explanation {
         processes: run.procs.len(),
         devices: gs.len(),
         verdict,
-        exit_code: i32::from(failures + warnings > 0),
+        exit_code: i32::from(failures + warnings > 0 || !impossible.is_empty()),
         findings: found,
         sites_recorded: run.procs.iter().any(callers::recorded),
         notes: notes(run),
         what_to_change,
+        impossible,
     }
 }
 
@@ -155,18 +166,26 @@ impl Explanation {
 
 /// What limits the explanation.
 fn notes(run: &Run) -> Vec<String> {
-    let mut out: Vec<String> = run
-        .skipped
-        .iter()
-        .map(|s| {
-            let s = crate::load::file_error(s);
-            format!("skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)")
-        })
-        .collect();
+    let mut out: Vec<String> = crate::analysis::ordinal_fallback_note(run).into_iter().collect();
+    out.extend(run.skipped.iter().map(|s| {
+        let s = crate::load::file_error(s);
+        format!(
+            "skipped {s}; what that process did shows as memory no report explains (or is missing from the figures)"
+        )
+    }));
     for r in &run.procs {
         let status = crate::runs::status_in(r, run);
         if ["no final report", "killed", "running or", "stopped with"].iter().any(|s| status.starts_with(s)) {
             out.push(format!("{}: {status}; its figures are those of its last report", who(r)));
+        }
+        // Past the urgent writes' budget a failure waited for the periodic write, which a kill
+        // may have cut short (docs/reliability.md, "Urgent writes").
+        if r.process.exit == crate::model::Exit::Running && r.health.urgent_deferred > 0 {
+            out.push(format!(
+                "{}: {} failed allocations or free-memory query windows came past culedger's budget for writing at                  once; its last report may lack those of its last second",
+                who(r),
+                r.health.urgent_deferred
+            ));
         }
         if r.health.lost_events > 0 {
             out.push(format!("{}: {} events were lost; its figures are incomplete", who(r), r.health.lost_events));

@@ -254,6 +254,9 @@ pub fn document(e: &Explanation) -> Doc {
     for n in &e.notes {
         d.push(Block::Alert(format!("Note: {n}")));
     }
+    for l in &e.impossible {
+        d.push(Block::Alert(format!("Impossible figures: {l}.")));
+    }
     let fs = &e.findings;
     let mut shown = vec![false; fs.len()];
     let mut i = 0;
@@ -321,7 +324,7 @@ pub fn document(e: &Explanation) -> Doc {
             i += 1;
         }
     }
-    if fs.is_empty() {
+    if fs.is_empty() && e.impossible.is_empty() {
         d.para("Nothing alarming was found; `culedger report` shows where the memory went.");
     }
     if let Some(a) = &e.what_to_change {

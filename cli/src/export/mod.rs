@@ -51,9 +51,9 @@ pub fn perfetto(a: &Analysis) -> Value {
         events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
             "args": {"name": format!("{} {} on {}", p.pid, p.label(), p.host)}}));
         for d in &r.devices {
-            let g = gs.iter().find(|g| g.host == p.host && g.index == d.index);
+            let g = gs.iter().find(|g| g.has(r, d));
             let member = g.and_then(|g| g.members.iter().copied().find(|m| std::ptr::eq(m.report, r)));
-            let track = format!("GPU {}", d.index);
+            let track = format!("GPU {}", g.map_or(d.index, |g| g.index));
             // (record order, event) for this device, sorted (stably) before writing.
             let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();
             let held: Vec<&str> =

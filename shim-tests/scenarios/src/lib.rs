@@ -252,14 +252,23 @@ impl Drop for Sim {
     }
 }
 
-/// The driver trace `trace` of a program run under culedger, less culedger's own look-up of
-/// `cuCtxGetDevice` through the driver's resolver (its bookkeeping, src/hooks/real.rs): what
+/// The driver trace `trace` of a program run under culedger, less culedger's own look-ups of
+/// device functions through the driver's resolver (its bookkeeping, src/hooks/real.rs): what
 /// the program itself asked the driver for, to compare with its trace without culedger.
 pub fn trace_without_culedger(trace: &str) -> Vec<&str> {
-    let ours = "getproc cuCtxGetDevice 2000 0 -> 0 cuCtxGetDevice";
+    // The device functions culedger looks up itself: the current device (hooks), and the
+    // devices' count, UUIDs and PCI bus ids (the report writer, `crate::gpu`).
+    let ours = [
+        "getproc cuCtxGetDevice 2000 0 -> 0 cuCtxGetDevice",
+        "getproc cuDeviceGetCount 2000 0 -> 0 cuDeviceGetCount",
+        "getproc cuDeviceGetUuid 11040 0 -> 0 cuDeviceGetUuid_v2",
+        "getproc cuDeviceGetPCIBusId 4010 0 -> 0 cuDeviceGetPCIBusId",
+    ];
     let mut lines: Vec<&str> = trace.lines().collect();
-    if let Some(i) = lines.iter().rposition(|l| *l == ours) {
-        lines.remove(i);
+    for ours in ours {
+        if let Some(i) = lines.iter().rposition(|l| *l == ours) {
+            lines.remove(i);
+        }
     }
     lines
 }

@@ -309,6 +309,7 @@ impl DeviceLedger {
                 let used = i128::from(t) - i128::from(f) - i128::from(s.live_bytes);
                 let untracked = used.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
                 s.untracked = Some(untracked);
+                s.untracked_t_us = i64::try_from(now.t_us).ok();
                 s.untracked_max = Some(s.untracked_max.map_or(untracked, |m| m.max(untracked)));
             }
         }

@@ -171,6 +171,8 @@ pub(crate) struct DeviceStats {
     pub failures: FirstN<Failure, FAILURES_KEPT>,
     pub untracked: Option<i64>,
     pub untracked_max: Option<i64>,
+    /// When `untracked` was measured (the query's `t_us`).
+    pub untracked_t_us: Option<i64>,
     /// Probes and allocations whose call site was proven equal to the thread's previous one
     /// from that place (`sites::capture_repeat`, `sites::capture_alloc`), counted here under
     /// the lock the record takes anyway (`health.site_repeats`; a process-wide atomic would

@@ -189,3 +189,15 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     let gs = crate::analysis::groups(&run);
     assert!(all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref()).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
 }
+
+#[test]
+fn a_report_without_its_final_write_says_when_failures_came_past_the_urgent_budget() {
+    let mut run = run();
+    run.procs[0].health.urgent_deferred = 3;
+    let has_note = |run: &Run| super::super::explain(run).notes.iter().any(|n| n.contains("past culedger's budget"));
+    assert!(!has_note(&run), "a final report holds everything");
+    run.procs[0].process.exit = culedger_format::report::Exit::Running;
+    assert!(has_note(&run));
+    run.procs[0].health.urgent_deferred = 0;
+    assert!(!has_note(&run));
+}

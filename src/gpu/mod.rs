@@ -1,0 +1,196 @@
+//! What the driver and NVML say about the physical GPUs this process used, asked by the
+//! report writer on the flush thread and never by a hook: each device's UUID and PCI bus id
+//! (once per ordinal, `cuDeviceGetUuid_v2` / `cuDeviceGetPCIBusId`, context-free), and the
+//! whole device's memory now (NVML, `nvmlDeviceGetMemoryInfo_v2` and
+//! `nvmlDeviceGetComputeRunningProcesses_v3`, by UUID, at every write). `untracked_bytes` is
+//! then worked out from the freshest of NVML's reading and the program's last query.
+//!
+//! The final write asks nothing of the driver: a signal may have stopped a program thread
+//! inside a driver call, holding the driver's lock, while it waits for that write. So every
+//! device the process sees is named by [`prepare`], on the flush thread when it starts (with
+//! any look-up: one takes the loader's lock, which that waiting thread may hold too), and the
+//! periodic writes name any seen later. NVML (`libnvidia-ml.so.1`) is opened there too, and
+//! read at every periodic write and at a normal exit, never at a write a signal asked for
+//! (or an exec's). Where it cannot be opened the query-based figure stays, marked
+//! `untracked_source = "query"`, and one debug line says so.
+
+mod nvml;
+
+use culedger_format::report as fmt;
+use once_cell::sync::OnceCell;
+
+/// Ordinals whose identity is kept (the ledger's devices are fewer).
+const ORDINALS: usize = 64;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const UNKNOWN: OnceCell<(String, String)> = OnceCell::new();
+/// (UUID, PCI bus id) per ordinal, once the driver told them.
+static IDENTITY: [OnceCell<(String, String)>; ORDINALS] = [UNKNOWN; ORDINALS];
+
+/// The highest NVML-based `untracked_bytes` written per ordinal (the ledger keeps only the
+/// query-based maximum).
+static UNTRACKED_MAX: [std::sync::atomic::AtomicI64; ORDINALS] =
+    [const { std::sync::atomic::AtomicI64::new(i64::MIN) }; ORDINALS];
+
+/// NVML's index of each ordinal's device, once read (-1: not yet).
+static HOST_INDEX: [std::sync::atomic::AtomicI64; ORDINALS] =
+    [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
+
+/// A UUID as nvidia-smi writes it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("GPU-{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+}
+
+/// On the flush thread, when it starts: name every device the process sees, and open NVML
+/// (see the module's note).
+pub fn prepare() {
+    let n = crate::hooks::real::device_count().unwrap_or(0).clamp(0, ORDINALS as i32);
+    for ordinal in 0..n as usize {
+        identity(ordinal, true);
+    }
+    nvml::get(true);
+}
+
+/// When a write is made, which decides what it may ask (see the module's note).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// A periodic write: anything.
+    Periodic,
+    /// The final write of a process that exits normally: NVML, already open.
+    Exit,
+    /// A write a signal or an exec asked for: nothing, what is known already.
+    Urgent,
+}
+
+/// Ordinal `ordinal`'s (UUID, PCI bus id), asked of the driver when `ask` and not known yet.
+fn identity(ordinal: usize, ask: bool) -> Option<&'static (String, String)> {
+    let cell = IDENTITY.get(ordinal)?;
+    if cell.get().is_none() && ask {
+        if let Some((u, bus)) = crate::hooks::real::device_identity(ordinal as i32, true) {
+            let _ = cell.set((uuid_string(&u), bus));
+        }
+    }
+    cell.get()
+}
+
+/// Adds each rendered device's identity and NVML's reading, and works `untracked_bytes` out
+/// from the freshest figure. `now_us`: microseconds since the process started.
+pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
+    for d in devices.iter_mut() {
+        let Ok(ordinal) = usize::try_from(d.index) else { continue };
+        if ordinal >= ORDINALS {
+            continue;
+        }
+        if let Some((uuid, bus)) = identity(ordinal, when == When::Periodic) {
+            d.uuid = Some(uuid.clone());
+            d.pci_bus_id = Some(bus.clone());
+        }
+        let nvml = match when {
+            When::Periodic => nvml::get(true),
+            When::Exit => nvml::get(false),
+            When::Urgent => None,
+        };
+        let reading = match (&d.uuid, nvml) {
+            (Some(uuid), Some(n)) => n.read(uuid),
+            _ => None,
+        };
+        if let Some(r) = reading {
+            if let Some(i) = r.index {
+                HOST_INDEX[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
+            }
+            apply(d, ordinal, r, now_us);
+        }
+        let index = HOST_INDEX[ordinal].load(std::sync::atomic::Ordering::Relaxed);
+        d.host_index = (index >= 0).then_some(index);
+    }
+}
+
+/// One NVML reading of a device.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// NVML's index of the device (nvidia-smi's), when it could say.
+    pub index: Option<u32>,
+    pub used: u64,
+    pub total: u64,
+    /// (pid, bytes) of every process NVML lists on the device; None when it could not list them.
+    pub processes: Option<Vec<(u32, u64)>>,
+}
+
+/// Records reading `r` of ordinal `ordinal` in `d`, taken at `now_us`: `usage`, and
+/// `untracked_bytes` from it (NVML's reading is always fresher than the program's last query).
+fn apply(d: &mut fmt::Device, ordinal: usize, r: Reading, now_us: i64) {
+    let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    let pid = std::process::id();
+    let process_bytes = r.processes.as_ref().map(|ps| ps.iter().filter(|(p, _)| *p == pid).map(|(_, b)| n(*b)).sum());
+    d.usage = Some(fmt::Usage {
+        source: "nvml".into(),
+        t_ms: now_us / 1000,
+        t_us: now_us,
+        used_bytes: n(r.used),
+        total_bytes: n(r.total),
+        process_bytes,
+        processes: r
+            .processes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(pid, b)| fmt::UsageProcess { pid: i64::from(pid), used_bytes: n(b) })
+            .collect(),
+    });
+    if d.total_bytes.is_none() {
+        d.total_bytes = Some(n(r.total));
+    }
+    let untracked = n(r.used).saturating_sub(d.live_bytes);
+    d.untracked_bytes = Some(untracked);
+    d.untracked_source = Some("nvml".into());
+    d.untracked_t_us = Some(now_us);
+    let max = &UNTRACKED_MAX[ordinal];
+    let highest = max.fetch_max(untracked, std::sync::atomic::Ordering::Relaxed).max(untracked);
+    d.untracked_max_bytes = Some(d.untracked_max_bytes.map_or(highest, |m| m.max(highest)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_text_is_nvidia_smi_s() {
+        let u = [0x8f, 0x2e, 0x1a, 0x0b, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0, 1, 2, 3, 4, 0xff];
+        assert_eq!(uuid_string(&u), "GPU-8f2e1a0b-1122-3344-5566-0001020304ff");
+    }
+
+    #[test]
+    fn a_reading_makes_untracked_current() {
+        let mut d = fmt::Device {
+            index: 3,
+            live_bytes: 100 << 20,
+            untracked_bytes: Some(10 << 20),
+            untracked_max_bytes: Some(10 << 20),
+            untracked_source: Some("query".into()),
+            untracked_t_us: Some(1_000),
+            ..Default::default()
+        };
+        let pid = std::process::id();
+        let r = Reading {
+            index: Some(3),
+            used: 900 << 20,
+            total: 1 << 30,
+            processes: Some(vec![(pid, 612 << 20), (1, 288 << 20)]),
+        };
+        apply(&mut d, 3, r, 5_000_000);
+        assert_eq!(
+            d.untracked_bytes,
+            Some(800 << 20),
+            "everything used on the device now, less what this process tracks"
+        );
+        assert_eq!((d.untracked_source.as_deref(), d.untracked_t_us), (Some("nvml"), Some(5_000_000)));
+        assert_eq!(d.untracked_max_bytes, Some(800 << 20));
+        assert_eq!(d.total_bytes, Some(1 << 30));
+        let u = d.usage.as_ref().unwrap();
+        assert_eq!((u.t_ms, u.used_bytes, u.process_bytes, u.processes.len()), (5_000, 900 << 20, Some(612 << 20), 2));
+        // A later, lower reading keeps the highest.
+        apply(&mut d, 3, Reading { index: None, used: 200 << 20, total: 1 << 30, processes: None }, 6_000_000);
+        assert_eq!((d.untracked_bytes, d.untracked_max_bytes), (Some(100 << 20), Some(800 << 20)));
+        assert_eq!(d.usage.as_ref().unwrap().process_bytes, None);
+    }
+}
