@@ -11,8 +11,8 @@
 use crate::analysis::{self, DeviceGroup};
 use crate::error::{Fail, Result};
 use crate::load::Run;
-use crate::run_analysis::Analysis;
 use crate::model::CATEGORIES;
+use crate::run_analysis::Analysis;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

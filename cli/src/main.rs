@@ -122,7 +122,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let (ra, rb) = (load(&[a], &sel)?, load(&[b], &sel)?);
             let d = diff::diff(&Analysis::new(&ra), &Analysis::new(&rb), all_categories);
             let fold = if no_fold { Some(false) } else { fold.then_some(true) };
-            emit(format.into(), color, || diff::document(&d, fold), &d)?;
+            emit(format.into(), color, || diff::render::document(&d, fold), &d)?;
             Ok(0)
         }
         Command::Check { path, budgets, budgets_file, no_failures, allow_unmeasured, format, select } => {

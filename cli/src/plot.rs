@@ -15,8 +15,8 @@
 use crate::analysis::{DeviceGroup, Point};
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
-use crate::run_analysis::Analysis;
 use crate::model::CATEGORIES;
+use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 use svg::node::element::{Group, Line, Polygon, Polyline, Rectangle, Text, Title};
 use svg::Document;

@@ -128,9 +128,10 @@ fn existing_reports(dir: &Path) -> (usize, Vec<String>) {
             continue;
         }
         n += 1;
-        let id = crate::load::read_bounded(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
-            v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
-        });
+        let id =
+            crate::load::read_bounded(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
+                v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
+            });
         if let Some(id) = id.filter(|id| !ids.contains(id)) {
             ids.push(id);
         }

@@ -39,25 +39,17 @@ impl<'r> Analysis<'r> {
 
     /// The processes grouped per host and device.
     pub fn groups(&self) -> &[DeviceGroup<'r>] {
-        self.groups.get_or_init(|| {
-            crate::analysis::groups(self.run)
-        })
+        self.groups.get_or_init(|| crate::analysis::groups(self.run))
     }
 
     /// The engine's sizing formula evaluated on the run (None: no engine formula applies).
     pub fn evaluation(&self) -> Option<&Evaluation> {
-        self.evaluation
-            .get_or_init(|| {
-                    crate::explain::advice::evaluate_run(self.run, self.groups())
-            })
-            .as_ref()
+        self.evaluation.get_or_init(|| crate::explain::advice::evaluate_run(self.run, self.groups())).as_ref()
     }
 
     /// The findings, most important first.
     pub fn findings(&self) -> &[Finding] {
-        self.findings.get_or_init(|| {
-            crate::explain::findings::all(self.run, self.groups(), self.evaluation())
-        })
+        self.findings.get_or_init(|| crate::explain::findings::all(self.run, self.groups(), self.evaluation()))
     }
 
     /// "What to change": for a run with a failure finding, from the engine's formula.
@@ -75,15 +67,14 @@ impl<'r> Analysis<'r> {
     /// `culedger explain`'s document.
     pub fn explanation(&self) -> &Explanation {
         self.explanation.get_or_init(|| {
-            crate::explain::explain(self)
+            crate::explain::explain(self.run, self.groups(), self.findings().to_vec(), self.advice().cloned())
         })
     }
 
     /// `culedger report`'s summary; `all_categories` lists also the categories that held nothing.
     pub fn summary(&self, all_categories: bool) -> &RunSummary {
-        self.summaries[usize::from(all_categories)].get_or_init(|| {
-            crate::summary::summarize(self, all_categories)
-        })
+        self.summaries[usize::from(all_categories)]
+            .get_or_init(|| crate::summary::summarize(self.run, self.groups(), all_categories))
     }
 }
 

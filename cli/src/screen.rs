@@ -7,8 +7,8 @@ use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
 use crate::explain::{Explanation, Severity};
 use crate::run_analysis::Analysis;
-use crate::units::count;
 use crate::summary::{OverviewRow, RunSummary};
+use crate::units::count;
 use crate::units::fmt_range;
 
 /// The screen of a run whose reports are in `dir` (the shell words that name it, see
@@ -195,8 +195,8 @@ mod tests {
     fn eight_ranks_fit_one_screen() {
         let run = fixture("custom-ar-tp8");
         for width in [80, 100] {
-            let text =
-                document(&Analysis::new(&run), "tests/fixtures/custom-ar-tp8").render(Format::Text, Style { color: false, width });
+            let text = document(&Analysis::new(&run), "tests/fixtures/custom-ar-tp8")
+                .render(Format::Text, Style { color: false, width });
             let lines: Vec<&str> = text.lines().collect();
             assert!(lines.len() <= 30, "{width}: {} lines\n{text}", lines.len());
             assert!(lines.iter().all(|l| l.chars().count() <= width), "{width}:\n{text}");
@@ -211,7 +211,8 @@ mod tests {
 
     #[test]
     fn nothing_failed_no_headline() {
-        let text = document(&Analysis::new(&fixture("nccl")), "d").render(Format::Text, Style { color: false, width: 200 });
+        let text =
+            document(&Analysis::new(&fixture("nccl")), "d").render(Format::Text, Style { color: false, width: 200 });
         assert!(text.starts_with("culedger: d (3 processes, 2 GPUs)\nno allocation failed"), "{text}");
         assert!(!text.contains("culedger explain:"), "{text}");
         assert_eq!(

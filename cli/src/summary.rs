@@ -8,7 +8,6 @@ use crate::clock::Clock;
 use crate::costs::CostRow;
 use crate::figures::Figure;
 use crate::load::Run;
-use crate::run_analysis::Analysis;
 use crate::model::{Graphs, Ipc, CATEGORIES};
 use crate::units::fmt_bytes;
 use serde::Serialize;
@@ -321,11 +320,9 @@ pub fn sequential_runs(run: &Run) -> Option<String> {
     ))
 }
 
-/// The run's summary, from the device groups of its analysis.
-pub fn summarize(a: &Analysis, all_categories: bool) -> RunSummary {
+/// The run's summary, from its device groups (`run_analysis::Analysis` computes them once).
+pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSummary {
     crate::counts::computed(crate::counts::Part::Summary);
-    let run = a.run;
-    let gs = a.groups();
     let clock = Clock::of(&run.procs);
     let processes = run
         .procs
@@ -458,7 +455,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq))
     });
     top.truncate(TOP_N);
-    let cost_rows = g.cost_rows();
+    let cost_rows = crate::costs::rows(g);
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,

@@ -23,9 +23,9 @@ pub mod recon;
 mod render;
 pub mod steps;
 
+use crate::analysis::DeviceGroup;
 use crate::clock::Clock;
 use crate::load::Run;
-use crate::run_analysis::Analysis;
 use crate::model::Report;
 use serde::Serialize;
 
@@ -102,13 +102,16 @@ fn words_upto(text: &str, width: usize) -> String {
     out
 }
 
-/// Explains a run, from the parts of its analysis.
-pub fn explain(a: &Analysis) -> Explanation {
+/// Explains a run from the parts of its analysis (`run_analysis::Analysis` computes them
+/// once): its device groups, its findings and the recommendation.
+pub fn explain(
+    run: &Run,
+    gs: &[DeviceGroup],
+    found: Vec<Finding>,
+    what_to_change: Option<advice::Advice>,
+) -> Explanation {
     crate::counts::computed(crate::counts::Part::Explanation);
-    let run = a.run;
     let clock = Clock::of(&run.procs);
-    let gs = a.groups();
-    let found = a.findings().to_vec();
     let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible()).collect();
 
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
@@ -136,7 +139,6 @@ pub fn explain(a: &Analysis) -> Explanation {
         }
         format!("{}, most important first", parts.join(" and "))
     };
-    let what_to_change = a.advice().cloned();
     Explanation {
         schema: EXPLAIN_SCHEMA,
         label: run.label.clone(),

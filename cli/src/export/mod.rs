@@ -3,15 +3,17 @@
 use crate::analysis::DeviceGroup;
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
-use crate::run_analysis::Analysis;
 use crate::model::{Stamped, CATEGORIES};
+use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 mod frames;
+mod snapshot;
+
+pub use snapshot::{Block, Frame, Segment, Snapshot, TraceEntry};
 
 /// How an output path is named in messages: `-` is stdout.
 pub fn shown_path(path: &Path) -> String {
@@ -171,61 +173,6 @@ pub fn write_perfetto(a: &Analysis, out: &Path) -> Result<String> {
 // each fall frees the most recent chunks of that category (a chunk is split when only part
 // of it goes). Bytes the device used but no process tracked (from the free-memory queries)
 // appear as category "unknown". Addresses are synthetic; sizes and times are exact.
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Frame {
-    pub filename: String,
-    pub line: i64,
-    pub name: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TraceEntry {
-    /// `alloc`, `free_completed`, or `oom` (an allocation failed; `size` is what was asked).
-    pub action: &'static str,
-    pub addr: i64,
-    pub size: i64,
-    pub stream: i64,
-    pub time_us: i64,
-    pub frames: Vec<Frame>,
-    pub category: String,
-    /// For `oom`: the free memory the device last reported, as torch records it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_free: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Block {
-    pub address: i64,
-    pub size: i64,
-    pub requested_size: i64,
-    pub state: &'static str,
-    pub frames: Vec<Frame>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Segment {
-    pub device: i64,
-    pub address: i64,
-    pub total_size: i64,
-    pub allocated_size: i64,
-    pub active_size: i64,
-    pub requested_size: i64,
-    pub stream: i64,
-    pub segment_type: &'static str,
-    pub segment_pool_id: (i64, i64),
-    pub is_expandable: bool,
-    pub frames: Vec<Frame>,
-    pub blocks: Vec<Block>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Snapshot {
-    pub segments: Vec<Segment>,
-    pub device_traces: Vec<Vec<TraceEntry>>,
-    pub allocator_settings: BTreeMap<String, String>,
-    pub categories: Vec<String>,
-}
 
 /// The category name the viewer requires for memory it cannot attribute.
 const UNKNOWN: &str = "unknown";

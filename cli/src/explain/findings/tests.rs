@@ -134,7 +134,10 @@ fn without_call_sites_the_text_says_so() {
             }
         }
     }
-    let e = super::super::explain(&crate::run_analysis::Analysis::new(&run));
+    let gs = crate::analysis::groups(&run);
+    let ev = crate::explain::advice::evaluate_run(&run, &gs);
+    let found = all(&run, &gs, ev.as_ref());
+    let e = super::super::explain(&run, &gs, found, None);
     assert!(!e.sites_recorded);
     let text = super::super::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
     assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
@@ -176,7 +179,11 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
         run.procs[1].process.signal = Some(signal);
         run.summary = summary;
         let gs = crate::analysis::groups(&run);
-        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref()).iter().filter(|f| f.kind == Kind::FailedStart).map(|f| f.title.clone()).collect::<Vec<_>>()
+        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+            .iter()
+            .filter(|f| f.kind == Kind::FailedStart)
+            .map(|f| f.title.clone())
+            .collect::<Vec<_>>()
     };
     assert_eq!(with(11, None), ["rank 1 (pid 101) was killed by SIGSEGV without a failed allocation"]);
     assert!(with(15, None).is_empty());
@@ -187,14 +194,21 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.procs[0].devices[0].failures.clear();
     run.summary = Some(stopped);
     let gs = crate::analysis::groups(&run);
-    assert!(all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref()).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
+    assert!(
+        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+            .iter()
+            .all(|f| f.kind != Kind::FailedStart),
+        "rank 0's exit 1 is part of the stop"
+    );
 }
 
 #[test]
 fn a_report_without_its_final_write_says_when_failures_came_past_the_urgent_budget() {
     let mut run = run();
     run.procs[0].health.urgent_deferred = 3;
-    let has_note = |run: &Run| super::super::explain(run).notes.iter().any(|n| n.contains("past culedger's budget"));
+    let has_note = |run: &Run| {
+        crate::run_analysis::Analysis::new(run).explanation().notes.iter().any(|n| n.contains("past culedger's budget"))
+    };
     assert!(!has_note(&run), "a final report holds everything");
     run.procs[0].process.exit = culedger_format::report::Exit::Running;
     assert!(has_note(&run));
