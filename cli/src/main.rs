@@ -23,6 +23,8 @@ mod html;
 mod layout;
 mod load;
 mod metrics;
+#[cfg(test)]
+mod once_per_run;
 mod output;
 mod plot;
 mod report;
