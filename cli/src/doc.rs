@@ -147,20 +147,21 @@ impl Doc {
 
     fn markdown(&self) -> String {
         // A line break inside a cell (text that goes on its own line) is a space in markdown.
-        let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+        let esc = |s: &str| md_inline(s).replace('|', "\\|").replace('\n', " ");
+        let md = md_inline;
         let mut out = String::new();
         for b in &self.blocks {
             match b {
-                Block::Title(s) => out.push_str(&format!("## {s}\n\n")),
-                Block::Heading(s) => out.push_str(&format!("### {s}\n\n")),
-                Block::Sub(s) => out.push_str(&format!("#### {s}\n\n")),
-                Block::Para(s) => out.push_str(&format!("{s}\n\n")),
+                Block::Title(s) => out.push_str(&format!("## {}\n\n", md(s))),
+                Block::Heading(s) => out.push_str(&format!("### {}\n\n", md(s))),
+                Block::Sub(s) => out.push_str(&format!("#### {}\n\n", md(s))),
+                Block::Para(s) => out.push_str(&format!("{}\n\n", md(s))),
                 Block::Alert(s) => out.push_str(&format!("> **{}**\n\n", esc(s))),
                 Block::Verdict { text, .. } => out.push_str(&format!("**{}**\n\n", esc(text))),
-                Block::Note(s) => out.push_str(&format!("{s}\n\n")),
+                Block::Note(s) => out.push_str(&format!("{}\n\n", md(s))),
                 Block::Commands(cmds) => {
                     for (cmd, what) in cmds {
-                        out.push_str(&format!("- `{cmd}`: {what}\n"));
+                        out.push_str(&format!("- `{cmd}`: {}\n", md(what)));
                     }
                     out.push('\n');
                 }
@@ -181,6 +182,31 @@ impl Doc {
         }
         out
     }
+}
+
+/// Text in markdown: `<`, `>` and `&` written as entities outside code spans, so that a
+/// report's string (a title, a host) never becomes markup (`<img ...>`, `<!--` would hide the
+/// rest of a `$GITHUB_STEP_SUMMARY`). Backticks that do not pair are escaped, and then no
+/// part of the text is taken for code.
+fn md_inline(s: &str) -> String {
+    let paired = s.matches('`').count() % 2 == 0;
+    let mut out = String::with_capacity(s.len());
+    let mut code = false;
+    for c in s.chars() {
+        match c {
+            '`' if paired => {
+                code = !code;
+                out.push(c);
+            }
+            '`' => out.push_str("\\`"),
+            _ if code => out.push(c),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// [`Block::Commands`] as text: two spaces, the commands padded to the longest (at most two
@@ -284,6 +310,9 @@ mod tests {
     fn markdown_escapes_pipes_and_aligns_numbers() {
         let md = sample().render(Format::Markdown, style(false));
         assert!(md.contains("> **a \\| b**"), "{md}");
+        let hostile = md_inline("title <img src=x onerror=alert(1)> <!-- & `a<b` done");
+        assert_eq!(hostile, "title &lt;img src=x onerror=alert(1)&gt; &lt;!-- &amp; `a<b` done");
+        assert_eq!(md_inline("a`<b"), "a\\`&lt;b");
         assert!(md.contains("| k | v |\n| --- | ---: |\n| x\\|y | 1 |"), "{md}");
     }
 }

@@ -146,15 +146,23 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
     let verdict_failed = f64::from(u8::from(s.verdict.failed));
     e.sample("culedger_run_failed", "gauge", "1 when an allocation failed in the run, else 0.", &[], verdict_failed);
 
-    // Process labels: pid, title (the process title, else its comm), rank.
-    let who = |pid: i64| {
-        let p = s.processes.iter().find(|p| p.pid == pid);
+    // Process labels: host, pid, start (ms since the epoch: processes in containers share a
+    // host and a pid), title (the process title, else its comm), rank. A process is found
+    // by (host, pid, start), never by its pid alone.
+    let who = |host: &str, pid: i64, start_us: i64| {
+        let p = s.processes.iter().find(|p| p.host == host && p.pid == pid && p.start_unix_us == start_us);
         let title = p.and_then(|p| p.title.clone().or_else(|| p.comm.clone())).unwrap_or_default();
-        (pid.to_string(), title, p.map(|p| rank(&p.env)).unwrap_or_default())
+        (pid.to_string(), start_us.div_euclid(1000).to_string(), title, p.map(|p| rank(&p.env)).unwrap_or_default())
     };
     for p in &s.processes {
-        let (pid, title, rank) = who(p.pid);
-        let l = [("host", p.host.as_str()), ("pid", pid.as_str()), ("title", title.as_str()), ("rank", rank.as_str())];
+        let (pid, start, title, rank) = who(&p.host, p.pid, p.start_unix_us);
+        let l = [
+            ("host", p.host.as_str()),
+            ("pid", pid.as_str()),
+            ("start_ms", start.as_str()),
+            ("title", title.as_str()),
+            ("rank", rank.as_str()),
+        ];
         e.sample(
             "culedger_process_running",
             "gauge",
@@ -318,8 +326,15 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
             d.ipc.imported_live_bytes as f64,
         );
         for p in &d.processes {
-            let (pid, title, rank) = who(p.pid);
-            let lp = [l[0], l[1], ("pid", pid.as_str()), ("title", title.as_str()), ("rank", rank.as_str())];
+            let (pid, start, title, rank) = who(&d.host, p.pid, p.start_unix_us);
+            let lp = [
+                l[0],
+                l[1],
+                ("pid", pid.as_str()),
+                ("start_ms", start.as_str()),
+                ("title", title.as_str()),
+                ("rank", rank.as_str()),
+            ];
             e.sample(
                 "culedger_process_live_bytes",
                 "gauge",

@@ -553,6 +553,22 @@ pub fn svg(a: &Analysis, all_categories: bool, window: Window) -> Result<Documen
     Ok(doc)
 }
 
+/// The characters XML 1.0 allows (`Char`): a control character from a report (a host name,
+/// a title) is written as a visible `\xNN`, as the text outputs write it, never raw.
+fn xml_chars(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Writes the SVG to `out` (`-` for stdout) and returns what to tell the user.
 pub fn write_svg(a: &Analysis, out: &std::path::Path, all_categories: bool, window: Window) -> Result<String> {
     let ext = out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
@@ -568,7 +584,7 @@ pub fn write_svg(a: &Analysis, out: &std::path::Path, all_categories: bool, wind
     }
     let doc = svg(a, all_categories, window)?;
     let n = a.groups().len();
-    crate::output::write(out, (doc.to_string() + "\n").as_bytes())?;
+    crate::output::write(out, (xml_chars(&doc.to_string()) + "\n").as_bytes())?;
     Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::units::count(n, "panel", "panels")))
 }
 
@@ -581,6 +597,11 @@ mod tests {
         assert_eq!(pid_ranges(vec![6108, 6100, 6101, 6102, 6103]), "6100-6103, 6108");
         assert_eq!(pid_ranges(vec![5100, 5101]), "5100, 5101");
         assert_eq!(pid_ranges(vec![1, 2, 3, 5, 7, 8]), "1-3, 5, 7, 8");
+    }
+
+    #[test]
+    fn control_characters_are_not_written_raw() {
+        assert_eq!(xml_chars("a\u{1b}[2J\u{0}b\tc\u{ffff}"), "a\\x1b[2J\\x00b\tc\\xffff");
     }
 
     #[test]

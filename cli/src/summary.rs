@@ -144,6 +144,10 @@ pub struct DeviceSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct DevProc {
     pub pid: i64,
+    /// With `pid` and the device's host, which process this is (processes in containers
+    /// share pids); not in the JSON (`report --format json` has the processes' own list).
+    #[serde(skip)]
+    pub start_unix_us: i64,
     pub label: String,
     pub role: String,
     /// `allocations`, `peer context` (its context here serves peer access) or `context`.
@@ -206,19 +210,20 @@ pub const TOP_N: usize = 10;
 
 /// The verdict: who failed to allocate how much, or that nothing failed.
 fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
-    let allocating: BTreeSet<i64> = run
+    // A process is (host, pid, start): processes in containers share pids.
+    let allocating: BTreeSet<(&str, i64, i64)> = run
         .procs
         .iter()
         .filter(|r| r.devices.iter().any(|d| d.alloc_count > 0 || d.peak_bytes > 0 || !d.failures.is_empty()))
-        .map(|r| r.process.pid)
+        .map(|r| (r.process.host.as_str(), r.process.pid, r.process.start_us()))
         .collect();
-    let mut failed: BTreeSet<i64> = BTreeSet::new();
+    let mut failed: BTreeSet<(&str, i64, i64)> = BTreeSet::new();
     let mut sizes: Vec<i64> = Vec::new();
     let mut total_failures = 0;
     for g in gs {
         total_failures += Figure::FailedRequests.read(g).unwrap_or(0);
         for (m, f, _) in g.failed_requests() {
-            failed.insert(m.pid());
+            failed.insert((m.report.process.host.as_str(), m.pid(), m.report.process.start_us()));
             sizes.push(f.bytes);
         }
     }
@@ -467,6 +472,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
             .iter()
             .map(|m| DevProc {
                 pid: m.pid(),
+                start_unix_us: m.report.process.start_us(),
                 label: m.label(),
                 role: m.report.process.role(),
                 holds: m.holds(),

@@ -196,6 +196,9 @@ impl Point {
 #[derive(Debug, Clone, Serialize)]
 pub struct LargeAlloc {
     pub pid: i64,
+    /// With `pid`, which process (processes in containers share pids).
+    #[serde(skip)]
+    pub start_us: i64,
     /// On the run's clock (µs since its first process started).
     pub at_us: i64,
     pub t_ms: i64,
@@ -445,6 +448,7 @@ impl<'a> DeviceGroup<'a> {
                 let at = m.abs_us(a);
                 let large = LargeAlloc {
                     pid: m.pid(),
+                    start_us: m.report.process.start_us(),
                     at_us: self.clock.since(at),
                     t_ms: a.t_ms,
                     seq: a.seq,
@@ -459,6 +463,7 @@ impl<'a> DeviceGroup<'a> {
                 let at = m.abs_us(f);
                 let large = LargeAlloc {
                     pid: m.pid(),
+                    start_us: m.report.process.start_us(),
                     at_us: self.clock.since(at),
                     t_ms: f.t_ms,
                     seq: f.seq,
@@ -476,8 +481,10 @@ impl<'a> DeviceGroup<'a> {
             .map(|(_, a)| a)
     }
 
-    pub fn member(&self, pid: i64) -> Option<Member<'a>> {
-        self.members.iter().copied().find(|m| m.pid() == pid)
+    /// The member that is process (`pid`, started at `start_us`): processes on one host can
+    /// share a pid (containers, all pid 1), so a process is never found by its pid alone.
+    pub fn member_at(&self, pid: i64, start_us: i64) -> Option<Member<'a>> {
+        self.members.iter().copied().find(|m| m.pid() == pid && m.report.process.start_us() == start_us)
     }
 
     /// The probe the program sized its memory from: the last probe of the process that
@@ -487,7 +494,7 @@ impl<'a> DeviceGroup<'a> {
     pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
         let c = &self.clock;
         if let Some(big) = self.largest_allocation() {
-            let m = self.member(big.pid)?;
+            let m = self.member_at(big.pid, big.start_us)?;
             let at = Stamp { t_ms: big.t_ms, seq: big.seq };
             let p = last_before(&m.dev.probes, at)?;
             let what = match (&big.category, big.failed) {

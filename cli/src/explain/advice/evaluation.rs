@@ -27,6 +27,9 @@ pub(super) fn gib(b: i64) -> String {
 #[derive(Debug, Clone, Serialize)]
 pub struct RankSizing {
     pub pid: i64,
+    /// With `pid`, which process (processes in containers share pids).
+    #[serde(skip)]
+    pub start_us: i64,
     pub process: String,
     pub host: String,
     pub device: i64,
@@ -177,6 +180,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 .map(|f| f.function.clone());
             ranks.push(RankSizing {
                 pid: m.pid(),
+                start_us: m.report.process.start_us(),
                 process: super::super::who(m.report),
                 host: g.host.clone(),
                 device: g.index,
@@ -359,7 +363,7 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
     let mut out = Vec::new();
     for r in &ev.ranks {
         let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
-        let Some(m) = g.member(r.pid) else { continue };
+        let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
         let st = steps::steps(m);
         let q = r.query_index;
         let pool_burst = burst_after(&st, q);

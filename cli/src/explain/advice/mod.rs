@@ -117,7 +117,9 @@ fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice>
             let b = match items {
                 Some(items) => items
                     .iter()
-                    .filter(|i| i.kind == ItemKind::DriverCost && i.api.as_deref() == Some(c.api.as_str()))
+                    .filter(|i| {
+                        i.kind == ItemKind::DriverCost && i.api.as_deref() == Some(crate::costs::cost_label(c).as_str())
+                    })
                     .map(|i| i.bytes)
                     .sum(),
                 None => c.bytes,
@@ -155,7 +157,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
     let mut bounds: Vec<Bound> = Vec::new();
     for (k, r) in ev.ranks.iter().enumerate() {
         let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
-        let Some(m) = g.member(r.pid) else { continue };
+        let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
         let failed_exit = m.report.process.exit_code.is_some_and(|c| c != 0) || m.report.process.signal.is_some();
         for (msg, c0, c1, _) in ev.refusals(r, p0) {
             if failed_exit && c1 != 0.0 {
@@ -223,7 +225,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
     let arr = deciding.recon.as_ref().map(arrivals).unwrap_or_default();
     let arrivals_bytes: i64 = arr.iter().map(|(_, b)| b).sum();
     let g = gs.iter().find(|g| g.host == r.host && g.index == r.device)?;
-    let m = g.member(r.pid)?;
+    let m = g.member_at(r.pid, r.start_us)?;
     let alts = alternatives(s, m, deciding.recon.as_ref().map(|x| &x.items[..]));
 
     let flag = &s.parameter.flag;

@@ -16,18 +16,23 @@ use serde::Serialize;
 /// signal) without a failed allocation of their own, leaving out a parent whose child failed
 /// (a launcher reports its ranks' failure): a start that failed is always a finding, also
 /// when the engine refused by its own check ("Not enough memory") before allocating its pool.
-/// A process stopped (SIGTERM, SIGINT, SIGHUP, or part of a `culedger run` a stop signal
+/// A process stopped (SIGTERM, SIGINT, SIGHUP, or ended with a `culedger run` a stop signal
 /// ended: see `runs::stopped`) did not fail.
 pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
     let failed = |r: &Report| {
-        (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some())
-            && !crate::runs::stopped(r, run.summary.as_ref())
+        (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some()) && !crate::runs::stopped(r, run)
     };
     let mut rows: Vec<StartRow> = Vec::new();
     for r in &run.procs {
         let touched = !r.devices.is_empty();
         let own_failures = r.devices.iter().any(|d| !d.failures.is_empty());
-        let child_failed = run.procs.iter().any(|c| c.process.ppid == r.process.pid && failed(c));
+        // Its children: on its host, started after it (a pid alone names no process).
+        let child_failed = run.procs.iter().any(|c| {
+            c.process.ppid == r.process.pid
+                && c.process.host == r.process.host
+                && c.process.start_us() >= r.process.start_us()
+                && failed(c)
+        });
         if !failed(r) || !touched || own_failures || child_failed {
             continue;
         }

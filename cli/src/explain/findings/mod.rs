@@ -155,6 +155,9 @@ pub struct FailDetail {
 #[derive(Debug, Clone, Serialize)]
 pub struct SizingRow {
     pub pid: i64,
+    /// With `pid`, which process (processes in containers share pids).
+    #[serde(skip)]
+    pub start_us: i64,
     pub process: String,
     pub host: String,
     pub device: i64,

@@ -66,6 +66,7 @@ pub(super) fn sizing(
             rows.push((
                 SizingRow {
                     pid: m.pid(),
+                    start_us: m.report.process.start_us(),
                     process: who(m.report),
                     host: g.host.clone(),
                     device: g.index,
@@ -110,7 +111,7 @@ pub(super) fn sizing(
         if r.flagged {
             let delta = r.told_bytes - ref_told;
             let g = gs.iter().find(|g| g.host == r.host && g.index == r.device).expect("the row's device");
-            let m = g.member(r.pid).expect("the row's process");
+            let m = g.member_at(r.pid, r.start_us).expect("the row's process");
             r.why = Some(if (delta as f64).abs() * 2.0 >= ((r.pool_bytes - reference) as f64).abs() {
                 told_why(g, m, *abs, delta)
             } else {
