@@ -37,7 +37,9 @@ MEMCHECK="0 rt_ledger basic
 0 drv_badinput getproc
 0 drv_badinput dlsym
 0 static_ledger
-0 stress 4 200 2"
+0 stress 4 200 2
+0 rt_sigkill loop 300
+0 rt_sigkill window 200 1"
 HELGRIND="0 rt_ledger threads 8 50
 0 rt_ledger multi
 0 rt_ledger fork
@@ -45,7 +47,9 @@ HELGRIND="0 rt_ledger threads 8 50
 0 rt_ledger graph
 42 rt_ledger sigexit
 0 static_ledger
-0 stress 8 150 2"
+0 stress 8 150 2
+0 rt_sigkill loop 300
+0 rt_sigkill window 200 1"
 
 failed=0
 n=0

@@ -67,6 +67,24 @@ fn event_bytes(e: &Event) -> Option<i64> {
     e.bytes.or_else(|| e.detail.strip_suffix(" bytes").and_then(|n| n.trim().parse().ok()))
 }
 
+/// The name a measured call is shown under: its entry point, or for the lazy loading of a
+/// library into a context the writer's own words (`detail`: `N bytes: lazy loading of
+/// libtorch_cuda.so (first used by cuLaunchKernel)`), so every table names the library.
+fn call_label(e: &Event) -> &str {
+    match e.detail.split_once(": ") {
+        Some((_, words)) if words.starts_with("lazy loading of ") => words,
+        _ => e.api.as_str(),
+    }
+}
+
+/// The label [`calls_of`] gives the calls a report's `driver_costs[]` entry sums.
+pub fn cost_label(c: &crate::model::DriverCost) -> String {
+    match &c.library {
+        Some(l) => format!("lazy loading of {l} (first used by {})", c.api),
+        None => c.api.clone(),
+    }
+}
+
 /// The measured calls of one process on the device, in record order.
 pub fn calls_of<'a>(m: Member<'a>) -> Vec<Call<'a>> {
     m.dev
@@ -76,7 +94,7 @@ pub fn calls_of<'a>(m: Member<'a>) -> Vec<Call<'a>> {
         .filter_map(|e| {
             Some(Call {
                 member: m,
-                api: e.api.as_str(),
+                api: call_label(e),
                 start_us: e.t0_us.map(|t| m.abs_of(t)),
                 end_us: m.abs_us(e),
                 measured: event_bytes(e)?,
@@ -230,11 +248,12 @@ pub fn rows(g: &DeviceGroup) -> Vec<CostRow> {
     for m in &g.members {
         let calls = calls_of(*m);
         for cost in &m.dev.driver_costs {
-            let mine: Vec<&Call> = calls.iter().filter(|c| c.api == cost.api).collect();
+            let api = cost_label(cost);
+            let mine: Vec<&Call> = calls.iter().filter(|c| c.api == api).collect();
             let mut row = CostRow {
                 pid: m.pid(),
                 label: m.label(),
-                api: cost.api.clone(),
+                api,
                 calls: cost.calls,
                 bytes: 0,
                 measured_bytes: cost.bytes,
@@ -304,6 +323,37 @@ mod tests {
                          "driver_costs": costs, "events": events}],
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_lazy_loading_cost_is_named_for_its_library_and_trigger() {
+        // What the writer records for the first launch of a kernel of libtorch_cuda.so in a
+        // context: a driver cost with the library, its event in the writer's words.
+        let mut r =
+            rank(11, 0, &[(1000, 1100, "cuLaunchKernel", 64 * MIB), (2000, 2100, "cuLaunchKernel", 2 * MIB)], vec![]);
+        let d = &mut r.devices[0];
+        d.driver_costs[0].library = Some("libtorch_cuda.so".into());
+        d.driver_costs.push(crate::model::DriverCost { library: None, ..d.driver_costs[0].clone() });
+        d.driver_costs[0].calls = 1;
+        d.driver_costs[0].bytes = 64 * MIB;
+        d.driver_costs[1].calls = 1;
+        d.driver_costs[1].bytes = 2 * MIB;
+        d.events[0].detail =
+            format!("{} bytes: lazy loading of libtorch_cuda.so (first used by cuLaunchKernel)", 64 * MIB);
+        let rows = costs(vec![r]);
+        assert_eq!(
+            rows,
+            [
+                (
+                    11,
+                    "lazy loading of libtorch_cuda.so (first used by cuLaunchKernel)".to_string(),
+                    64 * MIB,
+                    64 * MIB,
+                    false
+                ),
+                (11, "cuLaunchKernel".to_string(), 2 * MIB, 2 * MIB, false)
+            ]
+        );
     }
 
     fn peer(pid: i64, dev: i64, t0: i64, t: i64) -> Report {

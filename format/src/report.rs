@@ -389,6 +389,12 @@ pub struct Graphs {
 #[serde(default)]
 pub struct DriverCost {
     pub api: String,
+    /// The library whose lazy loading into a context these calls triggered (the file its
+    /// image was loaded from: `libtorch_cuda.so`), when the cost is one; absent otherwise
+    /// and from writers before it. `api` is then the entry point that first used the
+    /// library in the context (a launch, `cuKernelGetFunction`, `cuLibraryGetModule`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
     pub calls: i64,
     pub bytes: i64,
     pub approximate: bool,

@@ -147,6 +147,35 @@ static void op_drv_h2d(void) {
     if (drv_h2d(drv_dst, copy_src, sizeof copy_src) != CUDA_SUCCESS) FAIL("copy failed");
 }
 
+/* Kernel launches in steady state: 64 kernels of one library, each launched once before the
+ * timing (their first uses), then launched in rotation. */
+#define LAUNCH_KERNELS 64
+static CUresult (*drv_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                              void **, void **);
+static CUkernel launch_kernels[LAUNCH_KERNELS];
+static unsigned launch_next;
+static void drv_launch_setup(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    get_proc_fn get = (get_proc_fn)dlsym(h, "cuGetProcAddress_v2");
+    CUresult (*load)(CUlibrary *, const void *, CUjit_option *, void **, unsigned, CUlibraryOption *, void **,
+                     unsigned) = resolve(get, "cuLibraryLoadData");
+    CUresult (*kernel)(CUkernel *, CUlibrary, const char *) = resolve(get, "cuLibraryGetKernel");
+    drv_launch = resolve(get, "cuLaunchKernel");
+    static const char image[64] = "fatbin";
+    CUlibrary lib;
+    CU(load(&lib, image, NULL, NULL, 0, NULL, NULL, 0));
+    for (int i = 0; i < LAUNCH_KERNELS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kernel_%d", i);
+        CU(kernel(&launch_kernels[i], lib, name));
+        CU(drv_launch((CUfunction)launch_kernels[i], 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    }
+}
+static void op_drv_launch(void) {
+    CUkernel k = launch_kernels[launch_next++ % LAUNCH_KERNELS];
+    if (drv_launch((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) FAIL("launch failed");
+}
+
 /* ---- threads ---------------------------------------------------------------------------------- */
 
 /* Each thread takes its own start and end time: with more threads than cores, the main thread
@@ -326,6 +355,10 @@ int main(int argc, char **argv) {
         drv_setup(a2);
         CU(drv_alloc(&drv_dst, 4096));
         timed(op_drv_h2d, a3, a4);
+    } else if (!strcmp(mode, "drv_launch")) {
+        drv_setup(a2);
+        drv_launch_setup();
+        timed(op_drv_launch, a3, a4);
     } else if (!strcmp(mode, "nocuda")) {
         printf("RESULT threads=%d\n", count_threads());
     } else {

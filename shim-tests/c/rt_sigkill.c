@@ -104,6 +104,8 @@ int main(int argc, char **argv) {
             usleep(1000);
         }
         for (long i = 0; i < n; i++) RT(cudaFree(ps[i]));
+        free(ps);
+        RT(cudaFree(first));
         RESULT("cpu_ns=%lld", ns(CLOCK_PROCESS_CPUTIME_ID));
         return 0;
     }

@@ -1,5 +1,6 @@
 """One process of a multi-GPU layout, on the simulated driver through ctypes: allocates MIB on
-its device ORDINAL (default 0; whatever CUDA_VISIBLE_DEVICES makes that), asks cuMemGetInfo once, then (with
+its device ORDINAL (default 0; whatever CUDA_VISIBLE_DEVICES makes that; `all`: on each device
+it sees), asks cuMemGetInfo once, then (with
 `module`) loads a module after that query, whose hidden cost (FAKECUDA_MODULE_MIB) the query
 never saw, and stays SECONDS before it exits without freeing.
 Usage: devices.py MIB none|module SECONDS [ORDINAL]. Prints RESULT lines.
@@ -13,7 +14,7 @@ MIB = 1 << 20
 
 def main():
     mib, after, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-    ordinal = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    which = sys.argv[4] if len(sys.argv) > 4 else "0"
     cu = ctypes.CDLL("libcuda.so.1")
 
     def ok(r, what):
@@ -21,11 +22,15 @@ def main():
             sys.exit(f"devices.py: {what} -> {r}")
 
     ok(cu.cuInit(0), "cuInit")
-    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-    ok(cu.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    ok(cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(mib * MIB)), "cuMemAlloc_v2")
+    count = ctypes.c_int()
+    ok(cu.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+    ordinals = range(count.value) if which == "all" else [int(which)]
+    for ordinal in ordinals:
+        dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+        ok(cu.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+        ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        ok(cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(mib * MIB)), "cuMemAlloc_v2")
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     ok(cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo_v2")
     if after == "module":

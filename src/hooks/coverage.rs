@@ -130,7 +130,6 @@ pub const NOT_HOOKED_DRIVER: &[(&str, &str)] = &[
     ("cuIpcGetEventHandle", "IPC of events, not memory"),
     ("cuIpcOpenEventHandle", "IPC of events, not memory"),
     ("cuModuleUnload", COSTS_CUMULATIVE),
-    ("cuLibraryUnload", COSTS_CUMULATIVE),
     ("cuLogicalEndpointBindAddr", "CUDA 13.3 fabric logical endpoints bind memory the process already owns (an address or a cuMemCreate handle): no new device memory"),
     ("cuLogicalEndpointBindMem", "as cuLogicalEndpointBindAddr"),
     ("cuLogicalEndpointExport", "exports a logical endpoint id, not memory"),

@@ -341,6 +341,7 @@ macro_rules! driver_fn {
 }
 
 driver_fn!(CU_CTX_GET_DEVICE, b"cuCtxGetDevice\0", 2000, b"cuCtxGetDevice\0");
+driver_fn!(CU_CTX_GET_CURRENT, b"cuCtxGetCurrent\0", 4000, b"cuCtxGetCurrent\0");
 driver_fn!(CU_MEM_GET_INFO, b"cuMemGetInfo\0", 3020, b"cuMemGetInfo_v2\0");
 driver_fn!(CU_MEM_GET_ADDRESS_RANGE, b"cuMemGetAddressRange\0", 3020, b"cuMemGetAddressRange_v2\0");
 driver_fn!(CU_POINTER_GET_ATTRIBUTE, b"cuPointerGetAttribute\0", 4000, b"cuPointerGetAttribute\0");
@@ -466,6 +467,19 @@ fn driver_current() -> Current {
     } else {
         Current::NoContext
     }
+}
+
+/// The calling thread's current context, asked of the driver (`cuCtxGetCurrent`); None when
+/// none is current or the driver cannot tell.
+#[inline]
+pub fn current_context() -> Option<u64> {
+    let f = CU_CTX_GET_CURRENT.get();
+    if f == 0 {
+        return None;
+    }
+    let f: unsafe extern "C" fn(*mut CUcontext) -> c_int = unsafe { std::mem::transmute::<usize, _>(f) };
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    (unsafe { f(&mut ctx) } == 0 && !ctx.is_null()).then_some(ctx as u64)
 }
 
 /// The runtime's current device (`cudaGetDevice`), for runtime hooks only.

@@ -110,7 +110,7 @@ macro_rules! hook_table {
 
 const _: () = assert!(NSLOTS == 4, "wrapper() instantiates exactly four slots");
 
-use crate::hooks::families::{alloc, costs, graphs, host, info, ipc, pools, vmm};
+use crate::hooks::families::{alloc, costs, graphs, host, info, ipc, lazy, pools, vmm};
 use crate::hooks::resolve;
 
 hook_table! {
@@ -210,6 +210,18 @@ hook_table! {
     cuLibraryLoadData: Driver("cuLibraryLoadData", 12000, false) fn(library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_data;
     // `file` is a `const char *`; declared as the data form's pointer, one implementation serves both.
     cuLibraryLoadFromFile: Driver("cuLibraryLoadFromFile", 12000, false) fn(library: *mut CUlibrary, file: *const c_void, jit_options: *mut c_int, jit_values: *mut VoidPtr, n_jit: c_uint, lib_options: *mut c_int, lib_values: *mut VoidPtr, n_lib: c_uint) => costs::cu_library_load_data;
+    // Lazy module loading: where a library's kernels come from, what loads it into a context.
+    cuLibraryGetKernel: Driver("cuLibraryGetKernel", 12000, false) fn(kernel: *mut VoidPtr, library: CUlibrary, name: *const c_char) => lazy::cu_library_get_kernel;
+    cuLibraryUnload: Driver("cuLibraryUnload", 12000, false) fn(library: CUlibrary) => lazy::cu_library_unload;
+    cuLaunchKernel: Driver("cuLaunchKernel", 4000, false) fn(f: VoidPtr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, smem: c_uint, stream: CUstream, params: *mut VoidPtr, extra: *mut VoidPtr) => lazy::cu_launch_kernel;
+    cuLaunchKernel_ptsz: Driver("cuLaunchKernel", 7000, true) fn(f: VoidPtr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, smem: c_uint, stream: CUstream, params: *mut VoidPtr, extra: *mut VoidPtr) => lazy::cu_launch_kernel;
+    cuLaunchKernelEx: Driver("cuLaunchKernelEx", 11060, false) fn(config: *const c_void, f: VoidPtr, params: *mut VoidPtr, extra: *mut VoidPtr) => lazy::cu_launch_kernel_ex;
+    cuLaunchKernelEx_ptsz: Driver("cuLaunchKernelEx", 11060, true) fn(config: *const c_void, f: VoidPtr, params: *mut VoidPtr, extra: *mut VoidPtr) => lazy::cu_launch_kernel_ex;
+    cuLaunchCooperativeKernel: Driver("cuLaunchCooperativeKernel", 9000, false) fn(f: VoidPtr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, smem: c_uint, stream: CUstream, params: *mut VoidPtr) => lazy::cu_launch_cooperative_kernel;
+    cuLaunchCooperativeKernel_ptsz: Driver("cuLaunchCooperativeKernel", 9000, true) fn(f: VoidPtr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, smem: c_uint, stream: CUstream, params: *mut VoidPtr) => lazy::cu_launch_cooperative_kernel;
+    cuKernelGetFunction: Driver("cuKernelGetFunction", 12000, false) fn(func: *mut VoidPtr, kernel: VoidPtr) => lazy::cu_kernel_get_function;
+    cuLibraryGetModule: Driver("cuLibraryGetModule", 12000, false) fn(module: *mut CUmodule, library: CUlibrary) => lazy::cu_library_get_module;
+    cuLibraryGetGlobal: Driver("cuLibraryGetGlobal", 12000, false) fn(dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) => lazy::cu_library_get_global;
     cuMemcpyHtoD_v2: Driver("cuMemcpyHtoD", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;
     cuMemcpyHtoD_v2_ptds: Driver("cuMemcpyHtoD", 7000, true) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;
     cuMemcpyHtoDAsync_v2: Driver("cuMemcpyHtoDAsync", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream) => alloc::cu_memcpy_htod_async;

@@ -222,6 +222,7 @@ fn device(d: &Copied, sites: &BTreeMap<u32, (SiteRec, Option<String>)>) -> fmt::
         .iter()
         .map(|c| fmt::DriverCost {
             api: c.api.to_string(),
+            library: c.library.as_deref().map(str::to_string),
             calls: n(c.calls),
             bytes: c.bytes,
             approximate: true,

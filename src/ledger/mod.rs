@@ -4,7 +4,8 @@
 //! is shared by all threads; each device is a separate shard behind its own lock, held
 //! only for the bookkeeping itself.
 //!
-//! Locking: the device shards, the VMM table, the pool places, the host ledger and the two
+//! Locking: the device shards, the VMM table, the pool places, the host ledger, the lazy-loading
+//! table and the two
 //! health lists each have their own `parking_lot::Mutex`, and no method ever holds two of
 //! them at once (a search over devices locks one shard at a time; warnings are noted after
 //! the shard lock is released), but for one: making a shard holds `creating` while it takes
@@ -30,6 +31,8 @@ mod history; // the large allocations' history, for report-time categories
 mod host;
 mod host_calls;
 mod json;
+mod lazy; // lazy module loading: which first use of a library to measure
+pub use lazy::{FirstUse, LibrarySource};
 mod records;
 pub use json::{NoSites, Rendered, SiteResolver};
 mod table;
@@ -228,6 +231,8 @@ pub struct Ledger {
     /// Memory pools whose place is known (created or looked up through a hook).
     pools: Mutex<HashMap<u64, PoolPlace>>,
     host: Mutex<HostLedger>,
+    /// Libraries, their kernels and where they are loaded (lazy module loading).
+    lazy: Mutex<lazy::LazyTable>,
     health: Health,
 }
 
@@ -256,6 +261,7 @@ impl Ledger {
             vmm: Mutex::new(VmmTable::default()),
             pools: Mutex::new(HashMap::new()),
             host: Mutex::new(HostLedger::default()),
+            lazy: Mutex::new(lazy::LazyTable::default()),
             health: Health::default(),
         }
     }

@@ -105,6 +105,9 @@ impl LedgerAccess for GlobalLedger {
     fn annotate_devices(&self, devices: &mut [culedger_format::report::Device], exit: ExitState) {
         let now_us = i64::try_from(crate::ledger::global().t_us()).unwrap_or(i64::MAX);
         let when = match exit {
+            // An urgent write asks nothing of the driver or NVML: a program thread waits for it
+            // (`urgent`), and the window writes every 20 ms.
+            ExitState::Running if urgent::writing() => crate::gpu::When::Urgent,
             ExitState::Running => crate::gpu::When::Periodic,
             ExitState::Exited(_) => crate::gpu::When::Exit,
             ExitState::Signaled(_) | ExitState::Exec => crate::gpu::When::Urgent,

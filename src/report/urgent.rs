@@ -20,6 +20,8 @@
 //! of the process's CPU time. Past it, failures and windows fall back to the periodic
 //! write (`CULEDGER_FLUSH_MS`), counted in the report (`health.urgent_deferred`), as are the
 //! urgent writes made and their time (`health.urgent_writes`, `health.urgent_write_us`).
+//! An urgent write asks nothing of the driver or NVML (`crate::gpu::When::Urgent`); the
+//! periodic writes add what they say.
 //!
 //! With `CULEDGER_FLUSH_MS=0` nothing is written before the process ends (what that setting
 //! asks for), urgent writes included. The writer is the flush thread: no thread is started
@@ -37,6 +39,25 @@ pub const WINDOW_PERIOD: Duration = Duration::from_millis(20);
 pub const BURST: Duration = Duration::from_millis(100);
 /// Beyond [`BURST`], urgent writes take at most 1/`CPU_SHARE` of the process's CPU time.
 pub const CPU_SHARE: u64 = 10;
+
+thread_local! {
+    /// Set on the flush thread while it makes an urgent write.
+    static WRITING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Is this thread making an urgent write? Such a write asks nothing of the driver or NVML
+/// (`crate::gpu::When::Urgent`): what is known already.
+pub(super) fn writing() -> bool {
+    WRITING.try_with(Cell::get).unwrap_or(false)
+}
+
+/// An urgent write: `flush_tick` with [`writing`] set.
+fn urgent_tick(r: &Reporter, s: &Session) -> bool {
+    let _ = WRITING.try_with(|w| w.set(true));
+    let wrote = catch_unwind(AssertUnwindSafe(|| r.flush_tick(s))).unwrap_or(false);
+    let _ = WRITING.try_with(|w| w.set(false));
+    wrote
+}
 
 /// A session's urgent-write state (one per process image and per fork child's session).
 #[derive(Default)]
@@ -75,6 +96,19 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 }
 
 impl Urgent {
+    /// For helgrind (`valgrind` feature; a no-op otherwise): every field is an atomic that the
+    /// hooking threads and the flush thread use without a lock.
+    #[inline(always)]
+    fn annotate(&self) {
+        crate::sync::atomic(&self.requested);
+        crate::sync::atomic(&self.served);
+        crate::sync::atomic(&self.stuck);
+        crate::sync::atomic(&self.window_until);
+        crate::sync::atomic(&self.spent_ns);
+        crate::sync::atomic(&self.writes);
+        crate::sync::atomic(&self.deferred);
+    }
+
     pub(super) fn counts(&self) -> UrgentCounts {
         UrgentCounts {
             writes: self.writes.load(Ordering::Relaxed),
@@ -105,6 +139,7 @@ impl Urgent {
 
     /// The end of the open sizing window, if one is open at `now`.
     pub(super) fn window(&self, now: u64) -> Option<u64> {
+        self.annotate();
         let until = self.window_until.load(Ordering::Acquire);
         (until > now).then_some(until)
     }
@@ -119,6 +154,7 @@ impl Reporter {
             return;
         }
         let u = &s.urgent;
+        u.annotate();
         // Inside bookkeeping (a signal handler): this thread may hold a lock the write needs.
         if !s.helper.load(Ordering::Acquire)
             || crate::rt::thread::in_bookkeeping()
@@ -151,6 +187,7 @@ impl Reporter {
             return;
         }
         let u = &s.urgent;
+        u.annotate();
         let now = now_ns();
         let was_open = u.window(now).is_some();
         if !was_open && !u.within_budget() {
@@ -166,6 +203,7 @@ impl Reporter {
     /// On the flush thread: serve the failed allocations waiting for a write.
     pub(super) fn serve_urgent(&self, s: &Session) {
         let u = &s.urgent;
+        u.annotate();
         let want = u.requested.load(Ordering::Acquire);
         if want == u.served.load(Ordering::Acquire) {
             return;
@@ -173,7 +211,7 @@ impl Reporter {
         let t0 = now_ns();
         // Unchanged since the last write (a periodic one took it), finished (the final write
         // has it) or paused for an exec (the exec write has it): on disk already.
-        let wrote = catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).unwrap_or(false);
+        let wrote = urgent_tick(self, s);
         u.spent(t0, wrote);
         u.stuck.store(false, Ordering::Release);
         u.served.store(want, Ordering::Release);
@@ -184,13 +222,14 @@ impl Reporter {
     /// budget; past it the window closes (counted) and the periodic write goes on.
     pub(super) fn window_tick(&self, s: &Session) {
         let u = &s.urgent;
+        u.annotate();
         if !u.within_budget() {
             u.window_until.store(0, Ordering::Release);
             u.defer();
             return;
         }
         let t0 = now_ns();
-        let wrote = catch_unwind(AssertUnwindSafe(|| self.flush_tick(s))).unwrap_or(false);
+        let wrote = urgent_tick(self, s);
         if wrote {
             u.spent(t0, true);
         }

@@ -184,6 +184,14 @@ fn announce_atomics() {
     maps::announce_atomics();
 }
 
+/// The file name of the loaded object holding `addr` (`libtorch_cuda.so`), None outside every
+/// object (cached per address, no lock held during the loader's lookup).
+pub fn object_at(addr: u64) -> Option<std::sync::Arc<str>> {
+    // `native::name` takes a return address: it looks one byte before it.
+    let frame = native::name(addr.wrapping_add(1));
+    (!frame.object.is_empty() && &*frame.object != "?").then(|| frame.object.clone())
+}
+
 /// The call site of the calling thread, now: its id in the process table (0 when nothing
 /// could be captured). Never panics.
 pub fn capture() -> u32 {

@@ -221,7 +221,8 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
             for n in mine.iter().flat_map(|c| &c.notes) {
                 push_unique(&mut it.notes, Some(n.clone()));
             }
-            let sites = m.dev.driver_costs.iter().filter(|d| d.api == api).flat_map(|d| d.sites.iter().copied());
+            let sites =
+                m.dev.driver_costs.iter().filter(|d| costs::cost_label(d) == api).flat_map(|d| d.sites.iter().copied());
             for s in sites {
                 push_unique(&mut it.callers, callers::with_chain(m.report, Some(s)));
             }

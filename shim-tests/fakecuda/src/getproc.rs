@@ -326,6 +326,8 @@ table! {
     cuLaunchKernel 7000 ptsz => cuLaunchKernel_ptsz;
     cuLaunchKernelEx 11060 => cuLaunchKernelEx;
     cuLaunchKernelEx 11060 ptsz => cuLaunchKernelEx_ptsz;
+    cuLaunchCooperativeKernel 9000 => cuLaunchCooperativeKernel;
+    cuLaunchCooperativeKernel 9000 ptsz => cuLaunchCooperativeKernel_ptsz;
     cuOccupancyMaxActiveBlocksPerMultiprocessor 6050 => cuOccupancyMaxActiveBlocksPerMultiprocessor;
     cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags 7000 => cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags;
     cuOccupancyAvailableDynamicSMemPerBlock 10020 => cuOccupancyAvailableDynamicSMemPerBlock;

@@ -5,6 +5,7 @@
 //!
 //! Needs `make sim` and the release `libculedger.so` (`make test` builds both).
 
+use culedger_scenarios::cli::culedger;
 use culedger_scenarios::reports::libculedger;
 use culedger_scenarios::Sim;
 use serde_json::Value;
@@ -14,12 +15,17 @@ const MIB: i64 = 1 << 20;
 
 /// A machine of 4 GPUs of 8 GiB, contexts of 512 MiB, modules of 300 MiB, writing into `out`.
 fn machine(name: &str) -> (Sim, PathBuf) {
+    machine_of(name, 4)
+}
+
+fn machine_of(name: &str, gpus: u32) -> (Sim, PathBuf) {
     let mut sim = Sim::new(name);
     let out = sim.scratch().join("out");
     sim.env("LD_PRELOAD", libculedger())
         .env("CULEDGER_OUT", &out)
         .env("CULEDGER_FLUSH_MS", "100")
-        .env("FAKECUDA_DEVICES", "4")
+        .env("CULEDGER_RUN_ID", name)
+        .env("FAKECUDA_DEVICES", gpus.to_string())
         .env("FAKECUDA_TOTAL_MIB", "8192")
         .env("FAKECUDA_CTX_MIB", "512")
         .env("FAKECUDA_MODULE_MIB", "300");
@@ -115,4 +121,120 @@ fn untracked_is_current_not_the_last_query() {
     assert!(t > probe["t_us"].as_i64().unwrap(), "the reading is after the query");
     assert_eq!(d["usage"]["process_bytes"].as_i64(), Some((512 + 300 + 100) * MIB), "NVML lists this process");
     assert_eq!(d["usage"]["processes"].as_array().unwrap().len(), 1);
+}
+
+/// `culedger report DIR --format json`.
+fn report_json(dir: &Path) -> Value {
+    let (code, out) = culedger(&["report", dir.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The overview's (GPU number, processes, tracked MiB) rows.
+fn rows(report: &Value) -> Vec<(i64, u64, i64)> {
+    report["overview"]
+        .as_array()
+        .expect("overview")
+        .iter()
+        .map(|r| {
+            (r["index"].as_i64().unwrap(), r["processes"].as_u64().unwrap(), r["tracked_bytes"].as_i64().unwrap() / MIB)
+        })
+        .collect()
+}
+
+/// Starts `devices.py` with `CUDA_VISIBLE_DEVICES=visible` and returns the running child.
+fn start(sim: &Sim, visible: &str, args: &[&str]) -> std::process::Child {
+    let mut cmd = sim.python("devices.py");
+    cmd.args(args).env("CUDA_VISIBLE_DEVICES", visible);
+    cmd.spawn().expect("start devices.py")
+}
+
+fn wait_all(children: Vec<std::process::Child>) {
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+/// (a) and (b) as `culedger report` tells them: two ranks on their ordinals 0 of GPUs 0 and 1
+/// are two GPUs with their own figures; one GPU reached through ordinal 0 of
+/// `CUDA_VISIBLE_DEVICES=1,0` and ordinal 1 of a process seeing all is one GPU, GPU 1, its
+/// figures summed, with the process whose ordinal differs shown by its ordinal.
+#[test]
+fn the_cli_keys_gpus_by_physical_device() {
+    let (sim, out) = machine("devices_cli_two_ranks");
+    wait_all(vec![start(&sim, "0", &["200", "none", "0.3"]), start(&sim, "1", &["300", "none", "0.3"])]);
+    assert_eq!(rows(&report_json(&out)), vec![(0, 1, 200), (1, 1, 300)]);
+
+    let (sim, out) = machine("devices_cli_one_gpu");
+    let mut all = sim.python("devices.py");
+    all.args(["100", "none", "0.5", "1"]);
+    let children = vec![start(&sim, "1,0", &["150", "none", "0.5"]), all.spawn().expect("start")];
+    wait_all(children);
+    let r = report_json(&out);
+    assert_eq!(rows(&r), vec![(1, 2, 250)], "one GPU, both processes");
+    let dev = &r["devices"][0];
+    assert!(dev["uuid"].as_str().is_some_and(|u| u.starts_with("GPU-")), "{dev}");
+    let ordinals: Vec<Option<i64>> =
+        dev["processes"].as_array().unwrap().iter().map(|p| p["ordinal"].as_i64()).collect();
+    assert!(
+        ordinals.contains(&Some(0)) && ordinals.contains(&None),
+        "the CUDA_VISIBLE_DEVICES=1,0 process is its ordinal 0: {ordinals:?}"
+    );
+}
+
+/// (c) A Ray-style run: four workers, each seeing one GPU as its device 0: four GPUs, 0-3.
+#[test]
+fn ray_style_workers_are_four_gpus() {
+    let (sim, out) = machine("devices_ray");
+    wait_all((0..4).map(|i| start(&sim, &i.to_string(), &["100", "none", "0.2"])).collect());
+    assert_eq!(rows(&report_json(&out)), vec![(0, 1, 100), (1, 1, 100), (2, 1, 100), (3, 1, 100)]);
+}
+
+/// (d) Two servers sharing one 8-GPU machine (`CUDA_VISIBLE_DEVICES=0,1,2,3` and `4,5,6,7`),
+/// both writing into one directory: eight GPUs numbered as nvidia-smi does, the second
+/// server's ordinals 0-3 shown on GPUs 4-7.
+#[test]
+fn two_servers_on_one_machine_are_eight_gpus() {
+    let (sim, out) = machine_of("devices_two_servers", 8);
+    wait_all(vec![
+        start(&sim, "0,1,2,3", &["100", "none", "0.2", "all"]),
+        start(&sim, "4,5,6,7", &["200", "none", "0.2", "all"]),
+    ]);
+    let r = report_json(&out);
+    let want: Vec<(i64, u64, i64)> = (0..8).map(|i| (i, 1, if i < 4 { 100 } else { 200 })).collect();
+    assert_eq!(rows(&r), want);
+    for (i, d) in r["devices"].as_array().unwrap().iter().enumerate() {
+        let ordinal = d["processes"][0]["ordinal"].as_i64();
+        assert_eq!(ordinal, (i >= 4).then_some(i as i64 - 4), "GPU {i}");
+    }
+}
+
+/// (f) and the flag: two ranks at once on GPUs 0 and 1, as a writer before UUIDs wrote them (no
+/// `uuid`, `host_index`, `usage`) still load; GPUs fall back to the ordinal, said in one line
+/// since the ranks recorded CUDA_VISIBLE_DEVICES, and the two GPUs merged into one hold more
+/// than a GPU can: flagged in report and explain, never "nothing alarming".
+#[test]
+fn old_reports_fall_back_to_ordinals_and_impossible_figures_are_flagged() {
+    let (sim, out) = machine("devices_old_reports");
+    wait_all(vec![start(&sim, "0", &["5000", "none", "1.5"]), start(&sim, "1", &["5000", "none", "1.5"])]);
+    for e in std::fs::read_dir(&out).unwrap().flatten() {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+        for d in v["devices"].as_array_mut().unwrap() {
+            let d = d.as_object_mut().unwrap();
+            for k in ["uuid", "pci_bus_id", "host_index", "usage", "untracked_source", "untracked_t_us"] {
+                d.remove(k);
+            }
+        }
+        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let r = report_json(&out);
+    assert_eq!(rows(&r), vec![(0, 2, 10000)], "merged by ordinal, as before");
+    let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.contains("name no physical GPU")), "{notes:?}");
+    let flag = notes.iter().find(|n| n.starts_with("Impossible figures:")).expect("flagged");
+    assert!(flag.contains("more than the GPU's") && flag.contains("CUDA_VISIBLE_DEVICES=1"), "{flag}");
+    let (code, text) = culedger(&["explain", out.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("Impossible figures:") && !text.contains("Nothing alarming"), "{text}");
 }

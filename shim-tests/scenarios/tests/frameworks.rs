@@ -460,3 +460,126 @@ fn torch_nccl_two_ranks_over_shared_memory() {
         assert_eq!(n(&r["health"]["lost_events"]), 0);
     }
 }
+
+/// The sizes of NCCL's "CUMEM Host Alloc" lines of one process (`ncclCuMemHostAllocDebug` in
+/// NCCL's src/include/alloc.h: host-located cuMem, CU_MEM_LOCATION_TYPE_HOST_NUMA).
+fn nccl_cumem_host_allocs(log: &str, pid: u64) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("CUMEM Host Alloc Size "))
+        .filter(|l| {
+            let prefix = l.split_whitespace().next().unwrap_or("");
+            prefix.rsplit(':').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(pid)
+        })
+        .map(|l| {
+            l.split("CUMEM Host Alloc Size ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                .expect("a size")
+        })
+        .collect()
+}
+
+/// NCCL 2.30 between two ranks with its cuMem allocator on (NCCL_CUMEM_ENABLE=1, as SGLang and
+/// vLLM ranks often run it) and peer access off: the shared-memory transport's buffers are
+/// host-located cuMem (ncclCuMemHostAlloc: CU_MEM_LOCATION_TYPE_HOST_NUMA) exported to the peer
+/// with cuMemExportToShareableHandle. Before culedger treated such an export as host memory,
+/// every rank lost its exports ("cuMemExportToShareableHandle: device ordinal -1 is outside
+/// 0..64"). Without culedger (a failure there is the fake's), then under it: both ranks finish,
+/// no event is lost, no device holds host memory, and each rank's host VMM figures are NCCL's
+/// own "CUMEM Host Alloc" lines (count and bytes) plus its one-granule probe, all released.
+/// Failed on main before the fix: 8 events lost per rank.
+#[test]
+fn torch_nccl_two_ranks_over_cumem_host_memory() {
+    let Some(site) = frameworks() else { return };
+    let setup = |sim: &mut Sim| {
+        sim.env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", "ALL")
+            .env("NCCL_CUMEM_ENABLE", "1")
+            .env("NCCL_P2P_DISABLE", "1");
+    };
+    let mut plain = bare_machine("fw_nccl_cumem_plain", &site);
+    setup(&mut plain);
+    let run = plain.run_ok(
+        plain.python("frameworks/torch_nccl_shm.py").arg(plain.scratch().join("o.json")).arg(plain.scratch().join("s")),
+    );
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("via SHM/direct"), "the channels connect through shared memory: {log}");
+    assert!(log.contains("CUMEM Host Alloc Size "), "host-located cuMem: {log}");
+    assert_eq!(run.u64("ranks_done"), 2);
+
+    let (mut sim, out) = machine("fw_nccl_cumem", &site);
+    setup(&mut sim);
+    let run = sim.run_ok(
+        sim.python("frameworks/torch_nccl_shm.py").arg(sim.scratch().join("o.json")).arg(sim.scratch().join("s")),
+    );
+    let log = format!("{}{}", run.stdout, run.stderr);
+    assert!(log.contains("via SHM/direct"), "{log}");
+    assert_eq!(run.u64("ranks_done"), 2);
+    let ranks: Vec<Value> = reports_in(&out)
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| r["devices"].as_array().is_some_and(|d| !d.is_empty()))
+        .collect();
+    assert_eq!(ranks.len(), 2, "one report per rank with a device");
+    for r in &ranks {
+        let pid = n(&r["process"]["pid"]);
+        let allocs = nccl_cumem_host_allocs(&log, pid);
+        let h = &r["host"];
+        assert!(!allocs.is_empty(), "NCCL logged its host cuMem for {pid}");
+        assert_eq!(n(&r["health"]["lost_events"]), 0, "{}", r["health"]);
+        assert_eq!(n(&h["vmm_create_count"]), allocs.len() as u64 + 1, "NCCL's allocations and its probe: {h}");
+        assert_eq!(
+            n(&h["vmm_peak_bytes"]),
+            allocs.iter().sum::<u64>(),
+            "all live at once (the probe was released): {h}"
+        );
+        assert_eq!((n(&h["vmm_release_count"]), n(&h["vmm_live_bytes"])), (allocs.len() as u64 + 1, 0), "{h}");
+        for d in r["devices"].as_array().unwrap() {
+            assert!(d["failures"].as_array().unwrap().is_empty(), "{}", d["failures"]);
+        }
+    }
+}
+
+/// Real PyTorch's first kernels under lazy module loading: NVIDIA's runtime (13.2) loads torch's
+/// fatbins with cuLibraryLoadData before any context (0 B), and the simulated driver takes each
+/// library's memory where one of its kernels is first launched, as a real driver with
+/// CUDA_MODULE_LOADING=LAZY does. Without culedger (a failure there is the fake's), the device's
+/// used memory grows at each first operation by more than torch reserved, and not at their
+/// repeat; under culedger the program sees the same, and the report names that memory: driver
+/// costs of libtorch_cuda.so first used by a launch, summing to exactly what the driver took.
+#[test]
+fn torch_first_kernels_name_their_library() {
+    let Some(site) = frameworks() else { return };
+    let took = |t: &Value| -> Vec<(String, u64)> {
+        t["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["name"].as_str().unwrap().to_string(), n(&s["used"]) - n(&s["reserved"])))
+            .collect()
+    };
+    let plain = bare_machine("fw_torch_lazy_plain", &site);
+    let figures = plain.scratch().join("lazy.json");
+    plain.run_ok(plain.python("frameworks/torch_lazy.py").arg(&figures));
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    let driver = took(&p);
+    assert!(driver[..3].iter().all(|(_, b)| *b > 0), "each first operation loads a library: {driver:?}");
+    assert_eq!(driver[3].1, 0, "their repeat loads nothing: {driver:?}");
+
+    let (sim, out) = machine("fw_torch_lazy", &site);
+    let figures = sim.scratch().join("lazy.json");
+    sim.run_ok(sim.python("frameworks/torch_lazy.py").arg(&figures));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    assert_eq!(took(&t), driver, "the program sees the same under culedger");
+    let r = only_report(&out);
+    let lazy: Vec<&Value> =
+        dev0(&r)["driver_costs"].as_array().unwrap().iter().filter(|c| c["library"].is_string()).collect();
+    assert!(!lazy.is_empty(), "{}", dev0(&r)["driver_costs"]);
+    for c in &lazy {
+        assert_eq!(c["library"], "libtorch_cuda.so", "{c}");
+        assert!(c["api"].as_str().unwrap().starts_with("cuLaunchKernel"), "a launch loaded it: {c}");
+    }
+    let named: u64 = lazy.iter().map(|c| n(&c["bytes"])).sum();
+    assert_eq!(named, driver.iter().map(|(_, b)| b).sum::<u64>(), "what the driver took, named: {lazy:?}");
+    assert_eq!(n(&r["health"]["lost_events"]), 0);
+}

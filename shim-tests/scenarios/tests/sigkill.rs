@@ -151,7 +151,10 @@ fn failing_in_a_loop_falls_back_to_the_periodic_write_and_says_so() {
     assert_eq!(doc["process"]["exit"], "exit");
     assert_eq!(doc["devices"][0]["failures_total"].as_u64(), Some(10000));
     let h = &doc["health"];
+    // Each failure waited for a write (several may share one) or came past the budget; the
+    // writes also count those of the window after the loop's query. Most came past it: 100 ms
+    // of writing, then a tenth of the CPU time of a loop that takes a few microseconds a call.
     let (writes, deferred) = (h["urgent_writes"].as_u64().unwrap(), h["urgent_deferred"].as_u64().unwrap());
-    assert!(writes >= 1 && deferred >= 1 && writes + deferred <= 10000 + 1, "{h:#}");
+    assert!(writes >= 1 && (5000..=10000).contains(&deferred), "{h:#}");
     assert!(h["urgent_write_us"].as_u64().unwrap() > 0, "{h:#}");
 }

@@ -161,5 +161,10 @@ pub unsafe fn cu_library_load_data(
     lib_values: *mut VoidPtr,
     n_lib: c_uint,
 ) -> c_int {
-    cost(sym, || real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib))
+    let rc = cost(sym, || real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib));
+    if rc == 0 {
+        // Lazy loading: its memory is taken where it is first used (`lazy`).
+        super::lazy::library_loaded(sym, lib, code);
+    }
+    rc
 }

@@ -8,6 +8,7 @@ pub mod graphs;
 pub mod host;
 pub mod info;
 pub mod ipc;
+pub mod lazy;
 pub mod pools;
 pub mod vmm;
 

@@ -33,6 +33,10 @@ pub(crate) const TOP_ALLOCATIONS: usize = 32;
 pub(crate) const TOP_SITES: usize = 64;
 /// Distinct call sites kept per hidden-cost API.
 pub(crate) const COST_SITES: usize = 8;
+/// Named libraries kept apart in a device's driver costs (the rest: [`OTHER_LIBRARIES`]).
+pub(crate) const COST_LIBRARIES: usize = 128;
+/// The library name of the lazy-loading costs past [`COST_LIBRARIES`].
+pub(crate) const OTHER_LIBRARIES: &str = "(other libraries)";
 
 /// One device's shard.
 #[derive(Debug, Default)]
@@ -432,8 +436,31 @@ impl DeviceLedger {
 
     /// A measured hidden cost; `start_us` is the start of the measurement window, if known.
     pub(crate) fn driver_cost(&mut self, api: &'static str, bytes: i64, site: u32, start_us: Option<u64>, now: Stamp) {
+        self.driver_cost_of(api, None, bytes, site, start_us, now)
+    }
+
+    /// [`driver_cost`](Self::driver_cost) kept apart per `library`: the lazy loading of a
+    /// library into a context, named for the library's file. Past [`COST_LIBRARIES`] named
+    /// libraries on the device, further ones are counted under [`OTHER_LIBRARIES`].
+    pub(crate) fn driver_cost_of(
+        &mut self,
+        api: &'static str,
+        library: Option<&std::sync::Arc<str>>,
+        bytes: i64,
+        site: u32,
+        start_us: Option<u64>,
+        now: Stamp,
+    ) {
         let costs = &mut self.stats.driver_costs;
-        let i = match costs.iter().position(|c| c.api == api) {
+        let mut library = library.cloned();
+        let known = |c: &DriverCost, library: &Option<std::sync::Arc<str>>| c.api == api && c.library == *library;
+        if library.is_some()
+            && !costs.iter().any(|c| known(c, &library))
+            && costs.iter().filter(|c| c.library.is_some()).count() >= COST_LIBRARIES
+        {
+            library = Some(std::sync::Arc::from(OTHER_LIBRARIES));
+        }
+        let i = match costs.iter().position(|c| known(c, &library)) {
             Some(i) => {
                 let c = &mut costs[i];
                 c.calls += 1;
@@ -441,7 +468,7 @@ impl DeviceLedger {
                 i
             }
             None => {
-                costs.push(DriverCost { api, calls: 1, bytes, sites: [0; COST_SITES] });
+                costs.push(DriverCost { api, library: library.clone(), calls: 1, bytes, sites: [0; COST_SITES] });
                 costs.len() - 1
             }
         };
@@ -451,7 +478,10 @@ impl DeviceLedger {
                 *free = site;
             }
         }
-        self.stats.sized_event(now, EventKind::DriverCost, api, Some(bytes), start_us, || format!("{bytes} bytes"));
+        self.stats.sized_event(now, EventKind::DriverCost, api, Some(bytes), start_us, || match &library {
+            Some(l) => format!("{bytes} bytes: lazy loading of {l} (first used by {api})"),
+            None => format!("{bytes} bytes"),
+        });
     }
 
     /// This process's context on this device serves peer access from device `from`

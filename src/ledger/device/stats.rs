@@ -124,9 +124,12 @@ pub(crate) struct GraphStats {
 }
 
 /// Hidden driver memory of one API, summed over its calls.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct DriverCost {
     pub api: &'static str,
+    /// The library whose lazy loading into a context the calls triggered (the file of its
+    /// image), None for every other cost.
+    pub library: Option<std::sync::Arc<str>>,
     pub calls: u64,
     pub bytes: i64,
     /// Distinct call sites of the calls, first `COST_SITES` (0 entries are not kept).

@@ -117,7 +117,9 @@ fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice>
             let b = match items {
                 Some(items) => items
                     .iter()
-                    .filter(|i| i.kind == ItemKind::DriverCost && i.api.as_deref() == Some(c.api.as_str()))
+                    .filter(|i| {
+                        i.kind == ItemKind::DriverCost && i.api.as_deref() == Some(crate::costs::cost_label(c).as_str())
+                    })
                     .map(|i| i.bytes)
                     .sum(),
                 None => c.bytes,

@@ -16,12 +16,11 @@ use serde::Serialize;
 /// signal) without a failed allocation of their own, leaving out a parent whose child failed
 /// (a launcher reports its ranks' failure): a start that failed is always a finding, also
 /// when the engine refused by its own check ("Not enough memory") before allocating its pool.
-/// A process stopped (SIGTERM, SIGINT, SIGHUP, or part of a `culedger run` a stop signal
+/// A process stopped (SIGTERM, SIGINT, SIGHUP, or ended with a `culedger run` a stop signal
 /// ended: see `runs::stopped`) did not fail.
 pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
     let failed = |r: &Report| {
-        (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some())
-            && !crate::runs::stopped(r, run.summary.as_ref())
+        (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some()) && !crate::runs::stopped(r, run)
     };
     let mut rows: Vec<StartRow> = Vec::new();
     for r in &run.procs {

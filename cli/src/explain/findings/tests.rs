@@ -188,6 +188,11 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.summary = Some(stopped);
     let gs = crate::analysis::groups(&run);
     assert!(all(&run, &gs).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
+    // Rank 0 exited 1 a minute before the rest of the run ended by SIGINT: it failed, and
+    // its launcher hung until the user's Ctrl-C.
+    run.procs[1].process.end_unix_ms = 60_010;
+    let gs = crate::analysis::groups(&run);
+    assert!(all(&run, &gs).iter().any(|f| f.kind == Kind::FailedStart), "an earlier failure stays one");
 }
 
 #[test]

@@ -672,6 +672,17 @@ entry! {
         launch(f, c.h_stream, true)
     }
 
+    /// A cooperative launch runs nothing either (grid-wide sync is the kernel's business).
+    fn cuLaunchCooperativeKernel(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_mem_bytes: c_uint, h_stream: CUstream, kernel_params: *mut *mut c_void) {
+        let _ = (gx, gy, gz, bx, by, bz, shared_mem_bytes, kernel_params);
+        launch(f, h_stream, false)
+    }
+
+    fn cuLaunchCooperativeKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_mem_bytes: c_uint, h_stream: CUstream, kernel_params: *mut *mut c_void) {
+        let _ = (gx, gy, gz, bx, by, bz, shared_mem_bytes, kernel_params);
+        launch(f, h_stream, true)
+    }
+
     fn cuOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks: *mut c_int, func: *mut c_void, block_size: c_int, dynamic_smem_size: usize) {
         let _ = dynamic_smem_size;
         with_init(|p| launchable(p, func))?;

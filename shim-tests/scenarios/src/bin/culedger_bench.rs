@@ -516,6 +516,10 @@ fn bench(args: &[String]) -> Result<(), String> {
         ("meminfo", "free-memory query, cudaMemGetInfo"),
         ("drv_meminfo", "free-memory query, cuMemGetInfo, repeated from one site, cuGetProcAddress path"),
         ("drv_h2d", "host-to-device copy, cuMemcpyHtoD, cuGetProcAddress path"),
+        (
+            "drv_launch",
+            "kernel launch, cuLaunchKernel, 64 kernels of a loaded library in turn (first uses done: steady state)",
+        ),
         ("dlsym", "dlsym of a non-CUDA name, on a handle"),
         ("dlsym_default", "dlsym of a non-CUDA name, RTLD_DEFAULT"),
     ] {
