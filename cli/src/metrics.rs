@@ -11,7 +11,7 @@ use crate::error::{Fail, Result};
 use crate::load::{self, Run};
 use crate::model::CATEGORIES;
 use crate::runs;
-use crate::summary::{self, RunSummary};
+use crate::summary::RunSummary;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -46,7 +46,7 @@ pub fn snapshot(paths: &[PathBuf]) -> Snapshot {
         Ok(mut chosen) => {
             chosen.skipped = skipped;
             chosen.missing = missing;
-            let summary = summary::summarize(&chosen, false);
+            let summary = crate::run_analysis::Analysis::new(&chosen).summary(false).clone();
             Snapshot { run: chosen, summary: Some(summary) }
         }
         Err(_) => Snapshot { run, summary: None },

@@ -61,9 +61,16 @@ fn seen(f: u64, ctx: u64) -> bool {
     false
 }
 
+/// Something was settled since [`SEEN`] was last cleared (a process unloading hundreds of
+/// libraries at exit clears it once, not once each).
+static SETTLED: AtomicBool = AtomicBool::new(false);
+
 fn settle(f: u64, ctx: u64) {
     if f == 0 {
         return;
+    }
+    if !SETTLED.load(Ordering::Relaxed) {
+        SETTLED.store(true, Ordering::Relaxed);
     }
     let base = slot(f, ctx);
     for i in 0..PROBE {
@@ -80,6 +87,9 @@ fn settle(f: u64, ctx: u64) {
 }
 
 fn forget_all() {
+    if !SETTLED.swap(false, Ordering::Relaxed) {
+        return;
+    }
     for s in 0..SLOTS {
         SEEN[2 * s + 1].store(0, Ordering::Release);
         SEEN[2 * s].store(0, Ordering::Release);
