@@ -4,7 +4,6 @@
 //! absolute microseconds internally and the run's clock ([`Clock`]) in what is shown.
 
 use crate::clock::Clock;
-use crate::costs::{self, CostRow};
 use crate::load::Run;
 use crate::model::{
     first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped, CATEGORIES,
@@ -124,6 +123,13 @@ pub struct DeviceGroup<'a> {
     pub members: Vec<Member<'a>>,
     /// The run's clock (shared by every device of the run).
     pub clock: Clock,
+    /// The members' tracked bytes as one step function (see [`DeviceGroup::tracked_total`]),
+    /// built on first use.
+    totals: std::cell::OnceCell<Vec<(i64, i64)>>,
+    /// [`DeviceGroup::end_us`], computed on first use.
+    end: std::cell::OnceCell<i64>,
+    /// [`DeviceGroup::series`], computed on first use.
+    series: std::cell::OnceCell<Vec<Point>>,
 }
 
 /// What identifies a physical GPU on a host: its UUID, or for reports without one the
@@ -138,6 +144,7 @@ enum GpuKey {
 /// ordinals (`CUDA_VISIBLE_DEVICES`) is one group, and two processes' ordinals 0 on different
 /// GPUs are two. Sorted by host, then nvidia-smi's index (else the ordinal), then UUID.
 pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
+    crate::counts::computed(crate::counts::Part::Groups);
     let clock = Clock::of(&run.procs);
     let mut map: BTreeMap<(String, GpuKey), Vec<Member>> = BTreeMap::new();
     for report in &run.procs {
@@ -157,7 +164,7 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
                 }
                 GpuKey::Ordinal(i) => (i, None),
             };
-            DeviceGroup { host, index, uuid, members, clock }
+            DeviceGroup { host, index, uuid, members, clock, totals: Default::default(), end: Default::default(), series: Default::default() }
         })
         .collect();
     gs.sort_by(|a, b| (&a.host, a.index, &a.uuid).cmp(&(&b.host, b.index, &b.uuid)));
@@ -248,33 +255,62 @@ impl<'a> DeviceGroup<'a> {
 
     /// The end of the run as far as this device's processes tell: their last report.
     pub fn end_us(&self) -> i64 {
-        self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us)
+        *self.end.get_or_init(|| {
+            self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us)
+        })
     }
 
     /// The device timeline: every member's samples summed as step functions.
+    ///
+    /// A point at every member's sample time and just after each member's end (the driver
+    /// frees an exited process's memory: the drop shows), each the sum of
+    /// [`Member::live_at`] over the members, computed in one sweep over every member's
+    /// changes (not a pass over the members per point: thousands of processes on one GPU).
     pub fn series(&self) -> Vec<Point> {
-        let mut times: Vec<i64> = Vec::new();
+        self.series.get_or_init(|| self.sweep()).clone()
+    }
+
+    fn sweep(&self) -> Vec<Point> {
+        // (time, member's change per category); a zero change keeps a time a point.
+        let mut changes: Vec<(i64, [i64; 6])> = Vec::new();
         for m in &self.members {
-            times.extend(m.dev.timeline.iter().map(|s| m.abs_us(s)));
-            // The driver frees an exited process's memory: show the drop.
-            if let Some(end) = m.ended_us() {
-                times.push(end + 1);
+            let end = m.ended_us();
+            let mut last = [0i64; 6];
+            let mut before = i64::MIN;
+            for s in &m.dev.timeline {
+                let t = m.abs_us(s);
+                // `live_at` takes the last sample at or before a time in a timeline in time
+                // order: one out of order or after the end never shows (its time stays a point).
+                if t < before || end.is_some_and(|e| t > e) {
+                    changes.push((t, [0; 6]));
+                    continue;
+                }
+                before = t;
+                let v = CATEGORIES.map(|c| s.cat(c));
+                let mut d = [0i64; 6];
+                for k in 0..6 {
+                    d[k] = v[k].wrapping_sub(last[k]);
+                }
+                changes.push((t, d));
+                last = v;
+            }
+            if let Some(e) = end {
+                changes.push((e.saturating_add(1), last.map(i64::wrapping_neg)));
             }
         }
-        times.sort_unstable();
-        times.dedup();
-        times
-            .into_iter()
-            .map(|t| {
-                let mut cats = [0i64; 6];
-                for m in &self.members {
-                    for (c, v) in cats.iter_mut().zip(m.live_at(t)) {
-                        *c += v;
-                    }
-                }
-                Point { t_unix_us: t, cats }
-            })
-            .collect()
+        changes.sort_by_key(|c| c.0);
+        let mut out: Vec<Point> = Vec::new();
+        let mut cats = [0i64; 6];
+        for (t, d) in changes {
+            for k in 0..6 {
+                cats[k] = cats[k].wrapping_add(d[k]);
+            }
+            match out.last_mut() {
+                Some(p) if p.t_unix_us == t => p.cats = cats,
+                _ => out.push(Point { t_unix_us: t, cats }),
+            }
+        }
+        out
     }
 
     /// Peak of the device's summed live bytes. Exact for one process (its own counter);
@@ -311,13 +347,50 @@ impl<'a> DeviceGroup<'a> {
     /// probe `p`: the others' by absolute time, `m`'s own just before the probe.
     pub fn tracked_at(&self, m: Member, p: &Probe) -> i64 {
         let at = m.abs_us(p);
-        self.members
-            .iter()
-            .map(|o| {
-                let live = if std::ptr::eq(o.report, m.report) { o.live_before(p.stamp()) } else { o.live_at(at) };
-                live.iter().sum::<i64>()
-            })
-            .sum()
+        // Every member at `at`, with `m` itself counted just before its own record.
+        let own = |live: [i64; 6]| live.iter().sum::<i64>();
+        self.tracked_total(at) - own(m.live_at(at)) + own(m.live_before(p.stamp()))
+    }
+
+    /// The members' tracked bytes (the six categories) at absolute time `at_us`: the sum of
+    /// [`Member::live_at`] over the members, from one merged step function (each member's
+    /// samples as changes, and its end as a drop to zero), so that a reading costs a binary
+    /// search, not a pass over every member (thousands of processes on one GPU).
+    pub fn tracked_total(&self, at_us: i64) -> i64 {
+        let steps = self.totals.get_or_init(|| {
+            let mut changes: Vec<(i64, i64)> = Vec::new();
+            for m in &self.members {
+                let end = m.ended_us();
+                let mut last = 0i64;
+                let mut before = i64::MIN;
+                for s in &m.dev.timeline {
+                    let t = m.abs_us(s);
+                    // `live_at` takes the last sample at or before a time in a timeline in
+                    // time order; one out of order or after the end never shows.
+                    if t < before || end.is_some_and(|e| t > e) {
+                        continue;
+                    }
+                    before = t;
+                    let v: i64 = CATEGORIES.iter().map(|c| s.cat(c)).sum();
+                    changes.push((t, v - last));
+                    last = v;
+                }
+                if let Some(e) = end {
+                    if last != 0 {
+                        changes.push((e.saturating_add(1), -last));
+                    }
+                }
+            }
+            changes.sort_by_key(|c| c.0);
+            let mut sum = 0i64;
+            for c in &mut changes {
+                sum = sum.saturating_add(c.1);
+                c.1 = sum;
+            }
+            changes
+        });
+        let n = steps.partition_point(|c| c.0 <= at_us);
+        n.checked_sub(1).map_or(0, |i| steps[i].1)
     }
 
     /// The reading of the probe `p` of `m`, when the probe told both free and total.
@@ -348,7 +421,7 @@ impl<'a> DeviceGroup<'a> {
     pub fn usage_reading(&self, m: Member) -> Option<Reading> {
         let u = m.dev.usage.as_ref()?;
         let at = m.abs_of(u.t_us);
-        let tracked: i64 = self.members.iter().map(|o| o.live_at(at).iter().sum::<i64>()).sum();
+        let tracked = self.tracked_total(at);
         Some(Reading {
             pid: m.pid(),
             api: u.source.clone(),
@@ -579,27 +652,6 @@ impl<'a> DeviceGroup<'a> {
 
     pub fn failures_total(&self) -> i64 {
         self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
-    }
-
-    /// The hidden driver costs per process and API, de-noised (see `costs`).
-    pub fn cost_rows(&self) -> Vec<CostRow> {
-        costs::rows(self)
-    }
-
-    /// The sum of the de-noised hidden driver costs on this device.
-    pub fn driver_cost_bytes(&self) -> i64 {
-        self.cost_rows().iter().map(|r| r.bytes).sum()
-    }
-
-    /// Driver costs per API summed over the processes, de-noised: api -> (calls, bytes).
-    pub fn driver_costs_by_api(&self) -> BTreeMap<String, (i64, i64)> {
-        let mut map: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        for c in self.cost_rows() {
-            let e = map.entry(c.api.clone()).or_default();
-            e.0 += c.calls;
-            e.1 += c.bytes;
-        }
-        map
     }
 
     pub fn ipc(&self) -> Ipc {
