@@ -400,6 +400,8 @@ fn failure_checks(out: &Path, log: &str, tag: &str) -> Value {
 /// this tiny model (512 bytes of K and V a token per GPU) is 11% of the pool, far beyond the
 /// pack's fixed 2 GiB margin (rules/sglang.json, `after_pool`).
 #[test]
+#[ignore = "three --tp 8 starts (20-25 min on 2 busy cores); its parts passed in separate runs but not yet \
+            in one: run with `cargo test --release -p culedger-scenarios --test sglang_server -- --ignored`"]
 fn sglang_tp8_custom_all_reduce_failure_then_healthy_start() {
     let Some(python) = sglang_python() else { return };
     let sim = machine("sglang_tp8");
