@@ -5,14 +5,14 @@
 //! when all hold, 1 when one is breached or cannot be measured (one line each; unmeasured
 //! ones are only notes with `--allow-unmeasured`), 2 on bad input.
 
-use crate::analysis::{groups, DeviceGroup};
+use crate::analysis::DeviceGroup;
 use crate::error::{Fail, Result};
 use crate::figures::Figure;
 use crate::layout::printable;
 use crate::load::load_run;
 use crate::model::CATEGORIES;
-use crate::units::count;
 use crate::runs::Selection;
+use crate::units::count;
 use crate::units::{fmt_bytes, parse_size};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -302,8 +302,9 @@ pub fn command(req: &Request) -> Result<i32> {
         return Err(Fail::input("check: nothing to check: give --budget 'KEY<=SIZE', --budgets FILE or --no-failures"));
     }
     let run = crate::runs::select(load_run(std::slice::from_ref(req.path))?, req.selection)?;
-    let gs = groups(&run);
-    let outcomes = evaluate(&gs, &budgets, req.no_failures);
+    let analysis = crate::run_analysis::Analysis::new(&run);
+    let gs = analysis.groups();
+    let outcomes = evaluate(gs, &budgets, req.no_failures);
     let of = |status: Status| outcomes.iter().filter(|o| o.status == status).count();
     let (breaches, unmeasured) = (of(Status::Breach), of(Status::Unmeasured));
     let ok = breaches == 0 && (unmeasured == 0 || req.allow_unmeasured);

@@ -241,6 +241,22 @@ fn holds_context(g: &DeviceGroup, call: &Call, o: &crate::model::Report, ctx: (i
     })
 }
 
+/// The sum of the de-noised hidden driver costs on a device.
+pub fn total(g: &DeviceGroup) -> i64 {
+    rows(g).iter().map(|r| r.bytes).sum()
+}
+
+/// Driver costs per API summed over the processes, de-noised: api -> (calls, bytes).
+pub fn by_api(g: &DeviceGroup) -> std::collections::BTreeMap<String, (i64, i64)> {
+    let mut map: std::collections::BTreeMap<String, (i64, i64)> = std::collections::BTreeMap::new();
+    for c in rows(g) {
+        let e = map.entry(c.api.clone()).or_default();
+        e.0 += c.calls;
+        e.1 += c.bytes;
+    }
+    map
+}
+
 /// The de-noised costs per process and API, in member order and each member's API order.
 pub fn rows(g: &DeviceGroup) -> Vec<CostRow> {
     let estimate = context_estimate(g);

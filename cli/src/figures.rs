@@ -103,7 +103,7 @@ impl Figure {
             Figure::Peak => g.peak(),
             Figure::UntrackedLast => return g.last_reading().map(|r| r.untracked_bytes),
             Figure::UntrackedMax => return g.max_untracked().map(|r| r.untracked_bytes),
-            Figure::DriverCosts => g.driver_cost_bytes(),
+            Figure::DriverCosts => crate::costs::total(g),
             Figure::IpcImported => g.ipc().imported_bytes,
             Figure::FailedRequests => {
                 let retries: usize = g.failed_requests().iter().map(|(_, _, r)| r.len()).sum();

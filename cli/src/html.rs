@@ -12,6 +12,7 @@ use crate::analysis::{self, DeviceGroup};
 use crate::error::{Fail, Result};
 use crate::load::Run;
 use crate::model::CATEGORIES;
+use crate::run_analysis::Analysis;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -229,14 +230,14 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
 }
 
 /// The page's data for one run.
-fn run_data(run: &Run) -> Result<Value> {
-    let summary = crate::summary::summarize(run, false);
-    let explained = crate::explain::explain(run);
-    let explained = to(&explained)?;
-    let charts: Vec<Chart> = analysis::groups(run).iter().map(|g| chart(g, &explained)).collect();
+fn run_data(a: &Analysis) -> Result<Value> {
+    let run = a.run;
+    let summary = a.summary(false);
+    let explained = to(a.explanation())?;
+    let charts: Vec<Chart> = a.groups().iter().map(|g| chart(g, &explained)).collect();
     Ok(json!({
         "label": run.label,
-        "summary": to(&summary)?,
+        "summary": to(summary)?,
         "explain": explained,
         "charts": to(&charts)?,
     }))
@@ -254,11 +255,12 @@ fn script_json(v: &Value) -> String {
 
 /// The whole page.
 pub fn page(runs: &[Run]) -> Result<String> {
+    let analyses: Vec<Analysis> = runs.iter().map(Analysis::new).collect();
     let mut data = json!({
         "tool": format!("culedger {}", env!("CARGO_PKG_VERSION")),
-        "runs": runs.iter().map(run_data).collect::<Result<Vec<_>>>()?,
+        "runs": analyses.iter().map(run_data).collect::<Result<Vec<_>>>()?,
     });
-    if let [a, b] = runs {
+    if let [a, b] = analyses.as_slice() {
         data["diff"] = to(&crate::diff::diff(a, b, false))?;
     }
     let title = runs.iter().map(|r| r.label.as_str()).collect::<Vec<_>>().join(" vs ");

@@ -52,8 +52,7 @@ pub fn load_error(e: &LoadError) -> String {
 /// Loads every path into one run (`culedger_analysis::load::load_run`); a bad file inside
 /// a directory is reported on stderr (one line) and skipped.
 pub fn load_run(paths: &[PathBuf]) -> Result<Run> {
-    let mut on_skip =
-        |e: &FileError| eprintln!("culedger: skipping {}", crate::layout::printable(&file_error(e)));
+    let mut on_skip = |e: &FileError| eprintln!("culedger: skipping {}", crate::layout::printable(&file_error(e)));
     culedger_analysis::load::load_run(paths, &mut on_skip).map_err(|e| Fail::input(load_error(&e)))
 }
 

@@ -11,6 +11,7 @@ mod analysis;
 mod check;
 mod clock;
 mod costs;
+mod counts;
 mod diff;
 mod doc;
 mod error;
@@ -22,10 +23,13 @@ mod html;
 mod layout;
 mod load;
 mod metrics;
+#[cfg(test)]
+mod once_per_run;
 mod output;
 mod plot;
 mod report;
 mod run;
+mod run_analysis;
 mod runs;
 mod screen;
 mod serve;
@@ -45,6 +49,7 @@ use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
 use layout::{ColorChoice, Stream, Style};
 use output::print_stdout;
+use run_analysis::Analysis;
 use std::path::PathBuf;
 
 fn main() {
@@ -93,31 +98,33 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Report { paths, format, all_categories, fold, no_fold, brief, select } => {
             let run = load(&paths, &select.selection())?;
+            let analysis = Analysis::new(&run);
             if brief {
                 let dir =
                     paths.iter().map(|p| screen::shell_word(&p.display().to_string())).collect::<Vec<_>>().join(" ");
                 print_stdout(
-                    &screen::document(&run, &dir).render(Format::Text, Style::for_stream(color, Stream::Stdout)),
+                    &screen::document(&analysis, &dir).render(Format::Text, Style::for_stream(color, Stream::Stdout)),
                 )?;
                 return Ok(0);
             }
-            let s = crate::summary::summarize(&run, all_categories);
+            let s = analysis.summary(all_categories);
             let fold = if no_fold { Some(false) } else { fold.then_some(true) };
-            emit(format.into(), color, || report::document(&s, report::Options { fold }), &s)?;
+            emit(format.into(), color, || report::document(s, report::Options { fold }), s)?;
             Ok(0)
         }
         Command::Explain { paths, format, select } => {
             let run = load(&paths, &select.selection())?;
-            let e = explain::explain(&run);
-            emit(format.into(), color, || explain::document(&e), &e)?;
+            let analysis = Analysis::new(&run);
+            let e = analysis.explanation();
+            emit(format.into(), color, || explain::document(e), e)?;
             Ok(e.exit_code)
         }
         Command::Diff { a, b, format, all_categories, fold, no_fold, select } => {
             let sel = select.selection();
             let (ra, rb) = (load(&[a], &sel)?, load(&[b], &sel)?);
-            let d = diff::diff(&ra, &rb, all_categories);
+            let d = diff::diff(&Analysis::new(&ra), &Analysis::new(&rb), all_categories);
             let fold = if no_fold { Some(false) } else { fold.then_some(true) };
-            emit(format.into(), color, || diff::document(&d, fold), &d)?;
+            emit(format.into(), color, || diff::render::document(&d, fold), &d)?;
             Ok(0)
         }
         Command::Check { path, budgets, budgets_file, no_failures, allow_unmeasured, format, select } => {
@@ -148,18 +155,19 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 return Err(Fail::input("export: only one of --perfetto and --memory-viz can write to stdout (-)"));
             }
             let run = load(&[path], &merge_only(merge_runs))?;
+            let analysis = Analysis::new(&run);
             if let Some(out) = perfetto {
-                eprintln!("culedger: wrote {}", export::write_perfetto(&run, &out)?);
+                eprintln!("culedger: wrote {}", export::write_perfetto(&analysis, &out)?);
             }
             if let Some(out) = memory_viz {
-                eprintln!("culedger: wrote {}", export::write_memory_viz(&run, &out)?);
+                eprintln!("culedger: wrote {}", export::write_memory_viz(&analysis, &out)?);
             }
             Ok(0)
         }
         Command::Plot { path, output, all_categories, from, to, select } => {
             let run = load(&[path], &select.selection())?;
             let window = plot::Window { from_s: from, to_s: to };
-            eprintln!("culedger: wrote {}", plot::write_svg(&run, &output, all_categories, window)?);
+            eprintln!("culedger: wrote {}", plot::write_svg(&Analysis::new(&run), &output, all_categories, window)?);
             Ok(0)
         }
         Command::Top { paths, once, fold, wait } => top::command(&paths, top::Options { once, fold, wait }),
@@ -174,7 +182,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Whatif { path, sets, engine, format, select } => {
             let run = load(&[path], &select.selection())?;
-            let w = whatif::whatif(&run, &sets, engine.as_deref())?;
+            let w = whatif::whatif(&Analysis::new(&run), &sets, engine.as_deref())?;
             emit(format.into(), color, || whatif::document(&w), &w)?;
             Ok(w.exit_code)
         }

@@ -11,7 +11,7 @@ use crate::error::{Fail, Result};
 use crate::load::{self, Run};
 use crate::model::CATEGORIES;
 use crate::runs;
-use crate::summary::{self, RunSummary};
+use crate::summary::RunSummary;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -46,7 +46,7 @@ pub fn snapshot(paths: &[PathBuf]) -> Snapshot {
         Ok(mut chosen) => {
             chosen.skipped = skipped;
             chosen.missing = missing;
-            let summary = summary::summarize(&chosen, false);
+            let summary = crate::run_analysis::Analysis::new(&chosen).summary(false).clone();
             Snapshot { run: chosen, summary: Some(summary) }
         }
         Err(_) => Snapshot { run, summary: None },
@@ -203,7 +203,13 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
 
     for d in &s.devices {
         let dev = d.index.to_string();
-        let l = [("host", d.host.as_str()), ("device", dev.as_str())];
+        // Where the reports name the physical GPU, the DCGM exporter's own labels too (`gpu`,
+        // its index on the host; `UUID`), so a query can join these series with DCGM's.
+        let mut l = vec![("host", d.host.as_str()), ("device", dev.as_str())];
+        if let Some(uuid) = &d.uuid {
+            l.extend([("gpu", dev.as_str()), ("UUID", uuid.as_str())]);
+        }
+        let l = l.as_slice();
         if let Some(total) = d.total_bytes {
             e.sample("culedger_device_capacity_bytes", "gauge", "The device's memory.", &l, total as f64);
         }
@@ -227,7 +233,8 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
             if empty && !CATEGORIES.contains(&c.name.as_str()) {
                 continue;
             }
-            let lc = [l[0], l[1], ("category", c.name.as_str())];
+            let mut lc = l.to_vec();
+            lc.push(("category", c.name.as_str()));
             e.sample(
                 "culedger_category_live_bytes",
                 "gauge",

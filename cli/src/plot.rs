@@ -12,11 +12,11 @@
 //!
 //! Written with the `svg` crate: plain `<text>` elements, no font files needed.
 
-use crate::analysis::{groups, DeviceGroup, Point};
+use crate::analysis::{DeviceGroup, Point};
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
-use crate::load::Run;
 use crate::model::CATEGORIES;
+use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 use svg::node::element::{Group, Line, Polygon, Polyline, Rectangle, Text, Title};
 use svg::Document;
@@ -168,10 +168,10 @@ struct Cause {
 }
 
 /// The causes of the failures explain finds on this device, one per failed burst.
-fn causes(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<Cause> {
+fn causes(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Vec<Cause> {
     use crate::explain::recon::{api_words, ItemKind};
     let mut out = Vec::new();
-    for f in e.findings.iter().filter(|f| f.kind == crate::explain::Kind::FailedAllocation) {
+    for f in findings.iter().filter(|f| f.kind == crate::explain::Kind::FailedAllocation) {
         if f.device != Some(g.index) || f.host.as_deref().is_some_and(|h| h != g.host) {
             continue;
         }
@@ -512,8 +512,9 @@ fn first_movement(gs: &[&DeviceGroup]) -> Option<i64> {
 }
 
 /// Builds the SVG of a run.
-pub fn svg(run: &Run, all_categories: bool, window: Window) -> Result<Document> {
-    let gs = groups(run);
+pub fn svg(a: &Analysis, all_categories: bool, window: Window) -> Result<Document> {
+    let run = a.run;
+    let gs = a.groups();
     let clock = Clock::of(&run.procs);
     let end = run.procs.iter().map(|r| r.process.end_us()).max().unwrap_or(clock.t0_us).max(clock.t0_us + 1);
     let refs: Vec<&DeviceGroup> = gs.iter().collect();
@@ -535,8 +536,7 @@ pub fn svg(run: &Run, all_categories: bool, window: Window) -> Result<Document> 
         .iter()
         .filter_map(|c| CATEGORIES.iter().position(|x| x == c))
         .collect();
-    let e = crate::explain::explain(run);
-    let all_causes: Vec<Vec<Cause>> = gs.iter().map(|g| causes(g, &e)).collect();
+    let all_causes: Vec<Vec<Cause>> = gs.iter().map(|g| causes(g, a.findings())).collect();
     let height: f64 =
         gs.iter().zip(&all_causes).map(|(g, c)| panel_height(g, &clock, c.len())).sum::<f64>().max(CHART_H) + 24.0;
     let mut doc = Document::new()
@@ -570,7 +570,7 @@ fn xml_chars(text: &str) -> String {
 }
 
 /// Writes the SVG to `out` (`-` for stdout) and returns what to tell the user.
-pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool, window: Window) -> Result<String> {
+pub fn write_svg(a: &Analysis, out: &std::path::Path, all_categories: bool, window: Window) -> Result<String> {
     let ext = out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     if out.as_os_str() != "-" && ext.as_deref() != Some("svg") {
         return Err(Fail::input(format!(
@@ -582,8 +582,8 @@ pub fn write_svg(run: &Run, out: &std::path::Path, all_categories: bool, window:
             }
         )));
     }
-    let doc = svg(run, all_categories, window)?;
-    let n = groups(run).len();
+    let doc = svg(a, all_categories, window)?;
+    let n = a.groups().len();
     crate::output::write(out, (xml_chars(&doc.to_string()) + "\n").as_bytes())?;
     Ok(format!("plot: {} ({}, SVG)", crate::export::shown_path(out), crate::units::count(n, "panel", "panels")))
 }

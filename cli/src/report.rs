@@ -512,4 +512,3 @@ fn sites_section(d: &mut Doc, rows: &[SiteRow]) {
         d.para(format!("{} more callers hold {}", rest.len(), fmt_bytes(rest.iter().map(|r| r.live_bytes).sum())));
     }
 }
-

@@ -11,7 +11,6 @@ use crate::error::{Fail, Result};
 use crate::layout::{ColorChoice, Stream, Style};
 use crate::load::{is_report_file_name, report_from_value, Run, SummaryMeta};
 use crate::model::SUMMARY_SCHEMA;
-use crate::summary::summarize;
 use crate::wrap;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -129,9 +128,10 @@ fn existing_reports(dir: &Path) -> (usize, Vec<String>) {
             continue;
         }
         n += 1;
-        let id = crate::load::read_bounded(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
-            v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
-        });
+        let id =
+            crate::load::read_bounded(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| {
+                v.get("run_id").or_else(|| v.pointer("/process/run_id")).and_then(Value::as_str).map(String::from)
+            });
         if let Some(id) = id.filter(|id| !ids.contains(id)) {
             ids.push(id);
         }
@@ -292,10 +292,11 @@ pub fn run(req: Request) -> Result<i32> {
     run.procs.sort_by_key(|r| (r.process.host.clone(), r.process.start_us(), r.process.pid));
     run.run_ids = vec![run_id];
     let style = Style::for_stream(color, Stream::Stderr);
+    let analysis = crate::run_analysis::Analysis::new(&run);
     let doc = if report {
-        crate::report::document(&summarize(&run, false), Default::default())
+        crate::report::document(analysis.summary(false), Default::default())
     } else {
-        crate::screen::document(&run, &crate::screen::shell_word(&shown_dir(&dir)))
+        crate::screen::document(&analysis, &crate::screen::shell_word(&shown_dir(&dir)))
     };
     eprint!("{}", doc.render(Format::Text, style));
     eprintln!("culedger: {} report(s) merged into {}", run.procs.len(), dir.join("summary.json").display());

@@ -21,7 +21,9 @@ pub fn select_error(e: &SelectError) -> String {
         SelectError::NoSuchRun { label, want, runs } => {
             format!("{}: no run {want} here (runs: {})", label.trim_end(), list(runs))
         }
-        SelectError::AmbiguousRun { want, matches } => format!("--run {want} matches {matches} runs: give more of the id"),
+        SelectError::AmbiguousRun { want, matches } => {
+            format!("--run {want} matches {matches} runs: give more of the id")
+        }
         SelectError::SeveralRuns { label, runs } => format!(
             "{}: reports of {} different runs ({}); add --merge-runs to add them up, or --run ID to read one",
             label.trim_end(),

@@ -6,16 +6,16 @@
 use crate::clock::Clock;
 use crate::doc::{Block, Doc, Table};
 use crate::explain::{Explanation, Severity};
-use crate::load::Run;
+use crate::run_analysis::Analysis;
+use crate::summary::{OverviewRow, RunSummary};
 use crate::units::count;
-use crate::summary::{summarize, OverviewRow, RunSummary};
 use crate::units::fmt_range;
 
 /// The screen of a run whose reports are in `dir` (the shell words that name it, see
 /// [`shell_word`]).
-pub fn document(run: &Run, dir: &str) -> Doc {
-    let s = summarize(run, false);
-    let e = crate::explain::explain(run);
+pub fn document(a: &Analysis, dir: &str) -> Doc {
+    let run = a.run;
+    let (s, e) = (a.summary(false), a.explanation());
     let mut d = Doc::default();
     let hosts: std::collections::BTreeSet<&str> = s.processes.iter().map(|p| p.host.as_str()).collect();
     // Short enough for line 1 at 80 columns: the directory as typed, the counts, how the
@@ -160,7 +160,7 @@ mod tests {
     use crate::doc::Format;
     use crate::layout::Style;
 
-    fn fixture(name: &str) -> Run {
+    fn fixture(name: &str) -> crate::load::Run {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
         let run = crate::load::load_run(&[dir]).unwrap();
         crate::runs::select(run, &Default::default()).unwrap()
@@ -195,8 +195,8 @@ mod tests {
     fn eight_ranks_fit_one_screen() {
         let run = fixture("custom-ar-tp8");
         for width in [80, 100] {
-            let text =
-                document(&run, "tests/fixtures/custom-ar-tp8").render(Format::Text, Style { color: false, width });
+            let text = document(&Analysis::new(&run), "tests/fixtures/custom-ar-tp8")
+                .render(Format::Text, Style { color: false, width });
             let lines: Vec<&str> = text.lines().collect();
             assert!(lines.len() <= 30, "{width}: {} lines\n{text}", lines.len());
             assert!(lines.iter().all(|l| l.chars().count() <= width), "{width}:\n{text}");
@@ -211,7 +211,8 @@ mod tests {
 
     #[test]
     fn nothing_failed_no_headline() {
-        let text = document(&fixture("nccl"), "d").render(Format::Text, Style { color: false, width: 200 });
+        let text =
+            document(&Analysis::new(&fixture("nccl")), "d").render(Format::Text, Style { color: false, width: 200 });
         assert!(text.starts_with("culedger: d (3 processes, 2 GPUs)\nno allocation failed"), "{text}");
         assert!(!text.contains("culedger explain:"), "{text}");
         assert_eq!(

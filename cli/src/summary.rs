@@ -325,8 +325,9 @@ pub fn sequential_runs(run: &Run) -> Option<String> {
     ))
 }
 
-pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
-    let gs = groups(run);
+/// The run's summary, from its device groups (`run_analysis::Analysis` computes them once).
+pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSummary {
+    crate::counts::computed(crate::counts::Part::Summary);
     let clock = Clock::of(&run.procs);
     let processes = run
         .procs
@@ -394,7 +395,7 @@ pub fn summarize(run: &Run, all_categories: bool) -> RunSummary {
             .map(|c| c.to_string())
             .chain(extra_categories(run, all_categories))
             .collect(),
-        verdict: verdict(run, &gs),
+        verdict: verdict(run, gs),
         notes: sequential_runs(run)
             .into_iter()
             .chain(crate::analysis::ordinal_fallback_note(run))
@@ -459,7 +460,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq))
     });
     top.truncate(TOP_N);
-    let cost_rows = g.cost_rows();
+    let cost_rows = crate::costs::rows(g);
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,

@@ -226,8 +226,9 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lin
             bar_line("untracked", q.untracked_bytes, Color::Gray, lines);
             bar_line("used", q.used_bytes, Color::White, lines);
             let age = fmt_age(now_us - (s.t0_unix_us + q.at_us));
+            let what = if q.api == "nvml" { "NVML reading (at a report of)" } else { "free-memory query" };
             lines.push(Line::raw(format!(
-                " last free-memory query {age} ago: pid {} {} told free {} of {}",
+                " last {what} {age} ago: pid {} {} told free {} of {}",
                 q.pid,
                 clean(&q.api),
                 fmt_bytes(q.free_bytes),

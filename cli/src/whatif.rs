@@ -9,7 +9,7 @@
 use crate::doc::{Block, Doc, Table};
 use crate::error::{Fail, Result};
 use crate::explain::{advice, engines};
-use crate::load::Run;
+use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 use serde::Serialize;
 
@@ -64,8 +64,8 @@ fn names_parameter(name: &str, s: &engines::Sizing) -> bool {
     bare == s.parameter.name || bare == s.parameter.flag.trim_start_matches('-').replace('-', "_")
 }
 
-pub fn whatif(run: &Run, sets: &[String], engine: Option<&str>) -> Result<WhatIf> {
-    let gs = crate::analysis::groups(run);
+pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<WhatIf> {
+    let (run, gs) = (a.run, a.groups());
     let (pack, s) = match engine {
         Some(e) => engines::by_name(e)
             .ok_or_else(|| Fail::input(format!("whatif: unknown engine \"{e}\"; known: {}", known())))?,
@@ -107,7 +107,7 @@ pub fn whatif(run: &Run, sets: &[String], engine: Option<&str>) -> Result<WhatIf
         value = Some(v);
     }
     let value = value.expect("a value");
-    let ev = advice::evaluate(run, &gs, &pack, &s).ok_or_else(|| {
+    let ev = advice::evaluate(run, gs, &pack, &s).ok_or_else(|| {
         Fail::input(format!(
             "whatif: no rank of this run made the queries {}'s formula reads ({}: {})",
             s.engine,
@@ -116,7 +116,7 @@ pub fn whatif(run: &Run, sets: &[String], engine: Option<&str>) -> Result<WhatIf
         ))
     })?;
     let mut ranks = Vec::new();
-    for o in advice::outlook(&gs, &ev) {
+    for o in advice::outlook(gs, &ev) {
         let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.device == o.device) else { continue };
         let pool0 = r.pool_bytes;
         let pool = ev.pool_at(r, value);

@@ -36,6 +36,14 @@ static UNTRACKED_MAX: [std::sync::atomic::AtomicI64; ORDINALS] =
 static HOST_INDEX: [std::sync::atomic::AtomicI64; ORDINALS] =
     [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
 
+/// The device's used bytes at the reading last written per ordinal (-1: none).
+static LAST_USED: [std::sync::atomic::AtomicI64; ORDINALS] =
+    [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
+
+/// The ordinals a report has held (its devices), whose usage a write should keep current.
+static IN_REPORT: [std::sync::atomic::AtomicBool; ORDINALS] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; ORDINALS];
+
 /// A UUID as nvidia-smi writes it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn uuid_string(u: &[u8; 16]) -> String {
     let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
@@ -82,6 +90,7 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
         if ordinal >= ORDINALS {
             continue;
         }
+        IN_REPORT[ordinal].store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some((uuid, bus)) = identity(ordinal, when == When::Periodic) {
             d.uuid = Some(uuid.clone());
             d.pci_bus_id = Some(bus.clone());
@@ -99,11 +108,28 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
             if let Some(i) = r.index {
                 HOST_INDEX[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
             }
+            LAST_USED[ordinal].store(i64::try_from(r.used).unwrap_or(i64::MAX), std::sync::atomic::Ordering::Relaxed);
             apply(d, ordinal, r, now_us);
         }
         let index = HOST_INDEX[ordinal].load(std::sync::atomic::Ordering::Relaxed);
         d.host_index = (index >= 0).then_some(index);
     }
+}
+
+/// Whether NVML reads another used figure now than the last write recorded, for a device of
+/// the report (the flush thread, between writes; never opens NVML).
+pub fn usage_changed() -> bool {
+    let Some(n) = nvml::get(false) else { return false };
+    (0..ORDINALS).filter(|o| IN_REPORT[*o].load(std::sync::atomic::Ordering::Relaxed)).any(|ordinal| {
+        let last = LAST_USED[ordinal].load(std::sync::atomic::Ordering::Relaxed);
+        let uuid = IDENTITY[ordinal].get().map(|(u, _)| u);
+        // A device named but never read in a write (its writes were all urgent ones) counts
+        // as changed: its first reading is due.
+        match uuid {
+            Some(u) => n.read(u).is_some_and(|r| i64::try_from(r.used).unwrap_or(i64::MAX) != last),
+            None => false,
+        }
+    })
 }
 
 /// One NVML reading of a device.

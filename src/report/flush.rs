@@ -44,16 +44,22 @@ impl Reporter {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
         block_all_signals(); // already blocked by the creator; stays so even if that changes
         let _ = ON_FLUSH_THREAD.try_with(|f| f.set(true));
-        // Before anything is asked of it: NVML is opened here, never at the final write.
-        let _ = catch_unwind(AssertUnwindSafe(|| self.ledger.prepare_flush_thread()));
         let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
         let mut next_tick = period.map(|p| Instant::now() + p);
         let mut next_probe = Instant::now() + LIVENESS_POLL;
         // The next write of an open sizing window (`urgent`).
         let mut next_window: Option<Instant> = None;
+        let mut prepared = false;
         loop {
             let seen = s.wake.load(Ordering::Acquire);
             self.serve_requests(s);
+            if !prepared {
+                // Once a write asked for at once (a signal right after the start) is served:
+                // the devices are named and NVML opened here, never at the final write.
+                prepared = true;
+                let _ = catch_unwind(AssertUnwindSafe(|| self.ledger.prepare_flush_thread()));
+                continue;
+            }
             let now = Instant::now();
             if let (Some(period), Some(due)) = (period, next_tick) {
                 if now >= due {
@@ -118,14 +124,17 @@ impl Reporter {
         }
     }
 
-    /// One flush: write if the ledger changed since the last write. Returns true if written.
+    /// One flush: write if the ledger changed since the last write, or the device's usage as
+    /// NVML reads it. Returns true if written.
     pub(super) fn flush_tick(&self, s: &Session) -> bool {
         let _guard = s.write_lock.lock();
         if s.finished.load(Ordering::Acquire) || s.exec_pending.load(Ordering::Acquire) != 0 {
             return false;
         }
         let generation = self.ledger.generation();
-        if !s.gate.should_write(generation) {
+        // An idle program changes nothing, but the device may: a write also when NVML's
+        // reading moved (`crate::gpu`), so the report's device usage stays current.
+        if !s.gate.should_write(generation) && !self.ledger.devices_changed() {
             return false;
         }
         let written = self.write(s, ExitState::Running);

@@ -77,6 +77,10 @@ pub trait LedgerAccess: Sync {
     fn annotate_devices(&self, _devices: &mut [culedger_format::report::Device], _exit: ExitState) {}
     /// On the flush thread when it starts (`crate::gpu::prepare`).
     fn prepare_flush_thread(&self) {}
+    /// Whether a device's usage moved since the last write (`crate::gpu::usage_changed`).
+    fn devices_changed(&self) -> bool {
+        false
+    }
 }
 
 /// The process-wide ledger, `ledger::global()`.
@@ -116,6 +120,9 @@ impl LedgerAccess for GlobalLedger {
     }
     fn prepare_flush_thread(&self) {
         crate::gpu::prepare();
+    }
+    fn devices_changed(&self) -> bool {
+        crate::gpu::usage_changed()
     }
 }
 

@@ -4,7 +4,6 @@
 //! absolute microseconds internally and the run's clock ([`Clock`]) in what is shown.
 
 use crate::clock::Clock;
-use crate::costs::{self, CostRow};
 use crate::load::Run;
 use crate::model::{
     first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped, CATEGORIES,
@@ -147,6 +146,7 @@ enum GpuKey {
 /// ordinals (`CUDA_VISIBLE_DEVICES`) is one group, and two processes' ordinals 0 on different
 /// GPUs are two. Sorted by host, then nvidia-smi's index (else the ordinal), then UUID.
 pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
+    crate::counts::computed(crate::counts::Part::Groups);
     let clock = Clock::of(&run.procs);
     let mut map: BTreeMap<(String, GpuKey), Vec<Member>> = BTreeMap::new();
     for report in &run.procs {
@@ -663,27 +663,6 @@ impl<'a> DeviceGroup<'a> {
 
     pub fn failures_total(&self) -> i64 {
         self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
-    }
-
-    /// The hidden driver costs per process and API, de-noised (see `costs`).
-    pub fn cost_rows(&self) -> Vec<CostRow> {
-        costs::rows(self)
-    }
-
-    /// The sum of the de-noised hidden driver costs on this device.
-    pub fn driver_cost_bytes(&self) -> i64 {
-        self.cost_rows().iter().map(|r| r.bytes).sum()
-    }
-
-    /// Driver costs per API summed over the processes, de-noised: api -> (calls, bytes).
-    pub fn driver_costs_by_api(&self) -> BTreeMap<String, (i64, i64)> {
-        let mut map: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        for c in self.cost_rows() {
-            let e = map.entry(c.api.clone()).or_default();
-            e.0 += c.calls;
-            e.1 += c.bytes;
-        }
-        map
     }
 
     pub fn ipc(&self) -> Ipc {

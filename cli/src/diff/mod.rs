@@ -2,16 +2,14 @@
 //! figures ([`Diff`]); `render` writes them as a document; `since` reconciles each side's
 //! pool from its sizing query, side by side, and names the cause when one side failed.
 
-mod render;
+pub mod render;
 pub mod since;
 
-pub use render::document;
-
-use crate::analysis::{groups, shown_categories, DeviceGroup};
+use crate::analysis::{shown_categories, DeviceGroup};
 use crate::clock::Clock;
 use crate::figures::{Figure, DIFF_TOTALS};
-use crate::load::Run;
 use crate::model::CATEGORIES;
+use crate::run_analysis::Analysis;
 use crate::units::{fmt_bytes, fmt_delta};
 pub use culedger_analysis::compare::Row;
 use serde::Serialize;
@@ -159,7 +157,7 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
     // Device-wide rows below the categories; a figure never measured counts as 0.
     let total = |g: Option<&DeviceGroup>, f: Figure| g.and_then(|g| f.read(g)).unwrap_or(0);
     let totals = DIFF_TOTALS.iter().map(|&f| Row::new(&f.label(), total(a, f), total(b, f))).collect();
-    let costs = |g: Option<&DeviceGroup>| g.map(|g| g.driver_costs_by_api()).unwrap_or_default();
+    let costs = |g: Option<&DeviceGroup>| g.map(crate::costs::by_api).unwrap_or_default();
     let (ca, cb) = (costs(a), costs(b));
     let apis: BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
     let mut driver_costs: Vec<Row> = apis
@@ -202,10 +200,11 @@ type Pair<'a, 'b> = (Option<&'a DeviceGroup<'b>>, Option<&'a DeviceGroup<'b>>);
 /// Compares two runs. Devices are matched by host and index; when each run has a single
 /// host (the usual case: the same machine under two configurations, or two machines) they
 /// are matched by index alone.
-pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
-    let (ga, gb) = (groups(ra), groups(rb));
+pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
+    let (ra, rb) = (a.run, b.run);
+    let (ga, gb) = (a.groups(), b.groups());
     let hosts = |g: &[DeviceGroup]| g.iter().map(|d| d.host.clone()).collect::<BTreeSet<_>>();
-    let by_index = hosts(&ga).len() <= 1 && hosts(&gb).len() <= 1;
+    let by_index = hosts(ga).len() <= 1 && hosts(gb).len() <= 1;
     let key = |g: &DeviceGroup| {
         if by_index {
             (String::new(), g.index)
@@ -214,10 +213,10 @@ pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
         }
     };
     let mut keys: BTreeMap<(String, i64), Pair> = BTreeMap::new();
-    for g in &ga {
+    for g in ga {
         keys.entry(key(g)).or_default().0 = Some(g);
     }
-    for g in &gb {
+    for g in gb {
         keys.entry(key(g)).or_default().1 = Some(g);
     }
     let devices: Vec<DevDiff> = keys
@@ -232,9 +231,9 @@ pub fn diff(ra: &Run, rb: &Run, all_categories: bool) -> Diff {
     let sizing: Vec<(String, Option<&since::SinceSizing>)> =
         devices.iter().map(|d| (d.device.clone(), d.since_sizing.as_ref())).collect();
     let headline = since::cause_headline(&sa, &sb, &sizing).unwrap_or_else(|| headline(&sa, &sb, &devices));
-    // The same recommendation as `culedger explain` of the side whose start failed.
-    let what_to_change =
-        [rb, ra].into_iter().map(crate::explain::explain).find(|e| e.what_to_change.is_some()).and_then(|e| e.gist().1);
+    // The same recommendation as `culedger explain` of the side whose start failed (its
+    // first line, as `Explanation::gist` gives it).
+    let what_to_change = b.advice().or_else(|| a.advice()).and_then(|adv| adv.lines.first()).map(|l| format!("{l}."));
     let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
     Diff {
         schema: DIFF_SCHEMA,

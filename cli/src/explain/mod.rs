@@ -23,6 +23,7 @@ pub mod recon;
 mod render;
 pub mod steps;
 
+use crate::analysis::DeviceGroup;
 use crate::clock::Clock;
 use crate::load::Run;
 use crate::model::Report;
@@ -101,11 +102,16 @@ fn words_upto(text: &str, width: usize) -> String {
     out
 }
 
-/// Explains a run.
-pub fn explain(run: &Run) -> Explanation {
+/// Explains a run from the parts of its analysis (`run_analysis::Analysis` computes them
+/// once): its device groups, its findings and the recommendation.
+pub fn explain(
+    run: &Run,
+    gs: &[DeviceGroup],
+    found: Vec<Finding>,
+    what_to_change: Option<advice::Advice>,
+) -> Explanation {
+    crate::counts::computed(crate::counts::Part::Explanation);
     let clock = Clock::of(&run.procs);
-    let gs = crate::analysis::groups(run);
-    let found = findings::all(run, &gs);
     let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible()).collect();
 
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
@@ -133,7 +139,6 @@ pub fn explain(run: &Run) -> Explanation {
         }
         format!("{}, most important first", parts.join(" and "))
     };
-    let what_to_change = if failures > 0 { advice::advise(run, &gs, &found) } else { None };
     Explanation {
         schema: EXPLAIN_SCHEMA,
         label: run.label.clone(),

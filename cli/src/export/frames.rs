@@ -2,7 +2,7 @@
 //! the top allocations carries its site's frames, and the blocks of memory still live are
 //! split by call site.
 
-use super::{Block, Frame, Segment};
+use super::snapshot::{Block, Frame, Segment};
 use crate::analysis::{DeviceGroup, Member};
 use crate::model::{Failure, SiteRec};
 use std::collections::BTreeMap;
@@ -111,13 +111,7 @@ pub fn attach_frames(segments: &mut [Segment], g: &DeviceGroup) {
         while addr < end {
             let Some((left, fr)) = queue.last_mut() else { break };
             let size = (*left).min(end - addr);
-            blocks.push(Block {
-                address: addr,
-                size,
-                requested_size: size,
-                frames: fr.clone(),
-                ..template.clone()
-            });
+            blocks.push(Block { address: addr, size, requested_size: size, frames: fr.clone(), ..template.clone() });
             addr += size;
             *left -= size;
             if *left == 0 {

@@ -1,17 +1,19 @@
 //! `culedger export`: Chrome/Perfetto trace JSON and PyTorch memory_viz snapshots.
 
-use crate::analysis::{groups, DeviceGroup};
+use crate::analysis::DeviceGroup;
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
-use crate::load::Run;
 use crate::model::{Stamped, CATEGORIES};
+use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 mod frames;
+mod snapshot;
+
+pub use snapshot::{Block, Frame, Segment, Snapshot, TraceEntry};
 
 /// How an output path is named in messages: `-` is stdout.
 pub fn shown_path(path: &Path) -> String {
@@ -37,9 +39,10 @@ use crate::output::write;
 /// started). A device's events are written in the process's record order, `(t_ms, seq)`,
 /// so viewers keep the order of what happened within one millisecond; `seq` is in the
 /// instants' args when the report has it.
-pub fn perfetto(run: &Run) -> Value {
+pub fn perfetto(a: &Analysis) -> Value {
+    let run = a.run;
     let clock = Clock::of(&run.procs);
-    let gs = groups(run);
+    let gs = a.groups();
     let mut events = Vec::new();
     let mut used = std::collections::HashSet::new();
     for (i, r) in run.procs.iter().enumerate() {
@@ -154,8 +157,8 @@ pub fn perfetto(run: &Run) -> Value {
 }
 
 /// Writes the trace; returns what to tell the user.
-pub fn write_perfetto(run: &Run, out: &Path) -> Result<String> {
-    let trace = perfetto(run);
+pub fn write_perfetto(a: &Analysis, out: &Path) -> Result<String> {
+    let trace = perfetto(a);
     let n = trace["traceEvents"].as_array().map_or(0, Vec::len);
     let text = serde_json::to_vec(&trace).map_err(|e| Fail::input(e.to_string()))?;
     write(out, &text)?;
@@ -170,61 +173,6 @@ pub fn write_perfetto(run: &Run, out: &Path) -> Result<String> {
 // each fall frees the most recent chunks of that category (a chunk is split when only part
 // of it goes). Bytes the device used but no process tracked (from the free-memory queries)
 // appear as category "unknown". Addresses are synthetic; sizes and times are exact.
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Frame {
-    pub filename: String,
-    pub line: i64,
-    pub name: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TraceEntry {
-    /// `alloc`, `free_completed`, or `oom` (an allocation failed; `size` is what was asked).
-    pub action: &'static str,
-    pub addr: i64,
-    pub size: i64,
-    pub stream: i64,
-    pub time_us: i64,
-    pub frames: Vec<Frame>,
-    pub category: String,
-    /// For `oom`: the free memory the device last reported, as torch records it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_free: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Block {
-    pub address: i64,
-    pub size: i64,
-    pub requested_size: i64,
-    pub state: &'static str,
-    pub frames: Vec<Frame>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Segment {
-    pub device: i64,
-    pub address: i64,
-    pub total_size: i64,
-    pub allocated_size: i64,
-    pub active_size: i64,
-    pub requested_size: i64,
-    pub stream: i64,
-    pub segment_type: &'static str,
-    pub segment_pool_id: (i64, i64),
-    pub is_expandable: bool,
-    pub frames: Vec<Frame>,
-    pub blocks: Vec<Block>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Snapshot {
-    pub segments: Vec<Segment>,
-    pub device_traces: Vec<Vec<TraceEntry>>,
-    pub allocator_settings: BTreeMap<String, String>,
-    pub categories: Vec<String>,
-}
 
 /// The category name the viewer requires for memory it cannot attribute.
 const UNKNOWN: &str = "unknown";
@@ -393,8 +341,8 @@ fn synthesize(g: &DeviceGroup) -> Synth {
 /// reconciles it (measured by the query that followed, else estimated from the sizing
 /// query): (pid, run-clock µs of the failure, free bytes). A retry of the same burst shares
 /// its first failure's figure.
-fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i64, i64, i64)> {
-    e.findings
+fn free_at_failures(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Vec<(i64, i64, i64)> {
+    findings
         .iter()
         .filter(|f| f.device == Some(g.index) && f.host.as_deref().is_none_or(|h| h == g.host))
         .filter_map(|f| match &f.detail {
@@ -404,15 +352,14 @@ fn free_at_failures(g: &DeviceGroup, e: &crate::explain::Explanation) -> Vec<(i6
         .collect()
 }
 
-pub fn memory_viz(run: &Run) -> Snapshot {
+pub fn memory_viz(a: &Analysis) -> Snapshot {
     // Devices beyond the ordinals a snapshot can list are left out (`write_memory_viz`
     // refuses them first).
-    let gs: Vec<DeviceGroup> = groups(run).into_iter().filter(|g| (0..=MAX_DEVICE_INDEX).contains(&g.index)).collect();
+    let gs: Vec<&DeviceGroup> = a.groups().iter().filter(|g| (0..=MAX_DEVICE_INDEX).contains(&g.index)).collect();
     let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
     let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
-    let e = crate::explain::explain(run);
-    for g in &gs {
+    for g in gs {
         let s = synthesize(g);
         let mut segs = s.segments();
         frames::attach_frames(&mut segs, g);
@@ -428,7 +375,7 @@ pub fn memory_viz(run: &Run) -> Snapshot {
         // An `oom` entry at each failure with the free memory at the failure, as torch's
         // allocator records it (what cudaMemGetInfo says when cudaMalloc fails), not what
         // the last query before it told.
-        let frees = free_at_failures(g, &e);
+        let frees = free_at_failures(g, a.findings());
         for (m, f) in g.failures() {
             let at = g.clock.since(m.abs_us(f));
             let free = frees
@@ -482,15 +429,15 @@ pub fn memory_viz(run: &Run) -> Snapshot {
 /// (CUDA's ordinals are small; the interposer keeps 0..64).
 pub const MAX_DEVICE_INDEX: i64 = 1023;
 
-pub fn write_memory_viz(run: &Run, out: &Path) -> Result<String> {
-    if let Some(g) = groups(run).iter().find(|g| !(0..=MAX_DEVICE_INDEX).contains(&g.index)) {
+pub fn write_memory_viz(a: &Analysis, out: &Path) -> Result<String> {
+    if let Some(g) = a.groups().iter().find(|g| !(0..=MAX_DEVICE_INDEX).contains(&g.index)) {
         return Err(Fail::input(format!(
             "export --memory-viz: {} device index {} is outside 0..{MAX_DEVICE_INDEX} (a snapshot lists devices by ordinal)",
             crate::layout::printable(&g.host),
             g.index
         )));
     }
-    let snapshot = memory_viz(run);
+    let snapshot = memory_viz(a);
     let n: usize = snapshot.device_traces.iter().map(Vec::len).sum();
     let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())
         .map_err(|e| Fail::input(format!("cannot encode the snapshot: {e}")))?;
@@ -517,7 +464,7 @@ mod tests {
     fn perfetto_writes_a_device_in_record_order() {
         let mut r = report(true);
         r.devices[0].probes.reverse();
-        let trace = perfetto(&run(r));
+        let trace = perfetto(&Analysis::new(&run(r)));
         // (kind, seq) of the device's events as written: probes carry their seq in args;
         // counters are matched by their live bytes.
         let order: Vec<String> = trace["traceEvents"]
@@ -544,7 +491,7 @@ mod tests {
             "error_name": "cudaErrorMemoryAllocation",
             "last_probe": {"t_ms": 7, "seq": 5, "api": "cudaMemGetInfo", "free_bytes": 300 << 20}}))
         .unwrap()];
-        let snap = memory_viz(&run(r));
+        let snap = memory_viz(&Analysis::new(&run(r)));
         let ooms: Vec<&TraceEntry> = snap.device_traces[0].iter().filter(|e| e.action == "oom").collect();
         assert_eq!(ooms.len(), 1);
         assert_eq!((ooms[0].size, ooms[0].device_free, ooms[0].time_us), (400 << 20, Some(300 << 20), 7000));

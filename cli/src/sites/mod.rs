@@ -8,8 +8,8 @@
 //! own frames (`export::frames`).
 
 use crate::analysis::DeviceGroup;
-use culedger_analysis::compare::Row;
 use crate::model::DevSite;
+use culedger_analysis::compare::Row;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

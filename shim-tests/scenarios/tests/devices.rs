@@ -188,7 +188,20 @@ fn the_cli_keys_gpus_by_physical_device() {
 fn ray_style_workers_are_four_gpus() {
     let (sim, out) = machine("devices_ray");
     wait_all((0..4).map(|i| start(&sim, &i.to_string(), &["100", "none", "0.2"])).collect());
-    assert_eq!(rows(&report_json(&out)), vec![(0, 1, 100), (1, 1, 100), (2, 1, 100), (3, 1, 100)]);
+    let r = report_json(&out);
+    assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 100), (2, 1, 100), (3, 1, 100)]);
+    // The metrics carry the DCGM exporter's labels for each GPU.
+    let (code, metrics) = culedger(&["metrics", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{metrics}");
+    for (i, d) in r["devices"].as_array().unwrap().iter().enumerate() {
+        let series = format!(
+            "culedger_device_tracked_bytes{{host=\"{}\",device=\"{i}\",gpu=\"{i}\",UUID=\"{}\"}} {}",
+            d["host"].as_str().unwrap(),
+            d["uuid"].as_str().unwrap(),
+            100 * MIB
+        );
+        assert!(metrics.contains(&series), "{series} in\n{metrics}");
+    }
 }
 
 /// (d) Two servers sharing one 8-GPU machine (`CUDA_VISIBLE_DEVICES=0,1,2,3` and `4,5,6,7`),
@@ -237,4 +250,56 @@ fn old_reports_fall_back_to_ordinals_and_impossible_figures_are_flagged() {
     let (code, text) = culedger(&["explain", out.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("Impossible figures:") && !text.contains("Nothing alarming"), "{text}");
+}
+
+/// (e), live: a server idles (its ledger never changes) while another process takes 1000 MiB
+/// of its GPU; within about a second its running report's NVML reading, and `culedger top`,
+/// show the device used by both, the untracked memory grown with it and its reading fresh.
+#[test]
+fn an_idle_servers_report_follows_the_device() {
+    let (sim, out) = machine("devices_idle_server");
+    let mut server = start(&sim, "0", &["100", "none", "30"]);
+    let report = || -> Option<Value> {
+        let e = std::fs::read_dir(&out).ok()?.flatten().next()?;
+        serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()
+    };
+    let t0 = std::time::Instant::now();
+    while report().and_then(|r| r["devices"][0]["usage"]["used_bytes"].as_i64()).is_none() {
+        if t0.elapsed().as_secs() >= 10 {
+            let _ = server.kill();
+            panic!("no report with a reading: {:?}", report());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Another process on the same GPU, without culedger.
+    let mut other = sim.python("devices.py");
+    other.args(["1000", "none", "30"]).env("CUDA_VISIBLE_DEVICES", "0").env_remove("LD_PRELOAD");
+    let mut other = other.spawn().expect("start the other process");
+    // From the moment it holds its memory (its first RESULT line).
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("RESULT ptr="), "{line}");
+    let want = (512 + 100 + 512 + 1000) * MIB;
+    let t1 = std::time::Instant::now();
+    let seen = loop {
+        let r = report().expect("the server's report");
+        let d = &r["devices"][0];
+        if d["usage"]["used_bytes"].as_i64() == Some(want) {
+            break r;
+        }
+        assert!(t1.elapsed().as_millis() < 2500, "the reading did not follow the device: {d}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(seen["process"]["exit"], "running");
+    let d = &seen["devices"][0];
+    assert_eq!(d["untracked_bytes"].as_i64(), Some(want - 100 * MIB), "the other process shows as untracked");
+    assert_eq!(d["usage"]["processes"].as_array().unwrap().len(), 2, "NVML names both processes");
+    let (code, frame) = culedger(&["top", "--once", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{frame}");
+    assert!(frame.contains("last NVML reading"), "{frame}");
+    assert!(frame.contains(&format!("{:.2} GiB", (want - 100 * MIB) as f64 / (1u64 << 30) as f64)), "{frame}");
+    for c in [&mut server, &mut other] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }

@@ -139,12 +139,6 @@ fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice>
     out
 }
 
-/// The recommendation for a run whose start failed, from the engine's formula.
-pub fn advise(run: &Run, gs: &[DeviceGroup], findings: &[Finding]) -> Option<Advice> {
-    let ev = evaluate_run(run, gs)?;
-    advise_with(run, gs, findings, &ev)
-}
-
 struct Bound {
     lower: bool,
     at: f64,
@@ -154,6 +148,8 @@ struct Bound {
     margin: i64,
 }
 
+/// The recommendation for a run whose start failed, from the engine's formula evaluated on
+/// it (`ev`) and its findings.
 pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Evaluation) -> Option<Advice> {
     let s = &ev.sizing;
     let p0 = ev.value;

@@ -289,12 +289,13 @@ fn median(mut v: Vec<i64>) -> i64 {
 }
 
 /// Every finding of a run, most important first.
-pub fn all(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
-    let ev = super::advice::evaluate_run(run, gs);
-    let mut failures = failure::failed_allocations(gs, !run.skipped.is_empty(), ev.as_ref());
+/// `ev`: the engine's sizing formula evaluated on the run, when one applies.
+pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::Evaluation>) -> Vec<Finding> {
+    crate::counts::computed(crate::counts::Part::Findings);
+    let mut failures = failure::failed_allocations(gs, !run.skipped.is_empty(), ev);
     failures.extend(failure::failed_start(run, gs));
     let mut out = failures.clone();
-    out.extend(sizing::sizing(gs, !failures.is_empty(), ev.as_ref()));
+    out.extend(sizing::sizing(gs, !failures.is_empty(), ev));
     let windows: Vec<untracked::FailureWindow> = failures
         .iter()
         .filter_map(|f| match &f.detail {

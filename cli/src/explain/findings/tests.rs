@@ -75,7 +75,7 @@ fn run() -> Run {
 fn a_failure_is_reconciled_with_its_call_sites() {
     let run = run();
     let gs = crate::analysis::groups(&run);
-    let found = all(&run, &gs);
+    let found = all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
     let f = found.iter().find(|f| f.kind == Kind::FailedAllocation).expect("the failure");
     let Detail::Failure(d) = &f.detail else { unreachable!() };
     let r = d.reconciliation.as_ref().expect("a sizing query before it");
@@ -116,7 +116,7 @@ fn a_failure_without_a_query_before_it_says_so() {
     let r = crate::explain::steps::tests::process(&[("a", 100), ("x", 5000)]);
     let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
     let gs = crate::analysis::groups(&run);
-    let found = all(&run, &gs);
+    let found = all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
     assert_eq!(found.len(), 1, "{found:?}");
     let Detail::Failure(d) = &found[0].detail else { unreachable!() };
     assert!(d.reconciliation.is_none() && d.short_by_bytes.is_none());
@@ -134,7 +134,10 @@ fn without_call_sites_the_text_says_so() {
             }
         }
     }
-    let e = super::super::explain(&run);
+    let gs = crate::analysis::groups(&run);
+    let ev = crate::explain::advice::evaluate_run(&run, &gs);
+    let found = all(&run, &gs, ev.as_ref());
+    let e = super::super::explain(&run, &gs, found, None);
     assert!(!e.sites_recorded);
     let text = super::super::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
     assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
@@ -176,7 +179,11 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
         run.procs[1].process.signal = Some(signal);
         run.summary = summary;
         let gs = crate::analysis::groups(&run);
-        all(&run, &gs).iter().filter(|f| f.kind == Kind::FailedStart).map(|f| f.title.clone()).collect::<Vec<_>>()
+        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+            .iter()
+            .filter(|f| f.kind == Kind::FailedStart)
+            .map(|f| f.title.clone())
+            .collect::<Vec<_>>()
     };
     assert_eq!(with(11, None), ["rank 1 (pid 101) was killed by SIGSEGV without a failed allocation"]);
     assert!(with(15, None).is_empty());
@@ -187,19 +194,31 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.procs[0].devices[0].failures.clear();
     run.summary = Some(stopped);
     let gs = crate::analysis::groups(&run);
-    assert!(all(&run, &gs).iter().all(|f| f.kind != Kind::FailedStart), "rank 0's exit 1 is part of the stop");
+    assert!(
+        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+            .iter()
+            .all(|f| f.kind != Kind::FailedStart),
+        "rank 0's exit 1 is part of the stop"
+    );
     // Rank 0 exited 1 a minute before the rest of the run ended by SIGINT: it failed, and
     // its launcher hung until the user's Ctrl-C.
     run.procs[1].process.end_unix_ms = 60_010;
     let gs = crate::analysis::groups(&run);
-    assert!(all(&run, &gs).iter().any(|f| f.kind == Kind::FailedStart), "an earlier failure stays one");
+    assert!(
+        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+            .iter()
+            .any(|f| f.kind == Kind::FailedStart),
+        "an earlier failure stays one"
+    );
 }
 
 #[test]
 fn a_report_without_its_final_write_says_when_failures_came_past_the_urgent_budget() {
     let mut run = run();
     run.procs[0].health.urgent_deferred = 3;
-    let has_note = |run: &Run| super::super::explain(run).notes.iter().any(|n| n.contains("past culedger's budget"));
+    let has_note = |run: &Run| {
+        crate::run_analysis::Analysis::new(run).explanation().notes.iter().any(|n| n.contains("past culedger's budget"))
+    };
     assert!(!has_note(&run), "a final report holds everything");
     run.procs[0].process.exit = culedger_format::report::Exit::Running;
     assert!(has_note(&run));

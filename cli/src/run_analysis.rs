@@ -1,0 +1,79 @@
+//! One analysis per run, shared by every command: the device groups, the sizing formula
+//! evaluated, the findings, the recommendation, the explanation and the summary, each
+//! computed once, when first asked for (bytehound's `Data`: built once, every exporter
+//! takes it). A command builds one [`Analysis`] per run it reads and hands it to every
+//! output it writes: `html` of two runs computes each part twice in all, not once per
+//! section; `diff` takes the recommendation, not a whole explanation.
+
+use crate::analysis::DeviceGroup;
+use crate::explain::advice::{Advice, Evaluation};
+use crate::explain::{Explanation, Finding, Severity};
+use crate::load::Run;
+use crate::summary::RunSummary;
+use std::cell::OnceCell;
+
+/// Everything the commands compute from one run, lazily.
+pub struct Analysis<'r> {
+    pub run: &'r Run,
+    groups: OnceCell<Vec<DeviceGroup<'r>>>,
+    evaluation: OnceCell<Option<Evaluation>>,
+    findings: OnceCell<Vec<Finding>>,
+    advice: OnceCell<Option<Advice>>,
+    explanation: OnceCell<Explanation>,
+    /// Without and with `--all-categories`.
+    summaries: [OnceCell<RunSummary>; 2],
+}
+
+impl<'r> Analysis<'r> {
+    pub fn new(run: &'r Run) -> Self {
+        Analysis {
+            run,
+            groups: OnceCell::new(),
+            evaluation: OnceCell::new(),
+            findings: OnceCell::new(),
+            advice: OnceCell::new(),
+            explanation: OnceCell::new(),
+            summaries: [OnceCell::new(), OnceCell::new()],
+        }
+    }
+
+    /// The processes grouped per host and device.
+    pub fn groups(&self) -> &[DeviceGroup<'r>] {
+        self.groups.get_or_init(|| crate::analysis::groups(self.run))
+    }
+
+    /// The engine's sizing formula evaluated on the run (None: no engine formula applies).
+    pub fn evaluation(&self) -> Option<&Evaluation> {
+        self.evaluation.get_or_init(|| crate::explain::advice::evaluate_run(self.run, self.groups())).as_ref()
+    }
+
+    /// The findings, most important first.
+    pub fn findings(&self) -> &[Finding] {
+        self.findings.get_or_init(|| crate::explain::findings::all(self.run, self.groups(), self.evaluation()))
+    }
+
+    /// "What to change": for a run with a failure finding, from the engine's formula.
+    pub fn advice(&self) -> Option<&Advice> {
+        self.advice
+            .get_or_init(|| {
+                crate::counts::computed(crate::counts::Part::Advice);
+                let failed = self.findings().iter().any(|f| f.severity == Severity::Failure);
+                let ev = self.evaluation().filter(|_| failed)?;
+                crate::explain::advice::advise_with(self.run, self.groups(), self.findings(), ev)
+            })
+            .as_ref()
+    }
+
+    /// `culedger explain`'s document.
+    pub fn explanation(&self) -> &Explanation {
+        self.explanation.get_or_init(|| {
+            crate::explain::explain(self.run, self.groups(), self.findings().to_vec(), self.advice().cloned())
+        })
+    }
+
+    /// `culedger report`'s summary; `all_categories` lists also the categories that held nothing.
+    pub fn summary(&self, all_categories: bool) -> &RunSummary {
+        self.summaries[usize::from(all_categories)]
+            .get_or_init(|| crate::summary::summarize(self.run, self.groups(), all_categories))
+    }
+}
