@@ -50,3 +50,36 @@ fn markdown_never_turns_a_title_into_markup() {
     assert!(!md.contains("<img"), "{md}");
     assert!(md.contains("`ipc<=64MiB`"), "a budget stays code: {md}");
 }
+
+/// The data the HTML page draws from (its `culedger-data` script).
+fn page_data(page: &str) -> Value {
+    let start = page.find("<script id=\"culedger-data\" type=\"application/json\">").unwrap();
+    let rest = &page[start..];
+    let body = &rest[rest.find('>').unwrap() + 1..rest.find("</script>").unwrap()];
+    serde_json::from_str(body).unwrap()
+}
+
+#[test]
+fn allocations_of_the_last_millisecond_are_drawn() {
+    // A process whose whole life is one millisecond: its records are stamped in µs, its end
+    // in (truncated) ms.
+    let d = tempdir();
+    let mut v: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
+    let start_ms = v["process"]["start_unix_ms"].as_i64().unwrap();
+    v["process"]["start_unix_us"] = (start_ms * 1000).into();
+    v["process"]["end_unix_ms"] = start_ms.into();
+    let sample = |t_us: i64, bytes: i64| {
+        serde_json::json!({"t_ms": 0, "t_us": t_us, "seq": t_us, "live_bytes": bytes, "other": bytes,
+                           "weights": 0, "kv_pool": 0, "ipc": 0, "graphs": 0, "comm": 0})
+    };
+    v["devices"][0]["timeline"] = serde_json::json!([sample(100, 1 << 20), sample(600, 2 << 20)]);
+    std::fs::write(d.path().join("culedger-4101.json"), serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = d.path().join("p.html");
+    let o = culedger(&["html", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let data = page_data(&std::fs::read_to_string(&out).unwrap());
+    let chart = &data["runs"][0]["charts"][0];
+    let other: Vec<i64> = chart["cats"]["other"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    assert_eq!(other.iter().max(), Some(&(2 << 20)), "{chart}");
+}

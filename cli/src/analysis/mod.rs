@@ -38,10 +38,12 @@ impl Member<'_> {
         self.report.process.start_us() + rel_us
     }
 
-    /// When the process ended (its final report), or None while it runs or was killed.
+    /// When the process ended (its final report), or None while it runs or was killed: the
+    /// end of the millisecond `end_unix_ms` names (it is truncated while records are stamped
+    /// in microseconds, and a record of the last millisecond is not after the end).
     pub fn ended_us(&self) -> Option<i64> {
         let p = &self.report.process;
-        p.ended().then(|| p.end_us())
+        p.ended().then(|| p.end_unix_ms.saturating_mul(1000).saturating_add(999).max(p.end_us()))
     }
 
     /// Live bytes per category of this process on this device at absolute time `at_us`:
@@ -164,7 +166,16 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
                 }
                 GpuKey::Ordinal(i) => (i, None),
             };
-            DeviceGroup { host, index, uuid, members, clock, totals: Default::default(), end: Default::default(), series: Default::default() }
+            DeviceGroup {
+                host,
+                index,
+                uuid,
+                members,
+                clock,
+                totals: Default::default(),
+                end: Default::default(),
+                series: Default::default(),
+            }
         })
         .collect();
     gs.sort_by(|a, b| (&a.host, a.index, &a.uuid).cmp(&(&b.host, b.index, &b.uuid)));
@@ -255,9 +266,9 @@ impl<'a> DeviceGroup<'a> {
 
     /// The end of the run as far as this device's processes tell: their last report.
     pub fn end_us(&self) -> i64 {
-        *self.end.get_or_init(|| {
-            self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us)
-        })
+        *self
+            .end
+            .get_or_init(|| self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us))
     }
 
     /// The device timeline: every member's samples summed as step functions.
