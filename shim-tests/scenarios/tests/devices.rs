@@ -64,8 +64,8 @@ fn dev0(r: &Value) -> &Value {
 #[test]
 fn each_rank_names_its_own_physical_gpu() {
     let (sim, out) = machine("devices_two_ranks");
-    run(&sim, Some("0"), &["200", "none", "0"]);
-    run(&sim, Some("1"), &["300", "none", "0"]);
+    run(&sim, Some("0"), &["200", "none", "0.3"]);
+    run(&sim, Some("1"), &["300", "none", "0.3"]);
     let r = reports(&out);
     assert_eq!(r.len(), 2);
     let (a, b) = (dev0(&r[0]), dev0(&r[1]));
@@ -93,8 +93,8 @@ fn each_rank_names_its_own_physical_gpu() {
 #[test]
 fn two_ordinals_of_one_gpu_are_one_uuid() {
     let (sim, out) = machine("devices_one_gpu_two_ordinals");
-    run(&sim, Some("1,0"), &["100", "none", "0"]);
-    run(&sim, None, &["100", "none", "0", "1"]);
+    run(&sim, Some("1,0"), &["100", "none", "0.3"]);
+    run(&sim, None, &["100", "none", "0.3", "1"]);
     let r = reports(&out);
     assert_eq!(r.len(), 2);
     // Sorted by CUDA_VISIBLE_DEVICES: unset first.
