@@ -65,7 +65,7 @@ pub fn prepare() {
 pub enum When {
     /// A periodic write: anything.
     Periodic,
-    /// The final write of a process that exits normally: NVML, already open.
+    /// The final write of a process that exits normally: the driver, and NVML if already open.
     Exit,
     /// A write a signal or an exec asked for: nothing, what is known already.
     Urgent,
@@ -91,7 +91,9 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
             continue;
         }
         IN_REPORT[ordinal].store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some((uuid, bus)) = identity(ordinal, when == When::Periodic) {
+        // A normal exit may ask the driver (no thread is stopped inside it); only a write a
+        // signal, an exec or a failed allocation asked for may not.
+        if let Some((uuid, bus)) = identity(ordinal, when != When::Urgent) {
             d.uuid = Some(uuid.clone());
             d.pci_bus_id = Some(bus.clone());
         }

@@ -52,10 +52,15 @@ impl Reporter {
         let mut prepared = false;
         loop {
             let seen = s.wake.load(Ordering::Acquire);
+            // The devices are named and NVML opened here, never at the final write: first
+            // thing, unless a write was asked for already (a signal right after the start),
+            // which is served first.
+            if !prepared && seen == 0 {
+                prepared = true;
+                let _ = catch_unwind(AssertUnwindSafe(|| self.ledger.prepare_flush_thread()));
+            }
             self.serve_requests(s);
             if !prepared {
-                // Once a write asked for at once (a signal right after the start) is served:
-                // the devices are named and NVML opened here, never at the final write.
                 prepared = true;
                 let _ = catch_unwind(AssertUnwindSafe(|| self.ledger.prepare_flush_thread()));
                 continue;
