@@ -357,3 +357,23 @@ fn every_fixture_renders() {
         }
     }
 }
+
+#[test]
+fn a_start_time_beyond_any_date_still_renders() {
+    if chromium().is_none() {
+        eprintln!("SKIP: no chromium (make test-deps fetches Debian's into target/test-deps/chromium)");
+        return;
+    }
+    let d = tempdir();
+    let mut v: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
+    v["process"]["start_unix_ms"] = i64::MAX.into();
+    v["process"]["start_unix_us"] = i64::MAX.into();
+    std::fs::write(d.path().join("culedger-4101.json"), serde_json::to_vec(&v).unwrap()).unwrap();
+    let page = d.path().join("p.html");
+    let o = culedger(&["html", d.path().to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (dom, console) = render(&page).unwrap();
+    assert!(console.is_empty(), "console: {console:?}");
+    assert!(dom.contains("data-rendered=\"1\""), "the page's script did not finish");
+}

@@ -4,6 +4,9 @@
 (function () {
   "use strict";
   var CATS = ["weights", "kv_pool", "ipc", "graphs", "comm", "other"];
+  // A time from a report as ISO 8601; one a Date cannot hold (start time i64::MAX) as its number.
+  function isoTime(us) { var d = new Date(us / 1000); return isNaN(d.getTime()) ? us + " µs since the Unix epoch" : d.toISOString(); }
+
   var COLORS = { weights: "#4e79a7", kv_pool: "#f28e2c", ipc: "#e15759", graphs: "#76b7b2", comm: "#59a14f", other: "#edc949" };
   var data = JSON.parse(document.getElementById("culedger-data").textContent);
   var app = document.getElementById("app");
@@ -178,7 +181,7 @@
     var s = run.summary, ex = run.explain;
     var sec = el("section", { "class": "run", id: "run-" + k });
     sec.appendChild(el("h1", { text: "culedger: " + run.label }));
-    sec.appendChild(el("div", { "class": "meta", text: data.tool + " · run " + (s.run_ids.join(", ") || "-") + " · " + s.processes.length + " processes · " + s.devices.length + " GPUs · times are seconds since " + new Date(s.t0_unix_us / 1000).toISOString() }));
+    sec.appendChild(el("div", { "class": "meta", text: data.tool + " · run " + (s.run_ids.join(", ") || "-") + " · " + s.processes.length + " processes · " + s.devices.length + " GPUs · times are seconds since " + isoTime(s.t0_unix_us) }));
     sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed ? "failed" : "ok"), id: k === 0 ? "verdict" : null, text: s.verdict.text }));
     sec.appendChild(findings(ex));
     sec.appendChild(el("h2", { text: "GPUs" }));
