@@ -88,7 +88,16 @@ fn nccl_starts_and_custom_allreduce_runs_out_of_memory_after_the_query() {
         let others: usize =
             items.iter().filter(|i| i["kind"] == "other_processes").map(|i| i["pids"].as_array().unwrap().len()).sum();
         assert_eq!(others, 7, "the other ranks' contexts: {f}");
-        assert_eq!(r["unexplained_bytes"], 0, "{f}");
+        // What the closing query (the one after the failure) adds up to. The ranks fail within
+        // milliseconds of each other and exit, and a failing rank now waits for its report to be
+        // on disk before it goes on to that query (src/report/urgent.rs): a peer that exited
+        // first has released its 512 MiB context by then (one whole context more free, never a
+        // part), and a rank ended before it asked has no closing query. Every other case adds
+        // up to the byte.
+        match r["unexplained_bytes"].as_i64() {
+            None => assert!(r["closed_by"].is_null(), "{f}"),
+            Some(u) => assert!(u == 0 || (u < 0 && u % (512 * 1024 * 1024) == 0), "{f}"),
+        }
         // Short by less than the V buffer it asked for: 14 MiB (154 MiB on GPU 0).
         let short = d["short_by_bytes"].as_i64().unwrap();
         let want = if f["device"] == 0 { 154 } else { 14 };
