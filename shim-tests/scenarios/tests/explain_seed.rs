@@ -98,10 +98,13 @@ fn nccl_starts_and_custom_allreduce_runs_out_of_memory_after_the_query() {
             None => assert!(r["closed_by"].is_null(), "{f}"),
             Some(u) => assert!(u == 0 || (u < 0 && u % (512 * 1024 * 1024) == 0), "{f}"),
         }
-        // Short by less than the V buffer it asked for: 14 MiB (154 MiB on GPU 0).
-        let short = d["short_by_bytes"].as_i64().unwrap();
-        let want = if f["device"] == 0 { 154 } else { 14 };
-        assert_eq!(short >> 20, want, "{f}");
+        // Short by less than the V buffer it asked for: 14 MiB (154 MiB on GPU 0), as the
+        // closing query measured it; after a peer's exit that query sees its context freed too.
+        if r["unexplained_bytes"].as_i64() == Some(0) {
+            let short = d["short_by_bytes"].as_i64().unwrap();
+            let want = if f["device"] == 0 { 154 } else { 14 };
+            assert_eq!(short >> 20, want, "{f}");
+        }
         let text = f["text"].as_str().unwrap();
         assert!(text.contains("(not visible to that query)") && text.contains("no longer fit"), "{text}");
     }
