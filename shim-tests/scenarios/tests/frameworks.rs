@@ -399,6 +399,20 @@ fn torch_gemms_run_on_cublas() {
     assert_eq!(n(&r["health"]["lost_events"]), 0);
 }
 
+/// torch.topk, as vLLM 0.33's sampler runs it in its profile run: torch sizes its grid from the
+/// SM count, registers per SM and blocks per SM and divides by them (TensorTopK.cu
+/// get_items_per_thread). Before the fake answered MAX_REGISTERS_PER_MULTIPROCESSOR (65536 on an
+/// H100), torch read 0 and the process died of SIGFPE (the real vLLM server's workers did).
+#[test]
+fn torch_topk_sizes_its_grid_from_the_device() {
+    let Some(site) = frameworks() else { return };
+    let sim = bare_machine("fw_torch_topk", &site);
+    let run = sim.run_ok(&mut sim.python("frameworks/torch_topk.py"));
+    assert_eq!(run.u64("regs_per_sm"), 65536);
+    assert_eq!(run.u64("sms"), 132);
+    assert_eq!(run.value("topk"), "256x5");
+}
+
 /// The lines of NCCL's INFO log (`host:pid:tid [rank] NCCL INFO ...`) written by one process.
 fn nccl_lines_of(log: &str, pid: u64) -> impl Iterator<Item = &str> {
     log.lines().filter(move |l| {
