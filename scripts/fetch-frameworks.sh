@@ -15,6 +15,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base="$root/target/frameworks"
 py=${PYTHON:-python3}
+. "$root/scripts/pinned-wheels.sh"
 pins=(
     torch==2.15.0 cupy-cuda13x==14.2.0 nvidia-nccl-cu13==2.30.7
     nvidia-cuda-runtime==13.2.86 nvidia-cublas==13.4.1.3 nvidia-cuda-cupti==13.2.86
@@ -29,26 +30,9 @@ stamp="$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') ${pins[*
 if [ -f "$base/site/torch/__init__.py" ] && [ "$(cat "$base/site/.pins" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
-mkdir -p "$base/wheels"
-rm -f "$base/unavailable"
 echo "fetch-frameworks: downloading torch 2.15.0, cupy-cuda13x 14.2.0, nvidia-nccl-cu13 2.30.7 and the CUDA 13 libraries they load (about 2.7 GB of wheels) into $base" >&2
-if ! log=$("$py" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-    -d "$base/wheels" "${pins[@]}" 2>&1); then
-    reason=$(printf '%s\n' "$log" | grep -m1 -iE "error|could not|failed" || printf '%s\n' "$log" | tail -n1)
-    echo "PyPI could not be reached for the pinned framework wheels: $reason" > "$base/unavailable"
-    echo "fetch-frameworks: $(cat "$base/unavailable"); the framework tests will be skipped" >&2
-    exit 0
-fi
-wheels=()
-for pin in "${pins[@]}"; do
-    name=${pin%%==*} ver=${pin#*==}
-    norm=$(printf '%s' "$name" | tr 'A-Z-' 'a-z_')
-    w=$(ls "$base/wheels/" | grep -i -m1 "^${norm}-${ver}-") || { echo "fetch-frameworks: no wheel for $pin" >&2; exit 1; }
-    wheels+=("$base/wheels/$w")
-done
-rm -rf "$base/site.tmp"
-"$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --no-index \
-    --target "$base/site.tmp" "${wheels[@]}" || { echo "fetch-frameworks: pip install failed" >&2; exit 1; }
+pinned_download fetch-frameworks "$base" framework "${pins[@]}" || exit 0
+pinned_install fetch-frameworks "$base" "$base/site.tmp" "${pins[@]}"
 echo "$stamp" > "$base/site.tmp/.pins"
 rm -rf "$base/site"
 mv "$base/site.tmp" "$base/site"

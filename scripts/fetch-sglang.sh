@@ -18,6 +18,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base="$root/target/sglang"
 py=${PYTHON:-python3}
+. "$root/scripts/pinned-wheels.sh"
 pins=(
     sglang==0.5.23 sglang-kernel==0.4.10 triton==3.9.0 torchvision==0.29.2
     nvidia-cutlass-dsl==4.8.0 nvidia-cutlass-dsl-libs-base==4.8.0 nvidia-cutlass-dsl-libs-core==4.8.0
@@ -45,26 +46,10 @@ if [ -f "$base/site/sglang/__init__.py" ] && [ -x "$base/venv/bin/python" ] \
     && [ "$(cat "$base/site/.pins" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
-mkdir -p "$base/wheels"
-rm -f "$base/unavailable"
 echo "fetch-sglang: downloading sglang 0.5.23, sglang-kernel 0.4.10 and what the server imports (about 830 MB of wheels) into $base" >&2
-if ! log=$("$py" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-    -d "$base/wheels" "${pins[@]}" 2>&1); then
-    reason=$(printf '%s\n' "$log" | grep -m1 -iE "error|could not|failed" || printf '%s\n' "$log" | tail -n1)
-    echo "PyPI could not be reached for the pinned SGLang wheels: $reason" > "$base/unavailable"
-    echo "fetch-sglang: $(cat "$base/unavailable"); the real SGLang server tests will be skipped" >&2
-    exit 0
-fi
-wheels=()
-for pin in "${pins[@]}"; do
-    name=${pin%%==*} ver=${pin#*==}
-    norm=$(printf '%s' "$name" | tr 'A-Z-' 'a-z_')
-    w=$(ls "$base/wheels/" | grep -i "^${norm}-${ver}-" | sed -n 1p); [ -n "$w" ] || { echo "fetch-sglang: no wheel for $pin" >&2; exit 1; }
-    wheels+=("$base/wheels/$w")
-done
-rm -rf "$base/site.tmp" "$base/venv"
-"$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --no-index \
-    --target "$base/site.tmp" "${wheels[@]}" || { echo "fetch-sglang: pip install failed" >&2; exit 1; }
+pinned_download fetch-sglang "$base" SGLang "${pins[@]}" || exit 0
+pinned_install fetch-sglang "$base" "$base/site.tmp" "${pins[@]}"
+rm -rf "$base/venv"
 "$py" -m venv --without-pip "$base/venv" || { echo "fetch-sglang: python -m venv failed" >&2; exit 1; }
 purelib=$("$base/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf "import site; site.addsitedir('%s'); site.addsitedir('%s')\n" "$base/site" "$root/target/frameworks/site" \

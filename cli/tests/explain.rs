@@ -253,9 +253,13 @@ fn diff_leads_with_the_cause() {
     // Under the headline: the same recommendation as `culedger explain` of the failing side.
     let (head, change) = head.split_once(" What to change: ").expect("the recommendation under the headline");
     let e = json("tests/fixtures/custom-ar");
-    let first = e["what_to_change"]["lines"][0].as_str().unwrap();
+    let lines = e["what_to_change"]["lines"].as_array().unwrap();
+    let first = lines[0].as_str().unwrap();
     assert_eq!(change.trim_end().trim_end_matches('.'), first.replace('\n', " "), "{text}");
-    assert!(first.starts_with("Lower --mem-fraction-static from 0.97 to at most "), "{first}");
+    // The choice that keeps the most pool comes first: disabling the custom all-reduce keeps
+    // more of it than lowering the fraction alone.
+    assert!(first.starts_with("Disable the custom all-reduce (--disable-custom-all-reduce)"), "{first}");
+    assert!(lines[1].as_str().unwrap().starts_with("Lower --mem-fraction-static from 0.97 to at most "), "{lines:?}");
     assert!(
         head.starts_with(
             "custom-ar/ ran out of memory: part 16 of its KV pool (916.00 MiB, kv_pool, cudaMalloc) failed on 2 of 2 GPUs"

@@ -120,6 +120,10 @@ pub struct Alternative {
     pub what: String,
     /// File or function globs of the frames that show the feature caused a cost.
     pub callers: Vec<String>,
+    /// Categories of the process's allocations after the sizing query that the feature
+    /// accounts for (`graphs`).
+    #[serde(default)]
+    pub categories: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -26,23 +26,51 @@ fn start(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32) 
 }
 
 fn sglang(name: &str, fraction: f64) -> (Sim, PathBuf, i32) {
+    sglang_with(name, fraction, &[])
+}
+
+/// The demo's start with `extra` flags (an alternative of What to change applied).
+fn sglang_with(name: &str, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
     demo_machine(&mut sim, 8, 98304).timeout(std::time::Duration::from_secs(180));
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "--tp",
         "8",
         "--model-mib",
         "77184",
         "--mem-fraction-static",
         &format!("{fraction:.2}"),
-        "--allreduce",
-        "custom",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if !extra.contains(&"--disable-custom-all-reduce") {
+        args.extend(["--allreduce".to_string(), "custom".to_string()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
     let (out, code) = start(&sim, "run", "sglang_server.py", &args);
     (sim, out, code)
+}
+
+/// What to change's choices: (flag, value, pool bytes), most pool kept first; checks that
+/// no choice has a pool that is not positive and that they come in that order.
+fn choices(a: &Value) -> Vec<(String, f64, i64, bool)> {
+    let c: Vec<(String, f64, i64, bool)> = a["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["flag"].as_str().unwrap().to_string(),
+                c["value"].as_f64().unwrap(),
+                c["pool_bytes"].as_i64().unwrap(),
+                c["parameter_only"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert!(c.iter().all(|x| x.2 > 0), "a choice with no pool: {a:#}");
+    assert!(c.windows(2).all(|w| w[0].2 >= w[1].2), "ranked by the pool kept: {a:#}");
+    c
 }
 
 fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
@@ -74,9 +102,15 @@ fn sglang_lower_mem_fraction_static_works_when_applied() {
     let rec = a["recommended"].as_f64().unwrap();
     assert!(rec < 0.9, "{a:#}");
     let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
-    assert!(lines[0].starts_with(&format!("Lower --mem-fraction-static from 0.90 to at most {rec:.2}")), "{lines:?}");
-    assert!(lines[1].starts_with("The reserve was (1 - 0.90) x 95.00 GiB = 9.50 GiB"), "{lines:?}");
-    assert!(lines[1].contains("peer access 7.00, other ranks' contexts 3.50, IPC opens 0.03"), "{lines:?}");
+    // Disabling the custom all-reduce keeps more of the pool than lowering the fraction
+    // alone: it comes first.
+    let ch = choices(a);
+    assert_eq!(ch.len(), 2, "{a:#}");
+    assert_eq!(ch[0].0, "--disable-custom-all-reduce", "{a:#}");
+    assert!(lines[0].starts_with("Disable the custom all-reduce (--disable-custom-all-reduce)"), "{lines:?}");
+    assert!(lines[1].starts_with(&format!("Lower --mem-fraction-static from 0.90 to at most {rec:.2}")), "{lines:?}");
+    assert!(lines[2].starts_with("The reserve was (1 - 0.90) x 95.00 GiB = 9.50 GiB"), "{lines:?}");
+    assert!(lines[2].contains("peer access 7.00, other ranks' contexts 3.50, IPC opens 0.03"), "{lines:?}");
     // The structural alternative, named from the call sites of the arrivals.
     let alt = &a["alternatives"][0];
     assert_eq!(alt["flag"], "--disable-custom-all-reduce", "{a:#}");
@@ -88,6 +122,12 @@ fn sglang_lower_mem_fraction_static_works_when_applied() {
     assert_eq!(whatif(&dir, &format!("--mem-fraction-static={:.2}", rec + 0.02)), 1);
     let (_s1, _d1, code) = sglang("advice_sg_rec", rec);
     assert_eq!(code, 0, "the recommended {rec:.2} starts");
+    // Every alternative applied (its flag with the value it names) starts too.
+    for (k, (flag, v, _, only)) in ch.iter().enumerate().filter(|(_, c)| !c.3) {
+        let _ = only;
+        let (_s, _d, code) = sglang_with(&format!("advice_sg_alt{k}"), *v, &[flag.as_str()]);
+        assert_eq!(code, 0, "{flag} with --mem-fraction-static {v:.2} starts");
+    }
     let (_s2, d2, code) = sglang("advice_sg_beyond", rec + 0.02);
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
 

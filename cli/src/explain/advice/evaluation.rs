@@ -237,7 +237,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
 
 /// The engine's formula on the run, when the run is a known engine's.
 pub fn evaluate_run(run: &Run, gs: &[DeviceGroup]) -> Option<Evaluation> {
-    crate::counts::computed(crate::counts::Part::Evaluation);
+    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Evaluation);
     let reports: Vec<&Report> = run.procs.iter().collect();
     let (pack, s) = engines::recognize(&reports)?;
     evaluate(run, gs, &pack, &s)
@@ -258,6 +258,13 @@ impl Evaluation {
         }
     }
 
+    /// Every refusal check of the engine that rank `r`'s inputs allow: (message, c0, c1,
+    /// strict), where the check holds when `c0 + c1 * p` is positive (strict: the pool) or
+    /// not negative (other checks).
+    pub fn checks(&self, r: &RankSizing) -> Vec<(String, f64, f64, bool)> {
+        self.refusals(r, f64::NAN).into_iter().collect()
+    }
+
     /// The refusal checks that fail for rank `r` at `p`: (message, c0, c1), where the check
     /// holds when `c0 + c1 * p` is positive (the pool) or not negative (other checks).
     pub fn refusals(&self, r: &RankSizing, p: f64) -> Vec<(String, f64, f64, bool)> {
@@ -273,7 +280,8 @@ impl Evaluation {
             }
             let (c0, c1) = linear(&terms, &r.inputs);
             let v = c0 + c1 * p;
-            if (strict && v <= 0.0) || (!strict && v < 0.0) {
+            // NaN: every check (`checks`).
+            if v.is_nan() || (strict && v <= 0.0) || (!strict && v < 0.0) {
                 out.push((f.message.clone(), c0, c1, strict));
             }
         }

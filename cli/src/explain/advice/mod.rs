@@ -44,6 +44,8 @@ pub struct Advice {
     pub recommended: Option<f64>,
     /// The bound before rounding.
     pub bound: f64,
+    /// The values that start, as the checks and the failure bound them.
+    pub interval: Interval,
     /// The pool (per rank) at the run's value and at the recommended one.
     pub pool_before_bytes: i64,
     pub pool_after_bytes: Option<i64>,
@@ -58,6 +60,8 @@ pub struct Advice {
     pub margin_what: String,
     /// Features whose call sites caused part of the arrivals, and how much.
     pub alternatives: Vec<AltAdvice>,
+    /// Every way to start, most pool kept first.
+    pub choices: Vec<Choice>,
     /// The rank whose numbers decide (`rank 1 (pid 5102)`).
     pub deciding: String,
     /// "What to change", most useful first.
@@ -72,9 +76,32 @@ pub struct AltAdvice {
     pub apis: Vec<String>,
 }
 
-/// GiB with two decimals; three below 0.01 GiB, so that a few MiB do not read as nothing.
+/// One way to start, as numbers (the words are in `lines`): the flag to set (the parameter's
+/// own, or a lever of the pack's `alternatives` together with the parameter's value), and the
+/// KV pool per rank it keeps. `choices` come most pool kept first.
+#[derive(Debug, Clone, Serialize)]
+pub struct Choice {
+    /// The lever's flag (`--disable-custom-all-reduce`), or the parameter's flag alone.
+    pub flag: String,
+    /// Whether this is the parameter alone (no lever).
+    pub parameter_only: bool,
+    /// The parameter's value to use with it (the run's own when the lever alone fits).
+    pub value: f64,
+    /// The pool per rank at that value.
+    pub pool_bytes: i64,
+    /// What the lever takes away of what came after the sizing query (0 for the parameter).
+    pub removes_bytes: i64,
+}
 
-/// The value of the engine's parameter: on a command line of the run, else its default.
+/// The parameter's interval of values that start, from the engine's checks and the failure:
+/// at least `at_least` (the pool must come out positive: the engine's own refusal) and at
+/// most `at_most` (the pool plus what came after it must fit). Empty when `at_least >=
+/// at_most`. Either is None where nothing bounds it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Interval {
+    pub at_least: Option<f64>,
+    pub at_most: Option<f64>,
+}
 
 fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
     let mut out: Vec<(String, i64)> = Vec::new();
@@ -100,9 +127,15 @@ fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
     out
 }
 
-/// The alternatives whose call sites caused driver costs among `items` (or, without items,
-/// anywhere in the process).
-fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice> {
+/// The alternatives whose call sites (or categories) account for part of what came after the
+/// sizing query, and how much: driver costs of their call sites, the process's allocations in
+/// their categories, and the failed request itself when its call site runs through them.
+fn alternatives(
+    s: &Sizing,
+    m: Member,
+    items: Option<&[Item]>,
+    failed: Option<(&crate::model::Failure, i64)>,
+) -> Vec<AltAdvice> {
     let mut out = Vec::new();
     for a in &s.alternatives {
         let mut bytes = 0;
@@ -133,6 +166,26 @@ fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice>
                 }
             }
         }
+        if let Some(items) = items {
+            for i in items.iter().filter(|i| i.kind == ItemKind::Allocated && i.bytes > 0) {
+                if i.category.as_ref().is_some_and(|c| a.categories.contains(c)) {
+                    bytes += i.bytes;
+                    let w = format!("{} allocations", i.category.clone().unwrap_or_default());
+                    if !apis.contains(&w) {
+                        apis.push(w);
+                    }
+                }
+            }
+        }
+        if let Some((f, need)) = failed {
+            if engines::frames(m.report, f.site).iter().any(|fr| engines::frame_matches(&a.callers, fr)) {
+                bytes += need;
+                let w = "the failed request".to_string();
+                if !apis.contains(&w) {
+                    apis.push(w);
+                }
+            }
+        }
         if bytes > 0 {
             out.push(AltAdvice { flag: a.flag.clone(), what: a.what.clone(), bytes, apis });
         }
@@ -141,12 +194,18 @@ fn alternatives(s: &Sizing, m: Member, items: Option<&[Item]>) -> Vec<AltAdvice>
 }
 
 struct Bound {
-    lower: bool,
+    /// The value must be at most `at` (else at least `at`).
+    at_most: bool,
     at: f64,
     rank: usize,
     recon: Option<super::recon::Recon>,
     refusal: Option<String>,
     margin: i64,
+    /// Whether the run's own value broke it (what made the start fail).
+    broken: bool,
+    /// For a failure's bound: the deficit, and the alternatives that shrink it.
+    deficit: i64,
+    alts: Vec<AltAdvice>,
 }
 
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
@@ -160,17 +219,25 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
         let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
         let failed_exit = m.report.process.exit_code.is_some_and(|c| c != 0) || m.report.process.signal.is_some();
-        for (msg, c0, c1, _) in ev.refusals(r, p0) {
-            if failed_exit && c1 != 0.0 {
-                bounds.push(Bound {
-                    lower: c1 < 0.0,
-                    at: -c0 / c1,
-                    rank: k,
-                    recon: None,
-                    refusal: Some(msg),
-                    margin: 0,
-                });
+        // Every check of the engine bounds the parameter, whether or not the run broke it:
+        // a value that cures the failure must not break another check (a pool that is not
+        // positive fails with the engine's other error).
+        for (msg, c0, c1, _) in ev.checks(r) {
+            if c1 == 0.0 {
+                continue;
             }
+            let broken = failed_exit && ev.refusals(r, p0).iter().any(|x| x.0 == msg);
+            bounds.push(Bound {
+                at_most: c1 < 0.0,
+                at: -c0 / c1,
+                rank: k,
+                recon: None,
+                refusal: Some(msg),
+                margin: 0,
+                broken,
+                deficit: 0,
+                alts: Vec::new(),
+            });
         }
         let st = steps::steps(m);
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
@@ -193,32 +260,44 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
         }
+        // A failure inside the pool: the rest of the pool is not something a lever removes.
+        let failed = if after_pool.is_some() { Some((f, need)) } else { None };
+        let alts = alternatives(s, m, Some(&recon.items), failed);
         bounds.push(Bound {
-            lower: true,
+            at_most: true,
             at: p0 - after_pool::lowering(deficit, ev.scale_bytes, growth),
             rank: k,
             recon: Some(recon),
             refusal: None,
             margin,
+            broken: true,
+            deficit,
+            alts,
         });
     }
-    if bounds.is_empty() {
+    if !bounds.iter().any(|b| b.broken) {
         return None;
     }
-    let lowest = bounds.iter().filter(|b| b.lower).min_by(|a, b| a.at.total_cmp(&b.at));
-    let highest = bounds.iter().filter(|b| !b.lower).max_by(|a, b| a.at.total_cmp(&b.at));
-    let (direction, bound, deciding) = match (lowest, highest) {
-        (Some(l), Some(h)) if h.at >= l.at => ("none", l.at, l),
-        (Some(l), _) => ("lower", l.at, l),
-        (None, Some(h)) => ("raise", h.at, h),
-        (None, None) => return None,
+    let at_most = bounds.iter().filter(|b| b.at_most).min_by(|a, b| a.at.total_cmp(&b.at));
+    let at_least = bounds.iter().filter(|b| !b.at_most).max_by(|a, b| a.at.total_cmp(&b.at));
+    let interval = Interval { at_least: at_least.map(|b| b.at), at_most: at_most.map(|b| b.at) };
+    // Two decimals inside the interval: "at most" rounds down, "at least" up; a value on the
+    // "at least" bound itself is not in it (the pool must be positive).
+    let lo = at_least.map(|b| ceil2(b.at + 1e-6)).unwrap_or(s.parameter.min).max(s.parameter.min);
+    let hi = at_most.map(|b| floor2(b.at)).unwrap_or(s.parameter.max).min(s.parameter.max);
+    let broke_at_most = at_most.is_some_and(|b| p0 > b.at);
+    let broke_at_least = at_least.is_some_and(|b| p0 <= b.at);
+    let (direction, bound, deciding) = match (broke_at_most, broke_at_least) {
+        _ if lo > hi => ("none", at_most.or(at_least).map_or(p0, |b| b.at), at_most.or(at_least)?),
+        (true, _) => ("lower", at_most?.at, at_most?),
+        (false, true) => ("raise", at_least?.at, at_least?),
+        (false, false) => return None,
     };
     let recommended = match direction {
-        "lower" => Some(floor2(bound)),
-        "raise" => Some(ceil2(bound + 1e-6)),
+        "lower" => Some(hi),
+        "raise" => Some(lo),
         _ => None,
-    }
-    .filter(|v| *v >= s.parameter.min && *v <= s.parameter.max);
+    };
     let r = &ev.ranks[deciding.rank];
     let margin = deciding.margin;
     let pool_before = r.pool_bytes;
@@ -228,12 +307,55 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
     let arrivals_bytes: i64 = arr.iter().map(|(_, b)| b).sum();
     let g = gs.iter().find(|g| g.host == r.host && g.index == r.device)?;
     let m = g.member_at(r.pid, r.start_us)?;
-    let alts = alternatives(s, m, deciding.recon.as_ref().map(|x| &x.items[..]));
+    let alts = match deciding.recon.as_ref() {
+        Some(_) => deciding.alts.clone(),
+        None => alternatives(s, m, None, None),
+    };
+
+    // Every way to start, with the pool it keeps: the parameter alone, and each lever with
+    // the parameter's value it still needs (the failures' deficits shrunk by what the lever
+    // takes away on each rank), inside the interval the checks leave.
+    let mut choices: Vec<Choice> = Vec::new();
+    if let Some(v) = recommended {
+        choices.push(Choice {
+            flag: s.parameter.flag.clone(),
+            parameter_only: true,
+            value: v,
+            pool_bytes: pool_after.unwrap_or(0),
+            removes_bytes: 0,
+        });
+    }
+    for a in &s.alternatives {
+        let mut upper = hi.max(p0).min(s.parameter.max);
+        let mut removes = 0;
+        let mut any = false;
+        for b in bounds.iter().filter(|b| b.at_most) {
+            let took = b.alts.iter().find(|x| x.flag == a.flag).map_or(0, |x| x.bytes);
+            if b.recon.is_some() {
+                any |= took > 0;
+                if b.rank == deciding.rank {
+                    removes = took;
+                }
+                let left = b.deficit - took;
+                if left > 0 {
+                    upper = upper.min(floor2(p0 - left as f64 / ev.scale_bytes.max(1) as f64));
+                }
+            } else {
+                upper = upper.min(floor2(b.at));
+            }
+        }
+        let v = upper.min(p0.max(lo));
+        if !any || v < lo || v > s.parameter.max {
+            continue;
+        }
+        choices.push(Choice { flag: a.flag.clone(), parameter_only: false, value: v, pool_bytes: ev.pool_at(r, v), removes_bytes: removes });
+    }
+    choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
 
     let flag = &s.parameter.flag;
     let mut lines = Vec::new();
-    match (direction, recommended) {
-        ("lower", Some(v)) => lines.push(format!(
+    let param_line = match (direction, recommended) {
+        ("lower", Some(v)) => format!(
             "Lower {flag} from {p0:.2} to at most {v:.2}{}{}",
             if pool_before > 0 {
                 format!(": the pool shrinks from {} to {} GiB per rank", gib(pool_before), gib(pool_after.unwrap_or(0)))
@@ -253,8 +375,8 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
                     gib(margin)
                 ),
             }
-        )),
-        ("raise", Some(v)) => lines.push(format!(
+        ),
+        ("raise", Some(v)) => format!(
             "Raise {flag} from {p0:.2} to at least {v:.2}: the formula gave a pool of {} GiB, and {} refused \
              (\"{}\"); at {v:.2} the pool gets {} GiB, and each 0.01 more adds {} GiB",
             gib(pool_before),
@@ -262,14 +384,53 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             deciding.refusal.clone().unwrap_or_default(),
             gib(pool_after.unwrap_or(0)),
             gib(ev.scale_bytes / 100)
-        )),
-        _ => lines.push(format!(
-            "No value of {flag} fits: the pool needs it above {:.3} and what comes after the pool needs it at most \
-             {:.3}; free memory elsewhere (fewer arrivals, a smaller model, more GPUs)",
-            highest.map_or(0.0, |h| h.at),
-            lowest.map_or(0.0, |l| l.at)
-        )),
+        ),
+        _ => {
+            let (lo_at, hi_at) = (interval.at_least.unwrap_or(s.parameter.min), interval.at_most.unwrap_or(s.parameter.max));
+            format!(
+                "No {flag} starts: above {hi_at:.3} what comes after the pool does not fit, and at {lo_at:.3} or \
+                 below the pool is empty (\"{}\"); shrink what comes after the pool instead{}",
+                at_least.and_then(|b| b.refusal.clone()).unwrap_or_default(),
+                if choices.is_empty() { ": a larger tensor-parallel size or a smaller model" } else { "" }
+            )
+        }
+    };
+    let alt_line = |c: &Choice| {
+        let a = alts.iter().find(|a| a.flag == c.flag);
+        let (what, apis, took) = match a {
+            Some(a) => (a.what.clone(), join_and(&a.apis), a.bytes),
+            None => (c.flag.clone(), String::new(), c.removes_bytes),
+        };
+        format!(
+            "Or disable {what} ({}){}: the pool keeps {} GiB per rank; its {apis} took {} GiB{}",
+            c.flag,
+            if (c.value - p0).abs() < 1e-9 {
+                String::new()
+            } else {
+                format!(" with {flag} at most {:.2}", c.value)
+            },
+            gib(c.pool_bytes),
+            gib(took),
+            if deciding.recon.is_some() { " after the sizing query" } else { "" },
+        )
+    };
+    let mut param_said = false;
+    for c in &choices {
+        if c.parameter_only {
+            lines.push(param_line.clone());
+            param_said = true;
+        } else {
+            let l = alt_line(c);
+            lines.push(match l.strip_prefix("Or disable") {
+                Some(rest) if lines.is_empty() => format!("Disable{rest}"),
+                _ => l,
+            });
+        }
     }
+    if !param_said {
+        lines.insert(0, param_line);
+    }
+    let n_choices = lines.len();
     if deciding.refusal.is_none() || !arr.is_empty() {
         let parts: Vec<String> = arr.iter().map(|(w, b)| format!("{w} {}", gib(*b))).collect();
         lines.push(format!(
@@ -289,9 +450,10 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             r.device
         ));
     }
-    for a in &alts {
+    // Alternatives that do not make the start fit on their own are still named.
+    for a in alts.iter().filter(|a| !choices.iter().any(|c| c.flag == a.flag)) {
         lines.push(format!(
-            "Or disable {} ({}): its {} took {} GiB{}, named by the call sites of those costs",
+            "Disabling {} ({}) alone is not enough: its {} took {} GiB{}",
             a.what,
             a.flag,
             join_and(&a.apis),
@@ -299,7 +461,8 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             if deciding.recon.is_some() { " after the sizing query" } else { "" }
         ));
     }
-    if margin > 0 && direction == "lower" && deciding.refusal.is_none() {
+    let _ = n_choices;
+    if margin > 0 && direction != "raise" && deciding.refusal.is_none() {
         lines.push(format!(
             "The value leaves a margin of {} GiB for {}, which the failed run never reached, so the reports cannot \
              size it (rules/{}.json, after_pool)",
@@ -339,6 +502,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         direction,
         recommended,
         bound,
+        interval,
         pool_before_bytes: pool_before,
         pool_after_bytes: pool_after,
         reserve_bytes,
@@ -348,6 +512,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         margin_bytes: margin,
         margin_what,
         alternatives: alts,
+        choices,
         deciding: format!("{} on GPU {}", r.process, r.device),
         lines,
     })
