@@ -501,8 +501,8 @@ fn start_under_culedger(sim: &Sim, python: &Path, model: &Path, args: &[&str], t
 ///    start).
 /// 2. The recommended value under culedger: ready, `/model_info`, a SIGTERM, the healthy checks
 ///    (kv_pool as logged, every site named, no failure), the custom all-reduce's buffers in
-///    `ipc` on every GPU, nothing above 1% of a GPU unnamed, and `diff` of the two launches
-///    names the pool as what grew. Without culedger only when it does not start (the panic
+///    `ipc` on every GPU, and `diff` of the two launches shows the failed one's larger pool on
+///    every GPU and explain's value. Without culedger only when it does not start (the panic
 ///    says which side is at fault).
 #[test]
 fn sglang_tp8_custom_all_reduce_failure_then_the_recommended_value_starts() {
@@ -556,7 +556,8 @@ fn sglang_tp8_custom_all_reduce_failure_then_the_recommended_value_starts() {
     }
 
     // diff of the failed and the started launch: its headline says the failed side ran out of
-    // memory, names the pool as what grew, and gives explain's value.
+    // memory and gives explain's value; each GPU's table shows the pool as what the failed
+    // launch had more of (the fraction it was given).
     let (code, text) = culedger_scenarios::cli::culedger(&[
         "diff",
         "--color",
@@ -567,10 +568,18 @@ fn sglang_tp8_custom_all_reduce_failure_then_the_recommended_value_starts() {
     eprintln!("tp8: culedger diff (exit {code}):\n{text}");
     assert_eq!(code, 0, "culedger diff: {text}");
     let head: String = text.lines().take_while(|l| !l.starts_with("culedger diff:")).collect::<Vec<_>>().join(" ");
-    assert!(
-        head.starts_with("tp8-oom-out/ ran out of memory") && head.contains("kv_pool") && head.contains("grew"),
-        "diff names the failed launch and the pool as what grew: {head}"
-    );
+    assert!(head.starts_with("tp8-oom-out/ ran out of memory"), "diff names the failed launch: {head}");
     assert!(head.contains(&format!("to at most {recommended}")), "diff gives explain's value {recommended}: {head}");
+    let pools: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() >= 8 && w[0] == "|" && w[1] == "kv_pool" && w[3] == "GiB" && w[5] == "GiB")
+                .then(|| (w[2].parse().unwrap_or(0.0), w[4].parse().unwrap_or(0.0)))
+        })
+        .collect();
+    // (alike GPUs are folded into the first one's table)
+    assert!(!pools.is_empty(), "a kv_pool row in the diff:\n{text}");
+    assert!(pools.iter().all(|(a, b)| a > b), "the failed launch's pool is the larger on every GPU: {pools:?}");
     eprintln!("tp8: whole test {:.0} s", t0.elapsed().as_secs_f64());
 }
