@@ -17,15 +17,18 @@ use crate::load::Run;
 /// The fixed part of what follows the pool, in bytes, and what it stands for: the pack's, or
 /// that of the first `without` whose flag is on a command line of the run.
 pub fn fixed(run: &Run, s: &Sizing) -> (i64, String) {
-    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|m| &m.command[..]));
-    let lines: Vec<&[String]> = lines.collect();
-    let on = |flag: &String| {
-        lines.iter().any(|argv| argv.iter().any(|a| a == flag || a.strip_prefix(flag.as_str()).is_some_and(|r| r.starts_with('='))))
-    };
-    match s.after_pool.without.iter().find(|w| w.flags.iter().any(on)) {
+    match s.after_pool.without.iter().find(|w| w.flags.iter().any(|f| on_command_line(run, f))) {
         Some(w) => (w.mib << 20, w.what.clone()),
         None => (s.after_pool.mib << 20, s.after_pool.what.clone()),
     }
+}
+
+/// Whether `flag` (`--flag` or `--flag=...`) is on a command line of the run: a process's, or
+/// the command `culedger run` recorded (ranks started by multiprocessing carry only theirs).
+pub fn on_command_line(run: &Run, flag: &str) -> bool {
+    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|m| &m.command[..]));
+    let has = |argv: &[String]| argv.iter().any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')));
+    lines.into_iter().any(has)
 }
 
 /// What follows the pool per token, on one rank at the run's value.

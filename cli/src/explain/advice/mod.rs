@@ -211,7 +211,10 @@ struct Bound {
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
 /// it (`ev`) and its findings.
 pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Evaluation) -> Option<Advice> {
-    let s = &ev.sizing;
+    // A lever the run already pulled (its flag on the command line) is no alternative.
+    let mut sizing = ev.sizing.clone();
+    sizing.alternatives.retain(|a| !after_pool::on_command_line(run, &a.flag));
+    let s = &sizing;
     let p0 = ev.value;
     let (margin, margin_what) = after_pool::fixed(run, s);
     let mut bounds: Vec<Bound> = Vec::new();
