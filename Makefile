@@ -30,7 +30,7 @@ NATIVE_DEPS := shim-tests/native/simtruth.h $(HDR)/cuda.h
 MIN_LIBS := $(SIM)/min/libcuda.so.1 $(SIM)/min-sparse/libcuda.so.1 $(SIM)/min-noresolver/libcuda.so.1
 MIN_CC = mkdir -p $(@D) && $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -I$(HDR) -Wl,-soname,libcuda.so.1
 
-.PHONY: all build lib cli sim headers pythons frameworks sglang test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
+.PHONY: all build lib cli sim headers pythons frameworks sglang vllm test-deps cprogs test test-aarch64 demo bench valgrind wheel dist clean
 all: build sim
 
 build:
@@ -126,6 +126,12 @@ frameworks:
 # line (scripts/fetch-sglang.sh).
 sglang: frameworks
 	PYTHON=$(PYTHON) scripts/fetch-sglang.sh
+
+# The real vLLM server (vllm 0.33.0 and the 197 packages pip resolves for it, pinned: torch
+# 2.14.0+cu130, triton 3.8.0, NCCL 2.30.7; 4.0 GB of wheels, 8.9 GB installed) in a venv of its own,
+# target/vllm/venv; without network its tests skip with one line (scripts/fetch-vllm.sh).
+vllm:
+	PYTHON=$(PYTHON) scripts/fetch-vllm.sh
 
 # Extra CPython interpreters for the call-site tests (Debian's 3.13 and 3.14 under
 # target/pythons); a version that cannot be fetched is skipped with one line.

@@ -37,12 +37,35 @@ struct Chart {
     /// Seconds on the run's clock, and per category the live bytes at each time.
     t: Vec<f64>,
     cats: BTreeMap<&'static str, Vec<i64>>,
+    /// Untracked bytes at each time (device used minus what the run's processes had
+    /// allocated), held from the latest reading at or before it; None before the first.
+    untracked: Vec<Option<i64>>,
+    /// The device at the failure (or at the peak): capacity split into its parts.
+    at: Option<Moment>,
     queries: Vec<Value>,
     failures: Vec<Value>,
     costs: Vec<Value>,
     sizing: Option<Value>,
     /// Live bytes by call frames: `{name, kind, bytes, children}`.
     tree: Node,
+}
+
+/// One GPU at one moment, capacity = categories + driver costs + other untracked + free.
+#[derive(Serialize)]
+struct Moment {
+    t: f64,
+    /// `failure` or `peak`.
+    kind: &'static str,
+    /// What happened then, in explain's words (the failed request) or "the peak".
+    what: String,
+    cats: BTreeMap<&'static str, i64>,
+    driver_costs: i64,
+    untracked_other: i64,
+    used: i64,
+    free: i64,
+    capacity: i64,
+    /// The failed request's size.
+    asked: Option<i64>,
 }
 
 #[derive(Serialize, Default)]
@@ -133,9 +156,111 @@ fn sized_from(explained: &Value, host: &str, device: i64) -> Vec<SizedFrom> {
         .collect()
 }
 
+/// The first failure explain tells of on this GPU: (time on the run's clock, bytes asked,
+/// free at the failure when known, the words for it).
+fn explained_failure(explained: &Value, host: &str, device: i64) -> Option<(i64, i64, Option<i64>, String)> {
+    let f = explained["findings"]
+        .as_array()?
+        .iter()
+        .filter(|f| f["kind"] == "failed_allocation" && f["host"] == host && f["device"] == device)
+        .min_by_key(|f| f["detail"]["at_us"].as_i64().unwrap_or(i64::MAX))?;
+    let d = &f["detail"];
+    Some((d["at_us"].as_i64()?, d["bytes"].as_i64()?, d["free_bytes"].as_i64(), f["title"].as_str()?.to_string()))
+}
+
+/// The GPU at its first failure, else at its highest reading of device used (else its tracked
+/// peak): what the picture above the tables shows.
+fn moment(g: &DeviceGroup, explained: &Value, readings: &[analysis::Reading], series: &[analysis::Point]) -> Option<Moment> {
+    let c = g.clock;
+    let capacity = g.total_bytes().or_else(|| readings.iter().map(|r| r.total_bytes).max())?;
+    let reading_near = |t: i64| {
+        // The first reading at or after the moment, else the last before it.
+        readings.iter().find(|r| r.at_us >= t).or_else(|| readings.iter().rev().find(|r| r.at_us <= t))
+    };
+    let (t, kind, what, asked, used) = if let Some((t, asked, free, what)) = explained_failure(explained, &g.host, g.index) {
+        let used = free.map(|f| capacity - f).or_else(|| reading_near(t).map(|r| r.used_bytes));
+        (t, "failure", what, Some(asked), used)
+    } else if let Some((m, f)) = g.failures().into_iter().next() {
+        let t = c.since(m.abs_us(f));
+        let what = format!("pid {} could not allocate {} ({})", m.pid(), crate::units::fmt_bytes(f.bytes), f.api);
+        (t, "failure", what, Some(f.bytes), reading_near(t).map(|r| r.used_bytes))
+    } else if let Some(r) = readings.iter().max_by_key(|r| (r.used_bytes, std::cmp::Reverse(r.at_us))) {
+        (r.at_us, "peak", "the highest device use a reading saw".to_string(), None, Some(r.used_bytes))
+    } else {
+        let p = series.iter().max_by_key(|p| p.total())?;
+        (c.since(p.t_unix_us), "peak", "the peak of tracked memory".to_string(), None, None)
+    };
+    let abs = c.t0_us + t;
+    let mut live = [0i64; 6];
+    for m in &g.members {
+        for (k, v) in m.live_at(abs).iter().enumerate() {
+            live[k] += v;
+        }
+    }
+    let tracked: i64 = live.iter().sum();
+    let used = used.unwrap_or(tracked).max(0);
+    let untracked = (used - tracked).max(0);
+    let costs: i64 = g
+        .members
+        .iter()
+        .flat_map(|m| crate::costs::calls_of(*m))
+        .filter(|call| call.end_us <= abs)
+        .map(|call| call.measured.max(0))
+        .sum();
+    let driver_costs = costs.min(untracked);
+    Some(Moment {
+        t: secs(t),
+        kind,
+        what,
+        cats: CATEGORIES.iter().zip(live).filter(|(_, v)| *v != 0).map(|(c, v)| (*c, v)).collect(),
+        driver_costs,
+        untracked_other: untracked - driver_costs,
+        used: used.max(tracked),
+        free: (capacity - used.max(tracked)).max(0),
+        capacity,
+        asked,
+    })
+}
+
+/// The step series with a point at every reading and at the moment, so that the stack's top
+/// reaches the device's used memory there; and the untracked bytes at each point.
+fn with_untracked(
+    series: Vec<analysis::Point>,
+    readings: &[analysis::Reading],
+    at: Option<&Moment>,
+    t0: i64,
+) -> (Vec<analysis::Point>, Vec<Option<i64>>) {
+    // (time on the absolute clock, untracked bytes from then on)
+    let mut anchors: Vec<(i64, i64)> = readings.iter().map(|r| (t0 + r.at_us, r.untracked_bytes.max(0))).collect();
+    if let Some(m) = at {
+        anchors.push((t0 + (m.t * 1e6).round() as i64, m.driver_costs + m.untracked_other));
+    }
+    anchors.sort_by_key(|a| a.0);
+    let mut points = series;
+    for &(t, _) in &anchors {
+        let i = points.partition_point(|p| p.t_unix_us <= t);
+        if i > 0 && points[i - 1].t_unix_us == t {
+            continue;
+        }
+        let cats = if i > 0 { points[i - 1].cats } else { [0; 6] };
+        points.insert(i, analysis::Point { t_unix_us: t, cats });
+    }
+    let untracked = points
+        .iter()
+        .map(|p| {
+            let k = anchors.partition_point(|a| a.0 <= p.t_unix_us);
+            k.checked_sub(1).map(|k| anchors[k].1)
+        })
+        .collect();
+    (points, untracked)
+}
+
 fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     let c = g.clock;
-    let series = thin(g.series());
+    let readings = g.readings();
+    let thinned = thin(g.series());
+    let at = moment(g, explained, &readings, &thinned);
+    let (series, untracked) = with_untracked(thinned, &readings, at.as_ref(), c.t0_us);
     let t = series.iter().map(|p| secs(c.since(p.t_unix_us))).collect();
     let cats =
         CATEGORIES.iter().enumerate().map(|(i, name)| (*name, series.iter().map(|p| p.cats[i]).collect())).collect();
@@ -152,7 +277,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
             let is_sizing = if explained_sizing.is_empty() {
                 let hit = sizing.as_ref().is_some_and(|(sm, sp, _)| sm.pid() == m.pid() && std::ptr::eq(*sp, p));
                 if hit {
-                    sizing_why = sizing.as_ref().map(|s| s.2.clone());
+                    sizing_why = sizing.as_ref().map(|s| crate::analysis::why(&s.2, &c));
                 }
                 hit
             } else {
@@ -221,6 +346,8 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
         capacity: g.total_bytes(),
         t,
         cats,
+        untracked,
+        at,
         queries,
         failures,
         costs,

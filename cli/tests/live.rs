@@ -129,12 +129,30 @@ fn metrics_parse_and_agree_with_the_report() {
                 assert_eq!(value(&families, "culedger_process_live_bytes", &lp), p["live_bytes"].as_f64());
             }
         }
-        // A rank carries its rank and title as labels.
-        let rank0 = samples(&families, "culedger_process_pinned_host_bytes")
-            .into_iter()
-            .find(|s| s["labels"]["rank"] == "0")
-            .expect("rank 0");
+        // A process's series carry its identity only (host, pid, start_ms); its rank and title
+        // are on its info series, one per process.
+        let info = samples(&families, "culedger_process_info");
+        assert_eq!(info.len(), r["processes"].as_array().unwrap().len(), "{fixture}");
+        let rank0 = info.into_iter().find(|s| s["labels"]["rank"] == "0").expect("rank 0");
         assert!(rank0["labels"]["title"].as_str().unwrap().starts_with("sglang::scheduler_TP0"), "{rank0}");
+        for name in ["culedger_process_running", "culedger_process_pinned_host_bytes", "culedger_process_live_bytes"] {
+            for s in samples(&families, name) {
+                let labels = s["labels"].as_object().unwrap();
+                assert!(!labels.contains_key("title") && !labels.contains_key("rank"), "{s}");
+                assert!(labels.contains_key("pid") && labels.contains_key("start_ms"), "{s}");
+            }
+        }
+        // How each process ended: its exit code (128 + the signal when one ended it).
+        for p in r["processes"].as_array().unwrap() {
+            let (pid, start) = (p["pid"].to_string(), (p["start_unix_us"].as_i64().unwrap() / 1000).to_string());
+            let l = [("pid", pid.as_str()), ("start_ms", start.as_str())];
+            let want = match p["exit"].as_str().unwrap() {
+                "exit" => p["exit_code"].as_f64(),
+                "signal" => p["signal"].as_f64().map(|s| 128.0 + s),
+                _ => None,
+            };
+            assert_eq!(value(&families, "culedger_process_exit_status", &l), want, "{fixture} {p}");
+        }
         let failed = value(&families, "culedger_run_failed", &[]).unwrap();
         assert_eq!(failed == 1.0, r["verdict"]["failed"].as_bool().unwrap(), "{fixture}");
     }
@@ -172,7 +190,7 @@ fn hostile_label_values_are_escaped() {
     let d = with_title("custom-ar", title);
     let o = culedger(&["metrics", d.path().to_str().unwrap()]);
     let families = parse(&stdout(&o));
-    let s = samples(&families, "culedger_process_running").into_iter().find(|s| s["labels"]["rank"] == "0").unwrap();
+    let s = samples(&families, "culedger_process_info").into_iter().find(|s| s["labels"]["rank"] == "0").unwrap();
     assert_eq!(s["labels"]["title"], title);
 }
 
@@ -376,4 +394,147 @@ fn a_start_time_beyond_any_date_still_renders() {
     let (dom, console) = render(&page).unwrap();
     assert!(console.is_empty(), "console: {console:?}");
     assert!(dom.contains("data-rendered=\"1\""), "the page's script did not finish");
+}
+
+/// Measures the page as a person sees it in a viewport of `width` x `height` CSS pixels:
+/// the page (with a probe appended) in an iframe of that size, so that its media queries
+/// see that width (a headless window is never narrower than 500 px). Returns the probe's
+/// figures: the viewport, what overflows it horizontally (outside a box that scrolls), and
+/// whether the verdict, What to change and the picture start inside the first screen.
+fn measure(page: &Path, width: u32, height: u32) -> Value {
+    const PROBE: &str = r#"<script>
+(function () {
+  function scrolls(e) {
+    for (var p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+      var o = getComputedStyle(p).overflowX;
+      if (o === "auto" || o === "scroll" || o === "hidden") return true;
+    }
+    return false;
+  }
+  var W = document.documentElement.clientWidth, H = window.innerHeight, over = [];
+  document.querySelectorAll("body *").forEach(function (e) {
+    if (e.tagName === "SCRIPT" || scrolls(e)) return;
+    var r = e.getBoundingClientRect();
+    if (r.width > 0 && r.right > W + 1) over.push(e.tagName + "." + e.className + " ends at " + Math.round(r.right) + ": " + (e.textContent || "").slice(0, 60));
+  });
+  function seen(id) { var e = document.getElementById(id); if (!e) return "missing"; var r = e.getBoundingClientRect(); return r.top < H && r.height > 0 ? "first screen" : "below, at " + Math.round(r.top); }
+  var out = { width: W, height: H, scroll_width: document.documentElement.scrollWidth, overflow: over,
+    verdict: seen("verdict"), what_to_change: seen("what-to-change"), picture: seen("at-failure"),
+    verdict_class: (document.getElementById("verdict") || {}).className };
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+})();
+</script>"#;
+    let dir = tempdir();
+    let text = std::fs::read_to_string(page).unwrap();
+    let inner = dir.path().join("page.html");
+    std::fs::write(&inner, text.replace("</body></html>", &format!("{PROBE}</body></html>"))).unwrap();
+    let frame = dir.path().join("frame.html");
+    std::fs::write(
+        &frame,
+        format!(
+            r#"<!DOCTYPE html><html><body style="margin:0"><iframe id="f" src="page.html" style="border:0;width:{width}px;height:{height}px"></iframe>
+<script>document.getElementById("f").addEventListener("load", function () {{
+  var d = this.contentDocument, p = d && d.getElementById("probe"), out = document.createElement("pre");
+  out.id = "result"; out.textContent = p ? p.textContent : "{{}}"; document.body.appendChild(out);
+}});</script></body></html>"#
+        ),
+    )
+    .unwrap();
+    let mut cmd = chromium().unwrap();
+    let profile = tempdir();
+    let o = cmd
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--allow-file-access-from-files",
+            "--window-size=1600,1200",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", frame.display()))
+        .output()
+        .expect("run chromium");
+    let dom = stdout(&o);
+    let start = dom.find("<pre id=\"result\">").expect("the probe's result") + "<pre id=\"result\">".len();
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end].replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+/// The page opens on the answer: the verdict, What to change (explain's first line of it)
+/// and each GPU at its failure, in the first screen of a desktop (1400x900) and, verdict and
+/// What to change, of a phone (390x844); nothing wider than the phone's screen; the diff page's
+/// headline of a failed run styled as a failure; the picture and the chart's stack reach what
+/// the device used at the failure (capacity minus explain's free bytes then).
+#[test]
+fn the_page_opens_on_the_answer() {
+    if chromium().is_none() {
+        eprintln!("SKIP: no chromium (make test-deps fetches Debian's into target/test-deps/chromium)");
+        return;
+    }
+    let out = tempdir();
+    let one = out.path().join("tp8.html");
+    let two = out.path().join("diff.html");
+    let tp8 = fixtures().join("custom-ar-tp8");
+    let o = culedger(&["html", tp8.to_str().unwrap(), "-o", one.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (nccl, car) = (fixtures().join("nccl"), fixtures().join("custom-ar"));
+    let o = culedger(&["html", nccl.to_str().unwrap(), car.to_str().unwrap(), "-o", two.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // What to change on the page is explain's.
+    let explained: Value = serde_json::from_slice(
+        &culedger(&["explain", tp8.to_str().unwrap(), "--format", "json"]).stdout,
+    )
+    .unwrap();
+    let first = explained["what_to_change"]["lines"][0].as_str().unwrap();
+    let (dom, console) = render(&one).unwrap();
+    assert!(console.is_empty(), "console: {console:?}");
+    assert!(dom.contains(first), "What to change: {first}");
+    let change_at = dom.find("id=\"what-to-change\"").unwrap();
+    assert!(change_at < dom.find("<table").unwrap(), "What to change before any table");
+    assert!(dom.find("id=\"at-failure\"").unwrap() < dom.find("<table").unwrap(), "the picture before any table");
+
+    for (page, (w, h)) in [(&one, (1400, 900)), (&one, (390, 844)), (&two, (1400, 900)), (&two, (390, 844))] {
+        let m = measure(page, w, h);
+        let name = format!("{} at {w}x{h}", page.file_name().unwrap().to_string_lossy());
+        assert!(m["overflow"].as_array().unwrap().is_empty(), "{name}: {m}");
+        assert!(m["scroll_width"].as_i64() <= m["width"].as_i64(), "{name}: {m}");
+        assert_eq!(m["verdict"], "first screen", "{name}: {m}");
+        assert_eq!(m["what_to_change"], "first screen", "{name}: {m}");
+        assert!(m["verdict_class"].as_str().unwrap().contains("failed"), "{name}: a failure is styled as one: {m}");
+        if page == &one && w == 1400 {
+            assert_eq!(m["picture"], "first screen", "{name}: {m}");
+        }
+    }
+
+    // The picture and the chart's stack at each failure: capacity minus explain's free bytes.
+    let text = std::fs::read_to_string(&one).unwrap();
+    let start = text.find("type=\"application/json\">").unwrap() + "type=\"application/json\">".len();
+    let data: Value = serde_json::from_str(&text[start..start + text[start..].find("</script>").unwrap()]).unwrap();
+    let charts = data["runs"][0]["charts"].as_array().unwrap();
+    assert_eq!(charts.len(), 8);
+    for ch in charts {
+        let at = &ch["at"];
+        assert_eq!(at["kind"], "failure");
+        let f = explained["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "failed_allocation" && f["device"] == ch["index"])
+            .unwrap();
+        let used = at["capacity"].as_i64().unwrap() - f["detail"]["free_bytes"].as_i64().unwrap();
+        assert_eq!(at["used"].as_i64(), Some(used), "GPU {}", ch["index"]);
+        let parts: i64 = at["cats"].as_object().unwrap().values().map(|v| v.as_i64().unwrap()).sum::<i64>()
+            + at["driver_costs"].as_i64().unwrap()
+            + at["untracked_other"].as_i64().unwrap();
+        assert_eq!(parts, used, "GPU {}: the parts add up to what the device used", ch["index"]);
+        let t = at["t"].as_f64().unwrap();
+        let i = ch["t"].as_array().unwrap().iter().position(|x| (x.as_f64().unwrap() - t).abs() < 1e-9).unwrap();
+        let top: i64 = ch["cats"].as_object().unwrap().values().map(|v| v[i].as_i64().unwrap()).sum::<i64>()
+            + ch["untracked"][i].as_i64().unwrap();
+        assert_eq!(top, used, "GPU {}: the chart's stack at the failure", ch["index"]);
+    }
 }

@@ -7,14 +7,15 @@
   // A time from a report as ISO 8601; one a Date cannot hold (start time i64::MAX) as its number.
   function isoTime(us) { var d = new Date(us / 1000); return isNaN(d.getTime()) ? us + " µs since the Unix epoch" : d.toISOString(); }
 
-  var COLORS = { weights: "#4e79a7", kv_pool: "#f28e2c", ipc: "#e15759", graphs: "#76b7b2", comm: "#59a14f", other: "#edc949" };
+  var COLORS = { weights: "#4e79a7", kv_pool: "#f28e2c", ipc: "#e15759", graphs: "#76b7b2", comm: "#59a14f", other: "#edc949",
+    untracked: "#bab0ac", driver_costs: "#8e44ad", untracked_other: "#bab0ac", free: "#ffffff" };
   var data = JSON.parse(document.getElementById("culedger-data").textContent);
   var app = document.getElementById("app");
   var painted = 0;
 
   function el(tag, attrs, children) {
     var e = document.createElement(tag);
-    if (attrs) for (var k in attrs) { if (k === "text") e.textContent = attrs[k]; else e.setAttribute(k, attrs[k]); }
+    if (attrs) for (var k in attrs) { if (attrs[k] == null) continue; if (k === "text") e.textContent = attrs[k]; else e.setAttribute(k, attrs[k]); }
     (children || []).forEach(function (c) { if (c != null) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c); });
     return e;
   }
@@ -33,7 +34,7 @@
     rows.forEach(function (r) {
       t.appendChild(el("tr", null, r.map(function (c, i) { return el("td", { text: c == null ? "-" : String(c), "class": numeric && numeric[i] ? "num" : "" }); })));
     });
-    return t;
+    return el("div", { "class": "scroll" }, [t]);
   }
 
   function findings(ex) {
@@ -59,6 +60,14 @@
     if (!ch.t.length || !cats.length) { box.appendChild(el("p", { "class": "meta", text: "No tracked allocation on this GPU (a context or peer mapping only)." })); return; }
     var raw = {}, stacked = [], acc = ch.t.map(function () { return 0; });
     cats.forEach(function (c) { raw[c] = ch.cats[c]; acc = acc.map(function (v, i) { return v + ch.cats[c][i]; }); stacked.push(acc.slice()); });
+    // Untracked memory (contexts, driver costs, other processes) on top: the stack then
+    // reaches what the device used at each reading.
+    if ((ch.untracked || []).some(function (v) { return v != null && v > 0; })) {
+      cats.push("untracked");
+      raw.untracked = ch.untracked.map(function (v) { return v == null ? 0 : v; });
+      acc = acc.map(function (v, i) { return v + raw.untracked[i]; });
+      stacked.push(acc.slice());
+    }
     // End the steps at the end of the run (the last report).
     var tEnd = Math.max(ch.t[ch.t.length - 1], summary.end);
     var xs = ch.t.concat([tEnd]);
@@ -94,7 +103,7 @@
     var span = Math.max(last - first, 0.001);
     var chartDiv = el("div", { "class": "chart" });
     box.appendChild(chartDiv);
-    var width = Math.max(480, Math.min(1200, (app.clientWidth || 1100) - 40));
+    var width = Math.max(240, Math.min(1200, (app.clientWidth || 1100) - 48));
     var opts = {
       width: width, height: 300, series: series,
       scales: { x: { time: false, min: first - span * 0.03, max: last + span * 0.03 }, y: { range: function (u, lo, hi) { return [0, Math.max(hi, (ch.capacity || 0) / GiB) * 1.05]; } } },
@@ -130,7 +139,7 @@
       }] }
     };
     new uPlot(opts, plotData, chartDiv);
-    box.appendChild(el("div", { "class": "legend-note", text: "Stacked live bytes per category; dashed: capacity; squares: device used at a query. Drag to zoom, double-click to reset." }));
+    box.appendChild(el("div", { "class": "legend-note", text: "Stacked live bytes per category, untracked (grey: used minus tracked, at each reading) on top; dashed: capacity; squares: device used at a query. Drag to zoom, double-click to reset." }));
     var list = el("ul", { "class": "marks" });
     marks.sort(function (a, b) { return a.t - b.t; }).forEach(function (m) {
       var text;
@@ -177,12 +186,95 @@
     return box;
   }
 
+  // explain's first failure (or warning) and What to change: the answer, as the one screen
+  // `culedger run` ends with gives it.
+  function answer(ex) {
+    var box = el("section", { "class": "answer", id: "answer" });
+    var f = null;
+    (ex.findings || []).forEach(function (x) { if (!f && x.severity !== "info") f = x; });
+    if (f) {
+      box.appendChild(el("div", { "class": "headline " + f.severity, text: f.title }));
+      box.appendChild(el("p", { "class": "text", text: f.text }));
+    }
+    var w = ex.what_to_change;
+    if (w && w.lines && w.lines.length) {
+      var change = el("div", { "class": "change", id: "what-to-change" }, [el("h2", { text: "What to change" })]);
+      var list = el("ul");
+      w.lines.forEach(function (l, i) { list.appendChild(el("li", { "class": i === 0 ? "first" : "", text: l + (/[.!?]$/.test(l) ? "" : ".") })); });
+      change.appendChild(list);
+      box.appendChild(change);
+    }
+    return box;
+  }
+
+  // GPU names for a set of alike GPUs: "GPU 1-7", "GPU 1, 3".
+  function gpuNames(chs, hosts) {
+    var idx = chs.map(function (c) { return c.index; });
+    var run = idx.every(function (v, i) { return i === 0 || v === idx[i - 1] + 1; });
+    var list = idx.length > 2 && run ? idx[0] + "-" + idx[idx.length - 1] : idx.join(", ");
+    return (hosts > 1 ? chs[0].host + " " : "") + "GPU " + list;
+  }
+
+  // Per GPU at the failure (or the peak): capacity = categories + driver costs + other
+  // untracked + free, as one bar; GPUs whose figures agree to the MiB share one bar.
+  function moments(run) {
+    var box = el("section", { "class": "moments", id: "at-failure" });
+    var chs = run.charts.filter(function (c) { return c.at; });
+    if (!chs.length) return null;
+    var failed = chs.some(function (c) { return c.at.kind === "failure"; });
+    box.appendChild(el("h2", { text: failed ? "Each GPU at its failure" : "Each GPU at its peak" }));
+    var hosts = {}; chs.forEach(function (c) { hosts[c.host] = 1; });
+    var MiB = 1048576, groups = [], byKey = {};
+    chs.forEach(function (c) {
+      var a = c.at, m = function (v) { return Math.round((v || 0) / MiB); };
+      var key = [c.host, a.kind, m(a.capacity), m(a.driver_costs), m(a.untracked_other), m(a.free), m(a.asked)].concat(CATS.map(function (k) { return m(a.cats[k]); })).join("/");
+      if (byKey[key] == null) { byKey[key] = groups.length; groups.push([]); }
+      groups[byKey[key]].push(c);
+    });
+    groups.forEach(function (g) {
+      var a = g[0].at, cap = a.capacity || 1;
+      var parts = [];
+      CATS.forEach(function (k) { if (a.cats[k] > 0) parts.push([k, k, a.cats[k]]); });
+      if (a.driver_costs > 0) parts.push(["driver_costs", "driver costs", a.driver_costs]);
+      if (a.untracked_other > 0) parts.push(["untracked_other", "other untracked (contexts, other processes)", a.untracked_other]);
+      parts.push(["free", "free", a.free]);
+      var row = el("div", { "class": "moment", "data-gpus": g.map(function (c) { return c.host + ":" + c.index; }).join(" "), "data-used": String(a.used), "data-capacity": String(a.capacity) });
+      row.appendChild(el("h3", { text: gpuNames(g, Object.keys(hosts).length) + " at " + a.t.toFixed(3) + "s: " + fmtBytes(a.used) + " used of " + fmtBytes(a.capacity) + (a.asked != null ? ", asked " + fmtBytes(a.asked) + " with " + fmtBytes(a.free) + " free" : "") }));
+      row.appendChild(el("div", { "class": "meta", text: a.what }));
+      var bar = el("div", { "class": "bar" });
+      parts.forEach(function (p) {
+        var seg = el("div", { "class": "seg " + p[0], style: "width:" + (p[2] / cap * 100).toFixed(3) + "%;background:" + (COLORS[p[0]] || "#999") });
+        seg.title = p[1] + ": " + fmtBytes(p[2]);
+        bar.appendChild(seg);
+      });
+      if (a.asked != null) {
+        // The failed request, from where the device's used memory ended.
+        var left = Math.min(a.used / cap * 100, 100), w = Math.min(a.asked / cap * 100, 100 - left);
+        var ask = el("div", { "class": "asked", style: "left:" + left.toFixed(3) + "%;width:" + w.toFixed(3) + "%" });
+        ask.title = "the failed request: " + fmtBytes(a.asked);
+        bar.appendChild(ask);
+      }
+      row.appendChild(bar);
+      var legend = el("ul", { "class": "parts" });
+      parts.forEach(function (p) {
+        legend.appendChild(el("li", null, [el("span", { "class": "swatch", style: "background:" + (COLORS[p[0]] || "#999") }), p[1] + " " + fmtBytes(p[2])]));
+      });
+      if (a.asked != null) legend.appendChild(el("li", { "class": "asked-note" }, [el("span", { "class": "swatch asked-swatch" }), "asked " + fmtBytes(a.asked) + (a.asked > a.free ? ", short by " + fmtBytes(a.asked - a.free) : "")]));
+      row.appendChild(legend);
+      box.appendChild(row);
+    });
+    return box;
+  }
+
   function runSection(run, k) {
     var s = run.summary, ex = run.explain;
     var sec = el("section", { "class": "run", id: "run-" + k });
     sec.appendChild(el("h1", { text: "culedger: " + run.label }));
     sec.appendChild(el("div", { "class": "meta", text: data.tool + " · run " + (s.run_ids.join(", ") || "-") + " · " + s.processes.length + " processes · " + s.devices.length + " GPUs · times are seconds since " + isoTime(s.t0_unix_us) }));
-    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed ? "failed" : "ok"), id: k === 0 ? "verdict" : null, text: s.verdict.text }));
+    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed ? "failed" : "ok"), id: k === 0 && !data.diff ? "verdict" : null, text: s.verdict.text }));
+    sec.appendChild(answer(ex));
+    var pics = moments(run);
+    if (pics) sec.appendChild(pics);
     sec.appendChild(findings(ex));
     sec.appendChild(el("h2", { text: "GPUs" }));
     sec.appendChild(table(["GPU", "processes", "tracked", "peak", "untracked at last query", "used at last query", "capacity", "failures", "biggest category"],
@@ -220,7 +312,11 @@
   function diffSection(d) {
     var sec = el("section", { id: "diff" });
     sec.appendChild(el("h1", { text: "Diff: " + d.a + " → " + d.b }));
-    sec.appendChild(el("div", { "class": "verdict ok", text: d.headline }));
+    var bad = data.runs.some(function (r) { return r.summary.verdict.failed; });
+    sec.appendChild(el("div", { "class": "verdict " + (bad ? "failed" : "ok"), id: "verdict", text: d.headline }));
+    if (d.what_to_change) {
+      sec.appendChild(el("div", { "class": "change", id: "what-to-change" }, [el("h2", { text: "What to change" }), el("p", { "class": "first", text: d.what_to_change })]));
+    }
     d.devices.forEach(function (dev) {
       sec.appendChild(el("h3", { text: dev.device + (dev.only_in ? " (only in " + dev.only_in + ")" : "") }));
       var rows = dev.totals.concat(dev.categories, dev.driver_costs).filter(function (r) { return r.a || r.b; });
