@@ -1,12 +1,18 @@
 //! The analysis of a culedger run, shared by every command of the CLI: what it reads
 //! ([`load`]), which processes form one run and which part of it a command asked for
-//! ([`runs`]), two runs' figures side by side ([`compare`]). Everything here is numbers and typed values; the words that tell them
-//! (messages, sentences, tables) are written by the CLI's renderers.
+//! ([`runs`]), the run's clock ([`clock`]), the processes of each physical GPU together
+//! ([`groups`]), the hidden driver costs de-noised ([`costs`]), two runs' figures side by
+//! side ([`compare`]), and how many times each part was computed ([`counts`]). Everything here is numbers and typed values; the words that
+//! tell them (messages, sentences, tables) are written by the CLI's renderers.
 //!
 //! The layers only call down: `culedger-format` (the report's types) <- this crate <- the
 //! CLI's commands and renderers.
 
+pub mod clock;
+pub mod costs;
 pub mod compare;
+pub mod counts;
+pub mod groups;
 pub mod load;
 pub mod runs;
 

@@ -5,7 +5,7 @@
 //! when all hold, 1 when one is breached or cannot be measured (one line each; unmeasured
 //! ones are only notes with `--allow-unmeasured`), 2 on bad input.
 
-use crate::analysis::DeviceGroup;
+use crate::analysis::{DeviceGroup, GroupWords};
 use crate::error::{Fail, Result};
 use crate::figures::Figure;
 use crate::layout::printable;

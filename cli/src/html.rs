@@ -277,7 +277,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
             let is_sizing = if explained_sizing.is_empty() {
                 let hit = sizing.as_ref().is_some_and(|(sm, sp, _)| sm.pid() == m.pid() && std::ptr::eq(*sp, p));
                 if hit {
-                    sizing_why = sizing.as_ref().map(|s| s.2.clone());
+                    sizing_why = sizing.as_ref().map(|s| crate::analysis::why(&s.2, &c));
                 }
                 hit
             } else {

@@ -11,7 +11,6 @@ mod analysis;
 mod check;
 mod clock;
 mod costs;
-mod counts;
 mod diff;
 mod doc;
 mod error;

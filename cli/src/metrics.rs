@@ -146,23 +146,44 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
     let verdict_failed = f64::from(u8::from(s.verdict.failed));
     e.sample("culedger_run_failed", "gauge", "1 when an allocation failed in the run, else 0.", &[], verdict_failed);
 
-    // Process labels: host, pid, start (ms since the epoch: processes in containers share a
-    // host and a pid), title (the process title, else its comm), rank. A process is found
-    // by (host, pid, start), never by its pid alone.
+    // A process's series carry its identity only: host, pid and start (ms since the epoch:
+    // processes in containers share a host and a pid). A process is found by all three,
+    // never by its pid alone. What describes it (title, comm, rank), which can change while
+    // it runs (setproctitle) and would split its series, is on `culedger_process_info`
+    // alone, joined `on(host, pid, start_ms)`, as kube-state-metrics' `*_info` series are.
     let who = |host: &str, pid: i64, start_us: i64| {
-        let p = s.processes.iter().find(|p| p.host == host && p.pid == pid && p.start_unix_us == start_us);
-        let title = p.and_then(|p| p.title.clone().or_else(|| p.comm.clone())).unwrap_or_default();
-        (pid.to_string(), start_us.div_euclid(1000).to_string(), title, p.map(|p| rank(&p.env)).unwrap_or_default())
+        (host.to_string(), pid.to_string(), start_us.div_euclid(1000).to_string())
     };
     for p in &s.processes {
-        let (pid, start, title, rank) = who(&p.host, p.pid, p.start_unix_us);
-        let l = [
-            ("host", p.host.as_str()),
-            ("pid", pid.as_str()),
-            ("start_ms", start.as_str()),
-            ("title", title.as_str()),
-            ("rank", rank.as_str()),
-        ];
+        let (host, pid, start) = who(&p.host, p.pid, p.start_unix_us);
+        let l = [("host", host.as_str()), ("pid", pid.as_str()), ("start_ms", start.as_str())];
+        let title = p.title.clone().or_else(|| p.comm.clone()).unwrap_or_default();
+        let (comm, rank) = (p.comm.clone().unwrap_or_default(), rank(&p.env));
+        let mut li = l.to_vec();
+        li.extend([("title", title.as_str()), ("comm", comm.as_str()), ("rank", rank.as_str())]);
+        e.sample(
+            "culedger_process_info",
+            "gauge",
+            "1 for every process, its descriptive labels (title, comm, rank) joined to its other series on(host, pid, start_ms).",
+            &li,
+            1.0,
+        );
+        // How it ended, as a shell says it: its exit code, or 128 + the signal that ended it;
+        // absent while it runs or when its end is unknown (no final report: SIGKILL).
+        let exit_status = match p.exit {
+            crate::model::Exit::Exit => p.exit_code,
+            crate::model::Exit::Signal => p.signal.map(|s| 128 + s),
+            _ => None,
+        };
+        if let Some(status) = exit_status {
+            e.sample(
+                "culedger_process_exit_status",
+                "gauge",
+                "How the process ended: its exit code, or 128 + the signal that ended it (absent while it runs, or without a final report).",
+                &l,
+                status as f64,
+            );
+        }
         e.sample(
             "culedger_process_running",
             "gauge",
@@ -309,7 +330,8 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
             t.1 += c.bytes;
         }
         for (api, (calls, bytes)) in by_api {
-            let la = [l[0], l[1], ("api", api)];
+            let mut la = l.to_vec();
+            la.push(("api", api));
             e.sample(
                 "culedger_driver_cost_bytes",
                 "gauge",
@@ -333,15 +355,9 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
             d.ipc.imported_live_bytes as f64,
         );
         for p in &d.processes {
-            let (pid, start, title, rank) = who(&d.host, p.pid, p.start_unix_us);
-            let lp = [
-                l[0],
-                l[1],
-                ("pid", pid.as_str()),
-                ("start_ms", start.as_str()),
-                ("title", title.as_str()),
-                ("rank", rank.as_str()),
-            ];
+            let (_, pid, start) = who(&d.host, p.pid, p.start_unix_us);
+            let mut lp = l.to_vec();
+            lp.extend([("pid", pid.as_str()), ("start_ms", start.as_str())]);
             e.sample(
                 "culedger_process_live_bytes",
                 "gauge",
@@ -359,7 +375,8 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
         }
         if opts.sites {
             for row in d.sites.iter().take(SITE_ROWS) {
-                let ls = [l[0], l[1], ("caller", row.caller.as_str()), ("category", row.category.as_str())];
+                let mut ls = l.to_vec();
+                ls.extend([("caller", row.caller.as_str()), ("category", row.category.as_str())]);
                 e.sample(
                     "culedger_site_live_bytes",
                     "gauge",

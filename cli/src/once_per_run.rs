@@ -3,7 +3,7 @@
 
 use crate::load::Run;
 use crate::run_analysis::Analysis;
-use crate::counts::{take_counts, Part};
+use culedger_analysis::counts::{take_counts, Part};
 use std::collections::BTreeMap;
 
 fn fixture(name: &str) -> Run {

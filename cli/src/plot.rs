@@ -12,8 +12,8 @@
 //!
 //! Written with the `svg` crate: plain `<text>` elements, no font files needed.
 
-use crate::analysis::{DeviceGroup, Point};
-use crate::clock::Clock;
+use crate::analysis::{DeviceGroup, GroupWords, Point};
+use crate::clock::{Clock, ClockWords};
 use crate::error::{Fail, Result};
 use crate::model::CATEGORIES;
 use crate::run_analysis::Analysis;

@@ -2,7 +2,7 @@
 //! section per host and device (optionally folded when ranks look alike).
 
 use crate::analysis::{Holds, Reading};
-use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock};
+use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock, ClockWords};
 use crate::doc::{Block, Doc, Table};
 use crate::sites::SiteRow;
 use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};

@@ -56,7 +56,7 @@ impl<'r> Analysis<'r> {
     pub fn advice(&self) -> Option<&Advice> {
         self.advice
             .get_or_init(|| {
-                crate::counts::computed(crate::counts::Part::Advice);
+                culedger_analysis::counts::computed(culedger_analysis::counts::Part::Advice);
                 let failed = self.findings().iter().any(|f| f.severity == Severity::Failure);
                 let ev = self.evaluation().filter(|_| failed)?;
                 crate::explain::advice::advise_with(self.run, self.groups(), self.findings(), ev)

@@ -3,7 +3,7 @@
 //! the first thing to change when something failed, and the commands that go further. It is
 //! meant to fit a terminal: about 25 lines for the demo's 8 ranks, whatever their number.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, ClockWords};
 use crate::doc::{Block, Doc, Table};
 use crate::explain::{Explanation, Severity};
 use crate::run_analysis::Analysis;

@@ -3,9 +3,12 @@
 //! process and per device the figures, as plain owned data ([`RunSummary`]). It is computed
 //! from the device groups of [`crate::analysis`]; times are on the run's clock ([`Clock`]).
 
-use crate::analysis::{extra_categories, groups, shown_categories, DeviceGroup, Holds, KeyProbe, LargeAlloc, Reading};
+use crate::analysis::{
+    extra_categories, groups, query_lines, shown_categories, DeviceGroup, GroupWords, Holds, LargeAlloc, QueryLine,
+    Reading,
+};
 use crate::clock::Clock;
-use crate::costs::CostRow;
+use crate::costs::CostLine;
 use crate::figures::Figure;
 use crate::load::Run;
 use crate::model::{Graphs, Ipc, CATEGORIES};
@@ -123,13 +126,13 @@ pub struct DeviceSummary {
     /// The query with the most untracked memory.
     pub max_untracked: Option<Reading>,
     pub probes_total: i64,
-    pub key_probes: Vec<KeyProbe>,
+    pub key_probes: Vec<QueryLine>,
     pub failures_total: i64,
     /// Failed requests: `failures_total` less the retries folded into `failures`.
     pub failed_requests: i64,
     pub failures: Vec<FailRow>,
     /// Per process and API, de-noised (see docs/cli-json.md).
-    pub driver_costs: Vec<CostRow>,
+    pub driver_costs: Vec<CostLine>,
     /// Sum of `driver_costs[].bytes` (de-noised), and of what was measured.
     pub driver_cost_bytes: i64,
     pub driver_cost_measured_bytes: i64,
@@ -327,7 +330,7 @@ pub fn sequential_runs(run: &Run) -> Option<String> {
 
 /// The run's summary, from its device groups (`run_analysis::Analysis` computes them once).
 pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSummary {
-    crate::counts::computed(crate::counts::Part::Summary);
+    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Summary);
     let clock = Clock::of(&run.procs);
     let processes = run
         .procs
@@ -465,7 +468,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         host: g.host.clone(),
         index: g.index,
         uuid: g.uuid.clone(),
-        impossible: g.impossible(),
+        impossible: g.impossible_lines(),
         total_bytes: g.total_bytes(),
         processes: g
             .members
@@ -499,13 +502,13 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         last_query: g.last_reading(),
         max_untracked: g.max_untracked(),
         probes_total: g.members.iter().map(|m| m.dev.probes_total.max(m.dev.probes.len() as i64)).sum(),
-        key_probes: g.key_probes(),
+        key_probes: query_lines(g),
         failures_total: g.failures_total(),
         failed_requests: Figure::FailedRequests.read(g).unwrap_or(0),
         failures: failed,
         driver_cost_bytes: cost_rows.iter().map(|c| c.bytes).sum(),
         driver_cost_measured_bytes: cost_rows.iter().map(|c| c.measured_bytes).sum(),
-        driver_costs: cost_rows,
+        driver_costs: crate::costs::lines(cost_rows, &g.clock),
         largest_allocation: g.largest_allocation(),
         top_allocations: top,
         sites: crate::sites::rows(g),

@@ -129,12 +129,30 @@ fn metrics_parse_and_agree_with_the_report() {
                 assert_eq!(value(&families, "culedger_process_live_bytes", &lp), p["live_bytes"].as_f64());
             }
         }
-        // A rank carries its rank and title as labels.
-        let rank0 = samples(&families, "culedger_process_pinned_host_bytes")
-            .into_iter()
-            .find(|s| s["labels"]["rank"] == "0")
-            .expect("rank 0");
+        // A process's series carry its identity only (host, pid, start_ms); its rank and title
+        // are on its info series, one per process.
+        let info = samples(&families, "culedger_process_info");
+        assert_eq!(info.len(), r["processes"].as_array().unwrap().len(), "{fixture}");
+        let rank0 = info.into_iter().find(|s| s["labels"]["rank"] == "0").expect("rank 0");
         assert!(rank0["labels"]["title"].as_str().unwrap().starts_with("sglang::scheduler_TP0"), "{rank0}");
+        for name in ["culedger_process_running", "culedger_process_pinned_host_bytes", "culedger_process_live_bytes"] {
+            for s in samples(&families, name) {
+                let labels = s["labels"].as_object().unwrap();
+                assert!(!labels.contains_key("title") && !labels.contains_key("rank"), "{s}");
+                assert!(labels.contains_key("pid") && labels.contains_key("start_ms"), "{s}");
+            }
+        }
+        // How each process ended: its exit code (128 + the signal when one ended it).
+        for p in r["processes"].as_array().unwrap() {
+            let (pid, start) = (p["pid"].to_string(), (p["start_unix_us"].as_i64().unwrap() / 1000).to_string());
+            let l = [("pid", pid.as_str()), ("start_ms", start.as_str())];
+            let want = match p["exit"].as_str().unwrap() {
+                "exit" => p["exit_code"].as_f64(),
+                "signal" => p["signal"].as_f64().map(|s| 128.0 + s),
+                _ => None,
+            };
+            assert_eq!(value(&families, "culedger_process_exit_status", &l), want, "{fixture} {p}");
+        }
         let failed = value(&families, "culedger_run_failed", &[]).unwrap();
         assert_eq!(failed == 1.0, r["verdict"]["failed"].as_bool().unwrap(), "{fixture}");
     }
@@ -172,7 +190,7 @@ fn hostile_label_values_are_escaped() {
     let d = with_title("custom-ar", title);
     let o = culedger(&["metrics", d.path().to_str().unwrap()]);
     let families = parse(&stdout(&o));
-    let s = samples(&families, "culedger_process_running").into_iter().find(|s| s["labels"]["rank"] == "0").unwrap();
+    let s = samples(&families, "culedger_process_info").into_iter().find(|s| s["labels"]["rank"] == "0").unwrap();
     assert_eq!(s["labels"]["title"], title);
 }
 

@@ -82,10 +82,11 @@ fn metrics_series_are_one_per_process() {
     assert_eq!(all.len(), unique.len(), "duplicate series:\n{out}");
     assert_eq!(all.iter().filter(|s| s.starts_with("culedger_process_running{")).count(), 2, "{out}");
 
-    // The same pid on two hosts: each host's series carry its own process's title and rank.
+    // The same pid on two hosts: each host's info series carries its own process's title and
+    // rank, and each host's process series are its own.
     let two = ranks([7, 7], ["host-a", "host-b"]);
     let (_, out, _) = run(&["metrics", two.path().to_str().unwrap()]);
-    let running: Vec<&str> = out.lines().filter(|l| l.starts_with("culedger_process_running{")).collect();
+    let running: Vec<&str> = out.lines().filter(|l| l.starts_with("culedger_process_info{")).collect();
     assert_eq!(running.len(), 2, "{out}");
     let b = running.iter().find(|l| l.contains("host=\"host-b\"")).unwrap();
     assert!(b.contains("rank=\"1\"") && b.contains("TP1"), "{b}");
@@ -93,5 +94,5 @@ fn metrics_series_are_one_per_process() {
     assert!(a.contains("rank=\"0\"") && a.contains("TP0"), "{a}");
     let live: Vec<&str> =
         out.lines().filter(|l| l.starts_with("culedger_process_live_bytes{host=\"host-b\"")).collect();
-    assert!(!live.is_empty() && live.iter().all(|l| l.contains("rank=\"1\"")), "{out}");
+    assert!(!live.is_empty() && live.iter().all(|l| l.contains("pid=\"7\"")), "{out}");
 }

@@ -132,10 +132,10 @@ fn small_window(port: u16) -> TcpStream {
 
 #[test]
 fn clients_that_never_read_do_not_freeze_the_endpoint() {
-    // A title of 1 MiB on every process: an exposition of about 20 MiB, more than the
-    // socket buffers of two connections hold.
+    // A title of 4 MiB on every process (written once per process, on its info series): an
+    // exposition of about 12 MiB, more than the socket buffers of two connections hold.
     let d = tempdir();
-    let title = "t".repeat(1 << 20);
+    let title = "t".repeat(4 << 20);
     for e in std::fs::read_dir(fixtures().join("nccl")).unwrap().flatten() {
         let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
         v["process"]["title"] = serde_json::Value::String(title.clone());

@@ -1,466 +1,29 @@
-//! What the commands compute from a run: processes grouped per host and device, merged
-//! timelines, device usage versus tracked bytes, the free-memory queries that matter. The
-//! run summary the renderers share is built on these in [`crate::summary`]. Times are
-//! absolute microseconds internally and the run's clock ([`Clock`]) in what is shown.
+//! The device groups in the CLI's words: the analysis crate groups a run's processes per
+//! host and physical GPU and finds the free-memory queries that matter and the figures that
+//! cannot all be true (`culedger_analysis::groups`); this names a device, says why a query
+//! matters and words an impossible figure.
 
 use crate::clock::Clock;
 use crate::load::Run;
-use crate::model::{
-    first_recorded, last_before, Device, Failure, Graphs, Ipc, Probe, Report, Stamp, Stamped, CATEGORIES,
-};
 use crate::units::fmt_bytes;
+pub use culedger_analysis::groups::*;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
-/// One process's view of one device.
-#[derive(Clone, Copy)]
-pub struct Member<'a> {
-    pub report: &'a Report,
-    pub dev: &'a Device,
+/// A device group's words.
+pub trait GroupWords {
+    /// `host GPU 3`.
+    fn title(&self) -> String;
+    /// Figures of this GPU that cannot all be true, one line each; each line names the
+    /// processes, their ordinals and environments.
+    fn impossible_lines(&self) -> Vec<String>;
 }
 
-impl Member<'_> {
-    pub fn pid(&self) -> i64 {
-        self.report.process.pid
-    }
-
-    pub fn label(&self) -> String {
-        self.report.process.label()
-    }
-
-    /// Absolute time (µs since the epoch) of one of this process's records.
-    pub fn abs_us(&self, rec: &dyn Stamped) -> i64 {
-        crate::clock::abs_us(self.report, rec)
-    }
-
-    /// Absolute time of a process-relative microsecond count.
-    pub fn abs_of(&self, rel_us: i64) -> i64 {
-        self.report.process.start_us() + rel_us
-    }
-
-    /// When the process ended (its final report), or None while it runs or was killed: the
-    /// end of the millisecond `end_unix_ms` names (it is truncated while records are stamped
-    /// in microseconds, and a record of the last millisecond is not after the end).
-    pub fn ended_us(&self) -> Option<i64> {
-        let p = &self.report.process;
-        p.ended().then(|| p.end_unix_ms.saturating_mul(1000).saturating_add(999).max(p.end_us()))
-    }
-
-    /// Live bytes per category of this process on this device at absolute time `at_us`:
-    /// the last timeline sample at or before it; nothing before the first sample or after
-    /// the process ended (the driver frees a dead process's memory).
-    pub fn live_at(&self, at_us: i64) -> [i64; 6] {
-        if self.ended_us().is_some_and(|end| at_us > end) {
-            return [0; 6];
-        }
-        // Timelines are in time order: binary search for the last sample at or before `at`.
-        let n = self.dev.timeline.partition_point(|s| self.abs_us(s) <= at_us);
-        n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
-    }
-
-    /// Live bytes per category of this process on this device just before its own record
-    /// stamped `at` (a probe, a failure): ordered by `(t_ms, seq)`, so allocations made in
-    /// the same millisecond after it do not count.
-    pub fn live_before(&self, at: Stamp) -> [i64; 6] {
-        let n = self.dev.timeline.partition_point(|s| s.stamp().precedes(at));
-        n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
-    }
-
-    /// The earliest record of this process on this device (absolute µs).
-    pub fn first_us(&self) -> Option<i64> {
-        let d = self.dev;
-        let all = d.timeline.iter().map(|s| self.abs_us(s));
-        let all = all.chain(d.probes.iter().map(|p| self.abs_us(p)));
-        let all = all.chain(d.failures.iter().map(|f| self.abs_us(f)));
-        let all = all.chain(d.events.iter().map(|e| e.t0_us.map_or_else(|| self.abs_us(e), |t| self.abs_of(t))));
-        all.min()
-    }
-
-    /// What the process holds on the device, in words: `allocations`, or only a context
-    /// (`peer context` when it came from enabling peer access from another GPU).
-    pub fn holds(&self) -> Holds {
-        if self.dev.alloc_count > 0 || self.dev.peak_bytes > 0 {
-            Holds::Allocations
-        } else if self.dev.events.iter().any(|e| e.kind == "peer_access") {
-            Holds::PeerContext
-        } else {
-            Holds::Context
-        }
-    }
-}
-
-/// What a process holds on a device (its `holds` in the JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum Holds {
-    /// It allocated there.
-    #[serde(rename = "allocations")]
-    Allocations,
-    /// Only its context.
-    #[serde(rename = "context")]
-    Context,
-    /// Only a context that serves its peer access from another device.
-    #[serde(rename = "peer context")]
-    PeerContext,
-}
-
-impl Holds {
-    /// In words, as the JSON writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Holds::Allocations => "allocations",
-            Holds::Context => "context",
-            Holds::PeerContext => "peer context",
-        }
-    }
-}
-
-/// All processes that touched one physical device of one host.
-pub struct DeviceGroup<'a> {
-    pub host: String,
-    /// The GPU's number on its host as nvidia-smi gives it (NVML's index, PCI bus order);
-    /// for reports without it, the processes' own ordinal.
-    pub index: i64,
-    /// The physical GPU (`devices[].uuid`), None for reports written before culedger recorded it.
-    pub uuid: Option<String>,
-    pub members: Vec<Member<'a>>,
-    /// The run's clock (shared by every device of the run).
-    pub clock: Clock,
-    /// The members' tracked bytes as one step function (see [`DeviceGroup::tracked_total`]),
-    /// built on first use.
-    totals: std::cell::OnceCell<Vec<(i64, i64)>>,
-    /// [`DeviceGroup::end_us`], computed on first use.
-    end: std::cell::OnceCell<i64>,
-    /// [`DeviceGroup::series`], computed on first use.
-    series: std::cell::OnceCell<Vec<Point>>,
-}
-
-/// What identifies a physical GPU on a host: its UUID, or for reports without one the
-/// process's ordinal (then two processes' ordinals 0 are taken for one GPU, as before).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum GpuKey {
-    Uuid(String),
-    Ordinal(i64),
-}
-
-/// Groups a run's processes per (host, physical GPU): one GPU reached through different
-/// ordinals (`CUDA_VISIBLE_DEVICES`) is one group, and two processes' ordinals 0 on different
-/// GPUs are two. Sorted by host, then nvidia-smi's index (else the ordinal), then UUID.
-pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
-    crate::counts::computed(crate::counts::Part::Groups);
-    let clock = Clock::of(&run.procs);
-    let mut map: BTreeMap<(String, GpuKey), Vec<Member>> = BTreeMap::new();
-    for report in &run.procs {
-        for dev in &report.devices {
-            let key = dev.uuid.clone().map_or(GpuKey::Ordinal(dev.index), GpuKey::Uuid);
-            map.entry((report.process.host.clone(), key)).or_default().push(Member { report, dev });
-        }
-    }
-    let mut gs: Vec<DeviceGroup> = map
-        .into_iter()
-        .map(|((host, key), members)| {
-            let (index, uuid) = match key {
-                GpuKey::Uuid(u) => {
-                    let host_index = members.iter().find_map(|m| m.dev.host_index);
-                    let ordinal = members.iter().map(|m| m.dev.index).min().unwrap_or(0);
-                    (host_index.unwrap_or(ordinal), Some(u))
-                }
-                GpuKey::Ordinal(i) => (i, None),
-            };
-            DeviceGroup {
-                host,
-                index,
-                uuid,
-                members,
-                clock,
-                totals: Default::default(),
-                end: Default::default(),
-                series: Default::default(),
-            }
-        })
-        .collect();
-    gs.sort_by(|a, b| (&a.host, a.index, &a.uuid).cmp(&(&b.host, b.index, &b.uuid)));
-    gs
-}
-
-/// The one line saying that a run's reports name no physical GPU (written before culedger
-/// recorded device UUIDs), so GPUs are each process's ordinal; None when every device has one.
-/// Said only where it matters: some process recorded `CUDA_VISIBLE_DEVICES`, which renumbers
-/// ordinals.
-pub fn ordinal_fallback_note(run: &Run) -> Option<String> {
-    let old = run.procs.iter().filter(|r| r.devices.iter().any(|d| d.uuid.is_none())).count();
-    let renumbered = run.procs.iter().any(|r| r.process.env.contains_key("CUDA_VISIBLE_DEVICES"));
-    (old > 0 && renumbered).then(|| {
-        format!(
-            "{old} report(s) name no physical GPU (written before culedger recorded device UUIDs): \
-             their GPUs are the processes' own ordinals, which CUDA_VISIBLE_DEVICES may have renumbered"
-        )
-    })
-}
-
-/// A point of a merged timeline: absolute time (µs) and live bytes per category.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Point {
-    pub t_unix_us: i64,
-    pub cats: [i64; 6],
-}
-
-impl Point {
-    pub fn total(&self) -> i64 {
-        self.cats.iter().sum()
-    }
-}
-
-/// The largest single allocation (or failed attempt) seen on a device.
-#[derive(Debug, Clone, Serialize)]
-pub struct LargeAlloc {
-    pub pid: i64,
-    /// With `pid`, which process (processes in containers share pids).
-    #[serde(skip)]
-    pub start_us: i64,
-    /// On the run's clock (µs since its first process started).
-    pub at_us: i64,
-    pub t_ms: i64,
-    pub seq: Option<i64>,
-    pub bytes: i64,
-    pub api: String,
-    pub category: Option<String>,
-    pub failed: bool,
-}
-
-/// A free-memory reading: what the device used at a query, what this run's processes had
-/// allocated at that moment, and the difference.
-#[derive(Debug, Clone, Serialize)]
-pub struct Reading {
-    pub pid: i64,
-    pub api: String,
-    /// On the run's clock.
-    pub at_us: i64,
-    pub free_bytes: i64,
-    pub total_bytes: i64,
-    /// `total - free`.
-    pub used_bytes: i64,
-    /// What the run's processes had allocated on the device at the query.
-    pub tracked_bytes: i64,
-    /// `used - tracked`: contexts, modules, graphs, peer mappings, rounding, other processes.
-    pub untracked_bytes: i64,
-    /// How old the reading is at the end of the run (its last report).
-    pub age_us: i64,
-}
-
-impl<'a> DeviceGroup<'a> {
-    pub fn title(&self) -> String {
+impl GroupWords for DeviceGroup<'_> {
+    fn title(&self) -> String {
         format!("{} GPU {}", self.host, self.index)
     }
 
-    pub fn total_bytes(&self) -> Option<i64> {
-        self.members.iter().filter_map(|m| m.dev.total_bytes).max()
-    }
-
-    pub fn live(&self) -> i64 {
-        self.members.iter().map(|m| m.dev.live_bytes).sum()
-    }
-
-    pub fn cat_live(&self, name: &str) -> i64 {
-        self.members.iter().map(|m| m.dev.cat(name).live_bytes).sum()
-    }
-
-    /// The end of the run as far as this device's processes tell: their last report.
-    pub fn end_us(&self) -> i64 {
-        *self
-            .end
-            .get_or_init(|| self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us))
-    }
-
-    /// The device timeline: every member's samples summed as step functions.
-    ///
-    /// A point at every member's sample time and just after each member's end (the driver
-    /// frees an exited process's memory: the drop shows), each the sum of
-    /// [`Member::live_at`] over the members, computed in one sweep over every member's
-    /// changes (not a pass over the members per point: thousands of processes on one GPU).
-    pub fn series(&self) -> Vec<Point> {
-        self.series.get_or_init(|| self.sweep()).clone()
-    }
-
-    fn sweep(&self) -> Vec<Point> {
-        // (time, member's change per category); a zero change keeps a time a point.
-        let mut changes: Vec<(i64, [i64; 6])> = Vec::new();
-        for m in &self.members {
-            let end = m.ended_us();
-            let mut last = [0i64; 6];
-            let mut before = i64::MIN;
-            for s in &m.dev.timeline {
-                let t = m.abs_us(s);
-                // `live_at` takes the last sample at or before a time in a timeline in time
-                // order: one out of order or after the end never shows (its time stays a point).
-                if t < before || end.is_some_and(|e| t > e) {
-                    changes.push((t, [0; 6]));
-                    continue;
-                }
-                before = t;
-                let v = CATEGORIES.map(|c| s.cat(c));
-                let mut d = [0i64; 6];
-                for k in 0..6 {
-                    d[k] = v[k].wrapping_sub(last[k]);
-                }
-                changes.push((t, d));
-                last = v;
-            }
-            if let Some(e) = end {
-                changes.push((e.saturating_add(1), last.map(i64::wrapping_neg)));
-            }
-        }
-        changes.sort_by_key(|c| c.0);
-        let mut out: Vec<Point> = Vec::new();
-        let mut cats = [0i64; 6];
-        for (t, d) in changes {
-            for k in 0..6 {
-                cats[k] = cats[k].wrapping_add(d[k]);
-            }
-            match out.last_mut() {
-                Some(p) if p.t_unix_us == t => p.cats = cats,
-                _ => out.push(Point { t_unix_us: t, cats }),
-            }
-        }
-        out
-    }
-
-    /// Peak of the device's summed live bytes. Exact for one process (its own counter);
-    /// for several, the maximum of the merged timelines (at least any member's peak).
-    pub fn peak(&self) -> i64 {
-        let member_max = self.members.iter().map(|m| m.dev.peak_bytes).max().unwrap_or(0);
-        if self.members.len() == 1 {
-            return member_max;
-        }
-        self.series().iter().map(Point::total).max().unwrap_or(0).max(member_max)
-    }
-
-    /// Peak of one category, computed like [`Self::peak`].
-    pub fn cat_peak(&self, name: &str) -> i64 {
-        let member_max = self.members.iter().map(|m| m.dev.cat(name).peak_bytes).max().unwrap_or(0);
-        if self.members.len() == 1 {
-            return member_max;
-        }
-        // A category beyond the six (a user's or a tag's) has no series: the largest member's.
-        let Some(i) = CATEGORIES.iter().position(|c| *c == name) else { return member_max };
-        self.series().iter().map(|p| p.cats[i]).max().unwrap_or(0).max(member_max)
-    }
-
-    /// Every probe of every member, with the member, in time order (across processes by
-    /// absolute time, within one by `(t_ms, seq)`).
-    pub fn probes(&self) -> Vec<(Member<'a>, &'a Probe)> {
-        let mut all: Vec<(Member, &Probe)> =
-            self.members.iter().flat_map(|m| m.dev.probes.iter().map(move |p| (*m, p))).collect();
-        all.sort_by_key(|(m, p)| (m.abs_us(*p), m.pid(), p.stamp().key()));
-        all
-    }
-
-    /// What the processes of this run had allocated on the device when `m` made the
-    /// probe `p`: the others' by absolute time, `m`'s own just before the probe.
-    pub fn tracked_at(&self, m: Member, p: &Probe) -> i64 {
-        let at = m.abs_us(p);
-        // Every member at `at`, with `m` itself counted just before its own record.
-        let own = |live: [i64; 6]| live.iter().sum::<i64>();
-        self.tracked_total(at) - own(m.live_at(at)) + own(m.live_before(p.stamp()))
-    }
-
-    /// The members' tracked bytes (the six categories) at absolute time `at_us`: the sum of
-    /// [`Member::live_at`] over the members, from one merged step function (each member's
-    /// samples as changes, and its end as a drop to zero), so that a reading costs a binary
-    /// search, not a pass over every member (thousands of processes on one GPU).
-    pub fn tracked_total(&self, at_us: i64) -> i64 {
-        let steps = self.totals.get_or_init(|| {
-            let mut changes: Vec<(i64, i64)> = Vec::new();
-            for m in &self.members {
-                let end = m.ended_us();
-                let mut last = 0i64;
-                let mut before = i64::MIN;
-                for s in &m.dev.timeline {
-                    let t = m.abs_us(s);
-                    // `live_at` takes the last sample at or before a time in a timeline in
-                    // time order; one out of order or after the end never shows.
-                    if t < before || end.is_some_and(|e| t > e) {
-                        continue;
-                    }
-                    before = t;
-                    let v: i64 = CATEGORIES.iter().map(|c| s.cat(c)).sum();
-                    changes.push((t, v - last));
-                    last = v;
-                }
-                if let Some(e) = end {
-                    if last != 0 {
-                        changes.push((e.saturating_add(1), -last));
-                    }
-                }
-            }
-            changes.sort_by_key(|c| c.0);
-            let mut sum = 0i64;
-            for c in &mut changes {
-                sum = sum.saturating_add(c.1);
-                c.1 = sum;
-            }
-            changes
-        });
-        let n = steps.partition_point(|c| c.0 <= at_us);
-        n.checked_sub(1).map_or(0, |i| steps[i].1)
-    }
-
-    /// The reading of the probe `p` of `m`, when the probe told both free and total.
-    pub fn reading(&self, m: Member, p: &Probe) -> Option<Reading> {
-        let (Some(free), Some(total)) = (p.free_bytes, p.total_bytes) else {
-            return None;
-        };
-        if p.error != 0 {
-            return None;
-        }
-        let tracked = self.tracked_at(m, p);
-        let at = m.abs_us(p);
-        Some(Reading {
-            pid: m.pid(),
-            api: p.api.clone(),
-            at_us: self.clock.since(at),
-            free_bytes: free,
-            total_bytes: total,
-            used_bytes: total - free,
-            tracked_bytes: tracked,
-            untracked_bytes: total - free - tracked,
-            age_us: (self.end_us() - at).max(0),
-        })
-    }
-
-    /// NVML's reading of the device written in `m`'s report (`devices[].usage`), compared
-    /// with what the run's processes had allocated then: fresher than any query.
-    pub fn usage_reading(&self, m: Member) -> Option<Reading> {
-        let u = m.dev.usage.as_ref()?;
-        let at = m.abs_of(u.t_us);
-        let tracked = self.tracked_total(at);
-        Some(Reading {
-            pid: m.pid(),
-            api: u.source.clone(),
-            at_us: self.clock.since(at),
-            free_bytes: u.total_bytes - u.used_bytes,
-            total_bytes: u.total_bytes,
-            used_bytes: u.used_bytes,
-            tracked_bytes: tracked,
-            untracked_bytes: u.used_bytes - tracked,
-            age_us: (self.end_us() - at).max(0),
-        })
-    }
-
-    /// Every reading of the device, in time order: the programs' queries and NVML's readings.
-    pub fn readings(&self) -> Vec<Reading> {
-        let mut all: Vec<Reading> = self.probes().into_iter().filter_map(|(m, p)| self.reading(m, p)).collect();
-        all.extend(self.members.iter().filter_map(|m| self.usage_reading(*m)));
-        all.sort_by_key(|r| r.at_us);
-        all
-    }
-
-    /// Figures of this GPU that cannot all be true, one line each: the run's processes tracked
-    /// more than the GPU holds, or the freshest reading says they hold more than the whole
-    /// device used (untracked below zero by more than rounding and managed memory explain).
-    /// Both mean these processes were not on one GPU (reports without UUIDs, merged by ordinal)
-    /// or a report is wrong; each line names the processes, their ordinals and environments.
-    pub fn impossible(&self) -> Vec<String> {
-        let mut out = Vec::new();
+    fn impossible_lines(&self) -> Vec<String> {
         let who = || {
             let each: Vec<String> = self
                 .members
@@ -478,264 +41,84 @@ impl<'a> DeviceGroup<'a> {
             };
             format!("{}{why}", each.join(", "))
         };
-        if let Some(total) = self.total_bytes().filter(|t| *t > 0) {
-            let peak = self.peak();
-            if peak > total {
-                out.push(format!(
+        DeviceGroup::impossible(self)
+            .into_iter()
+            .map(|i| match i {
+                Impossible::TrackedOverTotal { peak, total } => format!(
                     "{}: tracked {} at once, more than the GPU's {}: {}",
                     self.title(),
                     fmt_bytes(peak),
                     fmt_bytes(total),
                     who()
-                ));
-            }
-            if let Some(r) = self.last_reading() {
-                let slack = (total / 100).max(256 << 20);
-                if r.untracked_bytes < -slack {
-                    out.push(format!(
-                        "{}: untracked {} at the last reading (pid {}, {}): the run's processes held {} of a device \
-                         that used {}: {}",
-                        self.title(),
-                        fmt_bytes(r.untracked_bytes),
-                        r.pid,
-                        r.api,
-                        fmt_bytes(r.tracked_bytes),
-                        fmt_bytes(r.used_bytes),
-                        who()
-                    ));
-                }
-            }
-        }
-        out
+                ),
+                Impossible::UntrackedBelowZero(r) => format!(
+                    "{}: untracked {} at the last reading (pid {}, {}): the run's processes held {} of a device \
+                     that used {}: {}",
+                    self.title(),
+                    fmt_bytes(r.untracked_bytes),
+                    r.pid,
+                    r.api,
+                    fmt_bytes(r.tracked_bytes),
+                    fmt_bytes(r.used_bytes),
+                    who()
+                ),
+            })
+            .collect()
     }
+}
 
-    /// Whether `dev` of `report` is one of this GPU's members.
-    pub fn has(&self, report: &Report, dev: &Device) -> bool {
-        self.members.iter().any(|m| std::ptr::eq(m.report, report) && std::ptr::eq(m.dev, dev))
-    }
+/// The one line saying that a run's reports name no physical GPU (written before culedger
+/// recorded device UUIDs), so GPUs are each process's ordinal; None when every device has one.
+/// Said only where it matters: some process recorded `CUDA_VISIBLE_DEVICES`, which renumbers
+/// ordinals.
+pub fn ordinal_fallback_note(run: &Run) -> Option<String> {
+    let old = run.procs.iter().filter(|r| r.devices.iter().any(|d| d.uuid.is_none())).count();
+    let renumbered = run.procs.iter().any(|r| r.process.env.contains_key("CUDA_VISIBLE_DEVICES"));
+    (old > 0 && renumbered).then(|| {
+        format!(
+            "{old} report(s) name no physical GPU (written before culedger recorded device UUIDs): \
+             their GPUs are the processes' own ordinals, which CUDA_VISIBLE_DEVICES may have renumbered"
+        )
+    })
+}
 
-    /// The last reading: used and tracked compared at the query itself.
-    pub fn last_reading(&self) -> Option<Reading> {
-        self.readings().pop()
-    }
-
-    /// The reading with the most untracked memory.
-    pub fn max_untracked(&self) -> Option<Reading> {
-        self.readings().into_iter().rev().max_by_key(|r| r.untracked_bytes)
-    }
-
-    /// The largest allocation or failed attempt on the device (ties: the earliest).
-    pub fn largest_allocation(&self) -> Option<LargeAlloc> {
-        let mut candidates: Vec<(i64, LargeAlloc)> = Vec::new();
-        for m in &self.members {
-            for a in &m.dev.top_allocations {
-                let at = m.abs_us(a);
-                let large = LargeAlloc {
-                    pid: m.pid(),
-                    start_us: m.report.process.start_us(),
-                    at_us: self.clock.since(at),
-                    t_ms: a.t_ms,
-                    seq: a.seq,
-                    bytes: a.bytes,
-                    api: a.api.clone(),
-                    category: Some(a.category.clone()),
-                    failed: false,
-                };
-                candidates.push((at, large));
-            }
-            for f in &m.dev.failures {
-                let at = m.abs_us(f);
-                let large = LargeAlloc {
-                    pid: m.pid(),
-                    start_us: m.report.process.start_us(),
-                    at_us: self.clock.since(at),
-                    t_ms: f.t_ms,
-                    seq: f.seq,
-                    bytes: f.bytes,
-                    api: f.api.clone(),
-                    category: None,
-                    failed: true,
-                };
-                candidates.push((at, large));
-            }
-        }
-        candidates
-            .into_iter()
-            .max_by_key(|(at, a)| (a.bytes, std::cmp::Reverse((*at, a.seq.unwrap_or(-1)))))
-            .map(|(_, a)| a)
-    }
-
-    /// The member that is process (`pid`, started at `start_us`): processes on one host can
-    /// share a pid (containers, all pid 1), so a process is never found by its pid alone.
-    pub fn member_at(&self, pid: i64, start_us: i64) -> Option<Member<'a>> {
-        self.members.iter().copied().find(|m| m.pid() == pid && m.report.process.start_us() == start_us)
-    }
-
-    /// The probe the program sized its memory from: the last probe of the process that
-    /// made the device's largest allocation, before that allocation; without allocations
-    /// in the report, the last probe before the steepest rise of that process's timeline.
-    /// "Before" is in the process's record order, `(t_ms, seq)`.
-    pub fn sizing_probe(&self) -> Option<(Member<'a>, &'a Probe, String)> {
-        let c = &self.clock;
-        if let Some(big) = self.largest_allocation() {
-            let m = self.member_at(big.pid, big.start_us)?;
-            let at = Stamp { t_ms: big.t_ms, seq: big.seq };
-            let p = last_before(&m.dev.probes, at)?;
+/// Why a query matters, in words; times on the run's clock.
+pub fn why(w: &Why, c: &Clock) -> String {
+    match w {
+        Why::FirstQuery => "first query".into(),
+        Why::LargestAllocation(big) => {
             let what = match (&big.category, big.failed) {
                 (_, true) => format!("failed {} of {}", big.api, fmt_bytes(big.bytes)),
-                (Some(c), false) => format!("{} {} of {}", c, big.api, fmt_bytes(big.bytes)),
+                (Some(cat), false) => format!("{} {} of {}", cat, big.api, fmt_bytes(big.bytes)),
                 (None, false) => format!("{} of {}", big.api, fmt_bytes(big.bytes)),
             };
-            return Some((m, p, format!("before the largest allocation ({what} at {})", c.at(c.t0_us + big.at_us))));
+            format!("before the largest allocation ({what} at {})", c.at(c.t0_us + big.at_us))
         }
-        let mut best: Option<(Member, Stamp, i64, i64)> = None;
-        for m in &self.members {
-            for w in m.dev.timeline.windows(2) {
-                let rise = w[1].live_bytes - w[0].live_bytes;
-                if rise > 0 && !matches!(&best, Some(b) if rise <= b.2) {
-                    best = Some((*m, w[1].stamp(), rise, m.abs_us(&w[1])));
-                }
-            }
+        Why::SteepestRise { bytes, at_unix_us } => {
+            format!("before the steepest rise (+{} at {})", fmt_bytes(*bytes), c.at(*at_unix_us))
         }
-        let (m, at, rise, abs) = best?;
-        let p = last_before(&m.dev.probes, at)?;
-        Some((m, p, format!("before the steepest rise (+{} at {})", fmt_bytes(rise), c.at(abs))))
-    }
-
-    /// The free-memory queries worth showing: each process's first, the sizing probe, and
-    /// the last probe before each failure. Deduplicated, in time order.
-    pub fn key_probes(&self) -> Vec<KeyProbe> {
-        let mut out: Vec<(i64, KeyProbe)> = Vec::new();
-        let mut add = |m: Member, p: &Probe, why: String| {
-            let same =
-                |k: &KeyProbe| (k.pid, k.t_ms, k.seq, k.api.as_str()) == (m.pid(), p.t_ms, p.seq, p.api.as_str());
-            if let Some((_, k)) = out.iter_mut().find(|(_, k)| same(k)) {
-                if !k.why.contains(&why) {
-                    k.why = format!("{}; {why}", k.why);
-                }
-                return;
-            }
-            out.push((m.abs_us(p), KeyProbe::new(self, m, p, why)));
-        };
-        for m in &self.members {
-            if let Some(p) = first_recorded(&m.dev.probes) {
-                add(*m, p, "first query".into());
-            }
-        }
-        if let Some((m, p, why)) = self.sizing_probe() {
-            add(m, p, why);
-        }
-        for m in &self.members {
-            for f in &m.dev.failures {
-                if let Some(p) = &f.last_probe {
-                    add(*m, p, format!("before the failed {} of {}", f.api, fmt_bytes(f.bytes)));
-                }
-            }
-        }
-        out.sort_by_key(|(t, k)| (*t, k.pid, k.seq.unwrap_or(-1)));
-        out.into_iter().map(|(_, k)| k).collect()
-    }
-
-    pub fn failures(&self) -> Vec<(Member<'a>, &'a Failure)> {
-        let mut all: Vec<(Member, &Failure)> =
-            self.members.iter().flat_map(|m| m.dev.failures.iter().map(move |f| (*m, f))).collect();
-        all.sort_by_key(|(m, f)| (m.abs_us(*f), m.pid(), f.stamp().key()));
-        all
-    }
-
-    /// The failures that are requests of their own (not a retry of the previous failure of the
-    /// same process), each with the times of its retries.
-    pub fn failed_requests(&self) -> Vec<(Member<'a>, &'a Failure, Vec<i64>)> {
-        let mut out: Vec<(Member, &Failure, Vec<i64>)> = Vec::new();
-        for (m, f) in self.failures() {
-            let prev = out.iter_mut().rev().find(|(pm, _, _)| pm.pid() == m.pid());
-            if let Some((pm, pf, retries)) = prev {
-                let last_us = retries.last().copied().unwrap_or_else(|| pm.abs_us(*pf));
-                if is_retry(m.report, pf, f, last_us, m.abs_us(f)) {
-                    retries.push(m.abs_us(f));
-                    continue;
-                }
-            }
-            out.push((m, f, Vec::new()));
-        }
-        out
-    }
-
-    pub fn failures_total(&self) -> i64 {
-        self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
-    }
-
-    pub fn ipc(&self) -> Ipc {
-        let mut t = Ipc::default();
-        for m in &self.members {
-            let i = &m.dev.ipc;
-            t.exported_count += i.exported_count;
-            t.exported_bytes += i.exported_bytes;
-            t.imported_count += i.imported_count;
-            t.imported_bytes += i.imported_bytes;
-            t.imported_live_count += i.imported_live_count;
-            t.imported_live_bytes += i.imported_live_bytes;
-        }
-        t
-    }
-
-    pub fn graphs(&self) -> Graphs {
-        let mut t = Graphs::default();
-        for m in &self.members {
-            let g = &m.dev.graphs;
-            t.captures += g.captures;
-            t.captures_active += g.captures_active;
-            t.captured_allocs += g.captured_allocs;
-            t.captured_bytes += g.captured_bytes;
-            t.instantiations += g.instantiations;
-            t.instantiate_bytes += g.instantiate_bytes;
-            t.instantiate_measured += g.instantiate_measured;
-        }
-        t
-    }
-
-    /// The category holding the most live bytes: (name, bytes), when any holds some.
-    pub fn biggest_category(&self) -> Option<(String, i64)> {
-        CATEGORIES.iter().map(|c| (c.to_string(), self.cat_live(c))).filter(|(_, b)| *b > 0).max_by_key(|(_, b)| *b)
+        Why::FailedAllocation { api, bytes } => format!("before the failed {api} of {}", fmt_bytes(*bytes)),
     }
 }
 
-/// The categories worth listing for a run: those that held memory (live, peak or live
-/// allocations) in some process on some device; all six with `all`.
-/// Categories beyond the six (a user's rules or a program's tags name them; reports since
-/// report-time categories carry them), sorted; with `all` also the empty ones.
-pub fn extra_categories(run: &Run, all: bool) -> Vec<String> {
-    let mut v: Vec<String> = run
-        .procs
-        .iter()
-        .flat_map(|r| &r.devices)
-        .flat_map(|d| d.categories.iter())
-        .filter(|(name, s)| {
-            !CATEGORIES.contains(&name.as_str()) && (all || s.live_bytes != 0 || s.peak_bytes != 0 || s.allocs != 0)
-        })
-        .map(|(name, _)| name.clone())
-        .collect();
-    v.sort();
-    v.dedup();
-    v
+/// Every reason a query matters, in words, joined by `; ` (each sentence once).
+pub fn whys(ws: &[Why], c: &Clock) -> String {
+    let mut out = String::new();
+    for w in ws {
+        let s = why(w, c);
+        if out.is_empty() {
+            out = s;
+        } else if !out.contains(&s) {
+            out = format!("{out}; {s}");
+        }
+    }
+    out
 }
 
-pub fn shown_categories(run: &Run, all: bool) -> Vec<&'static str> {
-    CATEGORIES
-        .iter()
-        .copied()
-        .filter(|c| {
-            all || run.procs.iter().flat_map(|r| &r.devices).any(|d| {
-                let s = d.cat(c);
-                s.live_bytes != 0 || s.peak_bytes != 0 || s.allocs != 0
-            })
-        })
-        .collect()
-}
-
-/// A free-memory query and what the program was told.
+/// A free-memory query and what the program was told, as `culedger report --format json`
+/// writes it.
 #[derive(Debug, Clone, Serialize)]
-pub struct KeyProbe {
+pub struct QueryLine {
     pub pid: i64,
     pub label: String,
     /// On the run's clock (µs since its first process started).
@@ -751,35 +134,24 @@ pub struct KeyProbe {
     pub tracked_bytes: i64,
 }
 
-impl KeyProbe {
-    fn new(g: &DeviceGroup, m: Member, p: &Probe, why: String) -> Self {
-        KeyProbe {
-            pid: m.pid(),
-            label: m.label(),
-            at_us: g.clock.since(m.abs_us(p)),
-            t_ms: p.t_ms,
-            seq: p.seq,
-            api: p.api.clone(),
-            why,
-            free_bytes: p.free_bytes,
-            total_bytes: p.total_bytes,
-            error: p.error,
-            tracked_bytes: p.live_bytes,
-        }
-    }
-}
-
-/// Is failure `f` of process `report` the same request as its previous failure `prev` made
-/// again: the same API and size, from the same call site (or the same Python stack: a retry
-/// inside the allocator comes from another native return address), within a second.
-/// PyTorch's caching allocator does that on every out-of-memory
-/// (`c10/cuda/CUDACachingAllocator.cpp`, `DeviceCachingAllocator::malloc`: after a failed
-/// `alloc_block` it releases its cached blocks and calls `alloc_block` again).
-pub fn is_retry(report: &Report, prev: &Failure, f: &Failure, prev_us: i64, f_us: i64) -> bool {
-    let python = |id: Option<i64>| report.sites.iter().find(|s| Some(s.id) == id).map(|s| &s.python);
-    let same_place =
-        prev.site == f.site || python(prev.site).is_some_and(|a| !a.is_empty() && Some(a) == python(f.site));
-    prev.api == f.api && prev.bytes == f.bytes && same_place && (0..=1_000_000).contains(&(f_us - prev_us))
+/// The queries that matter on a device, in words.
+pub fn query_lines(g: &DeviceGroup) -> Vec<QueryLine> {
+    g.key_probes()
+        .into_iter()
+        .map(|k| QueryLine {
+            why: whys(&k.why, &g.clock),
+            pid: k.pid,
+            label: k.label,
+            at_us: k.at_us,
+            t_ms: k.t_ms,
+            seq: k.seq,
+            api: k.api,
+            free_bytes: k.free_bytes,
+            total_bytes: k.total_bytes,
+            error: k.error,
+            tracked_bytes: k.tracked_bytes,
+        })
+        .collect()
 }
 
 #[cfg(test)]

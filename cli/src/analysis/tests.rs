@@ -1,6 +1,7 @@
 //! Unit tests of the device groups: which queries matter, retries, untracked memory.
 
 use super::*;
+use crate::model::{Failure, Report};
 use serde_json::{json, Value};
 
 const MIB: i64 = 1 << 20;
@@ -47,7 +48,7 @@ fn sizing_probe_is_before_the_allocation_in_the_same_millisecond() {
     assert_eq!(
         (p.seq, p.free_bytes),
         (Some(2), Some(900 * MIB)),
-        "the probe taken after the allocation must not be picked ({why})"
+        "the probe taken after the allocation must not be picked ({why:?})"
     );
 }
 
@@ -106,7 +107,7 @@ fn first_and_last_probes_follow_seq_not_list_order() {
     let g = &groups(&run)[0];
     let seqs: Vec<_> = g.probes().iter().map(|(_, p)| p.seq).collect();
     assert_eq!(seqs, [Some(2), Some(5)]);
-    let first = g.key_probes().into_iter().find(|k| k.why.contains("first query"));
+    let first = g.key_probes().into_iter().find(|k| k.why.contains(&Why::FirstQuery));
     assert_eq!(first.unwrap().seq, Some(2));
 }
 
@@ -134,7 +135,7 @@ fn two_probes_in_one_millisecond_stay_two_key_probes() {
         "last_probe": probe(7, Some(5), 300)}))
     .unwrap()];
     let run = run(r);
-    let keys = groups(&run)[0].key_probes();
+    let keys = query_lines(&groups(&run)[0]);
     let seqs: Vec<_> = keys.iter().map(|k| k.seq).collect();
     assert_eq!(seqs, [Some(2), Some(5)], "{keys:?}");
     assert!(keys[0].why.contains("first query") && keys[0].why.contains("largest allocation"));

@@ -5,7 +5,7 @@
 pub mod render;
 pub mod since;
 
-use crate::analysis::{shown_categories, DeviceGroup};
+use crate::analysis::{shown_categories, DeviceGroup, GroupWords};
 use crate::clock::Clock;
 use crate::figures::{Figure, DIFF_TOTALS};
 use crate::model::CATEGORIES;
@@ -121,7 +121,7 @@ fn last_probe(g: &DeviceGroup) -> Option<ProbeSide> {
 fn sizing_probe(g: &DeviceGroup) -> Option<ProbeSide> {
     let big = g.largest_allocation();
     g.sizing_probe().map(|(m, p, why)| ProbeSide {
-        before: Some(why),
+        before: Some(crate::analysis::why(&why, &g.clock)),
         before_category: big.and_then(|b| b.category),
         ..probe_side(g, m, p)
     })

@@ -23,7 +23,7 @@ pub mod recon;
 mod render;
 pub mod steps;
 
-use crate::analysis::DeviceGroup;
+use crate::analysis::{DeviceGroup, GroupWords};
 use crate::clock::Clock;
 use crate::load::Run;
 use crate::model::Report;
@@ -110,9 +110,9 @@ pub fn explain(
     found: Vec<Finding>,
     what_to_change: Option<advice::Advice>,
 ) -> Explanation {
-    crate::counts::computed(crate::counts::Part::Explanation);
+    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Explanation);
     let clock = Clock::of(&run.procs);
-    let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible()).collect();
+    let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible_lines()).collect();
 
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));

@@ -191,7 +191,7 @@ fn measured_calls<'a>(g: &DeviceGroup<'a>, t0: i64, t1: i64) -> Vec<(Member<'a>,
                 .filter(|c| c.end_us > t0 && c.end_us <= t1)
                 .map(|call| {
                     let (bytes, uncertain, notes) = costs::denoise(g, &call, est.as_ref());
-                    Measured { call, bytes, uncertain, notes }
+                    Measured { call, bytes, uncertain, notes: costs::notes(&notes, &g.clock) }
                 })
                 .collect();
             (*m, calls)
@@ -263,7 +263,7 @@ fn context_part(g: &DeviceGroup, o: Member, t0: i64, t1: i64) -> Option<ContextP
     // holds it is marked uncertain: that figure may include it.
     let peer = ctx.1 > ctx.0;
     Some(match costs::context_estimate(g) {
-        Some((size, _)) => ContextPart { bytes: Some(size), text: how.to_string(), uncertain: false, note: None, peer },
+        Some(est) => ContextPart { bytes: Some(est.bytes), text: how.to_string(), uncertain: false, note: None, peer },
         None => ContextPart {
             bytes: None,
             text: format!("{how} (size unknown)"),

@@ -5,7 +5,7 @@
 use super::findings::{Detail, FailDetail, Finding, Kind, Severity};
 use super::recon::{Item, ItemKind, Recon};
 use super::Explanation;
-use crate::clock::{fmt_secs, Clock};
+use crate::clock::{fmt_secs, Clock, ClockWords};
 use crate::doc::{Block, Doc, Table};
 use crate::units::{fmt_bytes, fmt_delta};
 

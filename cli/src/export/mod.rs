@@ -120,7 +120,10 @@ pub fn perfetto(a: &Analysis) -> Value {
                         let call = call_iter.next();
                         let measured = e.bytes.or_else(|| call.map(|c| c.measured));
                         let denoised = match (g, call) {
-                            (Some(g), Some(c)) => Some(crate::costs::denoise(g, c, estimate.as_ref())),
+                            (Some(g), Some(c)) => {
+                                let (bytes, uncertain, notes) = crate::costs::denoise(g, c, estimate.as_ref());
+                                Some((bytes, uncertain, crate::costs::notes(&notes, &g.clock)))
+                            }
                             _ => None,
                         };
                         args["measured_bytes"] = json!(measured);

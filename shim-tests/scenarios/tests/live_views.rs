@@ -170,13 +170,44 @@ fn prometheus_scrapes_the_kv_pool_of_a_running_server() {
         wait_for(Duration::from_secs(20), "culedger metrics --listen", || http_get(port, "/metrics"), String::new);
     assert!(page.contains("# TYPE culedger_category_live_bytes gauge"), "{page}");
 
+    // A second target: processes that share a pid (containers' pid 1, on one host and on two),
+    // each ended with a status, the layout where per-process labels once gave duplicate series.
+    let pids = sim.scratch().join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    for (k, (pid, host)) in [(1, "node-a"), (1, "node-a"), (1, "node-b"), (7, "node-b")].into_iter().enumerate() {
+        let name = ["culedger-5101.json", "culedger-5102.json"][k % 2];
+        let fixture = repo_root().join("cli/tests/fixtures/custom-ar").join(name);
+        let mut v: Value = serde_json::from_slice(&std::fs::read(fixture).unwrap()).unwrap();
+        v["process"]["pid"] = pid.into();
+        v["process"]["ppid"] = 0.into();
+        v["process"]["host"] = host.into();
+        v["process"]["start_unix_us"] = (v["process"]["start_unix_us"].as_i64().unwrap() + k as i64 * 1000).into();
+        std::fs::write(pids.join(format!("culedger-{host}-{pid}-{k}.json")), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let exposition = Command::new(cli()).arg("metrics").arg(&pids).output().unwrap();
+    assert!(exposition.status.success());
+    let exposition = String::from_utf8(exposition.stdout).unwrap();
+    let sample_lines = exposition.lines().filter(|l| !l.starts_with('#')).count();
+    let pids_port = free_port();
+    let _pids_metrics = Guard(Some(
+        Command::new(cli())
+            .args(["metrics", "--listen", &format!("127.0.0.1:{pids_port}")])
+            .arg(&pids)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+
     let prom_port = free_port();
     let config = sim.scratch().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: culedger\n    \
-             static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+             static_configs:\n      - targets: ['127.0.0.1:{port}']\n  - job_name: pids\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{pids_port}']\n  - job_name: prometheus\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{prom_port}']\n"
         ),
     )
     .unwrap();
@@ -209,7 +240,10 @@ fn prometheus_scrapes_the_kv_pool_of_a_running_server() {
     let kv = wait_for(
         Duration::from_secs(60),
         "the KV pool in Prometheus",
-        || query("culedger_category_live_bytes%7Bcategory%3D%22kv_pool%22%7D").filter(|r| r.len() == 2),
+        || {
+            query("culedger_category_live_bytes%7Bcategory%3D%22kv_pool%22%2Cjob%3D%22culedger%22%7D")
+                .filter(|r| r.len() == 2)
+        },
         prom_log,
     );
     let mut seen: Vec<(i64, i64)> = kv
@@ -238,6 +272,44 @@ fn prometheus_scrapes_the_kv_pool_of_a_running_server() {
             assert!(!found.is_empty(), "{expr}");
         }
     }
+
+    // The processes that share a pid: every sample of the exposition stored as its own series
+    // (a duplicate would be dropped and counted by Prometheus), the info series joins, and
+    // each process's exit status is there.
+    let stored = wait_for(
+        Duration::from_secs(30),
+        "the pids target's series",
+        || query(&url_encode("count({job=\"pids\", __name__=~\"culedger_.*\"})")),
+        prom_log,
+    );
+    assert_eq!(stored[0]["value"][1], sample_lines.to_string().as_str(), "series stored against samples exposed");
+    let dup = wait_for(
+        Duration::from_secs(30),
+        "Prometheus' own duplicate-sample counter",
+        || query("prometheus_target_scrapes_sample_duplicate_timestamp_total"),
+        prom_log,
+    );
+    assert_eq!(dup[0]["value"][1], "0", "Prometheus dropped duplicate samples: {dup:?}");
+    let joined = wait_for(
+        Duration::from_secs(30),
+        "the info join",
+        || {
+            query(&url_encode(
+                "culedger_process_live_bytes{job=\"pids\"} * on(host, pid, start_ms) group_left(title, rank) \
+                 culedger_process_info{job=\"pids\"}",
+            ))
+        },
+        prom_log,
+    );
+    let live = query(&url_encode("culedger_process_live_bytes{job=\"pids\"}")).unwrap();
+    assert_eq!(joined.len(), live.len(), "{joined:?}");
+    assert!(
+        joined.iter().all(|s| s["metric"]["title"].as_str().unwrap().starts_with("sglang::scheduler_TP")),
+        "{joined:?}"
+    );
+    let exits = query(&url_encode("culedger_process_exit_status{job=\"pids\"}")).unwrap();
+    assert_eq!(exits.len(), 4, "{exits:?}");
+    assert!(exits.iter().all(|s| s["value"][1] == "1"), "every rank exited with status 1: {exits:?}");
 
     std::fs::write(&stop, "").unwrap();
     let mut srv = srv;

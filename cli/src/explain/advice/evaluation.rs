@@ -237,7 +237,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
 
 /// The engine's formula on the run, when the run is a known engine's.
 pub fn evaluate_run(run: &Run, gs: &[DeviceGroup]) -> Option<Evaluation> {
-    crate::counts::computed(crate::counts::Part::Evaluation);
+    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Evaluation);
     let reports: Vec<&Report> = run.procs.iter().collect();
     let (pack, s) = engines::recognize(&reports)?;
     evaluate(run, gs, &pack, &s)

@@ -291,7 +291,7 @@ fn median(mut v: Vec<i64>) -> i64 {
 /// Every finding of a run, most important first.
 /// `ev`: the engine's sizing formula evaluated on the run, when one applies.
 pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::Evaluation>) -> Vec<Finding> {
-    crate::counts::computed(crate::counts::Part::Findings);
+    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);
     let mut failures = failure::failed_allocations(gs, !run.skipped.is_empty(), ev);
     failures.extend(failure::failed_start(run, gs));
     let mut out = failures.clone();

@@ -47,6 +47,7 @@ const ATTRIBUTES: &[(c_int, c_int)] = &[
     (75, 9),            // COMPUTE_CAPABILITY_MAJOR
     (76, 0),            // COMPUTE_CAPABILITY_MINOR
     (81, 233472),       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    (82, 65536),        // MAX_REGISTERS_PER_MULTIPROCESSOR (torch's topk divides by what it allows: 0 was SIGFPE)
     (83, 1),            // MANAGED_MEMORY
     (89, 1),            // CONCURRENT_MANAGED_ACCESS
     (91, 1),            // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (x86-64 Linux, unified addressing)
