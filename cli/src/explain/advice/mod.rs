@@ -400,7 +400,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             None => (c.flag.clone(), String::new(), c.removes_bytes),
         };
         format!(
-            "Or disable {what} ({}){}: the pool keeps {} GiB per rank; its {apis} took {} GiB{}",
+            "Or disable {what} ({}){}: the pool keeps {} GiB per rank; {what} took {} GiB{} ({apis})",
             c.flag,
             if (c.value - p0).abs() < 1e-9 {
                 String::new()
