@@ -359,6 +359,13 @@ pub struct Failure {
     pub last_probe: Option<Probe>,
     /// The call site of the failed allocation (`sites[].id`), when recorded.
     pub site: Option<i64>,
+    /// The category the failed attempt's own call site gives it (the rules as for an
+    /// allocation from that site, without the phase fallback), and the rule; None when no
+    /// site was recorded, or from writers before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

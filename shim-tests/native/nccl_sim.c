@@ -9,7 +9,13 @@
  * cudaMalloc reaches), plus 1 MiB of pinned host memory (cuMemHostAlloc) for its proxy.
  * Channels: NCCL_MIN_NCHANNELS (default 2). The buffers are not exported (no
  * cuMemExportToShareableHandle): peers are reached through the simulated network.
- * Collectives move no data. Every device range is logged for the ground truth (simtruth.h). */
+ * Collectives move no data. Every device range is logged for the ground truth (simtruth.h).
+ *
+ * ncclMemAlloc (NCCL 2.19+, src/allocator.cc) allocates as NCCL does with cuMem: cuMemCreate +
+ * cuMemAddressReserve + cuMemMap + cuMemSetAccess on the current device, rounded up to the
+ * granularity; ncclMemFree undoes it. ncclCommWindowRegister (NCCL 2.27+, symmetric memory)
+ * registers a range as a window and allocates nothing. SGLang's symmetric-memory pool reaches
+ * them through torch's pluggable allocator (pynccl_allocator.py nccl_alloc_plug). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -136,6 +142,64 @@ static ncclResult_t add_vmm(ncclComm_t c, size_t want) {
     c->bufs[c->nbufs++] = b;
     note(SIMTRUTH_ALLOC, c->dev, SIMTRUTH_API_CU_MEM_CREATE, b.va, size);
     return ncclSuccess;
+}
+
+#define MAX_MEM 256
+static Buf mem_bufs[MAX_MEM];
+static int mem_devs[MAX_MEM];
+
+ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+    if (!ptr || size == 0) return ncclInvalidArgument;
+    pthread_once(&once, load_driver);
+    if (!drv_ok) return ncclSystemError;
+    CUdevice dev = 0;
+    if (drv.ctx_get_device(&dev) != CUDA_SUCCESS) return ncclUnhandledCudaError;
+    struct ncclComm c;
+    memset(&c, 0, sizeof c);
+    c.dev = (int)dev;
+    ncclResult_t rc = add_vmm(&c, size);
+    if (rc != ncclSuccess) return rc;
+    pthread_mutex_lock(&mu);
+    int slot = -1;
+    for (int i = 0; i < MAX_MEM && slot < 0; i++)
+        if (mem_bufs[i].va == 0) slot = i;
+    if (slot >= 0) {
+        mem_bufs[slot] = c.bufs[0];
+        mem_devs[slot] = c.dev;
+    }
+    pthread_mutex_unlock(&mu);
+    *ptr = (void *)(uintptr_t)c.bufs[0].va;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclMemFree(void *ptr) {
+    if (!ptr) return ncclSuccess;
+    pthread_mutex_lock(&mu);
+    int slot = -1;
+    for (int i = 0; i < MAX_MEM && slot < 0; i++)
+        if (mem_bufs[i].va == (CUdeviceptr)(uintptr_t)ptr) slot = i;
+    Buf b = slot >= 0 ? mem_bufs[slot] : (Buf){0, 0, 0, 0};
+    int dev = slot >= 0 ? mem_devs[slot] : 0;
+    if (slot >= 0) mem_bufs[slot].va = 0;
+    pthread_mutex_unlock(&mu);
+    if (slot < 0) return ncclInvalidArgument;
+    drv.unmap(b.va, b.size);
+    drv.release(b.handle);
+    drv.address_free(b.va, b.size);
+    note(SIMTRUTH_FREE, dev, SIMTRUTH_API_CU_MEM_CREATE, b.va, b.size);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, void **win, int flags) {
+    (void)flags;
+    if (!comm || !buff || !size || !win) return ncclInvalidArgument;
+    *win = buff;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, void *win) {
+    (void)win;
+    return comm ? ncclSuccess : ncclInvalidArgument;
 }
 
 ncclResult_t ncclGetVersion(int *version) {

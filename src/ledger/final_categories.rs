@@ -29,6 +29,9 @@ pub(crate) struct Final {
     pub timeline: Vec<Vec<u64>>,
     pub probes: Vec<Vec<u64>>,
     pub failures: Vec<(Vec<u64>, Option<Vec<u64>>)>,
+    /// Per failure, in order: the category its own call site gives the attempt and the rule
+    /// (None: no site recorded).
+    pub failure_verdicts: Vec<Option<(String, Option<String>)>>,
     /// Per site id: its category (index into `names`) and rule name (None: the default).
     pub sites: HashMap<u32, (usize, Option<String>)>,
     /// Per top allocation, in order: category and rule.
@@ -85,7 +88,8 @@ pub(crate) fn compute(
     hist: &HistoryView,
     resolver: &dyn SiteResolver,
 ) -> Final {
-    let sites = Sites::read(resolver, hist.recs.iter().map(|r| r.site));
+    let sites =
+        Sites::read(resolver, hist.recs.iter().map(|r| r.site).chain(stats.failures.items().iter().map(|f| f.site)));
     let views = sites.views();
     let large: Vec<Large<'_>> = hist
         .recs
@@ -218,6 +222,31 @@ pub(crate) fn compute(
             }
         })
         .collect();
+    // A failed attempt's category is its own call site's, as for an allocation made there
+    // (no phase: a failed attempt is no part of a burst the phase fallback would name), so
+    // that a failure in a collective library's window after the pool is comm, not the pool's.
+    let failure_verdicts = stats
+        .failures
+        .items()
+        .iter()
+        .map(|f| {
+            let site = sites.index.get(&f.site).map(|&i| &views[i])?;
+            let subject = Subject {
+                api: f.api,
+                bytes: f.bytes,
+                live: Some(false),
+                native: Some(site.native.as_slice()),
+                python: Some(site.python.as_slice()),
+                ..Subject::default()
+            };
+            let v = set.classify(&subject);
+            let name = match v.category {
+                crate::classify::matcher::Category::Known(id) => set.category_name(id).to_string(),
+                crate::classify::matcher::Category::Tag(t) => t.to_string(),
+            };
+            Some((name, rule_name(v.rule)))
+        })
+        .collect();
     let upto_seq = stats.timeline.iter().map(|s| s.seq).max().unwrap_or(0);
     let floor = Floor { upto_seq, peaks: h.categories.iter().cloned().zip(peak.iter().copied()).collect() };
     Final {
@@ -228,6 +257,7 @@ pub(crate) fn compute(
         timeline,
         probes: probes_out,
         failures,
+        failure_verdicts,
         sites: sites_out,
         top: top_out,
         floor,

@@ -102,7 +102,12 @@ fn probe(p: &Probe, fin: Option<&Final>, cats: Option<&[u64]>) -> fmt::Probe {
     }
 }
 
-fn failure(f: &Failure, fin: Option<&Final>, cats: Option<&(Vec<u64>, Option<Vec<u64>>)>) -> fmt::Failure {
+fn failure(
+    f: &Failure,
+    fin: Option<&Final>,
+    cats: Option<&(Vec<u64>, Option<Vec<u64>>)>,
+    verdict: Option<&(String, Option<String>)>,
+) -> fmt::Failure {
     fmt::Failure {
         t_ms: n(f.t_ms),
         t_us: Some(n(f.t_us)),
@@ -115,6 +120,8 @@ fn failure(f: &Failure, fin: Option<&Final>, cats: Option<&(Vec<u64>, Option<Vec
         categories: cat_values(fin, cats.map(|c| c.0.as_slice()), &f.cats),
         last_probe: f.last_probe.as_ref().map(|p| probe(p, fin, cats.and_then(|c| c.1.as_deref()))),
         site: site(f.site),
+        category: verdict.map(|v| v.0.clone()),
+        rule: verdict.and_then(|v| v.1.clone()),
     }
 }
 
@@ -298,7 +305,14 @@ fn device(d: &Copied, sites: &BTreeMap<u32, (SiteRec, Option<String>)>) -> fmt::
             .items()
             .iter()
             .enumerate()
-            .map(|(k, f)| failure(f, fin, fin.and_then(|x| x.failures.get(k))))
+            .map(|(k, f)| {
+                failure(
+                    f,
+                    fin,
+                    fin.and_then(|x| x.failures.get(k)),
+                    fin.and_then(|x| x.failure_verdicts.get(k)).and_then(Option::as_ref),
+                )
+            })
             .collect(),
         failures_total: n(s.failures.total()),
         untracked_bytes: s.untracked,

@@ -1154,7 +1154,9 @@ fn sites_are_resolved_from_the_ids_the_records_name() {
     l.driver_cost_at(0, "cuIpcOpenMemHandle", 10, 5, None);
     let sites = FakeSites { known: vec![2, 3, 5, 9], asked: Default::default() };
     let j = serde_json::to_value(l.render(&sites)).unwrap();
-    assert_eq!(*sites.asked.lock().unwrap(), [1, 2, 3, 4, 5], "each named id once, none for 0");
+    // The report-time categories ask first about the failure's site (its category is its own
+    // call site's), then the rendering about each named id once; none for 0.
+    assert_eq!(*sites.asked.lock().unwrap(), [4, 1, 2, 3, 4, 5], "each named id once, none for 0");
     let d0 = &j["devices"][0];
     let callers = |list: &str| -> Vec<(Value, Value)> {
         d0[list].as_array().unwrap().iter().map(|a| (a["site"].clone(), a["caller"].clone())).collect()

@@ -58,16 +58,20 @@ pub struct Minimum {
 pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Option<&Minimum>) -> (String, String) {
     let (name, part) = (&d.process, &d.part);
     let at = fmt_secs(d.at_us);
+    // A lone allocation that is no pool is named by its size, not "an allocation".
+    let (part, size) = match part.as_str() {
+        "an allocation" => (fmt_bytes(d.bytes), String::new()),
+        _ => (part.clone(), format!("{}, ", fmt_bytes(d.bytes))),
+    };
     let title = format!(
-        "{name} could not allocate {part} on {} ({}, {}{}{})",
+        "{name} could not allocate {part} on {} ({size}{}{}{})",
         gpu(device),
-        fmt_bytes(d.bytes),
         d.api,
         d.category.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
         d.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
     );
     let text = match &d.reconciliation {
-        Some(r) => conclusion(name, part, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
+        Some(r) => conclusion(name, &d.part, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
              sized the request from. The process held {} on the GPU at that moment.",
@@ -120,8 +124,12 @@ fn conclusion(
     } else {
         "sized"
     };
-    let what = if sized == "sized" { format!("sized {pool}") } else { sized.to_string() };
-    let mut s = format!("{name} {what} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us));
+    let mut s = if sized == "sized" {
+        format!("{name} sized {pool} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
+    } else {
+        // A request no query sized: the last query before it is only where the count starts.
+        format!("{name} was told {} free at {} (its last query before the request)", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
+    };
     // (bytes, where they went), the first said with "went to".
     let mut clauses: Vec<(i64, String)> = Vec::new();
     let hidden: Vec<&Item> = r.items.iter().filter(|i| i.kind == ItemKind::DriverCost).collect();

@@ -206,6 +206,9 @@ struct Bound {
     /// For a failure's bound: the deficit, and the alternatives that shrink it.
     deficit: i64,
     alts: Vec<AltAdvice>,
+    /// A failure after the pool: the failed request's bytes and its category (its own call
+    /// site's), which the value must make room for beside what arrived.
+    failed_after_pool: Option<(i64, Option<String>)>,
 }
 
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
@@ -240,6 +243,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
                 broken,
                 deficit: 0,
                 alts: Vec::new(),
+                failed_after_pool: None,
             });
         }
         let st = steps::steps(m);
@@ -276,6 +280,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             broken: true,
             deficit,
             alts,
+            failed_after_pool: after_pool.map(|_| (need, f.category.clone())),
         });
     }
     if !bounds.iter().any(|b| b.broken) {
@@ -372,9 +377,17 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
                     s.engine
                 ),
                 None => format!(
-                    ", so that the {} GiB that arrived after the sizing query fit and {} GiB stay for what the failed \
-                     run never reached",
+                    ", so that the {} GiB that arrived after the sizing query{} fit and {} GiB stay for what the \
+                     failed run never reached",
                     gib(arrivals_bytes),
+                    match &deciding.failed_after_pool {
+                        Some((b, c)) => format!(
+                            " and the failed request ({} GiB{})",
+                            gib(*b),
+                            c.as_deref().map(|c| format!(", {c}")).unwrap_or_default()
+                        ),
+                        None => String::new(),
+                    },
                     gib(margin)
                 ),
             }
@@ -465,6 +478,20 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         ));
     }
     let _ = n_choices;
+    // Weights still loading after the sizing query when the start failed (a draft model of
+    // speculative decoding loaded after the target's pool, say): the reports show what that
+    // load took until it failed, not how much more it needed, so the value covers only that.
+    if let Some((b, Some(c))) = &deciding.failed_after_pool {
+        if c == "weights" && direction == "lower" {
+            lines.push(format!(
+                "The failed request ({} GiB) was part of weights still loading after the sizing query: the reports \
+                 do not show how much more that load needed, so the values above cover only what it took before it \
+                 failed; each further 0.01 of {flag} frees {} GiB for the rest of it",
+                gib(*b),
+                gib(ev.scale_bytes / 100)
+            ));
+        }
+    }
     if margin > 0 && direction != "raise" && deciding.refusal.is_none() {
         lines.push(format!(
             "The value leaves a margin of {} GiB for {}, which the failed run never reached, so the reports cannot \

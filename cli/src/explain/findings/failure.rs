@@ -82,14 +82,35 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
     }]
 }
 
-/// Which part of its burst a failed attempt is, in words.
-fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>) -> String {
+/// The category of a burst: that of its allocations, else (a burst of failed attempts only)
+/// the one the failed attempt's own call site gives it, as the report says; and whether it
+/// came from the attempt's own site.
+fn burst_category<'a>(steps: &'a [Step], burst: &[usize]) -> (Option<&'a str>, bool) {
+    let alloc = burst.iter().find_map(|&j| match steps[j].kind {
+        StepKind::Alloc { category, .. } => Some(category),
+        _ => None,
+    });
+    match alloc {
+        Some(c) => (Some(c), false),
+        None => (burst.iter().find_map(|&j| steps[j].failure().and_then(|f| f.category.as_deref())), true),
+    }
+}
+
+/// Which part of its burst a failed attempt is, in words. A burst whose call site names a
+/// category other than the KV pool's (a collective library's window after the pool, draft
+/// weights loaded after it) is no pool, whatever its size against the last query.
+fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>, own: bool) -> String {
     let total: i64 = burst.iter().map(|&i| steps[i].bytes).sum();
     let pool = match category {
         Some("kv_pool") => "its KV pool",
         _ => "its pool",
     };
-    let is_pool = told.is_some_and(|t| total.saturating_mul(2) > t) || category == Some("kv_pool");
+    // A run of allocations the rules named for something else than a pool (weights loaded
+    // after the sizing query, a communication window) is no pool either; the default
+    // category (other) says nothing, and the size against the last query decides.
+    let other_site = category.is_some_and(|c| c != "kv_pool" && (own || c != "other"));
+    let is_pool =
+        (!other_site && told.is_some_and(|t| total.saturating_mul(2) > t)) || category == Some("kv_pool");
     let n = burst.len();
     let equal = burst.iter().all(|&i| (steps[i].bytes - steps[burst[0]].bytes).abs() * 100 <= steps[burst[0]].bytes);
     match (is_pool, n) {
@@ -157,14 +178,8 @@ fn failure_finding(
     let q = query_before(st, burst[0]);
     let recon = q.map(|q| reconcile(g, m, st, q, i, burst));
     let told = recon.as_ref().map(|r| r.query.free_bytes);
-    let category = burst
-        .iter()
-        .filter_map(|&j| match st[j].kind {
-            StepKind::Alloc { category, .. } => Some(category),
-            _ => None,
-        })
-        .next();
-    let part = part_words(st, burst, told, category);
+    let (category, own) = burst_category(st, burst);
+    let part = part_words(st, burst, told, category, own);
     let caller = callers::caller(m.report, f.site);
     let caller_chain = callers::explaining(m.report, f.site, false).map(|e| e.chain);
     let (free, measured) = match &recon {
@@ -274,16 +289,13 @@ pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
             let burst = burst_ending_at(&st, i);
             let Some(q) = query_before(&st, burst[0]) else { continue };
             let recon = reconcile(g, *m, &st, q, i, &burst);
-            let category = burst.iter().find_map(|&j| match st[j].kind {
-                StepKind::Alloc { category, .. } => Some(category.to_string()),
-                _ => None,
-            });
-            let part = part_words(&st, &burst, Some(recon.query.free_bytes), category.as_deref());
+            let (category, own) = burst_category(&st, &burst);
+            let part = part_words(&st, &burst, Some(recon.query.free_bytes), category, own);
             let f = st[i].failure().map(|f| FailedPart { api: f.api.clone(), bytes: f.bytes, part });
             // The earliest failure wins over any pool.
             let key = -st[i].abs_us - (1 << 60);
             if best.as_ref().is_none_or(|(k, _)| key > *k) {
-                best = Some((key, PoolWindow { pid: m.pid(), process: who(m.report), failed: f, category, recon }));
+                best = Some((key, PoolWindow { pid: m.pid(), process: who(m.report), failed: f, category: category.map(str::to_string), recon }));
             }
             continue;
         }

@@ -19,6 +19,10 @@ class ServerArgs:
     context_length: int = 8192
     attention_workspace_mib: int = 384
     graph_workspace_mib: int = 0
+    enable_symm_mem: bool = False
+    speculative_algorithm: str = None
+    speculative_draft_model_mib: int = 0
+    draft_before_sizing: bool = False
     dist_init_dir: str = None
     truth_dir: str = None
     serve_until: str = None
@@ -42,6 +46,16 @@ def prepare_server_args(argv):
     p.add_argument("--attention-workspace-mib", type=int, default=384)
     p.add_argument("--graph-workspace-mib", type=int, default=0,
                    help="simulation: what the capture of the largest batch takes from the graph pool")
+    p.add_argument("--enable-symm-mem", action="store_true",
+                   help="NCCL symmetric memory; SGLANG_SYMM_MEM_PREALLOC_GB_SIZE GiB are allocated after the "
+                        "graph capture (pynccl_allocator.py prealloc_symmetric_memory_pool)")
+    p.add_argument("--speculative-algorithm", default=None, choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"])
+    p.add_argument("--speculative-draft-model-mib", type=int, default=0,
+                   help="simulation: the draft model's weights per rank, MiB")
+    p.add_argument("--draft-before-sizing", action="store_true",
+                   help="simulation: the order of sglang 0.5.23 (the scheduler builds the draft worker before "
+                        "init_memory_pools, so the draft weights are counted); without it the order of the "
+                        "versions before (EAGLEWorker built after the target's pool)")
     p.add_argument("--dist-init-dir", default=None, help="rendezvous directory (default: a fresh temporary one)")
     p.add_argument("--truth-dir", default=None, help="write the ground truth there (ENGINE_SIM_TRUTH_DIR)")
     p.add_argument("--serve-until", default=None,
@@ -51,4 +65,6 @@ def prepare_server_args(argv):
     disable_ca = a.disable_custom_all_reduce or a.allreduce != "custom"
     return ServerArgs(a.model_path, a.tp_size, a.mem_fraction_static, disable_ca, a.disable_cuda_graph,
                       a.cuda_graph_max_bs, a.max_running_requests, a.max_total_tokens, a.model_mib, a.layers,
-                      a.context_length, a.attention_workspace_mib, a.graph_workspace_mib, a.dist_init_dir, a.truth_dir, a.serve_until)
+                      a.context_length, a.attention_workspace_mib, a.graph_workspace_mib, a.enable_symm_mem,
+                      a.speculative_algorithm, a.speculative_draft_model_mib, a.draft_before_sizing,
+                      a.dist_init_dir, a.truth_dir, a.serve_until)

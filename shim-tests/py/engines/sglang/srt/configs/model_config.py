@@ -9,7 +9,11 @@ class ModelConfig:
         self.head_dim = 128
 
     @staticmethod
-    def from_server_args(server_args):
+    def from_server_args(server_args, is_draft_worker=False):
+        if is_draft_worker:
+            # The draft model (an EAGLE head: one decoder layer) of --speculative-draft-model-mib.
+            shape = LlamaShape.for_budget(server_args.speculative_draft_model_mib, server_args.tp_size, 1)
+            return ModelConfig(shape, server_args.context_length)
         shape = LlamaShape.for_budget(server_args.model_mib, server_args.tp_size, server_args.layers)
         return ModelConfig(shape, server_args.context_length)
 

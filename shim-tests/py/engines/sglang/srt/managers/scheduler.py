@@ -13,7 +13,20 @@ from sglang.srt.managers.tp_worker import TpModelWorker
 
 class Scheduler:
     def __init__(self, server_args, gpu_id, tp_rank):
-        self.tp_worker = TpModelWorker(server_args=server_args, gpu_id=gpu_id, tp_rank=tp_rank)
+        spec = server_args.speculative_algorithm is not None
+        # sglang 0.5.23 (--draft-before-sizing): init_model_worker builds the target worker and
+        # the draft worker, then init_memory_pools sizes and allocates the target's pool. Before:
+        # the target worker's ModelRunner sized its pool in its constructor, and the draft
+        # worker came after it.
+        early = spec and server_args.draft_before_sizing
+        self.tp_worker = TpModelWorker(server_args=server_args, gpu_id=gpu_id, tp_rank=tp_rank,
+                                       defer_memory_pool=early)
+        self.draft_worker = None
+        if spec:
+            from sglang.srt.speculative.eagle_worker import EAGLEWorker
+            self.draft_worker = EAGLEWorker(server_args, gpu_id, tp_rank, target_worker=self.tp_worker)
+        if early:
+            self.tp_worker.model_runner.finish_initialize()
         self.max_total_num_tokens = self.tp_worker.max_total_num_tokens
 
 

@@ -10,7 +10,16 @@ order in which a rank takes its memory:
   init_memory_pool        profile_max_num_token (a distributed query: the sizing query), then
                           ReqToTokenPool, MHATokenToKVPool (K and V per layer), the allocator
   init_attention_backend  the attention workspace
-  init_cuda_graphs        a query, CudaGraphRunner (static buffers, captures), a query
+  init_cuda_graphs        a query, CudaGraphRunner (static buffers, captures), a query; then
+                          prealloc_symmetric_memory_pool (--enable-symm-mem: sglang 0.5.23's
+                          finalize_cuda_graph_capture, model_runner_components/cuda_graph_setup.py)
+
+A draft worker's runner (``is_draft_worker``: speculative decoding) shares the target's process
+group and loads only its weights; the draft's own KV pool, which SGLang's pool sizing counts in
+the target's cell size (pool_configurator.py, eagle_draft_num_layers), is left out. With
+``defer_memory_pool`` the runner stops after its weights and cuBLAS, and ``finish_initialize``
+does the rest (the order of sglang 0.5.23: managers/scheduler.py builds the draft worker in
+init_model_worker, before init_memory_pools).
 
 The ground truth of each step is marked with simtruth's category(); culedger sees none of it."""
 import os
@@ -18,6 +27,7 @@ import os
 import torch
 from simtruth import say, truth
 
+from sglang.srt.distributed.device_communicators.pynccl_allocator import prealloc_symmetric_memory_pool
 from sglang.srt.distributed import (get_tp_group, init_distributed_environment, initialize_model_parallel,
                                     set_custom_all_reduce)
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
@@ -33,24 +43,35 @@ def log(rank, text):
 
 
 class ModelRunner:
-    def __init__(self, model_config, mem_fraction_static, gpu_id, tp_rank, tp_size, server_args):
+    def __init__(self, model_config, mem_fraction_static, gpu_id, tp_rank, tp_size, server_args,
+                 is_draft_worker=False, defer_memory_pool=False):
         self.model_config = model_config
+        self.is_draft_worker = is_draft_worker
         self.mem_fraction_static = mem_fraction_static
         self.device = "cuda"
         self.gpu_id, self.tp_rank, self.tp_size = gpu_id, tp_rank, tp_size
         self.server_args = server_args
         self.page_size = 1
         self.kv_cache_dtype = torch.bfloat16
-        min_per_gpu_memory = self.init_torch_distributed()
-        self.initialize(min_per_gpu_memory)
+        if is_draft_worker:
+            self.load_model()
+            return
+        self.min_per_gpu_memory = self.init_torch_distributed()
+        self.initialize(self.min_per_gpu_memory, defer_memory_pool)
 
-    def initialize(self, min_per_gpu_memory):
+    def initialize(self, min_per_gpu_memory, defer_memory_pool=False):
         self.load_model()
         self.init_cublas()
-        self.init_memory_pool(min_per_gpu_memory, self.server_args.max_running_requests,
+        if not defer_memory_pool:
+            self.finish_initialize()
+
+    def finish_initialize(self):
+        self.init_memory_pool(self.min_per_gpu_memory, self.server_args.max_running_requests,
                               self.server_args.max_total_tokens)
         self.init_attention_backend()
         self.init_cuda_graphs()
+        prealloc_symmetric_memory_pool(is_draft_worker=self.is_draft_worker,
+                                       enable_symm_mem=self.server_args.enable_symm_mem, device=self.device)
 
     def init_torch_distributed(self):
         torch.cuda.set_device(self.gpu_id)
