@@ -127,7 +127,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         ))
     })?;
     let mut ranks = Vec::new();
-    for o in advice::outlook(gs, &ev) {
+    for o in advice::outlook(run, gs, &ev) {
         let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.device == o.device) else { continue };
         let pool0 = r.pool_bytes;
         let pool = ev.pool_at(r, value);
@@ -135,7 +135,9 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         // is left beyond what the sizing query told the rank was free after the weights.
         let taken = pool.max(0);
         let startup_left = (o.free_end_bytes + (pool0 - taken) - o.still_bytes).min(o.told_bytes - taken);
-        let left = startup_left - o.margin_bytes;
+        // What grows with the pool's tokens (after_pool.per_token) grows and shrinks with it.
+        let margin = (o.margin_bytes as f64 + o.margin_per_pool_byte * (taken - pool0) as f64).max(0.0) as i64;
+        let left = startup_left - margin;
         let refused = ev.refusals(r, value).into_iter().next().map(|x| x.0);
         ranks.push(RankResult {
             pid: o.pid,
@@ -146,7 +148,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             recorded_pool_bytes: pool0,
             arrivals_bytes: o.arrivals_bytes,
             left_bytes: left,
-            margin_bytes: o.margin_bytes,
+            margin_bytes: margin,
             startup_left_bytes: startup_left,
             fits_at_startup: startup_left >= 0 && refused.is_none(),
             fits: left >= 0 && refused.is_none(),
@@ -164,7 +166,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         recorded_value: ev.value,
         value,
         fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: s.after_pool.what.clone(),
+        never_reached: advice::after_pool::fixed(run, &s).1,
         ranks,
         fits,
         exit_code: i32::from(!fits),
