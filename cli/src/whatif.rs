@@ -230,7 +230,7 @@ pub fn document(w: &WhatIf) -> Doc {
             match (&r.refused, r.fits_at_startup, r.fits) {
                 (Some(m), _, _) => format!("no: refused (\"{m}\")"),
                 (None, _, true) => "yes".into(),
-                (None, true, false) => "at start-up only".into(),
+                (None, true, false) => "no margin".into(),
                 (None, false, false) => "no".into(),
             },
         ]);
