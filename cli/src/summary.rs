@@ -211,16 +211,26 @@ pub struct TopRow {
 /// How many of the largest allocations a device section lists.
 pub const TOP_N: usize = 10;
 
-/// The verdict: who failed to allocate how much, or that nothing failed.
-fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
+/// The processes that allocated device memory and those among them with a failed
+/// allocation: (failed, ranks). Every output that counts failed ranks takes them from here
+/// (report's verdict, explain's, the one screen, html, metrics), so that they agree.
+pub fn failed_ranks(run: &Run, gs: &[DeviceGroup]) -> (usize, usize) {
+    let (failed, ranks, _, _) = counted(run, gs);
+    (failed.len(), ranks)
+}
+
+type Pid<'a> = (&'a str, i64, i64);
+
+/// (failed processes, ranks, sizes of the failed requests, failed requests).
+fn counted<'a>(run: &'a Run, gs: &[DeviceGroup<'a>]) -> (BTreeSet<Pid<'a>>, usize, Vec<i64>, i64) {
     // A process is (host, pid, start): processes in containers share pids.
-    let allocating: BTreeSet<(&str, i64, i64)> = run
+    let allocating: BTreeSet<Pid> = run
         .procs
         .iter()
         .filter(|r| r.devices.iter().any(|d| d.alloc_count > 0 || d.peak_bytes > 0 || !d.failures.is_empty()))
         .map(|r| (r.process.host.as_str(), r.process.pid, r.process.start_us()))
         .collect();
-    let mut failed: BTreeSet<(&str, i64, i64)> = BTreeSet::new();
+    let mut failed: BTreeSet<Pid> = BTreeSet::new();
     let mut sizes: Vec<i64> = Vec::new();
     let mut total_failures = 0;
     for g in gs {
@@ -231,6 +241,12 @@ fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
         }
     }
     let ranks = allocating.len().max(failed.len());
+    (failed, ranks, sizes, total_failures)
+}
+
+/// The verdict: who failed to allocate how much, or that nothing failed.
+fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
+    let (failed, ranks, sizes, total_failures) = counted(run, gs);
     if total_failures > 0 {
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
         let size = crate::units::fmt_range(lo, hi);
