@@ -189,7 +189,11 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
                 p.pid.to_string(),
                 p.label.clone(),
                 p.holds.as_str().to_string(),
-                fmt_bytes(p.live_bytes),
+                // A context costs device memory no allocation tracks: its estimate.
+                match p.context_bytes {
+                    Some(b) if p.live_bytes == 0 => format!("(~{})", fmt_bytes(b)),
+                    _ => fmt_bytes(p.live_bytes),
+                },
                 fmt_bytes(p.peak_bytes),
                 p.alloc_count.to_string(),
                 p.free_count.to_string(),
@@ -205,6 +209,15 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
             dev.processes.iter().map(|p| p.free_count).sum::<i64>().to_string(),
         ]);
         d.table(t.abbreviate(&[1]));
+        let contexts: Vec<i64> = dev.processes.iter().filter(|p| p.live_bytes == 0).filter_map(|p| p.context_bytes).collect();
+        if !contexts.is_empty() {
+            d.para(format!(
+                "(~{}): what a context costs here, estimated; device memory no allocation tracks, not in the sum \
+                 ({} in all)",
+                fmt_bytes(contexts[0]),
+                fmt_bytes(contexts.iter().sum())
+            ));
+        }
     } else if let Some(p) = dev.processes.first() {
         d.para(format!("process {} ({}): {}", p.pid, p.label, p.holds.as_str()));
     }
@@ -356,7 +369,12 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
                 .iter()
                 .filter(|(on, _)| *on)
                 .fold(a.category.clone(), |c, (_, flag)| format!("{c} {flag}"));
-            let mut row = vec![at(a.at_us), format!("{} {}", a.pid, a.label), fmt_bytes(a.bytes), category];
+            let (when, size) = if a.count > 1 {
+                (format!("{}-{}", at(a.at_us).trim_end_matches('s'), at(a.last_at_us)), format!("{} x {}", a.count, fmt_bytes(a.bytes)))
+            } else {
+                (at(a.at_us), fmt_bytes(a.bytes))
+            };
+            let mut row = vec![when, format!("{} {}", a.pid, a.label), size, category];
             if !one_api {
                 row.push(a.api.clone());
             }

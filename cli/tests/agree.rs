@@ -95,3 +95,38 @@ fn the_page_marks_the_sizing_query_diff_names() {
         assert!(ch["sizing"]["why"].as_str().unwrap().contains("sized its pool from it"), "{}", ch["sizing"]["why"]);
     }
 }
+
+/// Repeats folded and ranks in order ([24] 4), on the 8-rank fixture: the process tables list
+/// rank 0 to 7 (the fixture's reports started 0, 1, 2, 7, 3, 4, 6, 5), the ten identical
+/// 918 MiB parts of rank 0's KV pool are one row, and the other ranks' peer contexts show
+/// what a context costs on the simulated GPU (512 MiB, the fake driver's context) instead
+/// of "0 B".
+#[test]
+fn ranks_in_order_repeats_folded_and_contexts_priced() {
+    let dir = fixtures().join("custom-ar-tp8").display().to_string();
+    let text = stdout(&culedger(&["report", &dir, "--no-fold"]));
+    let order = |section: &str| -> Vec<usize> {
+        let body = text.split(section).nth(1).unwrap();
+        let body = &body[..body.find("\n\n").unwrap_or(body.len())];
+        body.lines().filter_map(|l| l.split("scheduler_TP").nth(1)).filter_map(|r| r[..1].parse().ok()).collect()
+    };
+    assert_eq!(order("== Processes =="), (0..8).collect::<Vec<_>>(), "{text}");
+    assert_eq!(order("== sim-host GPU 0 "), (0..8).collect::<Vec<_>>(), "{text}");
+    assert_eq!(order("== sim-host GPU 5 "), (0..8).collect::<Vec<_>>(), "{text}");
+    let gpu1 = text.split("== sim-host GPU 1 ").nth(1).unwrap();
+    let gpu1 = &gpu1[..gpu1.find("-- ").unwrap()];
+    let priced = gpu1.lines().filter(|l| l.contains("peer context") && l.contains("(~512.00 MiB)")).count();
+    assert_eq!(priced, 7, "{gpu1}");
+    assert!(gpu1.contains("not in the\nsum (3.50 GiB in all)") || gpu1.contains("not in the sum (3.50 GiB in all)"), "{gpu1}");
+    let json: Value = serde_json::from_str(&stdout(&culedger(&["report", &dir, "--format", "json"]))).unwrap();
+    let top = json["devices"][0]["top_allocations"].as_array().unwrap();
+    let pool = top.iter().find(|a| a["bytes"] == 918 << 20).expect("the KV pool's parts");
+    assert_eq!((pool["count"].as_u64(), pool["category"].as_str()), (Some(10), Some("kv_pool")));
+    // Each row is one (size, caller) of the process: no two rows alike.
+    for (i, a) in top.iter().enumerate() {
+        for b in &top[i + 1..] {
+            assert!((&a["bytes"], &a["caller"], &a["category"]) != (&b["bytes"], &b["caller"], &b["category"]), "{a}\n{b}");
+        }
+    }
+    assert!(text.contains("10 x 918.00 MiB"), "{text}");
+}
