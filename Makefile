@@ -58,13 +58,15 @@ test-deps:
 	PYTHON=$(PYTHON) scripts/fetch-test-deps.sh
 
 # The simulated machine: fake libcuda.so.1 and libcudart.so.12 with their sonames,
-# plus the C scenario programs compiled against the official CUDA 12.9 headers.
+# plus the C scenario programs compiled against the official CUDA 12.9 headers. The fake
+# libraries are copied only when cargo changed them: every scenario depends on them, so a
+# copy with nothing changed would recompile them all on the next make.
 sim: headers
 	$(CARGO) build --release -p fakecuda -p fakecudart
 	mkdir -p $(SIM)/lib $(SIM)/bin
-	cp -f $(REL)/libfakecuda.so $(SIM)/lib/libcuda.so.1
+	cmp -s $(REL)/libfakecuda.so $(SIM)/lib/libcuda.so.1 || cp -f $(REL)/libfakecuda.so $(SIM)/lib/libcuda.so.1
 	ln -sf libcuda.so.1 $(SIM)/lib/libcuda.so
-	cp -f $(REL)/libfakecudart.so $(SIM)/lib/libcudart.so.12
+	cmp -s $(REL)/libfakecudart.so $(SIM)/lib/libcudart.so.12 || cp -f $(REL)/libfakecudart.so $(SIM)/lib/libcudart.so.12
 	ln -sf libcudart.so.12 $(SIM)/lib/libcudart.so
 	$(MAKE) cprogs
 

@@ -8,7 +8,8 @@
 # `make frameworks` has installed torch.
 # Then (without arguments) the cost of capturing a call site: Python frames read raw and
 # native frames, through scripts/bench_sites.py; and the cost of urgent writes (a failing
-# allocation with and without them, the window after a free-memory query) with rt_sigkill.
+# allocation with and without them, the window after a free-memory query) with rt_sigkill; and
+# the real SGLang server's start-up with and without culedger (scripts/bench_sglang.sh).
 # Figures and how to read them: BENCHMARKS.md. Arguments are passed to the harness:
 #   scripts/bench.sh --quick             fewer rounds and batches (a smoke run)
 #   scripts/bench.sh --only pair         only the figures whose mode or name contains "pair"
@@ -93,3 +94,8 @@ print(json.load(open(glob.glob('$OUT/culedger-*.json')[0]))['health'].get('$1', 
     echo "bench: the sizing window: 2000 allocations of 1 MiB, 1 ms apart, under culedger (median of 3):"
     awk -v q="$quiet" -v s="$sized" -v w="$wwrites" -v u="$wus" 'BEGIN {printf "bench:   process CPU %.1f ms without a query, %.1f ms after one (%d window writes, %.2f ms writing, %.0f us each)\n", q / 1e6, s / 1e6, w, u / 1000, (w > 0 ? u / w : 0)}'
 fi
+
+# The real SGLang server's start-up to ready with and without culedger (scripts/bench_sglang.sh;
+# skipped with one line when scripts/fetch-sglang.sh has not installed it). SGLANG_BENCH_TP=1
+# where eight ranks are too slow for the machine; SGLANG_BENCH_ROUNDS (default 3).
+scripts/bench_sglang.sh "${SGLANG_BENCH_TP:-8}" "${SGLANG_BENCH_ROUNDS:-3}"

@@ -2,8 +2,10 @@
 //! ([`load`]), which processes form one run and which part of it a command asked for
 //! ([`runs`]), the run's clock ([`clock`]), the processes of each physical GPU together
 //! ([`groups`]), the hidden driver costs de-noised ([`costs`]), two runs' figures side by
-//! side ([`compare`]), and how many times each part was computed ([`counts`]). Everything here is numbers and typed values; the words that
-//! tell them (messages, sentences, tables) are written by the CLI's renderers.
+//! side ([`compare`]), who allocated ([`sites`]: the callers' rows of a device, the callers
+//! that grew between two runs), and how many times each part was computed ([`counts`]).
+//! Everything here is numbers and typed values; the words that tell them (messages,
+//! sentences, tables) are written by the CLI's renderers.
 //!
 //! The layers only call down: `culedger-format` (the report's types) <- this crate <- the
 //! CLI's commands and renderers.
@@ -15,6 +17,7 @@ pub mod counts;
 pub mod groups;
 pub mod load;
 pub mod runs;
+pub mod sites;
 
 /// The report as the analysis reads it: the format crate the interposer writes it with.
 pub use culedger_format::report as model;

@@ -24,8 +24,7 @@ use std::io::IsTerminal;
 pub const DEFAULT_WIDTH: usize = 100;
 /// Narrowest width honoured (smaller `COLUMNS` values are raised to it).
 pub const MIN_WIDTH: usize = 40;
-/// Words up to this long (identifiers such as API names) are never split when a column
-/// is narrowed; longer ones may be.
+/// A header's words up to this long are never split when a column is narrowed.
 const MAX_WORD: usize = 16;
 /// Narrowest an abbreviated column is made.
 const ABBREV_COLUMN: usize = 12;
@@ -167,8 +166,64 @@ pub fn display_width(s: &str) -> usize {
     s.chars().count()
 }
 
-/// Word-wraps `text` at `width` columns; continuation lines start with `indent`. A word
-/// longer than the line is split. Existing line breaks are kept.
+/// A unit after a number (`918.00 MiB`, `0 B)`): kept on the number's line.
+fn is_unit(word: &str) -> bool {
+    let w = word.trim_end_matches([')', ',', ';', '.', ':', ']']);
+    matches!(w, "B" | "KiB" | "MiB" | "GiB" | "TiB" | "KB" | "MB" | "GB" | "ms" | "us" | "s" | "%")
+}
+
+/// The words of a paragraph: split at spaces, a unit kept with its number (`0 B` is one
+/// word, never `0` / `B`).
+fn words(para: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in para.split(' ').filter(|w| !w.is_empty()) {
+        match out.last_mut() {
+            Some(prev) if is_unit(w) && prev.ends_with(|c: char| c.is_ascii_digit()) => {
+                prev.push(' ');
+                prev.push_str(w);
+            }
+            _ => out.push(w.to_string()),
+        }
+    }
+    out
+}
+
+/// Where a word too long for a line may break: after a frame or path separator (`:`, `.`,
+/// `/`, `,`) that is followed by more of the word (not by a digit: `918.00`, `0/8`). Never
+/// inside a name between them.
+fn breaks(word: &str) -> Vec<usize> {
+    let chars: Vec<char> = word.chars().collect();
+    (1..chars.len())
+        .filter(|&i| {
+            matches!(chars[i - 1], ':' | '.' | '/' | ',')
+                && !matches!(chars[i], ':' | '.' | '/' | ',' | ' ' | ')')
+                && !chars[i].is_ascii_digit()
+                && !(chars[i - 1] == '.' && extension(&chars[i..]))
+        })
+        .collect()
+}
+
+/// A file name's extension starts `rest` (`py:...`, `so`, `json`): kept with the name.
+fn extension(rest: &[char]) -> bool {
+    let n = rest.iter().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit()).count();
+    (1..=4).contains(&n) && rest.get(n).is_none_or(|c| matches!(c, ':' | ' ' | ')' | ',' | ';' | '.'))
+}
+
+/// The longest piece of `word` that no wrapping splits (between two separators).
+pub fn unbreakable(word: &str) -> usize {
+    let mut last = 0;
+    let mut longest = 0;
+    for b in breaks(word).into_iter().chain([word.chars().count()]) {
+        longest = longest.max(b - last);
+        last = b;
+    }
+    longest
+}
+
+/// Word-wraps `text` at `width` columns; continuation lines start with `indent`. Lines break
+/// at spaces (a unit stays with its number); a word longer than a line breaks after a frame
+/// separator (`MHATokenToKVPool.` / `_create_buffers`), and is split elsewhere only when one
+/// of its pieces alone is longer than a line. Existing line breaks are kept.
 pub fn wrap_indent(text: &str, width: usize, indent: &str) -> Vec<String> {
     let iw = display_width(indent);
     let width = width.max(iw + 1);
@@ -179,8 +234,8 @@ pub fn wrap_indent(text: &str, width: usize, indent: &str) -> Vec<String> {
             lines.push(std::mem::replace(&mut line, indent.to_string()));
             (len, start) = (iw, iw);
         }
-        for word in para.split(' ').filter(|w| !w.is_empty()) {
-            let mut word = word.to_string();
+        for word in words(para) {
+            let mut word = word;
             loop {
                 let wl = display_width(&word);
                 let need = if len > start { wl + 1 } else { wl };
@@ -192,11 +247,27 @@ pub fn wrap_indent(text: &str, width: usize, indent: &str) -> Vec<String> {
                     len += need;
                     break;
                 }
-                if len == start {
-                    // A word longer than a whole line: split it.
-                    let room = width - len;
-                    line.extend(word.chars().take(room));
-                    word = word.chars().skip(room).collect();
+                // Too long for what is left of the line: its longest head that ends at a
+                // separator and fits; on an empty line, a hard split when none does.
+                let room = width - len - usize::from(len > start);
+                let cut = breaks(&word).into_iter().filter(|&b| b <= room).max();
+                // A word that fits a line of its own goes there whole.
+                let whole_fits = wl <= width - iw;
+                let cut = match cut {
+                    Some(b) if len == start || !whole_fits => Some(b),
+                    _ if len == start && !word.contains(' ') => Some(room),
+                    _ => None,
+                };
+                if let Some(b) = cut.filter(|&b| b > 0) {
+                    if len > start {
+                        line.push(' ');
+                    }
+                    line.extend(word.chars().take(b));
+                    word = word.chars().skip(b).collect();
+                } else if len == start {
+                    // A number with its unit wider than a line: as it is.
+                    line.push_str(&word);
+                    word.clear();
                 }
                 lines.push(std::mem::replace(&mut line, indent.to_string()));
                 (len, start) = (iw, iw);
@@ -235,6 +306,80 @@ pub fn abbreviate(text: &str, width: usize) -> String {
     }
     let head: String = text.chars().take(width - 3).collect();
     format!("{}...", head.trim_end())
+}
+
+/// Shorter forms of a process name, longest first, each keeping what tells processes apart:
+/// the arguments dropped (`sglang_server.py --tp 8` -> `sglang_server.py`), the parenthesised
+/// notes, a title's prefix up to `::` (`sglang::scheduler_TP0` -> `scheduler_TP0`), and a
+/// rank suffix for the whole name (`scheduler_TP0` -> `TP0`).
+pub fn short_forms(text: &str) -> Vec<String> {
+    let mut out = vec![text.to_string()];
+    let mut push = |s: String| {
+        let s = s.trim().to_string();
+        if !s.is_empty() && out.last() != Some(&s) {
+            out.push(s);
+        }
+    };
+    let ws: Vec<&str> = text.split(' ').collect();
+    let args = ws.iter().position(|w| w.starts_with('-') && w.len() > 1).unwrap_or(ws.len());
+    let mut cur: Vec<String> = ws[..args.max(1)].iter().map(|w| w.to_string()).collect();
+    push(cur.join(" "));
+    // Parenthesised notes: `(rank 0/8)`.
+    let mut depth = 0;
+    cur.retain(|w| {
+        let open = w.starts_with('(');
+        if open {
+            depth += 1;
+        }
+        let keep = depth == 0;
+        if w.ends_with(')') && depth > 0 {
+            depth -= 1;
+        }
+        keep
+    });
+    push(cur.join(" "));
+    for w in cur.iter_mut() {
+        if let Some(i) = w.rfind("::").filter(|&i| i + 2 < w.len()) {
+            *w = w[i + 2..].to_string();
+        }
+    }
+    push(cur.join(" "));
+    for w in cur.iter_mut() {
+        if let Some((_, tail)) = w.rsplit_once('_') {
+            let rank = ["TP", "PP", "DP", "EP", "CP", "rank"]
+                .iter()
+                .any(|p| tail.strip_prefix(p).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())));
+            if rank {
+                *w = tail.to_string();
+            }
+        }
+    }
+    push(cur.join(" "));
+    out
+}
+
+/// `text` in at most `width` columns: its longest short form that fits (see
+/// [`short_forms`]), else its shortest one cut with `...`.
+pub fn shorten(text: &str, width: usize) -> String {
+    let forms = short_forms(text);
+    match forms.iter().find(|f| display_width(f) <= width) {
+        Some(f) => f.clone(),
+        None => abbreviate(forms.last().map_or(text, String::as_str), width),
+    }
+}
+
+/// Process names of one column in `width` columns, each as [`shorten`] gives it, unless two
+/// different names would then show alike: those are cut with `...` from a longer form that
+/// tells them apart, or shown whole.
+fn shorten_column(texts: &[String], width: usize) -> Vec<String> {
+    let mut shown: Vec<String> = texts.iter().map(|t| shorten(t, width)).collect();
+    for i in 0..texts.len() {
+        let clash = (0..texts.len()).any(|j| texts[j] != texts[i] && shown[j] == shown[i]);
+        if clash {
+            shown[i] = texts[i].clone();
+        }
+    }
+    shown
 }
 
 /// The width a table with these column widths takes: `| a   b |`.
@@ -313,9 +458,11 @@ fn column_widths(t: &TableSpec, i: usize) -> (usize, usize) {
         let f = if t.right.contains(&i) {
             display_width(text)
         } else if t.abbrev.contains(&i) {
-            display_width(text).min(ABBREV_COLUMN)
+            // The shortest form of the name, unless even that is long.
+            short_forms(text).last().map_or(0, |f| display_width(f)).min(COMFORTABLE).max(display_width(text).min(ABBREV_COLUMN))
         } else {
-            longest_word(text).min(MAX_WORD)
+            // Never narrower than a word's longest piece between separators: names are not cut.
+            text.split('\n').flat_map(words).map(|w| unbreakable(&w)).max().unwrap_or(0)
         };
         floor = floor.max(f);
     }
@@ -382,11 +529,20 @@ fn render_fitted(t: &TableSpec, max: usize) -> String {
     let inner = table_width(&widths) - 2;
     let border = format!("+{}+\n", "-".repeat(inner));
     let mut out = border.clone();
-    let line = |cells: Vec<String>, out: &mut String| {
+    // Names shortened by column, so that two names never show alike.
+    let short: Vec<Option<Vec<String>>> = (0..n)
+        .map(|i| {
+            t.abbrev.contains(&i).then(|| shorten_column(&t.rows.iter().map(|r| cell(r, i)).collect::<Vec<_>>(), widths[i]))
+        })
+        .collect();
+    let line = |cells: Vec<String>, row: Option<usize>, out: &mut String| {
         let wrapped: Vec<Vec<String>> = cells
             .iter()
             .enumerate()
-            .map(|(i, c)| if t.abbrev.contains(&i) { vec![abbreviate(c, widths[i])] } else { wrap(c, widths[i]) })
+            .map(|(i, c)| match (&short[i], row) {
+                (Some(names), Some(r)) if display_width(&names[r]) <= widths[i] => vec![names[r].clone()],
+                _ => wrap(c, widths[i]),
+            })
             .collect();
         let height = wrapped.iter().map(Vec::len).max().unwrap_or(1);
         for k in 0..height {
@@ -406,10 +562,10 @@ fn render_fitted(t: &TableSpec, max: usize) -> String {
             out.push_str("|\n");
         }
     };
-    line(t.headers.to_vec(), &mut out);
+    line(t.headers.to_vec(), None, &mut out);
     out.push_str(&format!("+{}+\n", "=".repeat(inner)));
-    for r in t.rows {
-        line((0..n).map(|i| cell(r, i)).collect(), &mut out);
+    for (k, r) in t.rows.iter().enumerate() {
+        line((0..n).map(|i| cell(r, i)).collect(), Some(k), &mut out);
     }
     out.push_str(&border);
     out
@@ -449,6 +605,11 @@ mod tests {
     fn wraps_words_and_splits_long_ones() {
         assert_eq!(wrap("one two three four", 9), ["one two", "three", "four"]);
         assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        // At frame separators, never inside a name; a unit stays with its number.
+        assert_eq!(wrap("x MHATokenToKVPool._create_buffers", 20), ["x MHATokenToKVPool.", "_create_buffers"]);
+        assert_eq!(wrap("x MHATokenToKVPool._create", 25), ["x", "MHATokenToKVPool._create"]);
+        assert_eq!(wrap("pinned 0 B (0 B)", 9), ["pinned", "0 B (0 B)"]);
+        assert_eq!(wrap("held 918.00 MiB, then", 12), ["held", "918.00 MiB,", "then"]);
         assert_eq!(wrap("", 10), [""]);
         assert_eq!(wrap_indent("aaa bbb ccc", 7, "  "), ["aaa bbb", "  ccc"]);
         for line in wrap("the quick brown fox jumps over the lazy dog again and again", 12) {
@@ -496,7 +657,17 @@ mod tests {
         let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[], abbrev: &[0] }, 60);
         assert!(out.lines().all(|l| l.len() <= 60), "{out}");
         assert_eq!(out.matches("5102 sglang").count(), 1, "one line for the name: {out}");
-        assert!(out.contains("..."), "{out}");
+        assert!(out.contains("| 5102 sglang_sim.py "), "the arguments dropped, the name whole: {out}");
+        // Ranks stay apart: the rank suffix, never `sglang::sc...` twice.
+        assert_eq!(shorten("6101 sglang::scheduler_TP0 (rank 0/8)", 12), "6101 TP0");
+        assert_eq!(shorten("6101 sglang::scheduler_TP0 (rank 0/8)", 20), "6101 scheduler_TP0");
+        let rows: Vec<Vec<String>> =
+            (0..8).map(|k| strings(&[&format!("61{k:02} sglang::scheduler_TP{k} (rank {k}/8)"), "1.00 GiB"])).collect();
+        let headers = strings(&["process", "live"]);
+        let out = render_table(&TableSpec { headers: &headers, rows: &rows, right: &[1], abbrev: &[0] }, 24);
+        for k in 0..8 {
+            assert!(out.contains(&format!("61{k:02} TP{k} ")), "{out}");
+        }
     }
 
     #[test]

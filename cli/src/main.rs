@@ -32,7 +32,6 @@ mod run_analysis;
 mod runs;
 mod screen;
 mod serve;
-mod sites;
 mod summary;
 mod top;
 mod units;

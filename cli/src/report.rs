@@ -4,7 +4,7 @@
 use crate::analysis::{Holds, Reading};
 use crate::clock::{fmt_age, fmt_secs, fmt_wall, Clock, ClockWords};
 use crate::doc::{Block, Doc, Table};
-use crate::sites::SiteRow;
+use culedger_analysis::sites::SiteRow;
 use crate::summary::{DeviceSummary, OverviewRow, ProcSummary, RunSummary};
 use crate::units::{count, fmt_bytes, fmt_delta, fmt_opt, fmt_pct};
 

@@ -138,8 +138,8 @@ pub struct DeviceSummary {
     pub driver_cost_measured_bytes: i64,
     pub largest_allocation: Option<LargeAlloc>,
     pub top_allocations: Vec<TopRow>,
-    /// Live bytes by caller (`crate::sites`).
-    pub sites: Vec<crate::sites::SiteRow>,
+    /// Live bytes by caller (`culedger_analysis::sites`).
+    pub sites: Vec<culedger_analysis::sites::SiteRow>,
     pub ipc: Ipc,
     pub graphs: Graphs,
 }
@@ -511,7 +511,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         driver_costs: crate::costs::lines(cost_rows, &g.clock),
         largest_allocation: g.largest_allocation(),
         top_allocations: top,
-        sites: crate::sites::rows(g),
+        sites: culedger_analysis::sites::rows(g),
         ipc: g.ipc(),
         graphs: g.graphs(),
     }

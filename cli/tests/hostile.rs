@@ -136,6 +136,52 @@ fn a_large_report_costs_a_few_times_its_size() {
 }
 
 #[test]
+fn a_timeline_heavy_report_costs_about_twice_its_size() {
+    // A 40 MB report of timeline samples (the six categories and a tag's each): a sample's
+    // categories as a map of owned names took 9 times the file (342 MB for 38 MB); in the
+    // format's fixed array, about twice (the six categories alone: 1.7 times).
+    let d = tempdir();
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
+    v["devices"][0]["timeline"] = serde_json::Value::String("@@TIMELINE@@".into());
+    let text = v.to_string();
+    let (head, tail) = text.split_once("\"@@TIMELINE@@\"").unwrap();
+    let path = d.path().join("culedger-4101.json");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    use std::io::Write;
+    write!(w, "{head}[").unwrap();
+    let mut size = head.len();
+    let mut i: i64 = 0;
+    while size < 40_000_000 {
+        let c = |k: i64| (i * (k + 1) << 20) % (1 << 34);
+        let s = format!(
+            "{}{{\"t_ms\":{},\"t_us\":{},\"seq\":{},\"live_bytes\":{},\"comm\":{},\"graphs\":{},\"ipc\":{},\"kv_pool\":{},\"other\":{},\"tag:warmup\":{},\"weights\":{}}}",
+            if i == 0 { "" } else { "," },
+            i,
+            i * 1000 + 7,
+            i * 3,
+            (0..7).map(c).sum::<i64>(),
+            c(0),
+            c(1),
+            c(2),
+            c(3),
+            c(4),
+            c(5),
+            c(6)
+        );
+        w.write_all(s.as_bytes()).unwrap();
+        size += s.len();
+        i += 1;
+    }
+    write!(w, "]{tail}").unwrap();
+    w.flush().unwrap();
+    drop(w);
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    let rss = max_rss(&["report", d.path().to_str().unwrap(), "--format", "json"]);
+    assert!(rss < 3 * file_len, "{} MB resident for a {} MB report of {i} samples", rss >> 20, file_len >> 20);
+}
+
+#[test]
 fn memory_viz_refuses_device_indices_beyond_any_ordinal() {
     for index in ["100000000", "9223372036854775807", "-5"] {
         let d = tempdir();

@@ -506,25 +506,176 @@ pub struct DevSite {
 }
 
 /// One timeline sample: total live bytes and live bytes per category.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+///
+/// On disk a sample is one flat object (`{"t_ms", "t_us", "seq", "live_bytes", "weights",
+/// ..., "other", extra categories}`, docs/schema.md). In memory its categories are [`Cats`]:
+/// a fixed array for the six built-in ones and a list for any other, so a timeline-heavy
+/// report costs about what its file does (a map of owned names per sample cost ten times
+/// that).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sample {
-    #[serde(default)]
     pub t_ms: i64,
     /// Microseconds since the process started; None from writers before it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub t_us: Option<i64>,
     /// Place in the process's record order; None from writers before it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<i64>,
-    #[serde(default)]
     pub live_bytes: i64,
-    #[serde(flatten)]
-    pub cats: BTreeMap<String, serde_json::Value>,
+    /// Every other key of the object: live bytes per category.
+    pub cats: Cats,
 }
 
 impl Sample {
     pub fn cat(&self, name: &str) -> i64 {
-        self.cats.get(name).and_then(|v| v.as_i64()).unwrap_or(0)
+        self.cats.get(name)
+    }
+}
+
+/// A sample's live bytes per category, in the order a writer gave them back as a map.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cats {
+    /// The six built-in categories ([`CATEGORIES`] order), where `present` has their bit.
+    builtin: [i64; 6],
+    present: u8,
+    /// Any other key (a rule's or a tag's category), or a built-in one whose value is not an
+    /// integer, kept as written.
+    extra: Vec<(String, serde_json::Value)>,
+}
+
+impl Cats {
+    /// The live bytes of category `name` (0 when absent or not an integer).
+    pub fn get(&self, name: &str) -> i64 {
+        if let Some(i) = CATEGORIES.iter().position(|c| *c == name) {
+            if self.present & (1 << i) != 0 {
+                return self.builtin[i];
+            }
+        }
+        self.extra.iter().rev().find(|(k, _)| k == name).and_then(|(_, v)| v.as_i64()).unwrap_or(0)
+    }
+
+    /// Sets category `name` (the last value given for a name wins, as in a JSON object).
+    pub fn insert(&mut self, name: String, value: serde_json::Value) {
+        let i = CATEGORIES.iter().position(|c| *c == name);
+        self.extra.retain(|(k, _)| *k != name);
+        match (i, value.as_i64()) {
+            (Some(i), Some(v)) => {
+                self.builtin[i] = v;
+                self.present |= 1 << i;
+            }
+            (i, _) => {
+                if let Some(i) = i {
+                    self.present &= !(1 << i);
+                }
+                self.extra.push((name, value));
+            }
+        }
+    }
+
+    /// Every category with its value as written, sorted by name (as a map would give them).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, serde_json::Value)> + '_ {
+        let mut all: Vec<(&str, serde_json::Value)> = CATEGORIES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.present & (1 << i) != 0)
+            .map(|(i, c)| (*c, serde_json::Value::from(self.builtin[i])))
+            .chain(self.extra.iter().map(|(k, v)| (k.as_str(), v.clone())))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all.into_iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.present.count_ones() as usize + self.extra.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl FromIterator<(String, serde_json::Value)> for Cats {
+    fn from_iter<I: IntoIterator<Item = (String, serde_json::Value)>>(it: I) -> Self {
+        let mut c = Cats::default();
+        for (k, v) in it {
+            c.insert(k, v);
+        }
+        c.extra.shrink_to_fit();
+        c
+    }
+}
+
+impl Serialize for Sample {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("t_ms", &self.t_ms)?;
+        if let Some(t) = self.t_us {
+            m.serialize_entry("t_us", &t)?;
+        }
+        if let Some(s) = self.seq {
+            m.serialize_entry("seq", &s)?;
+        }
+        m.serialize_entry("live_bytes", &self.live_bytes)?;
+        for (k, v) in self.cats.iter() {
+            m.serialize_entry(k, &v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Sample {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Sample;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a timeline sample (an object)")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Sample, A::Error> {
+                let mut s = Sample::default();
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    match key.as_ref() {
+                        "t_ms" => s.t_ms = map.next_value()?,
+                        "t_us" => s.t_us = map.next_value()?,
+                        "seq" => s.seq = map.next_value()?,
+                        "live_bytes" => s.live_bytes = map.next_value()?,
+                        _ => {
+                            let v: serde_json::Value = map.next_value()?;
+                            s.cats.insert(key.into_owned(), v);
+                        }
+                    }
+                }
+                // A vector's first push reserves room for four.
+                s.cats.extra.shrink_to_fit();
+                Ok(s)
+            }
+        }
+        de.deserialize_map(V)
+    }
+}
+
+/// A key of a sample's object, borrowed from the input where it can be (no allocation for
+/// the fixed keys and the six categories).
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        de.deserialize_str(V)
     }
 }
 
@@ -720,6 +871,32 @@ mod tests {
 
     fn process(argv: &[&str]) -> Process {
         Process { pid: 7, argv: argv.iter().map(|s| s.to_string()).collect(), ..Process::default() }
+    }
+
+    /// A sample reads and writes the flat object of docs/schema.md, key for key: the six
+    /// built-in categories, others (a tag's), and values that are not integers kept as written.
+    #[test]
+    fn a_sample_reads_and_writes_the_flat_object() {
+        let text = r#"{"t_ms":3,"t_us":3007,"seq":9,"live_bytes":70,"comm":0,"graphs":4,"ipc":0,"kv_pool":40,"other":1,"tag:warmup":25,"weights":"x"}"#;
+        let s: Sample = serde_json::from_str(text).unwrap();
+        assert_eq!((s.t_ms, s.t_us, s.seq, s.live_bytes), (3, Some(3007), Some(9), 70));
+        assert_eq!(
+            (s.cat("kv_pool"), s.cat("graphs"), s.cat("tag:warmup"), s.cat("weights"), s.cat("none")),
+            (40, 4, 25, 0, 0)
+        );
+        assert_eq!(s.cats.len(), 7);
+        assert_eq!(serde_json::to_string(&s).unwrap(), text);
+        // Older writers: no t_us, no seq, categories only.
+        let old: Sample = serde_json::from_str(r#"{"t_ms":1,"live_bytes":5,"other":5}"#).unwrap();
+        assert_eq!((old.t_us, old.seq, old.cat("other")), (None, None, 5));
+        assert_eq!(serde_json::to_string(&old).unwrap(), r#"{"t_ms":1,"live_bytes":5,"other":5}"#);
+        // A key given twice: the last wins, as serde_json's maps did.
+        let twice: Sample = serde_json::from_str(r#"{"t_ms":1,"live_bytes":5,"other":5,"other":6}"#).unwrap();
+        assert_eq!((twice.cat("other"), twice.cats.len()), (6, 1));
+        assert!(serde_json::from_str::<Sample>("[1]").is_err());
+        // What the writer builds (src/ledger/json.rs) collects into the same.
+        let built: Cats = [("other".to_string(), serde_json::Value::from(5))].into_iter().collect();
+        assert_eq!(built, old.cats);
     }
 
     #[test]

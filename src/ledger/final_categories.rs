@@ -3,11 +3,13 @@
 //! writer on copies taken under the shard lock (never under it). What `json.rs` renders
 //! in place of the live ledger's online categories.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+
+use culedger_format::report::SiteRec;
 
 use super::device::{Allocation, DeviceStats};
 use super::history::{Floor, HistoryView};
+use super::SiteResolver;
 use crate::classify::matcher::{NativeFrame, PyFrame, Subject};
 use crate::classify::phase::ProbeRecord;
 use crate::classify::report_time::{classify_history, AllocView, Large, Point, Site};
@@ -37,23 +39,20 @@ pub(crate) struct Final {
 /// One site's live bytes per (category, rule), and its latest allocation's (seq, category, rule).
 type SiteTally = (Vec<(usize, Option<usize>, u64)>, (u64, usize, Option<usize>));
 
-/// The call sites of `ids`, read once: owned frames, for the borrowed views the rules use.
+/// The call sites of `ids`, read once through the caller's resolver (the ledger records
+/// site ids only): owned frames, for the borrowed views the rules use.
 struct Sites {
-    owned: Vec<Arc<crate::sites::Site>>,
+    owned: Vec<SiteRec>,
     index: HashMap<u32, usize>,
 }
 
 impl Sites {
-    fn read(ids: impl Iterator<Item = u32>) -> Sites {
+    fn read(resolver: &dyn SiteResolver, ids: impl Iterator<Item = u32>) -> Sites {
+        let ids: BTreeSet<u32> = ids.filter(|&id| id != 0).collect();
         let (mut owned, mut index) = (Vec::new(), HashMap::new());
-        for id in ids {
-            if id == 0 || index.contains_key(&id) {
-                continue;
-            }
-            if let Some(s) = crate::sites::get(id) {
-                index.insert(id, owned.len());
-                owned.push(s);
-            }
+        for (id, (rec, _)) in resolver.resolve(&ids) {
+            index.insert(id, owned.len());
+            owned.push(rec);
         }
         Sites { owned, index }
     }
@@ -77,9 +76,16 @@ fn point(seq: u64, cats: [u64; 6]) -> Point {
     Point { seq, online: cats }
 }
 
-/// Classify one device: `stats` and `top` as the shard rendered them, `hist` its history.
-pub(crate) fn compute(set: &RuleSet, stats: &DeviceStats, top: &[Allocation], hist: &HistoryView) -> Final {
-    let sites = Sites::read(hist.recs.iter().map(|r| r.site));
+/// Classify one device: `stats` and `top` as the shard rendered them, `hist` its history,
+/// the call sites its records name through `resolver`.
+pub(crate) fn compute(
+    set: &RuleSet,
+    stats: &DeviceStats,
+    top: &[Allocation],
+    hist: &HistoryView,
+    resolver: &dyn SiteResolver,
+) -> Final {
+    let sites = Sites::read(resolver, hist.recs.iter().map(|r| r.site));
     let views = sites.views();
     let large: Vec<Large<'_>> = hist
         .recs

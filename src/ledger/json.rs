@@ -349,7 +349,7 @@ pub(super) fn render(l: &Ledger, resolver: &dyn SiteResolver) -> Rendered {
             };
             // Report-time categories, outside the lock; a panic falls back to the online ones.
             let fin = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                final_categories::compute(crate::classify::ruleset(), &stats, &top, &hist)
+                final_categories::compute(crate::classify::ruleset(), &stats, &top, &hist, resolver)
             }));
             let fin = match fin {
                 Ok(f) => {

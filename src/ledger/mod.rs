@@ -77,7 +77,7 @@ pub struct Facts {
     pub exported: bool,
     pub captured: bool,
     pub h2d_bytes: u64,
-    /// The call site that made the allocation (`crate::sites::get`), 0 when none was
+    /// The call site that made the allocation (its id: the report names it through `SiteResolver`), 0 when none was
     /// captured (below `CULEDGER_SITE_MIN`, or nothing could be read).
     pub site: u32,
     /// The explicit tag current on the allocating thread (`culedger_push_tag`).

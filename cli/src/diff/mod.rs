@@ -53,7 +53,7 @@ pub struct DevDiff {
     pub failures_a: Vec<String>,
     pub failures_b: Vec<String>,
     pub driver_costs: Vec<Row>,
-    /// Callers whose live bytes grew (`crate::sites`).
+    /// Callers whose live bytes grew (`culedger_analysis::sites`).
     pub sites: Vec<Row>,
     /// Each side's pool reconciled from its sizing query (`culedger explain`), side by side;
     /// null when neither side sized a pool on this device.
@@ -189,7 +189,7 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
         failures_a: if fb.is_empty() || !fa.is_empty() { fa } else { Vec::new() },
         failures_b: fb,
         driver_costs,
-        sites: crate::sites::grew(a, b),
+        sites: culedger_analysis::sites::grew(a, b),
         since_sizing: since::since_sizing(a, b),
     }
 }

@@ -71,6 +71,47 @@ pub struct Refusal {
 pub struct Margin {
     pub mib: i64,
     pub what: String,
+    /// What follows the pool and grows with the pool's token count, on top of `mib`.
+    #[serde(default)]
+    pub per_token: Option<PerToken>,
+    /// A smaller fixed part when a flag on the run's command line turns off what `mib` stands
+    /// for (the first that applies).
+    #[serde(default)]
+    pub without: Vec<MarginWithout>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct MarginWithout {
+    /// Any of these on a command line of the run (`--flag` or `--flag=...`).
+    pub flags: Vec<String>,
+    pub mib: i64,
+    pub what: String,
+}
+
+/// After-pool memory that scales with the pool's tokens (SGLang 0.5.23: the token allocator's
+/// free list and the EagerRunner's input buffers), and the allocations that show the count.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct PerToken {
+    /// Bytes per token of the pool.
+    pub bytes: i64,
+    pub what: String,
+    /// The engine's code each part is keyed on (file, function, version).
+    #[serde(default)]
+    pub source: String,
+    /// Function globs: it applies when the sizing query ran through one of them (the versions
+    /// that allocate so); empty: always.
+    #[serde(default)]
+    pub sizing_query: Vec<String>,
+    /// Allocations (failed or not) whose size is the pool's token count times
+    /// `bytes_per_token`; the first that the run shows gives the count.
+    pub tokens_from: Vec<TokenSite>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct TokenSite {
+    /// Function or file globs of the allocation's Python frames.
+    pub callers: Vec<String>,
+    pub bytes_per_token: i64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

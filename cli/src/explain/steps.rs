@@ -16,7 +16,10 @@
 //! - none was filled from the host (at least half of its bytes copied in: loaded data such
 //!   as weights, not a pool), as far as the report tells (top allocations only);
 //! - no free lies between two of them, and no query either, except queries that follow a
-//!   failed attempt (an out-of-memory handler asking how much is free belongs to the burst).
+//!   failed attempt (an out-of-memory handler asking how much is free belongs to the burst);
+//! - all come from one call site's run: the allocations are of one category (decided by each
+//!   one's own call site), and a failed attempt's call site is one of theirs, where the report
+//!   names them (`same_run`).
 //!
 //! These are the rules of the classifier's phase fallback (`src/classify/phase.rs`) applied to what a report keeps, plus failed attempts.
 
@@ -137,6 +140,32 @@ pub fn steps<'a>(m: Member<'a>) -> Vec<Step<'a>> {
     out
 }
 
+/// Whether attempt `j` belongs to the same call site's run as the attempts `members`: an
+/// allocation of another category than theirs (each decided by its own call site), or a failed
+/// attempt whose call site is none of theirs (as far as the report keeps them: top
+/// allocations), starts another run. A failed attempt from a site the report does not name,
+/// or after allocations whose sites it does not keep, continues the run.
+fn same_run(steps: &[Step], members: &[usize], j: usize) -> bool {
+    let cat = |i: usize| match steps[i].kind {
+        Kind::Alloc { category, .. } => Some(category),
+        _ => None,
+    };
+    let site = |i: usize| match steps[i].kind {
+        Kind::Alloc { top, .. } => top.and_then(|a| a.site).filter(|&s| s != 0),
+        Kind::Failed(f) => f.site.filter(|&s| s != 0),
+        _ => None,
+    };
+    match steps[j].kind {
+        Kind::Alloc { category, .. } => members.iter().filter_map(|&i| cat(i)).all(|c| c == category),
+        Kind::Failed(_) => {
+            let Some(own) = site(j) else { return true };
+            let theirs: Vec<i64> = members.iter().filter(|&&i| cat(i).is_some()).filter_map(|&i| site(i)).collect();
+            theirs.is_empty() || theirs.contains(&own)
+        }
+        _ => true,
+    }
+}
+
 /// Whether the nearest step before `i` that is not a query is a failed attempt.
 fn follows_failure(steps: &[Step], i: usize) -> bool {
     steps[..i].iter().rev().find(|s| !matches!(s.kind, Kind::Query(_))).is_some_and(|s| s.failure().is_some())
@@ -172,7 +201,7 @@ pub fn burst_ending_at(steps: &[Step], last: usize) -> Vec<usize> {
             Kind::Alloc { .. } | Kind::Failed(_) => {
                 let mut candidate = vec![j];
                 candidate.extend_from_slice(&members);
-                if !sizes_ok(steps, &candidate) {
+                if !sizes_ok(steps, &candidate) || !same_run(steps, &members, j) {
                     break;
                 }
                 members = candidate;
@@ -205,7 +234,7 @@ pub fn burst_after(steps: &[Step], q: usize) -> Vec<usize> {
                     }
                     continue;
                 }
-                if s.bytes.saturating_mul(BURST_DROP) < largest || s.host_filled() {
+                if s.bytes.saturating_mul(BURST_DROP) < largest || s.host_filled() || !same_run(steps, &members, j) {
                     break;
                 }
                 members.push(j);

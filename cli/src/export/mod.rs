@@ -56,6 +56,12 @@ pub fn perfetto(a: &Analysis) -> Value {
             let g = gs.iter().find(|g| g.has(r, d));
             let member = g.and_then(|g| g.members.iter().copied().find(|m| std::ptr::eq(m.report, r)));
             let track = format!("GPU {}", g.map_or(d.index, |g| g.index));
+            // The physical GPU as every other view names it, and this process's own ordinal
+            // where it differs (`CUDA_VISIBLE_DEVICES`).
+            let gpu = match g.map(|g| g.index).filter(|i| *i != d.index) {
+                Some(i) => format!("GPU {i} (its device {})", d.index),
+                None => format!("GPU {}", d.index),
+            };
             // (record order, event) for this device, sorted (stably) before writing.
             let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();
             let held: Vec<&str> =
@@ -80,7 +86,7 @@ pub fn perfetto(a: &Analysis) -> Value {
             for pr in &d.probes {
                 let free = pr.free_bytes.map_or("unknown".into(), fmt_bytes);
                 dev_events.push(instant(
-                    format!("probe GPU {}: free {free}", d.index),
+                    format!("probe {gpu}: free {free}"),
                     pr,
                     json!({
                     "device": d.index, "api": pr.api, "free_bytes": pr.free_bytes,
@@ -103,7 +109,7 @@ pub fn perfetto(a: &Analysis) -> Value {
             }
             for f in &d.failures {
                 dev_events.push(instant(
-                    format!("FAILED {} {} on GPU {}", f.api, fmt_bytes(f.bytes), d.index),
+                    format!("FAILED {} {} on {gpu}", f.api, fmt_bytes(f.bytes)),
                     f,
                     json!({
                     "device": d.index, "api": f.api, "bytes": f.bytes, "error": f.error,
@@ -142,7 +148,7 @@ pub fn perfetto(a: &Analysis) -> Value {
                         };
                         format!("driver_cost {} {size}", e.api)
                     }
-                    "peer_access" => format!("peer_access {}: context on GPU {}", e.api, d.index),
+                    "peer_access" => format!("peer_access {}: context on {gpu}", e.api),
                     _ => match e.bytes {
                         Some(b) => format!("{} {} {}", e.kind, e.api, fmt_bytes(b)),
                         None => format!("{} {}", e.kind, e.api),

@@ -303,3 +303,105 @@ fn an_idle_servers_report_follows_the_device() {
         let _ = c.wait();
     }
 }
+
+/// Every command on the layouts: (a) two ranks on their ordinals 0 of GPUs 0 and 1, and (b) one
+/// GPU reached through two ordinals. `check`, `top`, `export --perfetto`, `diff` and `html`
+/// each name the physical GPU (nvidia-smi's number), never the process's ordinal alone.
+#[test]
+fn every_command_names_the_physical_gpu() {
+    let (sim_a, a) = machine("devices_commands_two_ranks");
+    wait_all(vec![start(&sim_a, "0", &["200", "none", "0.3"]), start(&sim_a, "1", &["300", "none", "0.3"])]);
+    let (sim_b, b) = machine("devices_commands_one_gpu");
+    let mut all = sim_b.python("devices.py");
+    all.args(["100", "none", "0.5", "1"]);
+    wait_all(vec![start(&sim_b, "1,0", &["150", "none", "0.5"]), all.spawn().expect("start")]);
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let host = report_json(&a)["devices"][0]["host"].as_str().unwrap().to_string();
+
+    // check: a budget per physical GPU; only GPU 1 (300 MiB) breaches 250 MiB.
+    let (code, out) = culedger(&["check", a_s, "--budget", "live<=250MiB", "--format", "json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"], 2, "{out}");
+    let breaches: Vec<(&str, i64)> = v["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["status"] == "breach")
+        .map(|o| (o["device"].as_str().unwrap(), o["value_bytes"].as_i64().unwrap() / MIB))
+        .collect();
+    assert_eq!(breaches, vec![(format!("{host} GPU 1").as_str(), 300)], "{out}");
+    // (b): one GPU, the two processes summed.
+    let (code, out) = culedger(&["check", b_s, "--budget", "live<=200MiB", "--format", "json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["devices"].as_i64(), v["outcomes"][0]["value_bytes"].as_i64()), (Some(1), Some(250 * MIB)), "{out}");
+
+    // top: one row per physical GPU.
+    let (code, frame) = culedger(&["top", "--once", a_s]);
+    assert_eq!(code, 0, "{frame}");
+    for (gpu, mib) in [(0, "200.00 MiB"), (1, "300.00 MiB")] {
+        let name = format!("{host} GPU {gpu} ");
+        assert!(frame.lines().any(|l| l.contains(&name) && l.contains(mib)), "{name} {mib} in\n{frame}");
+    }
+    let (_, frame) = culedger(&["top", "--once", b_s]);
+    assert!(frame.contains(&format!("{host} GPU 1 ")) && !frame.contains(&format!("{host} GPU 0 ")), "{frame}");
+
+    // export: each process's counter track and its instants name the physical GPU, with the
+    // ordinal where it differs.
+    let trace_path = sim_a.scratch().join("trace.json");
+    let (code, out) = culedger(&["export", a_s, "--perfetto", trace_path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let trace: Value = serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let mut tracks: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| e["name"].as_str().unwrap())
+        .filter(|n| !n.ends_with(" free") && !n.ends_with(" untracked"))
+        .collect();
+    tracks.sort();
+    tracks.dedup();
+    assert_eq!(tracks, vec!["GPU 0", "GPU 1"]);
+    let mut probes: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .filter(|n| n.starts_with("probe "))
+        .map(|n| n.split(':').next().unwrap())
+        .collect();
+    probes.sort();
+    assert_eq!(probes, vec!["probe GPU 0", "probe GPU 1 (its device 0)"]);
+
+    // diff: (a) against (b), GPU by GPU: GPU 0 only in (a), GPU 1 in both.
+    let (code, out) = culedger(&["diff", a_s, b_s, "--format", "json"]);
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let devs: Vec<(String, Value)> = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["device"].as_str().unwrap().to_string(), d["only_in"].clone()))
+        .collect();
+    assert_eq!(devs.len(), 2, "{out}");
+    assert!(devs[0].0.ends_with("GPU 0") && devs[0].1 == "a", "{devs:?}");
+    assert!(devs[1].0.ends_with("GPU 1") && devs[1].1.is_null(), "{devs:?}");
+    let tracked = v["devices"][1]["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "tracked live")
+        .map(|t| (t["a"].as_i64().unwrap() / MIB, t["b"].as_i64().unwrap() / MIB));
+    assert_eq!(tracked, Some((300, 250)), "{out}");
+
+    // html: the page's data holds both physical GPUs (the page draws them from it), and for
+    // (b) one.
+    for (dir, want) in [(a_s, vec![0, 1]), (b_s, vec![1])] {
+        let page = sim_a.scratch().join("page.html");
+        let (code, out) = culedger(&["html", dir, "-o", page.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+        let html = std::fs::read_to_string(&page).unwrap();
+        let has = |i: i64| html.contains(&format!("\"host\":\"{host}\",\"index\":{i}"));
+        let seen: Vec<i64> = (0..4).filter(|i| has(*i)).collect();
+        assert_eq!(seen, want, "{dir}");
+    }
+}

@@ -252,3 +252,54 @@ fn whatif_refuses_unknown_parameters_and_engines() {
     assert_eq!(v["schema"], "culedger-whatif/1");
     assert_eq!(v["ranks"].as_array().unwrap().len(), 2, "{v:#}");
 }
+
+/// sgl-project/sglang issue 4330's shape: the weights leave less free memory than what must
+/// come after the pool (the CUDA graph capture, largest batch first: its capture takes a
+/// 3 GiB workspace from the graph pool here), so no --mem-fraction-static starts: above the bound the capture does not
+/// fit, below it the pool is empty. Two ranks on two simulated 24 GiB GPUs, 20 GiB of weights.
+fn sglang_graphs(name: &str, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
+    let mut sim = Sim::new(name);
+    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+    let mut args: Vec<String> = ["--tp", "2", "--model-mib", "20480", "--layers", "8", "--graph-workspace-mib", "3072", "--mem-fraction-static"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(format!("{fraction:.2}"));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (out, code) = start(&sim, "run", "sglang_server.py", &args);
+    (sim, out, code)
+}
+
+#[test]
+fn sglang_no_fraction_starts_when_graphs_need_more_than_the_pool() {
+    let (_s, dir, code) = sglang_graphs("advice_sg_graphs95", 0.95, &[]);
+    assert_eq!(code, 1, "the graph capture after the pool fails");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1);
+    let a = &v["what_to_change"];
+    assert_eq!(a["direction"], "none", "{a:#}");
+    assert!(a["recommended"].is_null(), "{a:#}");
+    let (lo, hi) = (a["interval"]["at_least"].as_f64().unwrap(), a["interval"]["at_most"].as_f64().unwrap());
+    assert!(hi <= lo, "{a:#}");
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines[0].starts_with("No --mem-fraction-static starts: above "), "{lines:?}");
+    assert!(lines[0].contains("the pool is empty"), "{lines:?}");
+    // No parameter value alone; the lever that shrinks what comes after the pool, with the
+    // value it needs, and it starts when applied.
+    let ch = choices(a);
+    assert!(ch.iter().all(|c| !c.3), "{a:#}");
+    let graphs = ch.iter().find(|c| c.0 == "--disable-cuda-graph").unwrap_or_else(|| panic!("{a:#}"));
+    assert!(lines[1].starts_with("Disable the CUDA graphs (--disable-cuda-graph)"), "{lines:?}");
+    // whatif agrees: no value fits, on either side of the bounds.
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", lo - 0.01)), 1);
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", hi + 0.01)), 1);
+    assert_eq!(whatif(&dir, "mem_fraction_static=0.95"), 1);
+    // The recorded value lowered to the pool-positive bound and just above it still fails.
+    let (_s1, _d1, code) = sglang_graphs("advice_sg_graphs_lo", (lo * 100.0).ceil() / 100.0 + 0.01, &[]);
+    assert_eq!(code, 1, "just above the pool's bound the graphs still do not fit");
+    for (k, (flag, v, _, _)) in ch.iter().enumerate() {
+        let (_s, _d, code) = sglang_graphs(&format!("advice_sg_graphs_alt{k}"), *v, &[flag.as_str()]);
+        assert_eq!(code, 0, "{flag} with --mem-fraction-static {v:.2} starts");
+    }
+    let _ = graphs;
+}

@@ -413,17 +413,58 @@ fn torch_topk_sizes_its_grid_from_the_device() {
     assert_eq!(run.value("topk"), "256x5");
 }
 
+/// The lines of NCCL's INFO log (`host:pid:tid [rank] NCCL INFO ...`) written by one process.
+fn nccl_lines_of(log: &str, pid: u64) -> impl Iterator<Item = &str> {
+    log.lines().filter(move |l| {
+        let prefix = l.split_whitespace().next().unwrap_or("");
+        prefix.rsplit(':').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(pid)
+    })
+}
+
 /// NCCL's "SHM legacy" lines of one process: the size of each buffer it shared with its device
 /// through cudaHostRegister + cudaHostGetDevicePointer (NCCL's src/transport/shm.cc).
 fn nccl_shm_buffers(log: &str, pid: u64) -> Vec<u64> {
-    log.lines()
+    nccl_lines_of(log, pid)
         .filter(|l| l.contains("SHM legacy: sharing buffer with GPU"))
-        .filter(|l| {
-            let prefix = l.split_whitespace().next().unwrap_or("");
-            prefix.rsplit(':').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(pid)
-        })
         .map(|l| l.rsplit("size ").next().and_then(|s| s.trim_end_matches(')').parse().ok()).expect("a size"))
         .collect()
+}
+
+/// `frameworks/torch_nccl_shm.py` (two NCCL ranks on two devices, peer access off) with NCCL's
+/// log on and `cumem` as NCCL_CUMEM_ENABLE: first without culedger (a failure there is the
+/// fake's), then under it. Returns the log of the run under culedger and the reports of its two
+/// ranks, after checking that both runs connected through shared memory and both ranks finished.
+fn two_nccl_ranks_over_shm(name: &str, site: &PathBuf, cumem: &str, subsys: &str) -> (String, Vec<Value>) {
+    let setup = |sim: &mut Sim| {
+        sim.env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", subsys)
+            .env("NCCL_CUMEM_ENABLE", cumem)
+            .env("NCCL_P2P_DISABLE", "1");
+    };
+    let run_shm = |sim: &Sim| {
+        let run =
+            sim.run_ok(sim.python("frameworks/torch_nccl_shm.py").arg(sim.scratch().join("o.json")).arg(sim.scratch().join("s")));
+        let log = format!("{}{}", run.stdout, run.stderr);
+        assert!(log.contains("via SHM/direct"), "the channels connect through shared memory: {log}");
+        assert_eq!(run.u64("ranks_done"), 2);
+        log
+    };
+    let mut plain = bare_machine(&format!("{name}_plain"), site);
+    setup(&mut plain);
+    let plain_log = run_shm(&plain);
+    if cumem == "1" {
+        assert!(plain_log.contains("CUMEM Host Alloc Size "), "host-located cuMem: {plain_log}");
+    }
+    let (mut sim, out) = machine(name, site);
+    setup(&mut sim);
+    let log = run_shm(&sim);
+    let ranks: Vec<Value> = reports_in(&out)
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| r["devices"].as_array().is_some_and(|d| !d.is_empty()))
+        .collect();
+    assert_eq!(ranks.len(), 2, "one report per rank with a device");
+    (log, ranks)
 }
 
 /// NCCL 2.30 between two ranks on two simulated devices through its shared-memory transport, as
@@ -436,34 +477,7 @@ fn nccl_shm_buffers(log: &str, pid: u64) -> Vec<u64> {
 #[test]
 fn torch_nccl_two_ranks_over_shared_memory() {
     let Some(site) = frameworks() else { return };
-    let setup = |sim: &mut Sim| {
-        sim.env("NCCL_DEBUG", "INFO")
-            .env("NCCL_DEBUG_SUBSYS", "INIT,ALLOC")
-            .env("NCCL_CUMEM_ENABLE", "0")
-            .env("NCCL_P2P_DISABLE", "1");
-    };
-    let mut plain = bare_machine("fw_nccl_shm_plain", &site);
-    setup(&mut plain);
-    let run = plain.run_ok(
-        plain.python("frameworks/torch_nccl_shm.py").arg(plain.scratch().join("o.json")).arg(plain.scratch().join("s")),
-    );
-    let log = format!("{}{}", run.stdout, run.stderr);
-    assert!(log.contains("via SHM/direct"), "the channels connect through shared memory: {log}");
-    assert_eq!(run.u64("ranks_done"), 2);
-
-    let (mut sim, out) = machine("fw_nccl_shm", &site);
-    setup(&mut sim);
-    let figures = sim.scratch().join("o.json");
-    let run = sim.run_ok(sim.python("frameworks/torch_nccl_shm.py").arg(&figures).arg(sim.scratch().join("s")));
-    let log = format!("{}{}", run.stdout, run.stderr);
-    assert!(log.contains("via SHM/direct"), "{log}");
-    assert_eq!(run.u64("ranks_done"), 2);
-    let ranks: Vec<Value> = reports_in(&out)
-        .into_iter()
-        .map(|(_, r)| r)
-        .filter(|r| r["devices"].as_array().is_some_and(|d| !d.is_empty()))
-        .collect();
-    assert_eq!(ranks.len(), 2, "one report per rank with a device");
+    let (log, ranks) = two_nccl_ranks_over_shm("fw_nccl_shm", &site, "0", "INIT,ALLOC");
     for r in &ranks {
         let buffers = nccl_shm_buffers(&log, n(&r["process"]["pid"]));
         assert!(!buffers.is_empty(), "NCCL logged its shared buffers for {}", r["process"]["pid"]);
@@ -478,12 +492,8 @@ fn torch_nccl_two_ranks_over_shared_memory() {
 /// The sizes of NCCL's "CUMEM Host Alloc" lines of one process (`ncclCuMemHostAllocDebug` in
 /// NCCL's src/include/alloc.h: host-located cuMem, CU_MEM_LOCATION_TYPE_HOST_NUMA).
 fn nccl_cumem_host_allocs(log: &str, pid: u64) -> Vec<u64> {
-    log.lines()
+    nccl_lines_of(log, pid)
         .filter(|l| l.contains("CUMEM Host Alloc Size "))
-        .filter(|l| {
-            let prefix = l.split_whitespace().next().unwrap_or("");
-            prefix.rsplit(':').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(pid)
-        })
         .map(|l| {
             l.split("CUMEM Host Alloc Size ")
                 .nth(1)
@@ -505,36 +515,7 @@ fn nccl_cumem_host_allocs(log: &str, pid: u64) -> Vec<u64> {
 #[test]
 fn torch_nccl_two_ranks_over_cumem_host_memory() {
     let Some(site) = frameworks() else { return };
-    let setup = |sim: &mut Sim| {
-        sim.env("NCCL_DEBUG", "INFO")
-            .env("NCCL_DEBUG_SUBSYS", "ALL")
-            .env("NCCL_CUMEM_ENABLE", "1")
-            .env("NCCL_P2P_DISABLE", "1");
-    };
-    let mut plain = bare_machine("fw_nccl_cumem_plain", &site);
-    setup(&mut plain);
-    let run = plain.run_ok(
-        plain.python("frameworks/torch_nccl_shm.py").arg(plain.scratch().join("o.json")).arg(plain.scratch().join("s")),
-    );
-    let log = format!("{}{}", run.stdout, run.stderr);
-    assert!(log.contains("via SHM/direct"), "the channels connect through shared memory: {log}");
-    assert!(log.contains("CUMEM Host Alloc Size "), "host-located cuMem: {log}");
-    assert_eq!(run.u64("ranks_done"), 2);
-
-    let (mut sim, out) = machine("fw_nccl_cumem", &site);
-    setup(&mut sim);
-    let run = sim.run_ok(
-        sim.python("frameworks/torch_nccl_shm.py").arg(sim.scratch().join("o.json")).arg(sim.scratch().join("s")),
-    );
-    let log = format!("{}{}", run.stdout, run.stderr);
-    assert!(log.contains("via SHM/direct"), "{log}");
-    assert_eq!(run.u64("ranks_done"), 2);
-    let ranks: Vec<Value> = reports_in(&out)
-        .into_iter()
-        .map(|(_, r)| r)
-        .filter(|r| r["devices"].as_array().is_some_and(|d| !d.is_empty()))
-        .collect();
-    assert_eq!(ranks.len(), 2, "one report per rank with a device");
+    let (log, ranks) = two_nccl_ranks_over_shm("fw_nccl_cumem", &site, "1", "ALL");
     for r in &ranks {
         let pid = n(&r["process"]["pid"]);
         let allocs = nccl_cumem_host_allocs(&log, pid);

@@ -85,15 +85,27 @@ pub unsafe fn end_capture(sym: Sym, real: cuStreamEndCapture::Real, s: CUstream,
     rc
 }
 
+/// Instantiation takes driver memory: one refused for lack of it (out of memory, 2 in both
+/// the runtime's and the driver's codes) is a failed allocation of no size, like an IPC open,
+/// and returns once the report holding it is on disk (`report::failed_allocation`).
 fn instantiate(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
-    super::measured(sym, call, |l, m| {
+    let mut failed = false;
+    let rc = super::measured(sym, call, |l, m| {
         if m.rc == 0 {
             l.graph_instantiate(m.dev, api(sym), m.delta);
             if let Some(bytes) = m.delta {
                 l.driver_cost_at(m.dev, api(sym), bytes, m.site, Some(m.start_us));
             }
+        } else if m.rc == 2 {
+            let name = crate::hooks::types::error_name(TABLE[sym as usize].kind, m.rc);
+            l.failure_at(m.dev, api(sym), 0, m.rc, name, m.site);
+            failed = true;
         }
-    })
+    });
+    if failed {
+        crate::report::failed_allocation();
+    }
+    rc
 }
 
 /// `cudaGraphInstantiate` (12.x), `cudaGraphInstantiateWithFlags`, `cuGraphInstantiateWithFlags`.

@@ -17,6 +17,7 @@
 //!
 //! `evaluation` evaluates the formula on the run; this module turns it into the advice.
 mod evaluation;
+mod after_pool;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
@@ -210,9 +211,12 @@ struct Bound {
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
 /// it (`ev`) and its findings.
 pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Evaluation) -> Option<Advice> {
-    let s = &ev.sizing;
+    // A lever the run already pulled (its flag on the command line) is no alternative.
+    let mut sizing = ev.sizing.clone();
+    sizing.alternatives.retain(|a| !after_pool::on_command_line(run, &a.flag));
+    let s = &sizing;
     let p0 = ev.value;
-    let margin = s.after_pool.mib << 20;
+    let (margin, margin_what) = after_pool::fixed(run, s);
     let mut bounds: Vec<Bound> = Vec::new();
     for (k, r) in ev.ranks.iter().enumerate() {
         let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
@@ -252,9 +256,10 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
                 _ => None,
             })
             .unwrap_or(recon.free_bytes);
-        // What arrived between the pool and the failure was part of what the margin stands for.
-        let margin = after_pool.map_or(margin, |fp| (margin - (fp - free)).max(0));
-        let deficit = still + margin - free;
+        // What arrived between the pool and the failure was part of what the margin stands for;
+        // what grows with the pool's tokens is on top of the fixed margin and shrinks with it.
+        let growth = after_pool::growth(s, m, r, r.pool_bytes);
+        let (margin, deficit) = after_pool::margin_and_deficit(margin, growth, still, need, after_pool, free);
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
         }
@@ -263,7 +268,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         let alts = alternatives(s, m, Some(&recon.items), failed);
         bounds.push(Bound {
             at_most: true,
-            at: p0 - deficit as f64 / ev.scale_bytes as f64,
+            at: p0 - after_pool::lowering(deficit, ev.scale_bytes, growth),
             rank: k,
             recon: Some(recon),
             refusal: None,
@@ -400,7 +405,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             None => (c.flag.clone(), String::new(), c.removes_bytes),
         };
         format!(
-            "Or disable {what} ({}){}: the pool keeps {} GiB per rank; its {apis} took {} GiB{}",
+            "Or disable {what} ({}){}: the pool keeps {} GiB per rank; {what} took {} GiB{} ({apis})",
             c.flag,
             if (c.value - p0).abs() < 1e-9 {
                 String::new()
@@ -465,11 +470,30 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             "The value leaves a margin of {} GiB for {}, which the failed run never reached, so the reports cannot \
              size it (rules/{}.json, after_pool)",
             gib(margin),
-            s.after_pool.what,
+            margin_what,
             ev.pack
         ));
     } else if direction == "lower" {
-        lines.push(format!("After the pool: {}", s.after_pool.what));
+        lines.push(format!("After the pool: {margin_what}"));
+    }
+    if let (Some(g), Some(pt)) = (after_pool::growth(s, m, r, pool_before), s.after_pool.per_token.as_ref()) {
+        if direction == "lower" && deciding.refusal.is_none() {
+            lines.push(format!(
+                "What follows the pool grows with its tokens ({}: {} B a token): {} GiB for the pool's {} tokens \
+                 at {p0:.2}{}; the margin counts it on top of the fixed {} GiB (rules/{}.json, after_pool.per_token)",
+                pt.what,
+                pt.bytes,
+                gib(g.bytes),
+                g.tokens,
+                pool_after.map_or(String::new(), |pa| format!(
+                    ", {} GiB at {:.2}",
+                    gib((g.per_pool_byte * pa as f64) as i64),
+                    recommended.unwrap_or(p0)
+                )),
+                gib(after_pool::fixed(run, s).0),
+                ev.pack
+            ));
+        }
     }
     let _ = run;
     Some(Advice {
@@ -489,7 +513,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         arrivals: arr,
         arrivals_bytes,
         margin_bytes: margin,
-        margin_what: s.after_pool.what.clone(),
+        margin_what,
         alternatives: alts,
         choices,
         deciding: format!("{} on GPU {}", r.process, r.device),

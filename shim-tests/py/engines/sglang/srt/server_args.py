@@ -18,6 +18,7 @@ class ServerArgs:
     layers: int = 32
     context_length: int = 8192
     attention_workspace_mib: int = 384
+    graph_workspace_mib: int = 0
     dist_init_dir: str = None
     truth_dir: str = None
     serve_until: str = None
@@ -39,6 +40,8 @@ def prepare_server_args(argv):
     p.add_argument("--layers", type=int, default=32, help="decoder layers (simulation)")
     p.add_argument("--context-length", type=int, default=8192)
     p.add_argument("--attention-workspace-mib", type=int, default=384)
+    p.add_argument("--graph-workspace-mib", type=int, default=0,
+                   help="simulation: what the capture of the largest batch takes from the graph pool")
     p.add_argument("--dist-init-dir", default=None, help="rendezvous directory (default: a fresh temporary one)")
     p.add_argument("--truth-dir", default=None, help="write the ground truth there (ENGINE_SIM_TRUTH_DIR)")
     p.add_argument("--serve-until", default=None,
@@ -48,4 +51,4 @@ def prepare_server_args(argv):
     disable_ca = a.disable_custom_all_reduce or a.allreduce != "custom"
     return ServerArgs(a.model_path, a.tp_size, a.mem_fraction_static, disable_ca, a.disable_cuda_graph,
                       a.cuda_graph_max_bs, a.max_running_requests, a.max_total_tokens, a.model_mib, a.layers,
-                      a.context_length, a.attention_workspace_mib, a.dist_init_dir, a.truth_dir, a.serve_until)
+                      a.context_length, a.attention_workspace_mib, a.graph_workspace_mib, a.dist_init_dir, a.truth_dir, a.serve_until)

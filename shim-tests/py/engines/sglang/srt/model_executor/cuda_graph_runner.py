@@ -42,6 +42,12 @@ class CudaGraphRunner:
             torch.cuda.synchronize()
             run_once()
         with torch.cuda.graph(graph, pool=global_graph_memory_pool):
+            if bs == self.max_bs and self.model_runner.server_args.graph_workspace_mib:
+                # Simulation: a workspace the capture of the largest batch (captured first)
+                # takes from the graph pool, as the attention backends' CUDA-graph buffers sized
+                # by cuda_graph_max_bs do; the smaller batches reuse it.
+                self.graph_workspace = torch.empty(self.model_runner.server_args.graph_workspace_mib << 20,
+                                                   dtype=torch.uint8, device="cuda")
             out = run_once()
         global_graph_memory_pool = graph.pool()
         return graph, out

@@ -1,15 +1,15 @@
-//! Call sites in the CLI: who allocated. The reports carry them (docs/schema.md: top-level
-//! `sites`, per device `sites` with a short `caller`); this module gathers
+//! Call sites: who allocated. The reports carry them (docs/schema.md: top-level `sites`, per
+//! device `sites` with a short `caller`); this module gathers
 //! - the rows of the "Where the memory was allocated" table of `culedger report` (live
 //!   bytes by caller, per device, all processes of the device together),
 //! - the "Call sites that grew" rows of `culedger diff`.
 //!
-//! The renderers write them (`report`, `diff::render`); the memory_viz export gathers its
-//! own frames (`export::frames`).
+//! The CLI's renderers write them (`report`, `diff::render`); the memory_viz export gathers
+//! its own frames (the CLI's `export::frames`).
 
-use crate::analysis::DeviceGroup;
+use crate::compare::Row;
+use crate::groups::DeviceGroup;
 use crate::model::DevSite;
-use culedger_analysis::compare::Row;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

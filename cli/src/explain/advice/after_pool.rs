@@ -1,0 +1,115 @@
+//! What follows the pool (the pack's `after_pool`): its fixed part, smaller when a flag of the
+//! run turns off what it stands for (`without`), and the part in proportion to the pool
+//! (`per_token`): the pool's token count read from an allocation the engine sizes by it, and
+//! how much of what follows the pool shrinks with the pool when the parameter is lowered.
+//!
+//! SGLang 0.5.23 allocates after its KV buffers, per token of the pool: the token allocator's
+//! free list (`TokenToKVPoolAllocator.clear`: `torch.arange(1, size + 1, dtype=torch.int64)`,
+//! 8 bytes) and the EagerRunner's input buffers (48 bytes); on a small model that is a tenth of
+//! the pool, so a fixed margin cannot stand for it.
+
+use super::super::engines::{self, Sizing};
+use super::super::glob::{Glob, Plain};
+use super::RankSizing;
+use crate::analysis::Member;
+use crate::load::Run;
+
+/// The fixed part of what follows the pool, in bytes, and what it stands for: the pack's, or
+/// that of the first `without` whose flag is on a command line of the run.
+pub fn fixed(run: &Run, s: &Sizing) -> (i64, String) {
+    match s.after_pool.without.iter().find(|w| w.flags.iter().any(|f| on_command_line(run, f))) {
+        Some(w) => (w.mib << 20, w.what.clone()),
+        None => (s.after_pool.mib << 20, s.after_pool.what.clone()),
+    }
+}
+
+/// Whether `flag` (`--flag` or `--flag=...`) is on a command line of the run: a process's, or
+/// the command `culedger run` recorded (ranks started by multiprocessing carry only theirs).
+pub fn on_command_line(run: &Run, flag: &str) -> bool {
+    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|m| &m.command[..]));
+    let has = |argv: &[String]| argv.iter().any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')));
+    lines.into_iter().any(has)
+}
+
+/// What follows the pool per token, on one rank at the run's value.
+#[derive(Debug, Clone, Copy)]
+pub struct Growth {
+    /// The pool's token count, as the allocation that shows it says.
+    pub tokens: i64,
+    /// What follows the pool per token times the tokens.
+    pub bytes: i64,
+    /// `bytes` per byte of the formula's pool: lowering the parameter shrinks it with the pool.
+    pub per_pool_byte: f64,
+}
+
+/// The growth on rank `r` (member `m`) whose formula gave a pool of `pool_bytes`, when the pack
+/// sizes one for the version its sizing query shows and the run shows the token count.
+pub fn growth(s: &Sizing, m: Member, r: &RankSizing, pool_bytes: i64) -> Option<Growth> {
+    let pt = s.after_pool.per_token.as_ref()?;
+    if pool_bytes <= 0 {
+        return None;
+    }
+    let version = |f: &String| pt.sizing_query.iter().any(|q| Glob::new(q, Plain::Whole).is_ok_and(|g| g.matches(f)));
+    if !pt.sizing_query.is_empty() && !r.query_function.as_ref().is_some_and(version) {
+        return None;
+    }
+    let runs_through =
+        |site: Option<i64>, callers: &[String]| engines::frames(m.report, site).iter().any(|f| engines::frame_matches(callers, f));
+    let tokens = pt.tokens_from.iter().find_map(|t| {
+        let failed = m.dev.failures.iter().filter(|f| runs_through(f.site, &t.callers)).map(|f| f.bytes);
+        let made = m.dev.sites.iter().filter(|d| runs_through(Some(d.site), &t.callers)).map(|d| d.peak_bytes);
+        let bytes = failed.chain(made).max()?;
+        (bytes > 0 && t.bytes_per_token > 0).then(|| bytes / t.bytes_per_token)
+    })?;
+    let bytes = tokens * pt.bytes;
+    Some(Growth { tokens, bytes, per_pool_byte: bytes as f64 / pool_bytes as f64 })
+}
+
+/// What the failed run never reached (the margin) and the deficit at the failure. `fixed` is
+/// the pack's fixed margin, `still` what was still to come at the failure (the rest of the pool,
+/// or the failed request `need` after it), `pool_end_free` the free memory when the pool was
+/// done (None: the failure was inside the pool), `free` the free memory at the failure.
+pub fn margin_and_deficit(
+    fixed: i64,
+    growth: Option<Growth>,
+    still: i64,
+    need: i64,
+    pool_end_free: Option<i64>,
+    free: i64,
+) -> (i64, i64) {
+    let margin = match growth {
+        // Everything after the pool, the failed request included, is `fixed + growth`: what
+        // arrived after the pool and the failed request are parts of it.
+        Some(g) => pool_end_free.map_or(fixed + g.bytes, |fp| (fixed + g.bytes - (fp - free) - need).max(0)),
+        None => pool_end_free.map_or(fixed, |fp| (fixed - (fp - free)).max(0)),
+    };
+    (margin, still + margin - free)
+}
+
+/// How far below the run's value the parameter must go to cover `deficit`, when each unit
+/// moves the pool by `scale` bytes and what follows the pool shrinks with it.
+pub fn lowering(deficit: i64, scale: i64, growth: Option<Growth>) -> f64 {
+    deficit as f64 / (scale as f64 * (1.0 + growth.map_or(0.0, |g| g.per_pool_byte)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_growth_shrinks_with_the_pool() {
+        let g = Growth { tokens: 1000, bytes: 56_000, per_pool_byte: 0.1 };
+        // The free list (8 B a token) failed right after the pool: 2 MiB fixed + 56 kB to come,
+        // 1 kB free; nothing arrived between the pool and the failure.
+        let fixed = 2 << 20;
+        let (margin, deficit) = margin_and_deficit(fixed, Some(g), 8_000, 8_000, Some(1_000), 1_000);
+        assert_eq!(margin, fixed + 48_000);
+        assert_eq!(deficit, fixed + 56_000 - 1_000);
+        // Lowering by d frees d x scale and takes d x scale x 0.1 off what follows.
+        let d = lowering(deficit, 1 << 30, Some(g));
+        let freed = d * (1u64 << 30) as f64;
+        assert!((freed * 1.1 - deficit as f64).abs() < 1.0);
+        // Without a per-token part the margin is the fixed one less what arrived.
+        assert_eq!(margin_and_deficit(fixed, None, 8_000, 8_000, Some(3_000), 1_000), (fixed - 2_000, fixed - 2_000 + 7_000));
+    }
+}
