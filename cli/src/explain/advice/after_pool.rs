@@ -31,6 +31,15 @@ pub fn on_command_line(run: &Run, flag: &str) -> bool {
     lines.into_iter().any(has)
 }
 
+/// The number `flag` has on a command line of the run (a process's, or the command `culedger
+/// run` recorded).
+pub fn flag_number(run: &Run, flag: &str) -> Option<f64> {
+    run.procs
+        .iter()
+        .find_map(|r| engines::flag_value(&r.process.argv, flag))
+        .or_else(|| run.summary.as_ref().and_then(|m| engines::flag_value(&m.command, flag)))
+}
+
 /// What follows the pool per token, on one rank at the run's value.
 #[derive(Debug, Clone, Copy)]
 pub struct Growth {
