@@ -392,8 +392,11 @@ fn vllm_tp2_eager_serves_under_culedger() {
 
 /// `--tensor-parallel-size 2` with torch.compile and CUDA graphs (vLLM's defaults).
 #[test]
-#[ignore = "not yet run whole on the fake driver (torch.compile and graph capture of the V2 runner): \
-            `cargo test --release -p culedger-scenarios --test vllm_server -- --ignored`"]
+#[ignore = "runs to ready under culedger (1168 s on a loaded machine; kv_pool 60.2578 GiB per GPU = logged 60.26, \
+            whatif 60.20) but fails 'nothing above 1% unnamed': each report keeps its first 1024 events and 1010 of \
+            them are 0-byte cuLibraryLoadData driver costs, so the real capture's cudaGraphInstantiate costs are not \
+            there to explain its 924 MiB rise, and the profile capture's graphs destroyed before it give back 2.3 GiB \
+            unrecorded: `cargo test --release -p culedger-scenarios --test vllm_server -- --ignored graphs`"]
 fn vllm_tp2_graphs_serves_under_culedger() {
     let Some(vllm) = vllm() else { return };
     let _one = ONE_SERVER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
