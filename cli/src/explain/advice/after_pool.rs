@@ -9,8 +9,8 @@
 //! the pool, so a fixed margin cannot stand for it.
 
 use super::super::engines::{self, Sizing};
-use super::super::glob::{Glob, Plain};
-use super::RankSizing;
+use culedger_format::glob::{Glob, Plain};
+use super::evaluation::RankSizing;
 use crate::analysis::Member;
 use crate::load::Run;
 

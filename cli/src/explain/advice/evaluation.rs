@@ -181,7 +181,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
             ranks.push(RankSizing {
                 pid: m.pid(),
                 start_us: m.report.process.start_us(),
-                process: super::super::who(m.report),
+                process: crate::words::who(m.report),
                 host: g.host.clone(),
                 device: g.index,
                 inputs: own.clone(),

@@ -16,19 +16,19 @@
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
 //! `evaluation` evaluates the formula on the run; this module turns it into the advice.
-mod evaluation;
+pub mod evaluation;
 mod after_pool;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
 use super::engines::{self, Sizing};
-use super::findings::{join_and, Detail, Finding};
+use super::findings::{Detail, Finding};
+use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};
 use super::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
-use crate::units::fmt_bytes;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -120,7 +120,7 @@ fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
             None => out.push((what, it.bytes)),
         }
     }
-    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > crate::explain::NOISE) {
+    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > culedger_analysis::thresholds::NOISE) {
         out.push(("memory no report explains".into(), u));
     }
     out.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
@@ -521,11 +521,3 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
     })
 }
 
-/// A failed allocation's size in words when the request itself names none.
-pub fn needed_words(bytes: i64, need: i64, api: &str) -> String {
-    if bytes == 0 && need > 0 {
-        format!("{} of driver memory, what each successful {api} cost", fmt_bytes(need))
-    } else {
-        fmt_bytes(bytes)
-    }
-}
