@@ -71,6 +71,21 @@ impl<'r> Analysis<'r> {
             .as_ref()
     }
 
+    /// "What to change" for this failed run with the margin for what it never reached taken
+    /// from `good`, a run of the same engine that started: what `good` measured after its pool
+    /// (`culedger diff`). None when this run has no advice, `good` failed, or measured nothing.
+    pub fn advice_measured_by(&self, good: &Analysis, good_name: &str) -> Option<Advice> {
+        self.advice()?;
+        let ev = self.evaluation()?;
+        let gev = good.evaluation().filter(|g| g.engine == ev.engine)?;
+        if good.findings().iter().any(|f| f.severity == Severity::Failure) {
+            return None;
+        }
+        let (bytes, whom) = crate::explain::advice::measured_after_pool(good.groups(), gev)?;
+        let measured = Some((bytes, format!("{good_name}, {whom}")));
+        crate::explain::advice::advise_measured(self.run, self.groups(), self.findings(), ev, measured)
+    }
+
     /// `culedger explain`'s document.
     pub fn explanation(&self) -> &Explanation {
         self.explanation.get_or_init(|| {

@@ -124,6 +124,20 @@ pub struct Alternative {
     /// accounts for (`graphs`).
     #[serde(default)]
     pub categories: Vec<String>,
+    /// A lever that scales what the feature took instead of turning it off: the flag takes a
+    /// number (`--cuda-graph-max-bs N`) and what the feature took is taken to scale with it.
+    #[serde(default)]
+    pub scales: Option<Scales>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Scales {
+    /// What the number is (`the largest batch the CUDA graphs capture`).
+    pub what: String,
+    /// What a smaller number costs.
+    pub cost: String,
+    /// The engine's code the proportion is keyed on.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -98,8 +98,28 @@ pub fn explain(
             .to_string()
     } else {
         let mut parts = Vec::new();
-        if failures > 0 {
-            parts.push(crate::units::count(failures, "failed allocation", "failed allocations"));
+        // Failed ranks counted as report's verdict counts them (one process with a failed
+        // allocation is one, whatever its findings); then those that failed without one.
+        let (failed_ranks, ranks) = crate::summary::failed_ranks(run, gs);
+        let starts: usize = found
+            .iter()
+            .filter(|f| f.kind == Kind::FailedStart)
+            .map(|f| if let Detail::Start(d) = &f.detail { d.processes.len() } else { 1 })
+            .sum();
+        if failed_ranks > 0 {
+            parts.push(if ranks == 1 {
+                "the process failed to allocate".to_string()
+            } else {
+                format!("{failed_ranks} of {ranks} ranks failed to allocate")
+            });
+        }
+        if starts > 0 {
+            let more = if failed_ranks > 0 { " more" } else { "" };
+            let noun = if starts == 1 { "process" } else { "processes" };
+            parts.push(format!("{starts}{more} {noun} failed without a failed allocation"));
+        }
+        if parts.is_empty() && failures > 0 {
+            parts.push(crate::units::count(failures, "failure", "failures"));
         }
         if warnings > 0 {
             parts.push(crate::units::count(warnings, "warning", "warnings"));

@@ -41,7 +41,8 @@ def prepare_server_args(argv):
     p.add_argument("--context-length", type=int, default=8192)
     p.add_argument("--attention-workspace-mib", type=int, default=384)
     p.add_argument("--graph-workspace-mib", type=int, default=0,
-                   help="simulation: what the capture of the largest batch takes from the graph pool")
+                   help="simulation: what the capture of the largest batch takes from the graph pool at a "
+                        "largest batch of 32; it scales with the largest batch captured (--cuda-graph-max-bs)")
     p.add_argument("--dist-init-dir", default=None, help="rendezvous directory (default: a fresh temporary one)")
     p.add_argument("--truth-dir", default=None, help="write the ground truth there (ENGINE_SIM_TRUTH_DIR)")
     p.add_argument("--serve-until", default=None,
