@@ -9,7 +9,7 @@
 //! A run is taken to be an engine's when a frame of one of its reports' call sites lies in the
 //! engine's package (`recognize`). The evaluation is in `advice`.
 
-use super::glob::{Glob, Plain};
+use culedger_format::glob::{Glob, Plain};
 use crate::model::PyFrameRec;
 use crate::model::Report;
 use serde::{Deserialize, Serialize};

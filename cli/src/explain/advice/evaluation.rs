@@ -210,7 +210,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
             ranks.push(RankSizing {
                 pid: m.pid(),
                 start_us: m.report.process.start_us(),
-                process: super::super::who(m.report),
+                process: crate::words::who(m.report),
                 host: g.host.clone(),
                 device: g.index,
                 inputs: own.clone(),
@@ -419,7 +419,7 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
         let st = steps::steps(m);
         let q = r.query_index;
         let pool_burst = burst_after(&st, q);
-        let growth = super::after_pool::growth(&ev.sizing, m, r, r.pool_bytes);
+        let growth = super::after_pool::growth(&ev.sizing, m, r.query_function.as_ref(), r.pool_bytes);
         let per_pool_byte = growth.map_or(0.0, |g| g.per_pool_byte);
         let fail = (q + 1..st.len()).find(|&i| st[i].failure().is_some()).filter(|_| r.complete);
         // (failed, free at the end, the pool so far, still needed, margin)
