@@ -16,19 +16,19 @@
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
 //! `evaluation` evaluates the formula on the run; this module turns it into the advice.
-mod evaluation;
+pub mod evaluation;
 pub(crate) mod after_pool;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
 use super::engines::{self, Sizing};
-use super::findings::{join_and, Detail, Finding};
+use super::findings::{Detail, Finding};
+use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};
 use super::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
-use crate::units::fmt_bytes;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,7 +126,7 @@ fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
             None => out.push((what, it.bytes)),
         }
     }
-    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > crate::explain::NOISE) {
+    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > culedger_analysis::thresholds::NOISE) {
         out.push(("memory no report explains".into(), u));
     }
     out.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
@@ -313,7 +313,7 @@ pub fn advise_measured(
         // What arrived between the pool and the failure was part of what the margin stands for;
         // what grows with the pool's tokens is on top of the fixed margin and shrinks with it.
         // A measured margin holds what grew with the pool's tokens already.
-        let growth = after_pool::growth(s, m, r, r.pool_bytes).filter(|_| from_rules);
+        let growth = after_pool::growth(s, m, r.query_function.as_ref(), r.pool_bytes).filter(|_| from_rules);
         let (margin, deficit) = after_pool::margin_and_deficit(margin, growth, still, need, after_pool, free);
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
@@ -683,7 +683,7 @@ pub fn advise_measured(
     } else if direction == "lower" {
         lines.push(format!("After the pool: {margin_what}"));
     }
-    if let (Some(g), Some(pt), true) = (after_pool::growth(s, m, r, pool_before), s.after_pool.per_token.as_ref(), from_rules) {
+    if let (Some(g), Some(pt), true) = (after_pool::growth(s, m, r.query_function.as_ref(), pool_before), s.after_pool.per_token.as_ref(), from_rules) {
         if direction == "lower" && deciding.refusal.is_none() {
             lines.push(format!(
                 "What follows the pool grows with its tokens ({}: {} B a token): {} GiB for the pool's {} tokens \
@@ -728,11 +728,3 @@ pub fn advise_measured(
     })
 }
 
-/// A failed allocation's size in words when the request itself names none.
-pub fn needed_words(bytes: i64, need: i64, api: &str) -> String {
-    if bytes == 0 && need > 0 {
-        format!("{} of driver memory, what each successful {api} cost", fmt_bytes(need))
-    } else {
-        fmt_bytes(bytes)
-    }
-}
