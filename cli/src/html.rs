@@ -264,8 +264,23 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     let t = series.iter().map(|p| secs(c.since(p.t_unix_us))).collect();
     let cats =
         CATEGORIES.iter().enumerate().map(|(i, name)| (*name, series.iter().map(|p| p.cats[i]).collect())).collect();
-    // explain's sizing queries; without that finding (no pool), the report's sizing probe.
-    let explained_sizing = sized_from(explained, &g.host, g.index);
+    // explain's sizing queries; without that finding (one rank), the query the pool's
+    // reconciliation starts from (diff's "told free at the sizing query"); without a pool,
+    // the report's sizing probe.
+    let mut explained_sizing = sized_from(explained, &g.host, g.index);
+    if explained_sizing.is_empty() {
+        if let Some(w) = crate::explain::findings::failure_reconciliation(g) {
+            let q = &w.recon.query;
+            let pool = w.recon.sum(crate::explain::recon::ItemKind::Pool);
+            let why = format!(
+                "{} sized its pool from it: told {} free, its pool took {}",
+                q.process,
+                crate::units::fmt_bytes(q.free_bytes),
+                crate::units::fmt_bytes(pool)
+            );
+            explained_sizing.push(SizedFrom { pid: q.pid, at_us: q.at_us, why });
+        }
+    }
     let sizing = g.sizing_probe();
     let mut sizing_why = None;
     let queries = g

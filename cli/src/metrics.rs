@@ -145,6 +145,20 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
     let Some(s) = &snap.summary else { return e.render() };
     let verdict_failed = f64::from(u8::from(s.verdict.failed));
     e.sample("culedger_run_failed", "gauge", "1 when an allocation failed in the run, else 0.", &[], verdict_failed);
+    e.sample(
+        "culedger_run_ranks",
+        "gauge",
+        "Processes of the run that allocated device memory (report's and explain's \"of N ranks\").",
+        &[],
+        s.verdict.ranks as f64,
+    );
+    e.sample(
+        "culedger_run_failed_ranks",
+        "gauge",
+        "Processes with a failed allocation (report's and explain's \"K of N ranks failed\").",
+        &[],
+        s.verdict.failed_ranks as f64,
+    );
 
     // A process's series carry its identity only: host, pid and start (ms since the epoch:
     // processes in containers share a host and a pid). A process is found by all three,

@@ -25,12 +25,13 @@ fn at(us: i64) -> String {
     fmt_secs(us)
 }
 
-/// `GPU 3`, or `host GPU 3` when the run spans several hosts.
-fn gpu_name(host: &str, index: i64, hosts: usize) -> String {
+/// `GPU 3` (`GPU 0 MIG 1` for a MIG device), or `host GPU 3` when the run spans several hosts.
+fn gpu_name(host: &str, index: i64, mig_index: Option<i64>, hosts: usize) -> String {
+    let n = crate::analysis::gpu_number(index, mig_index);
     if hosts > 1 {
-        format!("{host} GPU {index}")
+        format!("{host} GPU {n}")
     } else {
-        format!("GPU {index}")
+        format!("GPU {n}")
     }
 }
 
@@ -129,7 +130,7 @@ fn overview(rows: &[OverviewRow], hosts: usize) -> Table {
     );
     for r in rows {
         t.row(vec![
-            gpu_name(&r.host, r.index, hosts),
+            gpu_name(&r.host, r.index, r.mig_index, hosts),
             fmt_bytes(r.tracked_bytes),
             fmt_opt(r.untracked_bytes),
             fmt_opt(r.used_bytes),
@@ -181,7 +182,12 @@ pub fn reading_sentence(r: &Reading, max: Option<&Reading>) -> String {
 
 fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
     let total = dev.total_bytes.unwrap_or(0);
-    d.push(Block::Heading(format!("{} GPU {} ({} total)", dev.host, dev.index, fmt_opt(dev.total_bytes))));
+    d.push(Block::Heading(format!(
+        "{} GPU {} ({} total)",
+        dev.host,
+        crate::analysis::gpu_number(dev.index, dev.mig_index),
+        fmt_opt(dev.total_bytes)
+    )));
     if dev.processes.len() > 1 {
         let mut t = Table::new(&["pid", "process", "holds", "live", "peak", "allocs", "frees"], &[0, 3, 4, 5, 6]);
         for p in &dev.processes {
@@ -189,7 +195,11 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
                 p.pid.to_string(),
                 p.label.clone(),
                 p.holds.as_str().to_string(),
-                fmt_bytes(p.live_bytes),
+                // A context costs device memory no allocation tracks: its estimate.
+                match p.context_bytes {
+                    Some(b) if p.live_bytes == 0 => format!("(~{})", fmt_bytes(b)),
+                    _ => fmt_bytes(p.live_bytes),
+                },
                 fmt_bytes(p.peak_bytes),
                 p.alloc_count.to_string(),
                 p.free_count.to_string(),
@@ -205,6 +215,15 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
             dev.processes.iter().map(|p| p.free_count).sum::<i64>().to_string(),
         ]);
         d.table(t.abbreviate(&[1]));
+        let contexts: Vec<i64> = dev.processes.iter().filter(|p| p.live_bytes == 0).filter_map(|p| p.context_bytes).collect();
+        if !contexts.is_empty() {
+            d.para(format!(
+                "(~{}): what a context costs here, estimated; device memory no allocation tracks, not in the sum \
+                 ({} in all)",
+                fmt_bytes(contexts[0]),
+                fmt_bytes(contexts.iter().sum())
+            ));
+        }
     } else if let Some(p) = dev.processes.first() {
         d.para(format!("process {} ({}): {}", p.pid, p.label, p.holds.as_str()));
     }
@@ -356,7 +375,12 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
                 .iter()
                 .filter(|(on, _)| *on)
                 .fold(a.category.clone(), |c, (_, flag)| format!("{c} {flag}"));
-            let mut row = vec![at(a.at_us), format!("{} {}", a.pid, a.label), fmt_bytes(a.bytes), category];
+            let (when, size) = if a.count > 1 {
+                (format!("{}-{}", at(a.at_us).trim_end_matches('s'), at(a.last_at_us)), format!("{} x {}", a.count, fmt_bytes(a.bytes)))
+            } else {
+                (at(a.at_us), fmt_bytes(a.bytes))
+            };
+            let mut row = vec![when, format!("{} {}", a.pid, a.label), size, category];
             if !one_api {
                 row.push(a.api.clone());
             }
@@ -437,7 +461,8 @@ fn with_delta(value: Option<i64>, first: Option<i64>) -> String {
 /// The devices folded under `first`: one row each with its figures, and their difference
 /// from `first` in parentheses where they differ.
 fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts: usize) {
-    let names: Vec<String> = others.iter().map(|o| format!("GPU {}", o.index)).collect();
+    let names: Vec<String> =
+        others.iter().map(|o| format!("GPU {}", crate::analysis::gpu_number(o.index, o.mig_index))).collect();
     d.push(Block::Heading(
         format!(
             "{} {} (folded: alike {}; differences from GPU {} in parentheses)",

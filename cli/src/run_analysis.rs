@@ -49,7 +49,14 @@ impl<'r> Analysis<'r> {
 
     /// The findings, most important first.
     pub fn findings(&self) -> &[Finding] {
-        self.findings.get_or_init(|| crate::explain::findings::all(self.run, self.groups(), self.evaluation()))
+        self.findings.get_or_init(|| {
+            let mut found = crate::explain::findings::all(self.run, self.groups(), self.evaluation());
+            // The words, from the figures.
+            for f in &mut found {
+                crate::explain::prose::word(f, !self.run.skipped.is_empty());
+            }
+            found
+        })
     }
 
     /// "What to change": for a run with a failure finding, from the engine's formula.
@@ -62,6 +69,21 @@ impl<'r> Analysis<'r> {
                 crate::explain::advice::advise_with(self.run, self.groups(), self.findings(), ev)
             })
             .as_ref()
+    }
+
+    /// "What to change" for this failed run with the margin for what it never reached taken
+    /// from `good`, a run of the same engine that started: what `good` measured after its pool
+    /// (`culedger diff`). None when this run has no advice, `good` failed, or measured nothing.
+    pub fn advice_measured_by(&self, good: &Analysis, good_name: &str) -> Option<Advice> {
+        self.advice()?;
+        let ev = self.evaluation()?;
+        let gev = good.evaluation().filter(|g| g.engine == ev.engine)?;
+        if good.findings().iter().any(|f| f.severity == Severity::Failure) {
+            return None;
+        }
+        let (bytes, whom) = crate::explain::advice::measured_after_pool(good.groups(), gev)?;
+        let measured = Some((bytes, format!("{good_name}, {whom}")));
+        crate::explain::advice::advise_measured(self.run, self.groups(), self.findings(), ev, measured)
     }
 
     /// `culedger explain`'s document.

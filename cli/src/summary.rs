@@ -57,6 +57,9 @@ pub struct Verdict {
 pub struct OverviewRow {
     pub host: String,
     pub index: i64,
+    /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
     pub processes: usize,
     /// Tracked live bytes (at each process's last report).
     pub tracked_bytes: i64,
@@ -109,6 +112,9 @@ pub struct ProcSummary {
 pub struct DeviceSummary {
     pub host: String,
     pub index: i64,
+    /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
     /// The physical GPU (absent for reports written before culedger recorded it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
@@ -162,6 +168,26 @@ pub struct DevProc {
     pub peak_bytes: i64,
     pub alloc_count: i64,
     pub free_count: i64,
+    /// What its context here costs, estimated (`costs::context_estimate`: the smallest
+    /// untracked memory a process saw at its first query on this GPU), for a process that
+    /// holds only a context: none of it is tracked, all of it is device memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_bytes: Option<i64>,
+}
+
+/// Sorts processes by rank (a launcher first), then by start, where any has a rank; in start
+/// order otherwise.
+fn by_rank<T>(v: &mut [T], key: impl Fn(&T) -> (BTreeMap<String, String>, i64)) {
+    let rank = |env: &BTreeMap<String, String>| {
+        ["RANK", "LOCAL_RANK"].iter().find_map(|k| env.get(*k).and_then(|v| v.trim().parse::<i64>().ok()))
+    };
+    if !v.iter().any(|x| rank(&key(x).0).is_some()) {
+        return;
+    }
+    v.sort_by_key(|x| {
+        let (env, start) = key(x);
+        (rank(&env).unwrap_or(-1), start)
+    });
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -206,21 +232,37 @@ pub struct TopRow {
     pub exported: bool,
     pub captured: bool,
     pub caller: Option<String>,
+    /// Alike allocations folded into this row (same process, size, category, API, flags and
+    /// caller: a model's identical layers), 1 when alone; `at_us` is the first of them and
+    /// `last_at_us` the last.
+    pub count: usize,
+    pub last_at_us: i64,
 }
 
-/// How many of the largest allocations a device section lists.
+/// How many of the largest allocations a device section lists (rows, after folding alike
+/// ones).
 pub const TOP_N: usize = 10;
 
-/// The verdict: who failed to allocate how much, or that nothing failed.
-fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
+/// The processes that allocated device memory and those among them with a failed
+/// allocation: (failed, ranks). Every output that counts failed ranks takes them from here
+/// (report's verdict, explain's, the one screen, html, metrics), so that they agree.
+pub fn failed_ranks(run: &Run, gs: &[DeviceGroup]) -> (usize, usize) {
+    let (failed, ranks, _, _) = counted(run, gs);
+    (failed.len(), ranks)
+}
+
+type Pid<'a> = (&'a str, i64, i64);
+
+/// (failed processes, ranks, sizes of the failed requests, failed requests).
+fn counted<'a>(run: &'a Run, gs: &[DeviceGroup<'a>]) -> (BTreeSet<Pid<'a>>, usize, Vec<i64>, i64) {
     // A process is (host, pid, start): processes in containers share pids.
-    let allocating: BTreeSet<(&str, i64, i64)> = run
+    let allocating: BTreeSet<Pid> = run
         .procs
         .iter()
         .filter(|r| r.devices.iter().any(|d| d.alloc_count > 0 || d.peak_bytes > 0 || !d.failures.is_empty()))
         .map(|r| (r.process.host.as_str(), r.process.pid, r.process.start_us()))
         .collect();
-    let mut failed: BTreeSet<(&str, i64, i64)> = BTreeSet::new();
+    let mut failed: BTreeSet<Pid> = BTreeSet::new();
     let mut sizes: Vec<i64> = Vec::new();
     let mut total_failures = 0;
     for g in gs {
@@ -231,6 +273,12 @@ fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
         }
     }
     let ranks = allocating.len().max(failed.len());
+    (failed, ranks, sizes, total_failures)
+}
+
+/// The verdict: who failed to allocate how much, or that nothing failed.
+fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
+    let (failed, ranks, sizes, total_failures) = counted(run, gs);
     if total_failures > 0 {
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
         let size = crate::units::fmt_range(lo, hi);
@@ -367,7 +415,14 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
             }
         })
         .collect();
-    let devices: Vec<DeviceSummary> = gs.iter().map(summarize_device).collect();
+    let mut processes: Vec<ProcSummary> = processes;
+    by_rank(&mut processes, |p| (p.env.clone(), p.start_unix_us));
+    let mut devices: Vec<DeviceSummary> = gs.iter().map(summarize_device).collect();
+    for (d, g) in devices.iter_mut().zip(gs) {
+        let env: BTreeMap<(i64, i64), BTreeMap<String, String>> =
+            g.members.iter().map(|m| ((m.pid(), m.report.process.start_us()), m.report.process.env.clone())).collect();
+        by_rank(&mut d.processes, |p| (env.get(&(p.pid, p.start_unix_us)).cloned().unwrap_or_default(), p.start_unix_us));
+    }
     let overview = gs
         .iter()
         .zip(&devices)
@@ -376,6 +431,7 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
             OverviewRow {
                 host: g.host.clone(),
                 index: g.index,
+                mig_index: g.mig_index,
                 processes: g.members.len(),
                 tracked_bytes: d.live_bytes,
                 peak_bytes: d.peak_bytes,
@@ -456,17 +512,38 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 exported: a.exported,
                 captured: a.captured,
                 caller: a.caller.clone(),
+                count: 1,
+                last_at_us: g.clock.since(m.abs_us(a)),
             })
         })
         .collect();
     top.sort_by(|a, b| {
         b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)).then(a.at_us.cmp(&b.at_us)).then(a.seq.cmp(&b.seq))
     });
+    // Alike allocations fold into one row (ten identical 1.24 GiB layers are one line).
+    let mut folded: Vec<TopRow> = Vec::new();
+    for a in top {
+        let alike = |b: &TopRow| {
+            (b.pid, b.bytes, &b.category, &b.api, b.exported, b.captured, &b.caller)
+                == (a.pid, a.bytes, &a.category, &a.api, a.exported, a.captured, &a.caller)
+        };
+        match folded.iter_mut().find(|b| alike(b)) {
+            Some(b) => {
+                b.count += 1;
+                b.at_us = b.at_us.min(a.at_us);
+                b.last_at_us = b.last_at_us.max(a.at_us);
+            }
+            None => folded.push(a),
+        }
+    }
+    let mut top = folded;
     top.truncate(TOP_N);
     let cost_rows = crate::costs::rows(g);
+    let context = crate::costs::context_estimate(g).map(|e| e.bytes);
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,
+        mig_index: g.mig_index,
         uuid: g.uuid.clone(),
         impossible: g.impossible_lines(),
         total_bytes: g.total_bytes(),
@@ -484,6 +561,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
                 peak_bytes: m.dev.peak_bytes,
                 alloc_count: m.dev.alloc_count,
                 free_count: m.dev.free_count,
+                context_bytes: (m.holds() != Holds::Allocations).then_some(context).flatten(),
             })
             .collect(),
         categories: CATEGORIES

@@ -81,9 +81,10 @@ fn pct(part: i64, whole: Option<i64>) -> String {
 fn gpu_names(s: &RunSummary, members: &[usize]) -> String {
     let d = &s.devices[members[0]];
     if members.len() == 1 {
-        return format!("{} GPU {}", clean(&d.host), d.index);
+        return format!("{} GPU {}", clean(&d.host), crate::analysis::gpu_number(d.index, d.mig_index));
     }
-    let idx: Vec<String> = members.iter().map(|&i| s.devices[i].index.to_string()).collect();
+    let idx: Vec<String> =
+        members.iter().map(|&i| crate::analysis::gpu_number(s.devices[i].index, s.devices[i].mig_index)).collect();
     format!("{} GPUs {} ({} alike)", clean(&d.host), idx.join(","), members.len())
 }
 
@@ -143,7 +144,7 @@ fn header(snap: &Snapshot, paths: &[PathBuf], now_us: i64, lines: &mut Vec<Line>
     }
 }
 
-fn frame<'a>(snap: &'a Snapshot, paths: &[PathBuf], view: View, now_us: i64) -> Frame<'a> {
+fn frame<'a>(snap: &'a Snapshot, paths: &[PathBuf], view: View, now_us: i64, width: usize) -> Frame<'a> {
     let mut lines: Vec<Line> = Vec::new();
     header(snap, paths, now_us, &mut lines);
     let Some(s) = &snap.summary else {
@@ -153,34 +154,63 @@ fn frame<'a>(snap: &'a Snapshot, paths: &[PathBuf], view: View, now_us: i64) -> 
     };
     let failed = Style::default().fg(Color::Red).add_modifier(Modifier::BOLD);
     let ok = Style::default().fg(Color::Green);
-    lines.push(Line::from(Span::styled(clean(&s.verdict.text), if s.verdict.failed { failed } else { ok })));
+    // At most three lines (a host name may be any length); the last one marked when cut.
+    let verdict: String = clean(&s.verdict.text).chars().take(width.max(20) * 3).collect();
+    let mut vlines = crate::layout::wrap(&verdict, width.max(20));
+    if vlines.len() > 3 {
+        vlines.truncate(3);
+        let last = vlines[2].chars().take(width.max(20) - 1).chain(['…']).collect();
+        vlines[2] = last;
+    }
+    for l in vlines {
+        lines.push(Line::from(Span::styled(l, if s.verdict.failed { failed } else { ok })));
+    }
     lines.push(Line::raw(""));
     let rows = rows(s, view.fold);
     let selected = view.selected.min(rows.len().saturating_sub(1));
     let names: Vec<String> = rows.iter().map(|m| shorten(&gpu_names(s, m), NAME_WIDTH)).collect();
     let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(3).max(3);
+    // (header, width) of the columns after the name; dropped from the least needed on
+    // (queried, procs, capacity, untracked) until the line fits: a value is never cut.
+    let cols: [(&str, usize); 7] =
+        [("procs", 5), ("tracked", 11), ("untracked", 11), ("used", 11), ("capacity", 11), ("queried", 13), ("fails", 5)];
+    let mut keep = [true; 7];
+    for drop in [5, 0, 4, 2] {
+        let used: usize = 2 + w + cols.iter().zip(keep).filter(|(_, k)| *k).map(|((_, cw), _)| cw + 1).sum::<usize>();
+        if used <= width {
+            break;
+        }
+        keep[drop] = false;
+    }
+    let row_text = |lead: &str, name: &str, cells: [String; 7]| {
+        let mut t = format!("{lead} {name:<w$}");
+        for (i, c) in cells.iter().enumerate() {
+            if keep[i] {
+                t.push_str(&format!(" {c:>cw$}", cw = cols[i].1));
+            }
+        }
+        t
+    };
     lines.push(Line::from(Span::styled(
-        format!(
-            "  {:<w$} {:>5} {:>11} {:>11} {:>11} {:>11} {:>13} {:>5}",
-            "GPU", "procs", "tracked", "untracked", "used", "capacity", "queried", "fails"
-        ),
+        row_text(" ", "GPU", cols.map(|(h, _)| h.to_string())),
         Style::default().add_modifier(Modifier::UNDERLINED),
     )));
     for (k, members) in rows.iter().enumerate() {
         let d = &s.devices[members[0]];
         let q = d.last_query.as_ref();
         let age = q.map(|q| fmt_age(now_us - (s.t0_unix_us + q.at_us)) + " ago").unwrap_or_else(|| "never".into());
-        let text = format!(
-            "{} {:<w$} {:>5} {:>11} {:>11} {:>11} {:>11} {:>13} {:>5}",
+        let text = row_text(
             if k == selected { "▶" } else { " " },
-            names[k],
-            d.processes.len(),
-            fmt_bytes(d.live_bytes),
-            q.map_or("-".into(), |q| fmt_bytes(q.untracked_bytes)),
-            q.map_or("-".into(), |q| fmt_bytes(q.used_bytes)),
-            d.total_bytes.map_or("-".into(), fmt_bytes),
-            age,
-            d.failed_requests,
+            &names[k],
+            [
+                d.processes.len().to_string(),
+                fmt_bytes(d.live_bytes),
+                q.map_or("-".into(), |q| fmt_bytes(q.untracked_bytes)),
+                q.map_or("-".into(), |q| fmt_bytes(q.used_bytes)),
+                d.total_bytes.map_or("-".into(), fmt_bytes),
+                age,
+                d.failed_requests.to_string(),
+            ],
         );
         let mut style = if d.failures_total > 0 { Style::default().fg(Color::Red) } else { Style::default() };
         if k == selected {
@@ -194,14 +224,20 @@ fn frame<'a>(snap: &'a Snapshot, paths: &[PathBuf], view: View, now_us: i64) -> 
     };
     let first = lines.len();
     let d = &s.devices[members[0]];
-    detail(s, d, members, now_us, &mut lines);
+    detail(s, d, members, now_us, width.saturating_sub(2).max(30), &mut lines);
     let title = format!(" {} ", shorten(&gpu_names(s, members), NAME_WIDTH));
     let count = lines.len() - first;
     Frame { lines, detail: Some((first, count)), detail_title: title }
 }
 
 /// The selected GPU in full.
-fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lines: &mut Vec<Line>) {
+fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, inner: usize, lines: &mut Vec<Line>) {
+    // A line of words inside the block: wrapped, never cut.
+    let para = |text: String, style: Style, lines: &mut Vec<Line>| {
+        for l in crate::layout::wrap_indent(text.trim_start(), inner.saturating_sub(1), "   ") {
+            lines.push(Line::styled(format!(" {l}"), style));
+        }
+    };
     let whole = d.total_bytes.unwrap_or_else(|| d.peak_bytes.max(1));
     let width = 40;
     let dim = Style::default().fg(Color::DarkGray);
@@ -227,27 +263,39 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lin
             bar_line("used", q.used_bytes, Color::White, lines);
             let age = fmt_age(now_us - (s.t0_unix_us + q.at_us));
             let what = if q.api == "nvml" { "NVML reading (at a report of)" } else { "free-memory query" };
-            lines.push(Line::raw(format!(
-                " last {what} {age} ago: pid {} {} told free {} of {}",
-                q.pid,
-                clean(&q.api),
-                fmt_bytes(q.free_bytes),
-                fmt_bytes(q.total_bytes),
-            )));
-            lines.push(Line::raw(format!(
-                " at that query: tracked {}, untracked {}",
-                fmt_bytes(q.tracked_bytes),
-                fmt_bytes(q.untracked_bytes)
-            )));
+            para(
+                format!(
+                    "last {what} {age} ago: pid {} {} told free {} of {}",
+                    q.pid,
+                    clean(&q.api),
+                    fmt_bytes(q.free_bytes),
+                    fmt_bytes(q.total_bytes),
+                ),
+                Style::default(),
+                lines,
+            );
+            para(
+                format!(
+                    "at that query: tracked {}, untracked {}",
+                    fmt_bytes(q.tracked_bytes),
+                    fmt_bytes(q.untracked_bytes)
+                ),
+                Style::default(),
+                lines,
+            );
         }
         None => lines.push(Line::raw(" no free-memory query yet: untracked memory unknown")),
     }
-    lines.push(Line::raw(format!(
-        " capacity {} · peak tracked {} · hidden driver costs {}",
-        d.total_bytes.map_or("unknown".into(), fmt_bytes),
-        fmt_bytes(d.peak_bytes),
-        fmt_bytes(d.driver_cost_bytes)
-    )));
+    para(
+        format!(
+            "capacity {} · peak tracked {} · hidden driver costs {}",
+            d.total_bytes.map_or("unknown".into(), fmt_bytes),
+            fmt_bytes(d.peak_bytes),
+            fmt_bytes(d.driver_cost_bytes)
+        ),
+        Style::default(),
+        lines,
+    );
     if members.len() > 1 {
         let lo = members.iter().map(|&i| s.devices[i].live_bytes).min().unwrap_or(0);
         let hi = members.iter().map(|&i| s.devices[i].live_bytes).max().unwrap_or(0);
@@ -261,8 +309,18 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lin
         ));
     }
     lines.push(Line::raw(""));
+    let status_w = d
+        .processes
+        .iter()
+        .filter_map(|p| s.processes.iter().find(|x| x.pid == p.pid))
+        .map(|x| clean(&x.status).chars().count())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 26);
+    // What is left for the name: 1+7+2, 1+5 (rank), 1+status, 1+11.
+    let name_w = inner.saturating_sub(29 + status_w).clamp(12, 40);
     lines.push(Line::styled(
-        format!(" {:>7}  {:<40} {:>5} {:<26} {:>11}", "pid", "process", "rank", "status", "live here"),
+        format!(" {:>7}  {:<name_w$} {:>5} {:<status_w$} {:>11}", "pid", "process", "rank", "status", "live here"),
         Style::default().add_modifier(Modifier::UNDERLINED),
     ));
     for p in &d.processes {
@@ -270,12 +328,11 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lin
         let rank =
             proc.and_then(|x| x.env.get("RANK").or_else(|| x.env.get("LOCAL_RANK"))).cloned().unwrap_or_default();
         let status = proc.map(|x| x.status.clone()).unwrap_or_default();
-        let name: String =
-            clean(proc.and_then(|x| x.title.clone()).as_deref().unwrap_or(&p.label)).chars().take(40).collect();
+        let name = crate::layout::shorten(&clean(proc.and_then(|x| x.title.clone()).as_deref().unwrap_or(&p.label)), name_w);
         let style = if status.starts_with("running") { Style::default() } else { dim };
         lines.push(Line::styled(
             format!(
-                " {:>7}  {:<40} {:>5} {:<26} {:>11}",
+                " {:>7}  {:<name_w$} {:>5} {:<status_w$} {:>11}",
                 p.pid,
                 name,
                 clean(&rank),
@@ -289,9 +346,9 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lin
         lines.push(Line::raw(""));
         let red = Style::default().fg(Color::Red).add_modifier(Modifier::BOLD);
         for f in d.failures.iter().rev().take(5) {
-            lines.push(Line::styled(
+            para(
                 format!(
-                    " FAILED at {}: pid {} {} of {} ({}); it held {}",
+                    "FAILED at {}: pid {} {} of {} ({}); it held {}",
                     crate::clock::fmt_secs(f.at_us),
                     f.pid,
                     clean(&f.api),
@@ -300,7 +357,8 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, lin
                     fmt_bytes(f.live_bytes)
                 ),
                 red,
-            ));
+                lines,
+            );
         }
     }
 }
@@ -346,7 +404,7 @@ fn now_us() -> i64 {
 /// One frame as text, `width` columns wide, as tall as it needs.
 fn once_text(paths: &[PathBuf], view: View, width: u16) -> String {
     let snap = snapshot(paths);
-    let f = frame(&snap, paths, view, now_us());
+    let f = frame(&snap, paths, view, now_us(), width as usize);
     let height = (f.lines.len() + 2).min(u16::MAX as usize) as u16;
     let area = Rect::new(0, 0, width, height);
     let mut buf = Buffer::empty(area);
@@ -488,7 +546,7 @@ fn interactive(paths: &[PathBuf], mut view: View, stop: &AtomicBool, tty: &Tty) 
         if dirty {
             term.draw(|f| {
                 let area = f.area();
-                draw(frame(&snap, paths, view, now_us()), area, f.buffer_mut());
+                draw(frame(&snap, paths, view, now_us(), area.width as usize), area, f.buffer_mut());
             })?;
             dirty = false;
         }

@@ -26,9 +26,16 @@ pub struct RankResult {
     pub recorded_pool_bytes: i64,
     pub arrivals_bytes: i64,
     /// Free memory left at the point the recorded run reached, minus what was still needed
-    /// there and the margin (negative: it does not fit).
+    /// there and the margin (negative: it does not fit). Never more than the sizing query
+    /// told the rank (the free memory after the weights) less the pool.
     pub left_bytes: i64,
     pub margin_bytes: i64,
+    /// `left_bytes` before the margin: what the start-up itself leaves.
+    pub startup_left_bytes: i64,
+    /// The start-up fits (no refusal, nothing short) without counting what the run never
+    /// reached.
+    pub fits_at_startup: bool,
+    /// The start-up fits and leaves the margin for what the run never reached.
     pub fits: bool,
     /// The engine's own check that would refuse the start, if one does.
     pub refused: Option<String>,
@@ -45,6 +52,10 @@ pub struct WhatIf {
     pub recorded_value: f64,
     pub value: f64,
     pub ranks: Vec<RankResult>,
+    /// Every rank's start-up fits (the margin aside).
+    pub fits_at_startup: bool,
+    /// What the margin stands for: what comes after the pool, which a failed run never reached.
+    pub never_reached: String,
     pub fits: bool,
     pub exit_code: i32,
 }
@@ -116,11 +127,17 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         ))
     })?;
     let mut ranks = Vec::new();
-    for o in advice::outlook(gs, &ev) {
+    for o in advice::outlook(run, gs, &ev) {
         let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.device == o.device) else { continue };
         let pool0 = r.pool_bytes;
         let pool = ev.pool_at(r, value);
-        let left = o.free_end_bytes + (pool0 - pool) - o.still_bytes - o.margin_bytes;
+        // A pool the formula makes negative takes nothing (the engine refuses it); and nothing
+        // is left beyond what the sizing query told the rank was free after the weights.
+        let taken = pool.max(0);
+        let startup_left = (o.free_end_bytes + (pool0 - taken) - o.still_bytes).min(o.told_bytes - taken);
+        // What grows with the pool's tokens (after_pool.per_token) grows and shrinks with it.
+        let margin = (o.margin_bytes as f64 + o.margin_per_pool_byte * (taken - pool0) as f64).max(0.0) as i64;
+        let left = startup_left - margin;
         let refused = ev.refusals(r, value).into_iter().next().map(|x| x.0);
         ranks.push(RankResult {
             pid: o.pid,
@@ -131,7 +148,9 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             recorded_pool_bytes: pool0,
             arrivals_bytes: o.arrivals_bytes,
             left_bytes: left,
-            margin_bytes: o.margin_bytes,
+            margin_bytes: margin,
+            startup_left_bytes: startup_left,
+            fits_at_startup: startup_left >= 0 && refused.is_none(),
             fits: left >= 0 && refused.is_none(),
             refused,
         });
@@ -146,6 +165,8 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         parameter: s.parameter.name.clone(),
         recorded_value: ev.value,
         value,
+        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
+        never_reached: advice::after_pool::fixed(run, &s).1,
         ranks,
         fits,
         exit_code: i32::from(!fits),
@@ -155,37 +176,62 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
 pub fn document(w: &WhatIf) -> Doc {
     let mut d = Doc::default();
     d.push(Block::Title(format!("culedger whatif: {} with {} = {}", w.label, w.parameter, w.value)));
-    let bad = w.ranks.iter().filter(|r| !r.fits).count();
+    let n = w.ranks.len();
+    let short = w.ranks.iter().filter(|r| !r.fits_at_startup).count();
+    let uncovered = w.ranks.iter().filter(|r| r.fits_at_startup && !r.fits).count();
+    let margin = w.ranks.iter().map(|r| r.margin_bytes).max().unwrap_or(0);
+    let at = format!("{} = {}", w.parameter, w.value);
     d.push(Block::Verdict {
-        text: if bad == 0 {
-            format!("every rank fits at {} = {} (the run had {})", w.parameter, w.value, w.recorded_value)
+        text: if short > 0 {
+            format!("{short} of {n} ranks do not fit at start-up at {at}")
+        } else if uncovered > 0 {
+            format!(
+                "every rank fits at start-up at {at}, but {uncovered} of {n} ranks leave less than the margin for \
+                 what the run never reached"
+            )
+        } else if margin > 0 {
+            format!(
+                "every rank fits at start-up at {at} (the run had {}) and leaves the margin for what the run never \
+                 reached",
+                w.recorded_value
+            )
         } else {
-            format!("{bad} of {} ranks do not fit at {} = {}", w.ranks.len(), w.parameter, w.value)
+            format!("every rank fits at {at} (the run had {})", w.recorded_value)
         },
-        bad: bad > 0,
+        bad: short + uncovered > 0,
     });
     d.para(format!(
         "{} sizes its pool in {}: {}. The pool changes by the formula; what arrived after the sizing query is \
-         taken as the run recorded it; a rank whose start failed keeps a margin for what it never reached.",
+         taken as the run recorded it, and nothing is left beyond what the sizing query found free after the \
+         weights.",
         w.engine, w.function, w.formula
     ));
+    if margin > 0 {
+        d.para(format!(
+            "Margin: {} for {}, which the failed run never reached, so the reports cannot show it; \
+             \"start-up left\" is before the margin, \"left\" after it.",
+            fmt_bytes(margin),
+            w.never_reached
+        ));
+    }
     let mut t = Table::new(
-        &["process", "GPU", "pool", "recorded pool", "arrived after", "margin", "left", "fits"],
+        &["process", "GPU", "pool", "arrived after", "start-up left", "margin", "left", "fits"],
         &[2, 3, 4, 5, 6],
     );
     for r in &w.ranks {
         t.row(vec![
             r.process.clone(),
             r.device.to_string(),
-            fmt_bytes(r.pool_bytes),
-            fmt_bytes(r.recorded_pool_bytes),
+            if r.pool_bytes > 0 { fmt_bytes(r.pool_bytes) } else { "none".into() },
             fmt_bytes(r.arrivals_bytes),
+            crate::units::fmt_delta(r.startup_left_bytes),
             fmt_bytes(r.margin_bytes),
             crate::units::fmt_delta(r.left_bytes),
-            match (&r.refused, r.fits) {
-                (Some(m), _) => format!("no: refused (\"{m}\")"),
-                (None, true) => "yes".into(),
-                (None, false) => "no".into(),
+            match (&r.refused, r.fits_at_startup, r.fits) {
+                (Some(m), _, _) => format!("no: refused (\"{m}\")"),
+                (None, _, true) => "yes".into(),
+                (None, true, false) => "no margin".into(),
+                (None, false, false) => "no".into(),
             },
         ]);
     }

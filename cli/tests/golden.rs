@@ -80,7 +80,7 @@ fn the_one_screen_of_eight_ranks() {
     }
     let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| GPU 0 ") || l.starts_with("| GPU 1-7 ")).collect();
     assert_eq!(rows.len(), 2, "{out}");
-    assert!(out.contains("culedger explain: 8 failed allocations; the first:\nrank 0 (pid 6101) could not allocate part 12 of its KV pool on GPU 0"), "{out}");
+    assert!(out.contains("culedger explain: 8 of 8 ranks failed to allocate; the first:\nrank 0 (pid 6101) could not allocate part 12 of its KV pool on GPU 0"), "{out}");
     for cmd in ["culedger report tests/fixtures/custom-ar-tp8 ", "culedger explain tests/fixtures/custom-ar-tp8 "] {
         assert!(out.contains(cmd), "{cmd}: {out}");
     }

@@ -23,7 +23,7 @@ fn commands(tp8: &str, nccl: &str) -> Vec<Vec<String>> {
         v(&["diff", nccl, tp8]),
         v(&["whatif", tp8, "--set", "mem_fraction_static=0.6"]),
         v(&["check", tp8, "--budget", "untracked<=2GiB", "--no-failures"]),
-        // v(&["top", "--once", tp8]), (next: top)
+        v(&["top", "--once", tp8]),
     ]
 }
 

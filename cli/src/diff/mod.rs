@@ -35,6 +35,11 @@ pub struct Diff {
     /// When one side's start failed: the first line of `culedger explain`'s "What to change"
     /// for it (null otherwise).
     pub what_to_change: Option<String>,
+    /// When the other side started: the margin What to change keeps for what the failed side
+    /// never reached, as the side that started measured it after its pool, in words and bytes
+    /// (null otherwise: explain's, the engine pack's fixed one).
+    pub what_to_change_margin: Option<String>,
+    pub margin_bytes: Option<i64>,
     /// The categories the text lists (non-empty on either side, or all with --all-categories).
     pub categories_shown: Vec<String>,
     pub devices: Vec<DevDiff>,
@@ -223,7 +228,8 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
         .into_values()
         .map(|(a, b)| {
             let g = a.or(b).expect("every key has a side");
-            let label = if by_index { format!("GPU {}", g.index) } else { g.title() };
+            let label =
+                if by_index { format!("GPU {}", crate::analysis::gpu_number(g.index, g.mig_index)) } else { g.title() };
             dev_diff(label, a, b)
         })
         .collect();
@@ -231,9 +237,25 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
     let sizing: Vec<(String, Option<&since::SinceSizing>)> =
         devices.iter().map(|d| (d.device.clone(), d.since_sizing.as_ref())).collect();
     let headline = since::cause_headline(&sa, &sb, &sizing).unwrap_or_else(|| headline(&sa, &sb, &devices));
-    // The same recommendation as `culedger explain` of the side whose start failed (its
-    // first line, as `Explanation::gist` gives it).
-    let what_to_change = b.advice().or_else(|| a.advice()).and_then(|adv| adv.lines.first()).map(|l| format!("{l}."));
+    // The recommendation of `culedger explain` of the side whose start failed (its first line,
+    // as `Explanation::gist` gives it), its margin for what that side never reached measured on
+    // the side that started, where it did, instead of the pack's fixed one.
+    let measured = b.advice_measured_by(a, &sa).or_else(|| a.advice_measured_by(b, &sb));
+    let what_to_change = measured
+        .as_ref()
+        .or_else(|| b.advice().or_else(|| a.advice()))
+        .and_then(|adv| adv.lines.first())
+        .map(|l| format!("{l}."));
+    let fixed = b.advice().or_else(|| a.advice()).map(|adv| adv.margin_bytes);
+    let what_to_change_margin = measured.as_ref().map(|m| {
+        format!(
+            "The margin for what the failed start never reached is {}: {}{}.",
+            fmt_bytes(m.margin_bytes),
+            m.margin_what,
+            fixed.map_or(String::new(), |f| format!(", not the {} explain keeps from the engine's rules", fmt_bytes(f)))
+        )
+    });
+    let margin_bytes = measured.as_ref().map(|m| m.margin_bytes);
     let (ca, cb) = (shown_categories(ra, all_categories), shown_categories(rb, all_categories));
     Diff {
         schema: DIFF_SCHEMA,
@@ -245,6 +267,8 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
         b_t0_unix_us: Clock::of(&rb.procs).t0_us,
         headline,
         what_to_change,
+        what_to_change_margin,
+        margin_bytes,
         categories_shown: CATEGORIES
             .iter()
             .filter(|c| ca.contains(c) || cb.contains(c))

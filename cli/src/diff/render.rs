@@ -93,6 +93,9 @@ pub fn document(d: &Diff, fold: Option<bool>) -> Doc {
     if let Some(w) = &d.what_to_change {
         doc.para(format!("What to change: {w}"));
     }
+    if let Some(m) = &d.what_to_change_margin {
+        doc.para(m.clone());
+    }
     doc.para(format!("culedger diff: A = {}, B = {}", d.a, d.b));
     doc.para(format!(
         "Times are seconds since each run's first process started (A: {}, B: {}).",

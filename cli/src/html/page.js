@@ -271,7 +271,11 @@
     var sec = el("section", { "class": "run", id: "run-" + k });
     sec.appendChild(el("h1", { text: "culedger: " + run.label }));
     sec.appendChild(el("div", { "class": "meta", text: data.tool + " · run " + (s.run_ids.join(", ") || "-") + " · " + s.processes.length + " processes · " + s.devices.length + " GPUs · times are seconds since " + isoTime(s.t0_unix_us) }));
-    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed ? "failed" : "ok"), id: k === 0 && !data.diff ? "verdict" : null, text: s.verdict.text }));
+    // A start that failed without a failed allocation (the engine refused it: explain's
+    // failed_start) is a failure too: its verdict says so and is styled as one.
+    var refused = !s.verdict.failed && (ex.findings || []).some(function (f) { return f.severity === "failure"; });
+    var vtext = refused ? ex.findings.filter(function (f) { return f.severity === "failure"; })[0].title + "; " + s.verdict.text : s.verdict.text;
+    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed || refused ? "failed" : "ok"), id: k === 0 && !data.diff ? "verdict" : null, text: vtext }));
     sec.appendChild(answer(ex));
     var pics = moments(run);
     if (pics) sec.appendChild(pics);
@@ -300,11 +304,28 @@
       s.processes.map(function (p) { return [p.pid, p.host, p.label, p.status, fmtSecs(p.started_at_us), fmtSecs(p.duration_us), fmtBytes(p.pinned_live_bytes)]; }),
       [1, 0, 0, 0, 1, 1, 1]));
     sec.appendChild(el("h2", { text: "Largest allocations" }));
-    var top = [];
-    s.devices.forEach(function (d) { d.top_allocations.forEach(function (a) { top.push([d, a]); }); });
-    top.sort(function (x, y) { return y[1].bytes - x[1].bytes; });
-    sec.appendChild(table(["GPU", "pid", "bytes", "category", "API", "at", "caller"],
-      top.slice(0, 25).map(function (x) { var a = x[1]; return [x[0].host + " GPU " + x[0].index, a.pid, fmtBytes(a.bytes), a.category, a.api, fmtSecs(a.at_us), a.caller]; }),
+    // Alike allocations (same size, category, API and caller) fold into one row over the
+    // GPUs and processes that made them: 8 ranks' identical layers are one line.
+    var top = [], byKey = {};
+    s.devices.forEach(function (d) {
+      d.top_allocations.forEach(function (a) {
+        var key = [a.bytes, a.category, a.api, a.caller].join("\u0000");
+        var r = byKey[key];
+        if (!r) { r = byKey[key] = { a: a, gpus: [], pids: [], n: 0, first: a.at_us, last: a.last_at_us }; top.push(r); }
+        var g = d.host + " GPU " + d.index;
+        if (r.gpus.indexOf(g) < 0) r.gpus.push(g);
+        if (r.pids.indexOf(a.pid) < 0) r.pids.push(a.pid);
+        r.n += a.count; r.first = Math.min(r.first, a.at_us); r.last = Math.max(r.last, a.last_at_us);
+      });
+    });
+    top.sort(function (x, y) { return y.a.bytes - x.a.bytes; });
+    sec.appendChild(table(["GPU", "pid", "size", "category", "API", "at", "caller"],
+      top.slice(0, 25).map(function (r) {
+        var a = r.a;
+        return [r.gpus.length > 1 ? r.gpus.length + " GPUs" : r.gpus[0], r.pids.length > 1 ? r.pids.length + " processes" : a.pid,
+          (r.n > 1 ? r.n + " × " : "") + fmtBytes(a.bytes), a.category, a.api,
+          r.last > r.first ? fmtSecs(r.first) + "–" + fmtSecs(r.last) : fmtSecs(r.first), a.caller];
+      }),
       [0, 1, 1, 0, 0, 1, 0]));
     return sec;
   }

@@ -52,10 +52,11 @@ fn sglang_with(name: &str, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32)
     (sim, out, code)
 }
 
-/// What to change's choices: (flag, value, pool bytes), most pool kept first; checks that
-/// no choice has a pool that is not positive and that they come in that order.
-fn choices(a: &Value) -> Vec<(String, f64, i64, bool)> {
-    let c: Vec<(String, f64, i64, bool)> = a["choices"]
+/// What to change's choices: (flag, value, pool bytes, parameter alone, the lever's own
+/// number), most pool kept first; checks that no choice has a pool that is not positive and
+/// that they come in that order.
+fn choices(a: &Value) -> Vec<(String, f64, i64, bool, Option<i64>)> {
+    let c: Vec<(String, f64, i64, bool, Option<i64>)> = a["choices"]
         .as_array()
         .unwrap()
         .iter()
@@ -65,6 +66,7 @@ fn choices(a: &Value) -> Vec<(String, f64, i64, bool)> {
                 c["value"].as_f64().unwrap(),
                 c["pool_bytes"].as_i64().unwrap(),
                 c["parameter_only"].as_bool().unwrap(),
+                c["lever_value"].as_i64(),
             )
         })
         .collect();
@@ -87,6 +89,44 @@ fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
 
 fn whatif(dir: &Path, set: &str) -> i32 {
     culedger(&["whatif", dir.to_str().unwrap(), "--set", set]).0
+}
+
+/// whatif at `value` never says a rank has more left than its sizing query found free after
+/// the weights (the reports' own queries: the last one with weights and no KV pool yet), and
+/// its start-up verdict and its verdict with the margin are told apart consistently.
+fn whatif_never_more_left_than_told(dir: &Path, value: f64) {
+    let (code, out) =
+        culedger(&["whatif", dir.to_str().unwrap(), "--set", &format!("mem_fraction_static={value:.2}"), "--format", "json"]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(code, v["exit_code"].as_i64().unwrap() as i32);
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let Ok(r) = serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()) else { continue };
+        let Some(pid) = r["process"]["pid"].as_i64() else { continue };
+        for d in r["devices"].as_array().into_iter().flatten() {
+            let told = d["probes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["categories"]["weights"].as_i64() > Some(0) && p["categories"]["kv_pool"].as_i64().unwrap_or(0) == 0)
+                .filter_map(|p| p["free_bytes"].as_i64())
+                .max();
+            let Some(told) = told else { continue };
+            for rank in v["ranks"].as_array().unwrap().iter().filter(|x| x["pid"] == pid) {
+                let (s, l, m) = (
+                    rank["startup_left_bytes"].as_i64().unwrap(),
+                    rank["left_bytes"].as_i64().unwrap(),
+                    rank["margin_bytes"].as_i64().unwrap(),
+                );
+                assert!(s <= told && l <= told, "{value:.2}: rank {pid} left {s}/{l} > {told} told after the weights");
+                assert_eq!(s - m, l, "{rank}");
+                assert_eq!(rank["fits_at_startup"].as_bool(), Some(s >= 0 && rank["refused"].is_null()), "{rank}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -123,13 +163,20 @@ fn sglang_lower_mem_fraction_static_works_when_applied() {
     let (_s1, _d1, code) = sglang("advice_sg_rec", rec);
     assert_eq!(code, 0, "the recommended {rec:.2} starts");
     // Every alternative applied (its flag with the value it names) starts too.
-    for (k, (flag, v, _, only)) in ch.iter().enumerate().filter(|(_, c)| !c.3) {
-        let _ = only;
+    for (k, (flag, v, _, _, _)) in ch.iter().enumerate().filter(|(_, c)| !c.3) {
         let (_s, _d, code) = sglang_with(&format!("advice_sg_alt{k}"), *v, &[flag.as_str()]);
         assert_eq!(code, 0, "{flag} with --mem-fraction-static {v:.2} starts");
     }
     let (_s2, d2, code) = sglang("advice_sg_beyond", rec + 0.02);
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+    // whatif on the reruns agrees with each rerun: the one that started fits at its own value
+    // and not at the value that failed; the one that failed (beyond) fits at the value that
+    // started and not at its own.
+    assert_eq!(whatif(&_d1, &format!("mem_fraction_static={rec:.2}")), 0);
+    assert_eq!(whatif(&_d1, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
+    assert_eq!(whatif(&d2, &format!("mem_fraction_static={rec:.2}")), 0);
+    assert_eq!(whatif(&d2, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
+    whatif_never_more_left_than_told(&d2, rec);
 
     // Defect 1: at 0.88 an IPC open fails with 0 B left; it needs the 2 MiB each open cost: a
     // shortage, not "not a shortage".
@@ -258,9 +305,14 @@ fn whatif_refuses_unknown_parameters_and_engines() {
 /// 3 GiB workspace from the graph pool here), so no --mem-fraction-static starts: above the bound the capture does not
 /// fit, below it the pool is empty. Two ranks on two simulated 24 GiB GPUs, 20 GiB of weights.
 fn sglang_graphs(name: &str, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
+    sglang_graphs_on(name, 2, fraction, extra)
+}
+
+/// The same on `gpus` simulated 24 GiB GPUs (a larger --tp applied).
+fn sglang_graphs_on(name: &str, gpus: u32, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
-    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
-    let mut args: Vec<String> = ["--tp", "2", "--model-mib", "20480", "--layers", "8", "--graph-workspace-mib", "3072", "--mem-fraction-static"]
+    demo_machine(&mut sim, gpus, 24576).timeout(std::time::Duration::from_secs(180));
+    let mut args: Vec<String> = ["--tp", "2", "--model-mib", "20480", "--layers", "8", "--graph-workspace-mib", "3072", "--cuda-graph-max-bs", "32", "--mem-fraction-static"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -289,17 +341,47 @@ fn sglang_no_fraction_starts_when_graphs_need_more_than_the_pool() {
     let ch = choices(a);
     assert!(ch.iter().all(|c| !c.3), "{a:#}");
     let graphs = ch.iter().find(|c| c.0 == "--disable-cuda-graph").unwrap_or_else(|| panic!("{a:#}"));
-    assert!(lines[1].starts_with("Disable the CUDA graphs (--disable-cuda-graph)"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("Or disable the CUDA graphs (--disable-cuda-graph)")), "{lines:?}");
+    // The weights alone leave too little: a larger --tp and a smaller model, each with its value.
+    let tp = ch.iter().find(|c| c.0 == "--tp").unwrap_or_else(|| panic!("{a:#}"));
+    assert_eq!(tp.4, Some(4), "{a:#}");
+    assert!(lines.iter().any(|l| l.starts_with("Or raise the tensor-parallel size from 2 to 4 (--tp 4, on 4 GPUs)")), "{lines:?}");
+    let model = ch.iter().find(|c| c.0 == "weights").unwrap_or_else(|| panic!("{a:#}"));
+    assert!(lines.iter().any(|l| l.starts_with("Or a smaller model: weights of at most ")), "{lines:?}");
+    let _ = model;
     // whatif agrees: no value fits, on either side of the bounds.
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", lo - 0.01)), 1);
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", hi + 0.01)), 1);
     assert_eq!(whatif(&dir, "mem_fraction_static=0.95"), 1);
-    // The recorded value lowered to the pool-positive bound and just above it still fails.
-    let (_s1, _d1, code) = sglang_graphs("advice_sg_graphs_lo", (lo * 100.0).ceil() / 100.0 + 0.01, &[]);
+    // The recorded value lowered to the pool-positive bound and just above it still fails, and
+    // whatif says so of that value too.
+    let just_above = (lo * 100.0).ceil() / 100.0 + 0.01;
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={just_above:.2}")), 1);
+    let (_s1, _d1, code) = sglang_graphs("advice_sg_graphs_lo", just_above, &[]);
     assert_eq!(code, 1, "just above the pool's bound the graphs still do not fit");
-    for (k, (flag, v, _, _)) in ch.iter().enumerate() {
-        let (_s, _d, code) = sglang_graphs(&format!("advice_sg_graphs_alt{k}"), *v, &[flag.as_str()]);
-        assert_eq!(code, 0, "{flag} with --mem-fraction-static {v:.2} starts");
+    whatif_never_more_left_than_told(&dir, just_above);
+    // The levers, each with its value: the graphs off, and the largest batch captured lowered
+    // (what the capture takes scales with it: [19] item 2), each applied to a rerun, starts.
+    let bs = ch.iter().find(|c| c.0 == "--cuda-graph-max-bs").unwrap_or_else(|| panic!("{a:#}"));
+    let n = bs.4.unwrap_or_else(|| panic!("a value for --cuda-graph-max-bs: {a:#}"));
+    assert!((1..32).contains(&n), "{a:#}");
+    assert!(
+        lines.iter().any(|l| l.contains(&format!("--cuda-graph-max-bs from 32 to at most {n}")) && l.contains("the cost:")),
+        "{lines:?}"
+    );
+    for (k, (flag, v, _, _, lever)) in ch.iter().enumerate() {
+        let n = lever.map(|n| n.to_string());
+        // The simulation's --model-mib is the weights per rank: the same model at a larger
+        // --tp holds its 2/tp share; a smaller model is one whose weights per rank are what
+        // the lever says (bytes, here in MiB).
+        let (gpus, extra): (u32, Vec<String>) = match (flag.as_str(), lever) {
+            ("--tp", Some(t)) => (*t as u32, vec!["--tp".into(), t.to_string(), "--model-mib".into(), (20480 * 2 / t).to_string()]),
+            ("weights", Some(w)) => (2, vec!["--model-mib".into(), (w >> 20).to_string()]),
+            _ => (2, std::iter::once(flag.clone()).chain(n).collect()),
+        };
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (_s, _d, code) = sglang_graphs_on(&format!("advice_sg_graphs_alt{k}"), gpus, *v, &extra);
+        assert_eq!(code, 0, "{extra:?} with --mem-fraction-static {v:.2} starts");
     }
     let _ = graphs;
 }

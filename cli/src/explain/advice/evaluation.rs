@@ -117,6 +117,22 @@ fn peak_rise(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
         .max(0)
 }
 
+/// The largest rise of `m`'s tracked memory from step `from` to step `to` above what is
+/// tracked at `to`: what was taken and given back in between (vLLM 0.33's
+/// transient_peak_headroom, torch's peak less what stays allocated after the profile run).
+fn peak_headroom(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
+    let Some(end) = probe_of(&st[to]).map(|p| p.live_bytes) else { return 0 };
+    let (t0, t1) = (st[from].stamp, st[to].stamp);
+    m.dev
+        .timeline
+        .iter()
+        .filter(|s| t0.precedes(crate::model::Stamped::stamp(*s)) && crate::model::Stamped::stamp(*s).precedes(t1))
+        .map(|s| s.live_bytes - end)
+        .max()
+        .unwrap_or(0)
+        .max(0)
+}
+
 fn eval_terms(terms: &[Term], inputs: &BTreeMap<String, i64>, p: f64) -> f64 {
     terms
         .iter()
@@ -153,7 +169,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 idx.insert(name.clone(), i);
             }
             // A start refused early reached only the queries of its refusal check.
-            let complete = idx.len() == s.inputs.len();
+            let complete = s.inputs.iter().all(|(name, input)| input.optional || idx.contains_key(name));
             let refusal_ok = s.refusals.iter().any(|f| {
                 serde_json::from_value::<Vec<Term>>(f.when.clone())
                     .is_ok_and(|ts| !ts.is_empty() && ts.iter().all(|t| idx.contains_key(&t.input)))
@@ -170,6 +186,19 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                         let from = input.since.as_ref().and_then(|n| idx.get(n)).copied().unwrap_or(i);
                         peak_rise(*m, &st, from, i)
                     }
+                    "peak_headroom" => {
+                        let from = input.since.as_ref().and_then(|n| idx.get(n)).copied().unwrap_or(i);
+                        peak_headroom(*m, &st, from, i)
+                    }
+                    "drop" => {
+                        // From the first of the matching queries to the last.
+                        let found = matching_queries(*m, &st, &input.callers);
+                        let free = |j: usize| probe_of(&st[j]).and_then(|q| q.free_bytes).unwrap_or(0);
+                        match (found.first(), found.last()) {
+                            (Some(&a), Some(&b)) => (free(a) - free(b)).max(0),
+                            _ => 0,
+                        }
+                    }
                     _ => p.free_bytes.unwrap_or(0),
                 };
                 own.insert(name.clone(), v);
@@ -181,7 +210,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
             ranks.push(RankSizing {
                 pid: m.pid(),
                 start_us: m.report.process.start_us(),
-                process: super::super::who(m.report),
+                process: crate::words::who(m.report),
                 host: g.host.clone(),
                 device: g.index,
                 inputs: own.clone(),
@@ -312,7 +341,9 @@ pub(super) fn ceil2(x: f64) -> f64 {
 }
 
 /// What a failure at step `i` of rank `r` leaves to come, the reconciliation from the sizing
-/// query to it, and (for a failure after the pool) the free memory when the pool was done.
+/// query to it, and (for a failure after the pool) the free memory when the pool was done; for
+/// a failure before the pool, the whole pool is still to come and that free memory is the
+/// free memory at the failure (nothing of what follows the pool arrived).
 pub(super) fn deficit_at(
     g: &DeviceGroup,
     m: Member,
@@ -325,6 +356,13 @@ pub(super) fn deficit_at(
     let pool_burst = burst_after(st, q);
     let upto: Vec<usize> = pool_burst.iter().copied().filter(|&j| j <= i).collect();
     let recon = reconcile(g, m, st, q, i, &upto);
+    // A failure before the pool's first part (an IPC open or peer access of the custom
+    // all-reduce, whose first collective follows the sizing query): the whole pool is still to
+    // come after the failed request, and nothing of what follows the pool arrived.
+    if pool_burst.first().is_none_or(|&first| i < first) {
+        let free = recon.free_bytes;
+        return (need + r.pool_bytes, recon, Some(free));
+    }
     let still = if pool_burst.contains(&i) {
         // Inside the pool: the rest of the pool is still to come. The formula's pool is made
         // of equal parts (K and V buffers per layer, one tensor per layer); other parts of the
@@ -361,13 +399,19 @@ pub struct Outlook {
     pub free_end_bytes: i64,
     /// Still needed at the failure: the rest of the pool or the failed request.
     pub still_bytes: i64,
-    /// Left for what the failed run never reached (0 for a rank that started).
+    /// Left for what the failed run never reached (0 for a rank that started), at the run's
+    /// value: `explain`'s margin (`after_pool::margin_and_deficit`).
     pub margin_bytes: i64,
+    /// The part of the margin that grows with the pool, per byte of pool (`after_pool.per_token`).
+    #[serde(skip)]
+    pub margin_per_pool_byte: f64,
 }
 
-/// Every rank of the evaluation, as the run went.
-pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
-    let margin = ev.sizing.after_pool.mib << 20;
+/// Every rank of the evaluation, as the run went. The margin is `explain`'s: the pack's fixed
+/// `after_pool` (smaller when a flag of the run turns off what it stands for) less what arrived
+/// between the pool and the failure, plus what grows with the pool's tokens.
+pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
+    let (fixed, _) = super::after_pool::fixed(run, &ev.sizing);
     let mut out = Vec::new();
     for r in &ev.ranks {
         let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
@@ -375,14 +419,17 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
         let st = steps::steps(m);
         let q = r.query_index;
         let pool_burst = burst_after(&st, q);
+        let growth = super::after_pool::growth(&ev.sizing, m, r.query_function.as_ref(), r.pool_bytes);
+        let per_pool_byte = growth.map_or(0.0, |g| g.per_pool_byte);
         let fail = (q + 1..st.len()).find(|&i| st[i].failure().is_some()).filter(|_| r.complete);
         // (failed, free at the end, the pool so far, still needed, margin)
         let (failed, free, pool, still, margin_bytes) = match fail {
             Some(i) => {
                 let f = st[i].failure().expect("a failure");
-                let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, needed(m, f));
+                let need = needed(m, f);
+                let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, need);
                 let free = recon.free_bytes;
-                let margin = after_pool.map_or(margin, |fp| (margin - (fp - free)).max(0));
+                let (margin, _) = super::after_pool::margin_and_deficit(fixed, growth, still, need, after_pool, free);
                 (true, free, recon.sum(ItemKind::Pool), still, margin)
             }
             None => {
@@ -406,6 +453,7 @@ pub fn outlook(gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
             free_end_bytes: free,
             still_bytes: still,
             margin_bytes,
+            margin_per_pool_byte: if failed { per_pool_byte } else { 0.0 },
         };
         out.push(o);
     }

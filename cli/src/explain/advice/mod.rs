@@ -16,19 +16,19 @@
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
 //! `evaluation` evaluates the formula on the run; this module turns it into the advice.
-mod evaluation;
-mod after_pool;
+pub mod evaluation;
+pub(crate) mod after_pool;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
 use super::engines::{self, Sizing};
-use super::findings::{join_and, Detail, Finding};
+use super::findings::{Detail, Finding};
+use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};
 use super::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
-use crate::units::fmt_bytes;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,6 +91,12 @@ pub struct Choice {
     pub pool_bytes: i64,
     /// What the lever takes away of what came after the sizing query (0 for the parameter).
     pub removes_bytes: i64,
+    /// For a lever that takes a number (`--cuda-graph-max-bs`): the number to set, and the
+    /// run's own (absent for the others).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lever_value: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lever_was: Option<i64>,
 }
 
 /// The parameter's interval of values that start, from the engine's checks and the failure:
@@ -120,7 +126,7 @@ fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
             None => out.push((what, it.bytes)),
         }
     }
-    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > crate::explain::NOISE) {
+    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > culedger_analysis::thresholds::NOISE) {
         out.push(("memory no report explains".into(), u));
     }
     out.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
@@ -214,12 +220,60 @@ struct Bound {
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
 /// it (`ev`) and its findings.
 pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Evaluation) -> Option<Advice> {
+    advise_measured(run, gs, findings, ev, None)
+}
+
+/// What a run that started took after its KV pool, measured: per rank, the free memory when
+/// the pool's last part was allocated less the free memory at its last query (the attention
+/// workspace, the CUDA graphs and their driver memory, what grows with the pool's tokens,
+/// other processes' growth meanwhile); the most of any rank, and that rank in words. None when
+/// a rank failed or no rank allocated a pool after its sizing query.
+pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, String)> {
+    let mut best: Option<(i64, String)> = None;
+    for r in ev.ranks.iter().filter(|r| r.complete) {
+        let g = gs.iter().find(|g| g.host == r.host && g.index == r.device)?;
+        let m = g.member_at(r.pid, r.start_us)?;
+        let st = steps::steps(m);
+        if st.iter().any(|s| s.failure().is_some()) {
+            return None;
+        }
+        let q = r.query_index;
+        let burst = steps::burst_after(&st, q);
+        let Some(&end) = burst.last() else { continue };
+        let pool_end_free = super::recon::reconcile(g, m, &st, q, end, &burst).free_bytes;
+        let Some(last) = (end + 1..st.len()).rev().find(|&j| st[j].told().is_some()) else { continue };
+        let after = pool_end_free - st[last].told().and_then(|p| p.free_bytes).unwrap_or(pool_end_free);
+        if best.as_ref().is_none_or(|b| after > b.0) {
+            best = Some((after, format!("{} on GPU {}", r.process, r.device)));
+        }
+    }
+    best.filter(|b| b.0 > 0)
+}
+
+/// `advise_with`, the margin for what the failed run never reached taken from a run that
+/// started (`culedger diff`): `measured` is what that run took after its pool
+/// (`measured_after_pool`) and where, in words; None: the pack's fixed `after_pool`.
+pub fn advise_measured(
+    run: &Run,
+    gs: &[DeviceGroup],
+    findings: &[Finding],
+    ev: &Evaluation,
+    measured: Option<(i64, String)>,
+) -> Option<Advice> {
     // A lever the run already pulled (its flag on the command line) is no alternative.
     let mut sizing = ev.sizing.clone();
-    sizing.alternatives.retain(|a| !after_pool::on_command_line(run, &a.flag));
+    // A lever that scales needs the run's own number.
+    sizing.alternatives.retain(|a| match a.scales {
+        Some(_) => after_pool::flag_number(run, &a.flag).is_some_and(|n| n >= 2.0),
+        None => !after_pool::on_command_line(run, &a.flag),
+    });
     let s = &sizing;
     let p0 = ev.value;
-    let (margin, margin_what) = after_pool::fixed(run, s);
+    let from_rules = measured.is_none();
+    let (margin, margin_what) = match measured {
+        Some((bytes, whom)) => (bytes, format!("what follows the pool, as the run that started measured it ({whom})")),
+        None => after_pool::fixed(run, s),
+    };
     let mut bounds: Vec<Bound> = Vec::new();
     for (k, r) in ev.ranks.iter().enumerate() {
         let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
@@ -262,7 +316,8 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             .unwrap_or(recon.free_bytes);
         // What arrived between the pool and the failure was part of what the margin stands for;
         // what grows with the pool's tokens is on top of the fixed margin and shrinks with it.
-        let growth = after_pool::growth(s, m, r, r.pool_bytes);
+        // A measured margin holds what grew with the pool's tokens already.
+        let growth = after_pool::growth(s, m, r.query_function.as_ref(), r.pool_bytes).filter(|_| from_rules);
         let (margin, deficit) = after_pool::margin_and_deficit(margin, growth, still, need, after_pool, free);
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
@@ -331,9 +386,11 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             value: v,
             pool_bytes: pool_after.unwrap_or(0),
             removes_bytes: 0,
+            lever_value: None,
+            lever_was: None,
         });
     }
-    for a in &s.alternatives {
+    for a in s.alternatives.iter().filter(|a| a.scales.is_none()) {
         let mut upper = hi.max(p0).min(s.parameter.max);
         let mut removes = 0;
         let mut any = false;
@@ -356,7 +413,110 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         if !any || v < lo || v > s.parameter.max {
             continue;
         }
-        choices.push(Choice { flag: a.flag.clone(), parameter_only: false, value: v, pool_bytes: ev.pool_at(r, v), removes_bytes: removes });
+        choices.push(Choice {
+            flag: a.flag.clone(),
+            parameter_only: false,
+            value: v,
+            pool_bytes: ev.pool_at(r, v),
+            removes_bytes: removes,
+            lever_value: None,
+            lever_was: None,
+        });
+    }
+    // A lever that scales what its feature took (`--cuda-graph-max-bs N`: what the graphs took
+    // after the sizing query, the failed request included, as N / the run's number): the
+    // highest value of the parameter, from the run's own down to the pool's bound, at which
+    // some N of at least 1 covers every failure's deficit, and the largest such N.
+    for a in s.alternatives.iter().filter(|a| a.scales.is_some()) {
+        let Some(n0) = after_pool::flag_number(run, &a.flag).map(|n| n as i64) else { continue };
+        let fails: Vec<&Bound> = bounds.iter().filter(|b| b.at_most && b.recon.is_some()).collect();
+        let took = |b: &Bound| b.alts.iter().find(|x| x.flag == a.flag).map_or(0, |x| x.bytes);
+        if !fails.iter().any(|b| took(b) > 0) {
+            continue;
+        }
+        let cap = bounds.iter().filter(|b| b.at_most && b.recon.is_none()).map(|b| floor2(b.at)).fold(floor2(p0), f64::min);
+        let mut v = cap.min(s.parameter.max);
+        let mut found = None;
+        while v >= lo - 1e-9 {
+            // The share of what the feature took that must go on each rank.
+            let share = fails
+                .iter()
+                .map(|b| {
+                    let left = b.deficit as f64 - (p0 - v) * ev.scale_bytes as f64;
+                    if left <= 0.0 {
+                        0.0
+                    } else if took(b) > 0 {
+                        left / took(b) as f64
+                    } else {
+                        f64::INFINITY
+                    }
+                })
+                .fold(0.0, f64::max);
+            let n = ((n0 as f64) * (1.0 - share) + 1e-9).floor() as i64;
+            if share > 0.0 && n >= 1 && n < n0 {
+                found = Some((v, n));
+                break;
+            }
+            v = floor2(v - 0.01 + 1e-9);
+        }
+        let Some((v, n)) = found else { continue };
+        let t = fails.iter().find(|b| b.rank == deciding.rank).map_or(0, |b| took(b));
+        choices.push(Choice {
+            flag: a.flag.clone(),
+            parameter_only: false,
+            value: v,
+            pool_bytes: ev.pool_at(r, v),
+            removes_bytes: t - t * n / n0,
+            lever_value: Some(n),
+            lever_was: Some(n0),
+        });
+    }
+    // No value starts and the weights are what leaves too little: split them over more GPUs
+    // (the smallest doubling of the tensor-parallel size whose weights per rank leave the pool
+    // positive at the highest value the failures allow), or a smaller model (weights per rank
+    // that leave the pool the run sized at its own value). Raising the free memory after the
+    // weights by F moves the pool's bound down by F / scale; the failures' bound stays.
+    let mut weights_levers: Vec<(String, i64, f64, i64, i64)> = Vec::new();
+    if lo > hi && s.weights_split.is_some() && ev.scale_bytes > 0 {
+        let st = steps::steps(m);
+        let w = match st[r.query_index].kind {
+            steps::Kind::Query(p) => p.categories.get("weights").copied().unwrap_or(0),
+            _ => 0,
+        };
+        let v = hi.max(s.parameter.min);
+        let lo_at = interval.at_least.unwrap_or(s.parameter.min);
+        // The weights to free for a positive pool at v, and for the run's own pool there.
+        let positive = ((lo_at - v) * ev.scale_bytes as f64).max(0.0) as i64 + (64 << 20);
+        let same_pool = positive + pool_before.max(0);
+        let tp0 = s
+            .weights_split
+            .as_ref()
+            .and_then(|x| x.flags.iter().find_map(|f| after_pool::flag_number(run, f)))
+            .map_or(ev.ranks.len() as i64, |t| t as i64);
+        if w > 0 && tp0 >= 1 {
+            let mut t = tp0 * 2;
+            while t <= 64 && w - w * tp0 / t < positive {
+                t *= 2;
+            }
+            if t <= 64 {
+                let freed = w - w * tp0 / t;
+                weights_levers.push(("--tp".into(), t, v, ev.pool_at(r, v) + freed, tp0));
+            }
+            if w > same_pool {
+                weights_levers.push(("weights".into(), w - same_pool, v, ev.pool_at(r, v) + same_pool, w));
+            }
+        }
+    }
+    for (flag, n, v, pool, was) in &weights_levers {
+        choices.push(Choice {
+            flag: flag.clone(),
+            parameter_only: false,
+            value: *v,
+            pool_bytes: *pool,
+            removes_bytes: 0,
+            lever_value: Some(*n),
+            lever_was: Some(*was),
+        });
     }
     choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
 
@@ -411,6 +571,26 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             )
         }
     };
+    let weights_of = |_t0: i64| match steps::steps(m)[r.query_index].kind {
+        steps::Kind::Query(p) => p.categories.get("weights").copied().unwrap_or(0),
+        _ => 0,
+    };
+    let scale_line = |c: &Choice, n: i64, n0: i64| {
+        let a = s.alternatives.iter().find(|a| a.flag == c.flag).and_then(|a| a.scales.as_ref());
+        let took = alts.iter().find(|x| x.flag == c.flag).map_or(0, |x| x.bytes);
+        format!(
+            "Or lower {} from {n0} to at most {n}{}: the pool keeps {} GiB per rank; what the CUDA graphs took \
+             after the sizing query ({} GiB, the failed request included) scales with {}, about {} GiB at {n}; \
+             the cost: {}",
+            c.flag,
+            if (c.value - p0).abs() < 1e-9 { String::new() } else { format!(" with {flag} at most {:.2}", c.value) },
+            gib(c.pool_bytes),
+            gib(took),
+            a.map_or("it", |x| x.what.as_str()),
+            gib(took - c.removes_bytes),
+            a.map_or("", |x| x.cost.as_str()),
+        )
+    };
     let alt_line = |c: &Choice| {
         let a = alts.iter().find(|a| a.flag == c.flag);
         let (what, apis, took) = match a {
@@ -436,9 +616,32 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
             lines.push(param_line.clone());
             param_said = true;
         } else {
-            let l = alt_line(c);
-            lines.push(match l.strip_prefix("Or disable") {
-                Some(rest) if lines.is_empty() => format!("Disable{rest}"),
+            let l = match (c.lever_value, c.lever_was) {
+                (Some(t), Some(t0)) if c.flag == "--tp" => format!(
+                    "Or raise the tensor-parallel size from {t0} to {t} (--tp {t}, on {t} GPUs) with {flag} at most \
+                     {:.2}: each rank holds about {t0}/{t} of the weights, {} GiB instead of {} GiB, and the pool gets \
+                     about {} GiB per rank; the cost: {} more GPUs",
+                    c.value,
+                    gib(weights_of(t0) * t0 / t),
+                    gib(weights_of(t0)),
+                    gib(c.pool_bytes),
+                    t - t0
+                ),
+                (Some(w1), Some(w0)) if c.flag == "weights" => format!(
+                    "Or a smaller model: weights of at most {} GiB per rank (they took {} GiB) with {flag} at most \
+                     {:.2}, and the pool gets about {} GiB per rank, what the run sized at {p0:.2}; the cost: a smaller \
+                     or more quantized model",
+                    gib(w1),
+                    gib(w0),
+                    c.value,
+                    gib(c.pool_bytes)
+                ),
+                (Some(n), Some(n0)) => scale_line(c, n, n0),
+                _ => alt_line(c),
+            };
+            lines.push(match (l.strip_prefix("Or disable"), l.strip_prefix("Or lower")) {
+                (Some(rest), _) if lines.is_empty() => format!("Disable{rest}"),
+                (_, Some(rest)) if lines.is_empty() => format!("Lower{rest}"),
                 _ => l,
             });
         }
@@ -467,7 +670,8 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
         ));
     }
     // Alternatives that do not make the start fit on their own are still named.
-    for a in alts.iter().filter(|a| !choices.iter().any(|c| c.flag == a.flag)) {
+    let turns_off = |f: &str| s.alternatives.iter().any(|x| x.flag == f && x.scales.is_none());
+    for a in alts.iter().filter(|a| turns_off(&a.flag) && !choices.iter().any(|c| c.flag == a.flag)) {
         lines.push(format!(
             "Disabling {} ({}) alone is not enough: its {} took {} GiB{}",
             a.what,
@@ -494,16 +698,19 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
     }
     if margin > 0 && direction != "raise" && deciding.refusal.is_none() {
         lines.push(format!(
-            "The value leaves a margin of {} GiB for {}, which the failed run never reached, so the reports cannot \
-             size it (rules/{}.json, after_pool)",
+            "The value leaves a margin of {} GiB for {}, which the failed run never reached, so {}",
             gib(margin),
             margin_what,
-            ev.pack
+            if from_rules {
+                format!("the reports cannot size it (rules/{}.json, after_pool)", ev.pack)
+            } else {
+                "its reports cannot size it".to_string()
+            }
         ));
     } else if direction == "lower" {
         lines.push(format!("After the pool: {margin_what}"));
     }
-    if let (Some(g), Some(pt)) = (after_pool::growth(s, m, r, pool_before), s.after_pool.per_token.as_ref()) {
+    if let (Some(g), Some(pt), true) = (after_pool::growth(s, m, r.query_function.as_ref(), pool_before), s.after_pool.per_token.as_ref(), from_rules) {
         if direction == "lower" && deciding.refusal.is_none() {
             lines.push(format!(
                 "What follows the pool grows with its tokens ({}: {} B a token): {} GiB for the pool's {} tokens \
@@ -548,11 +755,3 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
     })
 }
 
-/// A failed allocation's size in words when the request itself names none.
-pub fn needed_words(bytes: i64, need: i64, api: &str) -> String {
-    if bytes == 0 && need > 0 {
-        format!("{} of driver memory, what each successful {api} cost", fmt_bytes(need))
-    } else {
-        fmt_bytes(bytes)
-    }
-}

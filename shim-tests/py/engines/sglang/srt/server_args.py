@@ -45,7 +45,8 @@ def prepare_server_args(argv):
     p.add_argument("--context-length", type=int, default=8192)
     p.add_argument("--attention-workspace-mib", type=int, default=384)
     p.add_argument("--graph-workspace-mib", type=int, default=0,
-                   help="simulation: what the capture of the largest batch takes from the graph pool")
+                   help="simulation: what the capture of the largest batch takes from the graph pool at a "
+                        "largest batch of 32; it scales with the largest batch captured (--cuda-graph-max-bs)")
     p.add_argument("--enable-symm-mem", action="store_true",
                    help="NCCL symmetric memory; SGLANG_SYMM_MEM_PREALLOC_GB_SIZE GiB are allocated after the "
                         "graph capture (pynccl_allocator.py prealloc_symmetric_memory_pool)")

@@ -1,7 +1,13 @@
 """sglang/srt/entrypoints/engine.py (simulated): the launcher checks GPU 0 (SGLang's main
 process initialises CUDA there), then starts one scheduler process per tensor-parallel rank
 with multiprocessing's spawn context (each with the rank environment RANK, LOCAL_RANK and
-WORLD_SIZE of a torchrun-style launcher) and waits for each to report ready or failed."""
+WORLD_SIZE of a torchrun-style launcher) and waits for each to report ready or failed.
+
+Where the simulation departs from SGLang (whose failing scheduler signals the launcher, which
+kills the whole tree at once): every rank, ready or failed, stays alive until the launcher has
+heard from all of them (the file RELEASED in the rendezvous directory). A rank that exits
+early frees the contexts its peer access put on the other GPUs, so whether a slower rank's KV
+pool still fails would depend on timing: the demo's outcome must not."""
 import multiprocessing as mp
 import os
 import shutil
@@ -13,6 +19,7 @@ import torch
 
 
 RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+RELEASED = "launcher.released"
 
 
 def say(who, text):
@@ -30,6 +37,9 @@ def _launch_subprocesses(server_args):
     own_dir = server_args.dist_init_dir is None
     if own_dir:
         server_args.dist_init_dir = tempfile.mkdtemp(prefix="sglang-sim-")
+    released = os.path.join(server_args.dist_init_dir, RELEASED)
+    if os.path.exists(released):
+        os.unlink(released)
     from sglang.srt.managers.scheduler import run_scheduler_process
     ctx = mp.get_context("spawn")
     # An interpreter that needs a launcher (the tests' Debian builds: shim-tests/scenarios/src/
@@ -53,12 +63,16 @@ def _launch_subprocesses(server_args):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    failed = []
-    for rank, (p, reader) in enumerate(zip(procs, readers)):
+    msgs = []
+    for reader in readers:
         try:
-            msg = reader.recv()
+            msgs.append(reader.recv())
         except EOFError:
-            msg = {"status": "failed"}
+            msgs.append({"status": "failed"})
+    # Every rank has its outcome: they may exit now.
+    open(released, "w").close()
+    failed = []
+    for rank, (p, msg) in enumerate(zip(procs, msgs)):
         p.join()
         if msg.get("status") != "ready" or p.exitcode != 0:
             failed.append(rank)

@@ -37,6 +37,15 @@ def serve(until):
         time.sleep(0.05)
 
 
+def wait_for_release(server_args):
+    """Until the launcher has every rank's outcome (entrypoints/engine.py, RELEASED); at most
+    two minutes, in case the launcher is gone."""
+    released = os.path.join(server_args.dist_init_dir, "launcher.released")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(released) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
     # Generate the prefix and configure the process, as SGLang's run_scheduler_process does.
     prefix = f" TP{tp_rank}" if server_args.tp_size > 1 else ""
@@ -49,6 +58,7 @@ def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
             f"{free / 2**30:.2f} GiB free")
         truth.write()
         pipe_writer.send({"status": "ready", "max_total_num_tokens": scheduler.max_total_num_tokens})
+        wait_for_release(server_args)
         serve(server_args.serve_until)
     except Exception as e:
         truth.status = "failed"
@@ -59,4 +69,5 @@ def run_scheduler_process(server_args, gpu_id, tp_rank, pipe_writer):
         sys.stderr.flush()
         truth.write()
         pipe_writer.send({"status": "failed", "error": str(e)})
+        wait_for_release(server_args)
         sys.exit(1)

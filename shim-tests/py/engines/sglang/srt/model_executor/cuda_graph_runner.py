@@ -45,9 +45,13 @@ class CudaGraphRunner:
             if bs == self.max_bs and self.model_runner.server_args.graph_workspace_mib:
                 # Simulation: a workspace the capture of the largest batch (captured first)
                 # takes from the graph pool, as the attention backends' CUDA-graph buffers sized
-                # by cuda_graph_max_bs do; the smaller batches reuse it.
-                self.graph_workspace = torch.empty(self.model_runner.server_args.graph_workspace_mib << 20,
-                                                   dtype=torch.uint8, device="cuda")
+                # by the largest batch do (sglang 0.5.23 layers/attention/flashinfer_backend.py
+                # FlashInferAttnBackend.init_cuda_graph_state: cuda_graph_kv_indices of
+                # max_num_tokens x max_context_len int32); the smaller batches reuse it.
+                # --graph-workspace-mib is its size at a largest batch of 32 (the simulation's
+                # default --cuda-graph-max-bs); it scales with the largest batch captured.
+                size = (self.model_runner.server_args.graph_workspace_mib << 20) * self.max_bs // 32
+                self.graph_workspace = torch.empty(size, dtype=torch.uint8, device="cuda")
             out = run_once()
         global_graph_memory_pool = graph.pool()
         return graph, out
