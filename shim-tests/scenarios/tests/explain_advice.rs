@@ -386,12 +386,19 @@ fn sglang_no_fraction_starts_when_graphs_need_more_than_the_pool() {
     let _ = graphs;
 }
 
-/// Each alternative of What to change (a lever with the parameter's value it names) started
-/// with `start`: every one must start.
+/// Each alternative of What to change (a lever, with its own value where it has one, and the
+/// parameter's value it names) started with `start`: every one must start. A larger `--tp`
+/// (more GPUs) and a smaller model are not flags of the same machine's launch: not run here.
 fn every_alternative_starts(a: &Value, name: &str, start: impl Fn(&str, f64, &[&str]) -> i32) {
-    for (k, (flag, v, _, _)) in choices(a).iter().enumerate().filter(|(_, c)| !c.3) {
-        let code = start(&format!("{name}_alt{k}"), *v, &[flag.as_str()]);
-        assert_eq!(code, 0, "{flag} with the parameter at {v:.2} starts");
+    for (k, (flag, v, _, _, lever)) in choices(a).iter().enumerate().filter(|(_, c)| !c.3) {
+        if flag == "--tp" || !flag.starts_with("--") {
+            continue;
+        }
+        let value = lever.map(|n| n.to_string());
+        let mut extra = vec![flag.as_str()];
+        extra.extend(value.as_deref());
+        let code = start(&format!("{name}_alt{k}"), *v, &extra);
+        assert_eq!(code, 0, "{extra:?} with the parameter at {v:.2} starts");
     }
 }
 
