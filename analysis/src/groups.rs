@@ -123,6 +123,9 @@ pub struct DeviceGroup<'a> {
     pub index: i64,
     /// The physical GPU (`devices[].uuid`), None for reports written before culedger recorded it.
     pub uuid: Option<String>,
+    /// For a MIG device (a device of its own, `uuid` `MIG-...`): its index among its GPU's MIG
+    /// devices, as nvidia-smi lists them; `index` is then its GPU's number.
+    pub mig_index: Option<i64>,
     pub members: Vec<Member<'a>>,
     /// The run's clock (shared by every device of the run).
     pub clock: Clock,
@@ -167,10 +170,12 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
                 }
                 GpuKey::Ordinal(i) => (i, None),
             };
+            let mig_index = members.iter().find_map(|m| m.dev.mig_index);
             DeviceGroup {
                 host,
                 index,
                 uuid,
+                mig_index,
                 members,
                 clock,
                 totals: Default::default(),
@@ -179,7 +184,7 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
             }
         })
         .collect();
-    gs.sort_by(|a, b| (&a.host, a.index, &a.uuid).cmp(&(&b.host, b.index, &b.uuid)));
+    gs.sort_by(|a, b| (&a.host, a.index, a.mig_index, &a.uuid).cmp(&(&b.host, b.index, b.mig_index, &b.uuid)));
     gs
 }
 

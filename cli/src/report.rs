@@ -25,12 +25,13 @@ fn at(us: i64) -> String {
     fmt_secs(us)
 }
 
-/// `GPU 3`, or `host GPU 3` when the run spans several hosts.
-fn gpu_name(host: &str, index: i64, hosts: usize) -> String {
+/// `GPU 3` (`GPU 0 MIG 1` for a MIG device), or `host GPU 3` when the run spans several hosts.
+fn gpu_name(host: &str, index: i64, mig_index: Option<i64>, hosts: usize) -> String {
+    let n = crate::analysis::gpu_number(index, mig_index);
     if hosts > 1 {
-        format!("{host} GPU {index}")
+        format!("{host} GPU {n}")
     } else {
-        format!("GPU {index}")
+        format!("GPU {n}")
     }
 }
 
@@ -129,7 +130,7 @@ fn overview(rows: &[OverviewRow], hosts: usize) -> Table {
     );
     for r in rows {
         t.row(vec![
-            gpu_name(&r.host, r.index, hosts),
+            gpu_name(&r.host, r.index, r.mig_index, hosts),
             fmt_bytes(r.tracked_bytes),
             fmt_opt(r.untracked_bytes),
             fmt_opt(r.used_bytes),
@@ -181,7 +182,12 @@ pub fn reading_sentence(r: &Reading, max: Option<&Reading>) -> String {
 
 fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
     let total = dev.total_bytes.unwrap_or(0);
-    d.push(Block::Heading(format!("{} GPU {} ({} total)", dev.host, dev.index, fmt_opt(dev.total_bytes))));
+    d.push(Block::Heading(format!(
+        "{} GPU {} ({} total)",
+        dev.host,
+        crate::analysis::gpu_number(dev.index, dev.mig_index),
+        fmt_opt(dev.total_bytes)
+    )));
     if dev.processes.len() > 1 {
         let mut t = Table::new(&["pid", "process", "holds", "live", "peak", "allocs", "frees"], &[0, 3, 4, 5, 6]);
         for p in &dev.processes {
@@ -455,7 +461,8 @@ fn with_delta(value: Option<i64>, first: Option<i64>) -> String {
 /// The devices folded under `first`: one row each with its figures, and their difference
 /// from `first` in parentheses where they differ.
 fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts: usize) {
-    let names: Vec<String> = others.iter().map(|o| format!("GPU {}", o.index)).collect();
+    let names: Vec<String> =
+        others.iter().map(|o| format!("GPU {}", crate::analysis::gpu_number(o.index, o.mig_index))).collect();
     d.push(Block::Heading(
         format!(
             "{} {} (folded: alike {}; differences from GPU {} in parentheses)",

@@ -171,6 +171,7 @@ mod tests {
         let row = |i| OverviewRow {
             host: "h".into(),
             index: i,
+            mig_index: None,
             processes: 1,
             tracked_bytes: 0,
             peak_bytes: 0,

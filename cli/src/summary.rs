@@ -57,6 +57,9 @@ pub struct Verdict {
 pub struct OverviewRow {
     pub host: String,
     pub index: i64,
+    /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
     pub processes: usize,
     /// Tracked live bytes (at each process's last report).
     pub tracked_bytes: i64,
@@ -109,6 +112,9 @@ pub struct ProcSummary {
 pub struct DeviceSummary {
     pub host: String,
     pub index: i64,
+    /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
     /// The physical GPU (absent for reports written before culedger recorded it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
@@ -437,6 +443,7 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
             OverviewRow {
                 host: g.host.clone(),
                 index: g.index,
+                mig_index: g.mig_index,
                 processes: g.members.len(),
                 tracked_bytes: d.live_bytes,
                 peak_bytes: d.peak_bytes,
@@ -548,6 +555,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
     DeviceSummary {
         host: g.host.clone(),
         index: g.index,
+        mig_index: g.mig_index,
         uuid: g.uuid.clone(),
         impossible: g.impossible_lines(),
         total_bytes: g.total_bytes(),

@@ -81,9 +81,10 @@ fn pct(part: i64, whole: Option<i64>) -> String {
 fn gpu_names(s: &RunSummary, members: &[usize]) -> String {
     let d = &s.devices[members[0]];
     if members.len() == 1 {
-        return format!("{} GPU {}", clean(&d.host), d.index);
+        return format!("{} GPU {}", clean(&d.host), crate::analysis::gpu_number(d.index, d.mig_index));
     }
-    let idx: Vec<String> = members.iter().map(|&i| s.devices[i].index.to_string()).collect();
+    let idx: Vec<String> =
+        members.iter().map(|&i| crate::analysis::gpu_number(s.devices[i].index, s.devices[i].mig_index)).collect();
     format!("{} GPUs {} ({} alike)", clean(&d.host), idx.join(","), members.len())
 }
 

@@ -267,6 +267,14 @@ pub struct Device {
     /// The device's index on its host as nvidia-smi numbers it (NVML's index, PCI bus
     /// order), whatever this process's ordinal; None without NVML.
     pub host_index: Option<i64>,
+    /// For a MIG device (`uuid` is `MIG-...`): its GPU's UUID (`GPU-...`, what the driver's
+    /// `cuDeviceGetUuid` gives); None for a whole GPU and from writers before it. `host_index`
+    /// is then the GPU's number.
+    pub parent_uuid: Option<String>,
+    /// For a MIG device: its index among its GPU's MIG devices as nvidia-smi lists them ("MIG
+    /// ... Device 1", NVML's `nvmlDeviceGetIndex` of the MIG device); None for a whole GPU,
+    /// without NVML and from writers before it.
+    pub mig_index: Option<i64>,
     /// The device's memory as NVML saw it at this write (None: NVML missing, or a writer
     /// before it).
     pub usage: Option<Usage>,

@@ -49,9 +49,65 @@ static unsigned device_count(void) {
     return (end != v && n >= 0 && n <= MAX_DEVICES) ? (unsigned)n : 8;
 }
 
+/* A GPU (not a MIG device). */
 static int valid(const struct nvmlDevice_st *d) {
     return d >= devices && d < devices + device_count();
 }
+
+/* The machine's MIG devices, as the fake driver has them (shim-tests/fakecuda/src/config.rs,
+ * `Mig`): FAKECUDA_MIG "P:N[,P:N...]" splits GPU P into N MIG devices, which take the slots after
+ * the GPUs in the order given; a spec the driver refuses gives none. */
+static unsigned mig_gpus, mig_gpu[MAX_DEVICES], mig_count[MAX_DEVICES];
+static pthread_once_t mig_once = PTHREAD_ONCE_INIT;
+static void mig_read(void) {
+    const char *v = getenv("FAKECUDA_MIG");
+    unsigned n = 0, slots = device_count();
+    while (v && *v) {
+        while (*v == ' ' || *v == ',') v++;
+        if (!*v) break;
+        char *end;
+        long p = strtol(v, &end, 10);
+        if (end == v || *end != ':') { n = 0; break; }
+        const char *c = end + 1;
+        long k = strtol(c, &end, 10);
+        if (end == c || p < 0 || (unsigned long)p >= device_count() || k < 1 || k > 7 || slots + k > MAX_DEVICES) { n = 0; break; }
+        for (unsigned i = 0; i < n; i++) if (mig_gpu[i] == (unsigned)p) { n = 0; v = ""; break; }
+        if (!*v) break;
+        mig_gpu[n] = (unsigned)p;
+        mig_count[n++] = (unsigned)k;
+        slots += (unsigned)k;
+        v = end;
+        while (*v == ' ') v++;
+        if (*v && *v != ',') { n = 0; break; }
+    }
+    mig_gpus = n;
+}
+/* The first slot of GPU `gpu`'s MIG devices and their count (0: not in MIG mode). */
+static unsigned mig_slots_of(unsigned gpu, unsigned *first) {
+    pthread_once(&mig_once, mig_read);
+    unsigned slot = device_count();
+    for (unsigned i = 0; i < mig_gpus; i++) {
+        if (mig_gpu[i] == gpu) { *first = slot; return mig_count[i]; }
+        slot += mig_count[i];
+    }
+    return 0;
+}
+/* Whether slot `slot` is a MIG device; then its GPU and its index among the GPU's MIG devices. */
+static int mig_of_slot(unsigned slot, unsigned *gpu, unsigned *index) {
+    pthread_once(&mig_once, mig_read);
+    unsigned first = device_count();
+    for (unsigned i = 0; i < mig_gpus; i++) {
+        if (slot >= first && slot < first + mig_count[i]) { *gpu = mig_gpu[i]; *index = slot - first; return 1; }
+        first += mig_count[i];
+    }
+    return 0;
+}
+static int valid_mig(const struct nvmlDevice_st *d) {
+    unsigned g, i;
+    return d >= devices && d < devices + MAX_DEVICES && mig_of_slot((unsigned)(d - devices), &g, &i);
+}
+/* A GPU or a MIG device: the handles NVML's memory and process queries take. */
+static int valid_any(const struct nvmlDevice_st *d) { return valid(d) || valid_mig(d); }
 
 /* nvml.h: "A reference count of the number of initializations is maintained, and a
  * corresponding call to nvmlShutdown() needs to be issued once usage of the NVML Library is
@@ -111,10 +167,68 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t *device) {
     return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
+/* nvml.h: "When used with MIG device handles this API returns indices that can be passed to
+ * nvmlDeviceGetMigDeviceHandleByIndex": a MIG device's index among its GPU's. */
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned *index) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
-    if (!valid(d) || !index) return NVML_ERROR_INVALID_ARGUMENT;
-    *index = d->index;
+    if (!valid_any(d) || !index) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned gpu, i;
+    *index = mig_of_slot(d->index, &gpu, &i) ? i : d->index;
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG (nvml.h "Multi Instance GPU Management"): one GPU instance and one compute instance per
+ * MIG device; GPU instance ids are the MIG device's index + 1, compute instance ids 0. ---- */
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned first;
+    *current = *pending = mig_slots_of(d->index, &first) ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid_any(d) || !is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = valid_mig(d) ? 1 : 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned first;
+    *count = mig_slots_of(d->index, &first);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *mig) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !mig) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned first, n = mig_slots_of(d->index, &first);
+    if (!n) return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= n) return NVML_ERROR_NOT_FOUND;
+    *mig = &devices[first + index];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *d) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    unsigned gpu, i;
+    if (!valid_mig(mig) || !d || !mig_of_slot(mig->index, &gpu, &i)) return NVML_ERROR_INVALID_ARGUMENT;
+    *d = &devices[gpu];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    unsigned gpu, i;
+    if (!id || !valid_any(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_of_slot(d->index, &gpu, &i)) return NVML_ERROR_NOT_SUPPORTED;
+    *id = i + 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    unsigned gpu, i;
+    if (!id || !valid_any(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_of_slot(d->index, &gpu, &i)) return NVML_ERROR_NOT_SUPPORTED;
+    *id = 0;
     return NVML_SUCCESS;
 }
 
@@ -207,13 +321,16 @@ static const char *machine_name(void);
 static void uuid_of(unsigned i, char *out, size_t len) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *c = machine_name(); *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-    snprintf(out, len, "GPU-%08x-%04x-%04x-face-%012llx", (unsigned)(h >> 32), (unsigned)(h >> 16) & 0xffff,
-             (unsigned)h & 0xffff, (unsigned long long)i);
+    unsigned gpu, index;
+    /* A MIG device: "MIG-" and 0x319c (config.rs, mig_uuid). */
+    int mig = mig_of_slot(i, &gpu, &index);
+    snprintf(out, len, mig ? "MIG-%08x-%04x-%04x-319c-%012llx" : "GPU-%08x-%04x-%04x-face-%012llx",
+             (unsigned)(h >> 32), (unsigned)(h >> 16) & 0xffff, (unsigned)h & 0xffff, (unsigned long long)i);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned length) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
-    if (!valid(d) || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!valid_any(d) || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
     char buf[96];
     uuid_of(d->index, buf, sizeof buf);
     if (strlen(buf) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -224,7 +341,9 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned length) {
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
-    for (unsigned i = 0; i < device_count(); i++) {
+    for (unsigned i = 0; i < MAX_DEVICES; i++) {
+        unsigned gpu, index;
+        if (i >= device_count() && !mig_of_slot(i, &gpu, &index)) continue;
         char buf[96];
         uuid_of(i, buf, sizeof buf);
         if (!strcasecmp(buf, uuid)) { *device = &devices[i]; return NVML_SUCCESS; }
@@ -254,10 +373,17 @@ static unsigned running_processes(unsigned index, unsigned max, unsigned *pids, 
 /* The processes of the simulated machine holding memory on the device, each with the bytes it
  * holds there (its contexts, modules and allocations: what the driver charged it). nvml.h: a
  * count too small for them is NVML_ERROR_INSUFFICIENT_SIZE with *count set to the number
- * needed; not MIG, so the instance ids are 0xFFFFFFFF. */
+ * needed; the instance ids are 0xFFFFFFFF but on a MIG device. */
+/* A process's GPU and compute instance on a MIG device; 0xFFFFFFFF on a GPU (not MIG). */
+static void instance_ids(nvmlDevice_t d, unsigned *gi, unsigned *ci) {
+    unsigned gpu, i;
+    if (mig_of_slot(d->index, &gpu, &i)) { *gi = i + 1; *ci = 0; }
+    else *gi = *ci = 0xFFFFFFFFu;
+}
+
 #define RUNNING_PROCESSES(infos_type, fill)                                                       \
     if (!initialised) return NVML_ERROR_UNINITIALIZED;                                            \
-    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;                                  \
+    if (!valid_any(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;                              \
     unsigned pids[MAX_PROCS];                                                                     \
     unsigned long long used[MAX_PROCS];                                                           \
     unsigned n = running_processes(d->index, MAX_PROCS, pids, used);                              \
@@ -276,10 +402,10 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *
     RUNNING_PROCESSES(nvmlProcessInfo_v1_t, (void)0)
 }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v2_t *infos) {
-    RUNNING_PROCESSES(nvmlProcessInfo_v2_t, (p->gpuInstanceId = p->computeInstanceId = 0xFFFFFFFFu))
+    RUNNING_PROCESSES(nvmlProcessInfo_v2_t, instance_ids(d, &p->gpuInstanceId, &p->computeInstanceId))
 }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos) {
-    RUNNING_PROCESSES(nvmlProcessInfo_t, (p->gpuInstanceId = p->computeInstanceId = 0xFFFFFFFFu))
+    RUNNING_PROCESSES(nvmlProcessInfo_t, instance_ids(d, &p->gpuInstanceId, &p->computeInstanceId))
 }
 
 /* Every pair of distinct devices is peer-capable (as cuDeviceCanAccessPeer says). */
@@ -407,12 +533,19 @@ static uint64_t configured_total(void) {
  * nothing used before any process attached. */
 static void device_memory(unsigned index, uint64_t *total, uint64_t *used) {
     const struct machine_head *m = machine();
+    unsigned gpu, i, first, n;
     if (m && index < MACHINE_DEVICES) {
         *total = __atomic_load_n(&m->total[index], __ATOMIC_ACQUIRE);
         *used = __atomic_load_n(&m->used[index], __ATOMIC_ACQUIRE);
+        /* A GPU in MIG mode holds what its MIG devices hold. */
+        if (index < device_count() && (n = mig_slots_of(index, &first)))
+            for (unsigned k = first; k < first + n && k < MACHINE_DEVICES; k++)
+                *used += __atomic_load_n(&m->used[k], __ATOMIC_ACQUIRE);
         if (*used > *total) *used = *total;
     } else {
         *total = configured_total();
+        /* A MIG device's share (config.rs, Mig::total: rounded down to 2 MiB). */
+        if (mig_of_slot(index, &gpu, &i) && (n = mig_slots_of(gpu, &first))) *total = (*total / n) & ~((2ull << 20) - 1);
         *used = 0;
     }
 }
@@ -420,7 +553,7 @@ static void device_memory(unsigned index, uint64_t *total, uint64_t *used) {
 /* v1: used is everything allocated on the device by every process; total = free + used. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
-    if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!valid_any(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
     uint64_t total, used;
     device_memory(d->index, &total, &used);
     memory->total = total;
@@ -433,7 +566,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
  * system (its whole total is what cuMemGetInfo offers), so reserved is 0. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
-    if (!valid(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!valid_any(d) || !memory) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     uint64_t total, used;
     device_memory(d->index, &total, &used);

@@ -22,10 +22,23 @@ use once_cell::sync::OnceCell;
 /// Ordinals whose identity is kept (the ledger's devices are fewer).
 const ORDINALS: usize = 64;
 
+/// What names one ordinal's device.
+struct Named {
+    /// `GPU-...`, or `MIG-...` for a MIG device.
+    uuid: String,
+    pci_bus_id: String,
+    /// A MIG device's GPU (`GPU-...`).
+    parent_uuid: Option<String>,
+}
+
 #[allow(clippy::declare_interior_mutable_const)]
-const UNKNOWN: OnceCell<(String, String)> = OnceCell::new();
-/// (UUID, PCI bus id) per ordinal, once the driver told them.
-static IDENTITY: [OnceCell<(String, String)>; ORDINALS] = [UNKNOWN; ORDINALS];
+const UNKNOWN: OnceCell<Named> = OnceCell::new();
+/// Each ordinal's device, once the driver told it.
+static IDENTITY: [OnceCell<Named>; ORDINALS] = [UNKNOWN; ORDINALS];
+
+/// A MIG device's index among its GPU's, once NVML told it (-1: not yet).
+static MIG_INDEX: [std::sync::atomic::AtomicI64; ORDINALS] =
+    [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
 
 /// The highest NVML-based `untracked_bytes` written per ordinal (the ledger keeps only the
 /// query-based maximum).
@@ -46,8 +59,25 @@ static IN_REPORT: [std::sync::atomic::AtomicBool; ORDINALS] =
 
 /// A UUID as nvidia-smi writes it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn uuid_string(u: &[u8; 16]) -> String {
+    format!("GPU-{}", uuid_hex(u))
+}
+
+fn uuid_hex(u: &[u8; 16]) -> String {
     let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
-    format!("GPU-{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+    format!("{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+}
+
+/// How a device is named from what the driver said: a MIG device (its `_v2` UUID is not its
+/// GPU's, which the version before MIG UUIDs gives) is `MIG-...` with its GPU as parent.
+fn named(id: crate::hooks::real::Identity) -> Named {
+    match id.gpu_uuid {
+        Some(gpu) if gpu != id.uuid => Named {
+            uuid: format!("MIG-{}", uuid_hex(&id.uuid)),
+            pci_bus_id: id.pci_bus_id,
+            parent_uuid: Some(uuid_string(&gpu)),
+        },
+        _ => Named { uuid: uuid_string(&id.uuid), pci_bus_id: id.pci_bus_id, parent_uuid: None },
+    }
 }
 
 /// On the flush thread, when it starts: name every device the process sees, and open NVML
@@ -71,12 +101,12 @@ pub enum When {
     Urgent,
 }
 
-/// Ordinal `ordinal`'s (UUID, PCI bus id), asked of the driver when `ask` and not known yet.
-fn identity(ordinal: usize, ask: bool) -> Option<&'static (String, String)> {
+/// Ordinal `ordinal`'s device, asked of the driver when `ask` and not known yet.
+fn identity(ordinal: usize, ask: bool) -> Option<&'static Named> {
     let cell = IDENTITY.get(ordinal)?;
     if cell.get().is_none() && ask {
-        if let Some((u, bus)) = crate::hooks::real::device_identity(ordinal as i32, true) {
-            let _ = cell.set((uuid_string(&u), bus));
+        if let Some(id) = crate::hooks::real::device_identity(ordinal as i32, true) {
+            let _ = cell.set(named(id));
         }
     }
     cell.get()
@@ -93,9 +123,10 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
         IN_REPORT[ordinal].store(true, std::sync::atomic::Ordering::Relaxed);
         // A normal exit may ask the driver (no thread is stopped inside it); only a write a
         // signal, an exec or a failed allocation asked for may not.
-        if let Some((uuid, bus)) = identity(ordinal, when != When::Urgent) {
-            d.uuid = Some(uuid.clone());
-            d.pci_bus_id = Some(bus.clone());
+        if let Some(n) = identity(ordinal, when != When::Urgent) {
+            d.uuid = Some(n.uuid.clone());
+            d.pci_bus_id = Some(n.pci_bus_id.clone());
+            d.parent_uuid = n.parent_uuid.clone();
         }
         let nvml = match when {
             When::Periodic => nvml::get(true),
@@ -110,11 +141,16 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
             if let Some(i) = r.index {
                 HOST_INDEX[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
             }
+            if let Some(i) = r.mig_index {
+                MIG_INDEX[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
+            }
             LAST_USED[ordinal].store(i64::try_from(r.used).unwrap_or(i64::MAX), std::sync::atomic::Ordering::Relaxed);
             apply(d, ordinal, r, now_us);
         }
         let index = HOST_INDEX[ordinal].load(std::sync::atomic::Ordering::Relaxed);
         d.host_index = (index >= 0).then_some(index);
+        let mig = MIG_INDEX[ordinal].load(std::sync::atomic::Ordering::Relaxed);
+        d.mig_index = (mig >= 0).then_some(mig);
     }
 }
 
@@ -124,7 +160,7 @@ pub fn usage_changed() -> bool {
     let Some(n) = nvml::get(false) else { return false };
     (0..ORDINALS).filter(|o| IN_REPORT[*o].load(std::sync::atomic::Ordering::Relaxed)).any(|ordinal| {
         let last = LAST_USED[ordinal].load(std::sync::atomic::Ordering::Relaxed);
-        let uuid = IDENTITY[ordinal].get().map(|(u, _)| u);
+        let uuid = IDENTITY[ordinal].get().map(|n| &n.uuid);
         // A device named but never read in a write (its writes were all urgent ones) counts
         // as changed: its first reading is due.
         match uuid {
@@ -137,8 +173,10 @@ pub fn usage_changed() -> bool {
 /// One NVML reading of a device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reading {
-    /// NVML's index of the device (nvidia-smi's), when it could say.
+    /// NVML's index of the device (nvidia-smi's; a MIG device's GPU's), when it could say.
     pub index: Option<u32>,
+    /// A MIG device's index among its GPU's.
+    pub mig_index: Option<u32>,
     pub used: u64,
     pub total: u64,
     /// (pid, bytes) of every process NVML lists on the device; None when it could not list them.
@@ -188,6 +226,21 @@ mod tests {
     }
 
     #[test]
+    fn a_mig_device_is_named_apart_from_its_gpu() {
+        use crate::hooks::real::Identity;
+        let gpu = [1u8; 16];
+        let mut mig = gpu;
+        mig[9] = 7;
+        let n = named(Identity { uuid: mig, gpu_uuid: Some(gpu), pci_bus_id: "00000000:01:00.0".into() });
+        assert_eq!(n.uuid, "MIG-01010101-0101-0101-0107-010101010101");
+        assert_eq!(n.parent_uuid.as_deref(), Some("GPU-01010101-0101-0101-0101-010101010101"));
+        let n = named(Identity { uuid: gpu, gpu_uuid: Some(gpu), pci_bus_id: String::new() });
+        assert_eq!((n.uuid.as_str(), n.parent_uuid), ("GPU-01010101-0101-0101-0101-010101010101", None));
+        let n = named(Identity { uuid: gpu, gpu_uuid: None, pci_bus_id: String::new() });
+        assert!(n.uuid.starts_with("GPU-") && n.parent_uuid.is_none(), "a driver without the old entry point");
+    }
+
+    #[test]
     fn a_reading_makes_untracked_current() {
         let mut d = fmt::Device {
             index: 3,
@@ -201,6 +254,7 @@ mod tests {
         let pid = std::process::id();
         let r = Reading {
             index: Some(3),
+            mig_index: None,
             used: 900 << 20,
             total: 1 << 30,
             processes: Some(vec![(pid, 612 << 20), (1, 288 << 20)]),
@@ -217,7 +271,7 @@ mod tests {
         let u = d.usage.as_ref().unwrap();
         assert_eq!((u.t_ms, u.used_bytes, u.process_bytes, u.processes.len()), (5_000, 900 << 20, Some(612 << 20), 2));
         // A later, lower reading keeps the highest.
-        apply(&mut d, 3, Reading { index: None, used: 200 << 20, total: 1 << 30, processes: None }, 6_000_000);
+        apply(&mut d, 3, Reading { index: None, mig_index: None, used: 200 << 20, total: 1 << 30, processes: None }, 6_000_000);
         assert_eq!((d.untracked_bytes, d.untracked_max_bytes), (Some(100 << 20), Some(800 << 20)));
         assert_eq!(d.usage.as_ref().unwrap().process_bytes, None);
     }

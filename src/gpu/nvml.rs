@@ -53,6 +53,8 @@ pub(super) struct Nvml {
     memory_v2: Option<unsafe extern "C" fn(Device, *mut MemoryV2) -> c_int>,
     memory: Option<unsafe extern "C" fn(Device, *mut Memory) -> c_int>,
     processes: Option<unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> c_int>,
+    /// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`: a MIG device's GPU (R470 and later).
+    parent: Option<unsafe extern "C" fn(Device, *mut Device) -> c_int>,
 }
 
 static NVML: OnceCell<Option<Nvml>> = OnceCell::new();
@@ -94,6 +96,7 @@ unsafe fn load() -> Option<Nvml> {
         memory_v2: sym(c"nvmlDeviceGetMemoryInfo_v2").map(|p| std::mem::transmute::<usize, _>(p)),
         memory: sym(c"nvmlDeviceGetMemoryInfo").map(|p| std::mem::transmute::<usize, _>(p)),
         processes: sym(c"nvmlDeviceGetComputeRunningProcesses_v3").map(|p| std::mem::transmute::<usize, _>(p)),
+        parent: sym(c"nvmlDeviceGetDeviceHandleFromMigDeviceHandle").map(|p| std::mem::transmute::<usize, _>(p)),
     })
 }
 
@@ -116,9 +119,20 @@ impl Nvml {
                 Some(v) => v,
                 None => self.memory_v1(dev)?,
             };
-            let mut index: c_uint = 0;
-            let index = self.index.and_then(|f| (f(dev, &mut index) == SUCCESS).then_some(index));
-            Some(Reading { index, used: total.saturating_sub(free), total, processes: self.processes(dev) })
+            let index_of = |d: Device| {
+                let mut i: c_uint = 0;
+                self.index.and_then(|f| (f(d, &mut i) == SUCCESS).then_some(i))
+            };
+            // A MIG device's index is its index among its GPU's MIG devices (nvml.h,
+            // nvmlDeviceGetIndex): the GPU's number is its parent's.
+            let (index, mig_index) = if uuid.starts_with("MIG-") {
+                let mut gpu: Device = std::ptr::null_mut();
+                let parent = self.parent.and_then(|f| (f(dev, &mut gpu) == SUCCESS).then_some(gpu));
+                (parent.and_then(index_of), index_of(dev))
+            } else {
+                (index_of(dev), None)
+            };
+            Some(Reading { index, mig_index, used: total.saturating_sub(free), total, processes: self.processes(dev) })
         }
     }
 

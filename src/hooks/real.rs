@@ -352,6 +352,8 @@ driver_fn!(CU_CTX_PUSH_CURRENT, b"cuCtxPushCurrent\0", 4000, b"cuCtxPushCurrent_
 driver_fn!(CU_CTX_POP_CURRENT, b"cuCtxPopCurrent\0", 4000, b"cuCtxPopCurrent_v2\0");
 // Context-free questions about a device, asked by the report writer (`crate::gpu`).
 driver_fn!(CU_DEVICE_GET_UUID, b"cuDeviceGetUuid\0", 11040, b"cuDeviceGetUuid_v2\0");
+// The version before MIG UUIDs: a MIG device's GPU's UUID (see `device_identity`).
+driver_fn!(CU_DEVICE_GET_UUID_V1, b"cuDeviceGetUuid\0", 9020, b"cuDeviceGetUuid\0");
 driver_fn!(CU_DEVICE_GET_PCI_BUS_ID, b"cuDeviceGetPCIBusId\0", 4010, b"cuDeviceGetPCIBusId\0");
 
 driver_fn!(CU_DEVICE_GET_COUNT, b"cuDeviceGetCount\0", 2000, b"cuDeviceGetCount\0");
@@ -368,20 +370,30 @@ pub fn device_count() -> Option<i32> {
     (unsafe { f(&mut n) } == 0).then_some(n)
 }
 
-/// The 16 bytes of device `ordinal`'s UUID (`cuDeviceGetUuid_v2`) and its PCI bus id
-/// (`cuDeviceGetPCIBusId`), asked of the driver: both are context-free and create nothing.
-/// `resolve`: the functions may be looked up now (a look-up may take the loader's lock). None
-/// when the driver cannot answer (yet). Never called at a final write (`crate::gpu`).
-pub fn device_identity(ordinal: i32, resolve: bool) -> Option<([u8; 16], String)> {
-    let (u, b) = if resolve {
-        (CU_DEVICE_GET_UUID.get(), CU_DEVICE_GET_PCI_BUS_ID.get())
+/// What the driver says of device `ordinal` without a context.
+pub struct Identity {
+    /// `cuDeviceGetUuid_v2`: a MIG device's own UUID in MIG mode, else the GPU's.
+    pub uuid: [u8; 16],
+    /// `cuDeviceGetUuid`, where the driver still has it: the GPU's UUID (the version before MIG
+    /// UUIDs; cuda.h 12.x: only `_v2` "returns its MIG UUID" in MIG mode).
+    pub gpu_uuid: Option<[u8; 16]>,
+    /// `cuDeviceGetPCIBusId` (a MIG device's is its GPU's).
+    pub pci_bus_id: String,
+}
+
+/// Device `ordinal`'s UUIDs and PCI bus id, asked of the driver: each is context-free and
+/// creates nothing.
+pub fn device_identity(ordinal: i32, resolve: bool) -> Option<Identity> {
+    let (u, b, v1) = if resolve {
+        (CU_DEVICE_GET_UUID.get(), CU_DEVICE_GET_PCI_BUS_ID.get(), CU_DEVICE_GET_UUID_V1.get())
     } else {
-        (CU_DEVICE_GET_UUID.peek(), CU_DEVICE_GET_PCI_BUS_ID.peek())
+        (CU_DEVICE_GET_UUID.peek(), CU_DEVICE_GET_PCI_BUS_ID.peek(), CU_DEVICE_GET_UUID_V1.peek())
     };
     if u == 0 || b == 0 {
         return None;
     }
-    let get_uuid: unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int = unsafe { std::mem::transmute::<usize, _>(u) };
+    type GetUuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int;
+    let get_uuid: GetUuid = unsafe { std::mem::transmute::<usize, _>(u) };
     let get_bus: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int =
         unsafe { std::mem::transmute::<usize, _>(b) };
     let mut uuid = [0u8; 16];
@@ -392,9 +404,15 @@ pub fn device_identity(ordinal: i32, resolve: bool) -> Option<([u8; 16], String)
     if !ok {
         return None;
     }
+    let gpu_uuid = (v1 != 0).then(|| {
+        let f: GetUuid = unsafe { std::mem::transmute::<usize, _>(v1) };
+        let mut g = [0u8; 16];
+        // SAFETY: as above.
+        (unsafe { f(&mut g, ordinal) } == 0).then_some(g)
+    });
     // SAFETY: NUL-terminated by the driver within the length given (the last byte stays 0).
     let bus = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
-    Some((uuid, bus))
+    Some(Identity { uuid, gpu_uuid: gpu_uuid.flatten(), pci_bus_id: bus })
 }
 
 /// Runtime `cudaGetDevice`: from the global scope, else from the library in which a

@@ -18,9 +18,17 @@ pub trait GroupWords {
     fn impossible_lines(&self) -> Vec<String>;
 }
 
+/// A GPU's number as nvidia-smi gives it (`3`), and a MIG device's place under it (`0 MIG 1`).
+pub fn gpu_number(index: i64, mig_index: Option<i64>) -> String {
+    match mig_index {
+        Some(m) => format!("{index} MIG {m}"),
+        None => index.to_string(),
+    }
+}
+
 impl GroupWords for DeviceGroup<'_> {
     fn title(&self) -> String {
-        format!("{} GPU {}", self.host, self.index)
+        format!("{} GPU {}", self.host, gpu_number(self.index, self.mig_index))
     }
 
     fn impossible_lines(&self) -> Vec<String> {

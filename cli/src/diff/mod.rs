@@ -228,7 +228,8 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
         .into_values()
         .map(|(a, b)| {
             let g = a.or(b).expect("every key has a side");
-            let label = if by_index { format!("GPU {}", g.index) } else { g.title() };
+            let label =
+                if by_index { format!("GPU {}", crate::analysis::gpu_number(g.index, g.mig_index)) } else { g.title() };
             dev_diff(label, a, b)
         })
         .collect();

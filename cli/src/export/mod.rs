@@ -55,12 +55,14 @@ pub fn perfetto(a: &Analysis) -> Value {
         for d in &r.devices {
             let g = gs.iter().find(|g| g.has(r, d));
             let member = g.and_then(|g| g.members.iter().copied().find(|m| std::ptr::eq(m.report, r)));
-            let track = format!("GPU {}", g.map_or(d.index, |g| g.index));
+            let number = g.map_or_else(|| d.index.to_string(), |g| crate::analysis::gpu_number(g.index, g.mig_index));
+            let track = format!("GPU {number}");
             // The physical GPU as every other view names it, and this process's own ordinal
             // where it differs (`CUDA_VISIBLE_DEVICES`).
-            let gpu = match g.map(|g| g.index).filter(|i| *i != d.index) {
-                Some(i) => format!("GPU {i} (its device {})", d.index),
-                None => format!("GPU {}", d.index),
+            let gpu = if number != d.index.to_string() {
+                format!("GPU {number} (its device {})", d.index)
+            } else {
+                format!("GPU {}", d.index)
             };
             // (record order, event) for this device, sorted (stably) before writing.
             let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();

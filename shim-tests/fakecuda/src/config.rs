@@ -42,6 +42,75 @@ pub struct Config {
     pub driver_version: i32,
     /// `CUDA_VISIBLE_DEVICES` as the process was started with it (None: unset, every device).
     pub visible: Option<String>,
+    /// `FAKECUDA_MIG`: GPUs in MIG mode, `P:N[,P:N...]` (physical GPU `P` split into `N` MIG
+    /// devices of one GPU instance and one compute instance each, 1..=7): see [`Mig`].
+    pub mig: Mig,
+}
+
+/// The machine's MIG devices. Each is a device of its own in the machine file, in a slot after
+/// the physical GPUs (in the order `FAKECUDA_MIG` lists them), with `1/N` of its GPU's memory
+/// (rounded down to the allocation granularity), its own UUID (`MIG-...`, what
+/// `cuDeviceGetUuid_v2` and NVML give) and its GPU's PCI location; `cuDeviceGetUuid` (the
+/// version before MIG UUIDs) gives the GPU's UUID. A GPU in MIG mode is not a CUDA device
+/// itself: with `CUDA_VISIBLE_DEVICES` unset a process sees its MIG devices in its place.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mig {
+    /// (GPU, MIG devices) per GPU in MIG mode, in the order given.
+    pub gpus: Vec<(usize, usize)>,
+}
+
+impl Mig {
+    /// Parses `P:N[,P:N...]` for a machine of `devices` GPUs (None: not valid, with why).
+    pub fn parse(spec: &str, devices: usize) -> Result<Mig, String> {
+        let mut gpus: Vec<(usize, usize)> = Vec::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (p, n) = part.split_once(':').ok_or_else(|| format!("{part:?} is not GPU:COUNT"))?;
+            let p: usize = p.trim().parse().map_err(|_| format!("{p:?} is not a GPU index"))?;
+            let n: usize = n.trim().parse().map_err(|_| format!("{n:?} is not a count"))?;
+            if p >= devices || !(1..=7).contains(&n) || gpus.iter().any(|g| g.0 == p) {
+                return Err(format!("{part:?}: GPU below {devices}, listed once, 1 to 7 MIG devices"));
+            }
+            gpus.push((p, n));
+        }
+        if devices + gpus.iter().map(|g| g.1).sum::<usize>() > MAX_DEVICES {
+            return Err(format!("more than {MAX_DEVICES} devices and MIG devices in all"));
+        }
+        Ok(Mig { gpus })
+    }
+
+    /// Whether physical GPU `gpu` is in MIG mode.
+    pub fn is_mig_gpu(&self, gpu: usize) -> bool {
+        self.gpus.iter().any(|g| g.0 == gpu)
+    }
+
+    /// The machine-file slots of GPU `gpu`'s MIG devices, for a machine of `devices` GPUs.
+    pub fn slots_of(&self, gpu: usize, devices: usize) -> std::ops::Range<usize> {
+        let mut first = devices;
+        for &(p, n) in &self.gpus {
+            if p == gpu {
+                return first..first + n;
+            }
+            first += n;
+        }
+        first..first
+    }
+
+    /// (GPU, index among its MIG devices, their count) of slot `slot`, if it is a MIG device.
+    pub fn of_slot(&self, slot: usize, devices: usize) -> Option<(usize, usize, usize)> {
+        let mut first = devices;
+        for &(p, n) in &self.gpus {
+            if (first..first + n).contains(&slot) {
+                return Some((p, slot - first, n));
+            }
+            first += n;
+        }
+        None
+    }
+
+    /// Memory of one MIG device of a GPU of `total` bytes split in `n`.
+    pub fn total(total: u64, n: usize) -> u64 {
+        (total / n as u64) & !(GRANULARITY - 1)
+    }
 }
 
 impl Config {
@@ -104,6 +173,13 @@ impl Config {
                 },
             },
             visible: get("CUDA_VISIBLE_DEVICES"),
+            mig: match get("FAKECUDA_MIG") {
+                None => Mig::default(),
+                Some(v) => Mig::parse(&v, devices).unwrap_or_else(|why| {
+                    crate::warn(&format!("FAKECUDA_MIG={v:?}: {why}; no MIG devices"));
+                    Mig::default()
+                }),
+            },
         }
     }
 
@@ -140,35 +216,79 @@ pub fn device_uuid(machine: &str, phys: usize) -> [u8; 16] {
     u
 }
 
-/// A UUID as nvidia-smi and `CUDA_VISIBLE_DEVICES` write it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-pub fn uuid_string(u: &[u8; 16]) -> String {
-    let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
-    format!("GPU-{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+/// The UUID of MIG device slot `slot` of machine `machine` (`cuDeviceGetUuid_v2`, NVML): the
+/// machine's hash, 0x319c, and the slot.
+pub fn mig_uuid(machine: &str, slot: usize) -> [u8; 16] {
+    let mut u = device_uuid(machine, slot);
+    u[8..10].copy_from_slice(&[0x31, 0x9c]);
+    u
 }
 
-/// The physical devices a process sees, in its ordinal order, from `CUDA_VISIBLE_DEVICES` as the
-/// real driver reads it (CUDA C Programming Guide, "CUDA Environment Variables"): a comma-separated
-/// list of device indices or `GPU-` UUIDs (any unique prefix of the UUID string), read up to the
-/// first entry that names no device ("only the devices whose index precedes the invalid index
-/// are visible"). A `MIG-` entry names no device here (the simulated machine has no MIG
-/// instances), nor does an ambiguous prefix, nor a device listed twice. Unset: every device.
-pub fn visible_devices(spec: Option<&str>, physical: usize, machine: &str) -> Vec<usize> {
-    let Some(spec) = spec else { return (0..physical).collect() };
-    let uuids: Vec<String> = (0..physical).map(|d| uuid_string(&device_uuid(machine, d))).collect();
+/// A UUID as nvidia-smi and `CUDA_VISIBLE_DEVICES` write it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    format!("GPU-{}", uuid_hex(u))
+}
+
+/// A MIG device's UUID as nvidia-smi writes it: `MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn mig_uuid_string(u: &[u8; 16]) -> String {
+    format!("MIG-{}", uuid_hex(u))
+}
+
+fn uuid_hex(u: &[u8; 16]) -> String {
+    let h = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+}
+
+/// The devices a process sees (machine-file slots: GPUs, and MIG devices after them), in its
+/// ordinal order, from `CUDA_VISIBLE_DEVICES` as the real driver reads it (CUDA C Programming
+/// Guide, "CUDA Environment Variables"; NVIDIA MIG User Guide, "CUDA Device Enumeration"): a
+/// comma-separated list of device indices, `GPU-` UUIDs (any unique prefix of the UUID string),
+/// `MIG-` UUIDs (likewise) or `MIG-GPU-<uuid>/<gi>/<ci>` (the form before R470: GPU instance
+/// `gi` is here the MIG device's index + 1, compute instance 0), read up to the first entry that
+/// names no device ("only the devices whose index precedes the invalid index are visible"). A
+/// GPU in MIG mode is no device by its index or `GPU-` UUID; nor is an ambiguous prefix, nor a
+/// device listed twice. Unset: every GPU, a GPU in MIG mode replaced by its MIG devices.
+pub fn visible_devices(spec: Option<&str>, physical: usize, machine: &str, mig: &Mig) -> Vec<usize> {
+    let unset = || -> Vec<usize> {
+        (0..physical)
+            .flat_map(|d| if mig.is_mig_gpu(d) { mig.slots_of(d, physical).collect() } else { vec![d] })
+            .collect()
+    };
+    let Some(spec) = spec else { return unset() };
+    let gpus: Vec<String> = (0..physical).map(|d| uuid_string(&device_uuid(machine, d)).to_ascii_lowercase()).collect();
+    let migs: Vec<(usize, String)> = mig
+        .gpus
+        .iter()
+        .flat_map(|&(p, _)| mig.slots_of(p, physical))
+        .map(|s| (s, mig_uuid_string(&mig_uuid(machine, s)).to_ascii_lowercase()))
+        .collect();
+    let unique = |hits: Vec<usize>| if hits.len() == 1 { Some(hits[0]) } else { None };
     let mut seen = Vec::new();
     for entry in spec.split(',') {
-        let e = entry.trim();
-        let dev = if let Some(rest) = e.get(..4).filter(|p| p.eq_ignore_ascii_case("GPU-")).map(|_| &e[4..]) {
-            let want = format!("gpu-{}", rest.to_ascii_lowercase());
-            let hits: Vec<usize> =
-                (0..physical).filter(|d| uuids[*d].to_ascii_lowercase().starts_with(&want)).collect();
-            if rest.is_empty() || hits.len() != 1 {
+        let e = entry.trim().to_ascii_lowercase();
+        let dev = if let Some(rest) = e.strip_prefix("mig-gpu-") {
+            // MIG-GPU-<uuid>/<gi>/<ci>
+            let mut it = rest.split('/');
+            let (u, gi, ci) = (it.next().unwrap_or(""), it.next(), it.next());
+            let gpu = unique((0..physical).filter(|d| gpus[*d] == format!("gpu-{u}")).collect());
+            match (gpu, gi.and_then(|g| g.parse::<usize>().ok()), ci, it.next()) {
+                (Some(g), Some(gi), Some("0"), None) if gi >= 1 => mig.slots_of(g, physical).nth(gi - 1),
+                _ => None,
+            }
+        } else if e.starts_with("mig-") {
+            if e.len() <= 4 {
                 None
             } else {
-                Some(hits[0])
+                unique(migs.iter().filter(|(_, u)| u.starts_with(&e)).map(|(s, _)| *s).collect())
+            }
+        } else if e.starts_with("gpu-") {
+            if e.len() <= 4 {
+                None
+            } else {
+                unique((0..physical).filter(|d| gpus[*d].starts_with(&e)).collect()).filter(|d| !mig.is_mig_gpu(*d))
             }
         } else {
-            e.parse::<usize>().ok().filter(|d| *d < physical)
+            e.parse::<usize>().ok().filter(|d| *d < physical && !mig.is_mig_gpu(*d))
         };
         match dev {
             Some(d) if !seen.contains(&d) => seen.push(d),
@@ -212,8 +332,9 @@ mod tests {
 
     #[test]
     fn visible_devices_as_the_driver_reads_them() {
-        let v = |s: &str| visible_devices(Some(s), 8, "m");
-        assert_eq!(visible_devices(None, 3, "m"), vec![0, 1, 2]);
+        let none = Mig::default();
+        let v = |s: &str| visible_devices(Some(s), 8, "m", &none);
+        assert_eq!(visible_devices(None, 3, "m", &none), vec![0, 1, 2]);
         assert_eq!(v("1"), vec![1]);
         assert_eq!(v("4,5,6,7"), vec![4, 5, 6, 7]);
         assert_eq!(v("1,0"), vec![1, 0]);
@@ -228,12 +349,39 @@ mod tests {
         assert_eq!(v(&u3), vec![3]);
         assert_eq!(v(&format!("{},0", u3.to_uppercase())), vec![3, 0]);
         let u0 = uuid_string(&device_uuid("m", 0));
-        assert_eq!(visible_devices(Some(&u0[..12]), 1, "m"), vec![0], "a unique prefix");
+        assert_eq!(visible_devices(Some(&u0[..12]), 1, "m", &none), vec![0], "a unique prefix");
         assert_eq!(v(&u3[..u3.len() - 1]), Vec::<usize>::new(), "a prefix of devices 0-9 is ambiguous");
         assert_eq!(v("GPU-"), Vec::<usize>::new());
         assert_eq!(v(&format!("0,{}", &u3[..12])), vec![0], "a prefix every device shares is ambiguous");
         assert_ne!(device_uuid("m", 0), device_uuid("n", 0), "machines do not share GPUs");
         assert_ne!(device_uuid("m", 0), device_uuid("m", 1));
+    }
+
+    #[test]
+    fn mig_devices_as_the_driver_enumerates_them() {
+        assert!(Mig::parse("0:3,8:1", 8).is_err(), "GPU 8 of 8");
+        assert!(Mig::parse("0:8", 8).is_err(), "at most 7");
+        assert!(Mig::parse("0:2,0:2", 8).is_err(), "listed twice");
+        assert!(Mig::parse("0:7,1:7", 8).is_err(), "more than 16 slots");
+        let mig = Mig::parse("1:3, 4:2", 8).unwrap();
+        assert_eq!(mig.slots_of(1, 8), 8..11);
+        assert_eq!(mig.slots_of(4, 8), 11..13);
+        assert_eq!(mig.of_slot(12, 8), Some((4, 1, 2)));
+        assert_eq!(mig.of_slot(7, 8), None);
+        assert_eq!(Mig::total(80 * 1024 * MIB, 3), 27306 * MIB);
+        let v = |s: Option<&str>| visible_devices(s, 8, "m", &mig);
+        assert_eq!(v(None), vec![0, 8, 9, 10, 2, 3, 11, 12, 5, 6, 7], "a MIG GPU's devices in its place");
+        assert_eq!(v(Some("1")), Vec::<usize>::new(), "a GPU in MIG mode is no CUDA device");
+        assert_eq!(v(Some("0,1,2")), vec![0]);
+        let m9 = mig_uuid_string(&mig_uuid("m", 9));
+        assert!(m9.starts_with("MIG-") && m9.len() == 40, "{m9}");
+        assert_eq!(v(Some(&m9)), vec![9]);
+        assert_eq!(v(Some(&format!("{},{}", &m9.to_uppercase(), "3"))), vec![9, 3]);
+        let g4 = uuid_string(&device_uuid("m", 4));
+        assert_eq!(v(Some(&format!("MIG-{g4}/2/0"))), vec![12], "MIG-GPU-<uuid>/<gi>/<ci>");
+        assert_eq!(v(Some(&format!("MIG-{g4}/3/0"))), Vec::<usize>::new(), "GPU 4 has two");
+        assert_eq!(v(Some(&g4)), Vec::<usize>::new());
+        assert_ne!(mig_uuid("m", 9), device_uuid("m", 9));
     }
 
     #[test]

@@ -154,8 +154,13 @@ impl Shm {
     fn write_header(&self, cfg: &Config) {
         let m = self.map;
         m.devices.store(cfg.devices as u32, Release);
-        for t in &m.total {
-            t.store(cfg.total, Release);
+        for (slot, t) in m.total.iter().enumerate() {
+            // A MIG device's slot holds its share of its GPU (config.rs, `Mig`).
+            let total = match cfg.mig.of_slot(slot, cfg.devices) {
+                Some((_, _, n)) => crate::config::Mig::total(cfg.total, n),
+                None => cfg.total,
+            };
+            t.store(total, Release);
         }
         m.magic.store(MAGIC, Release);
         m.state.store(2, Release);

@@ -509,7 +509,7 @@ impl Proc {
         }
         let shm = shm::machine().ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
         let cfg = Config::get();
-        let visible = crate::config::visible_devices(cfg.visible.as_deref(), shm.devices(), &cfg.machine);
+        let visible = crate::config::visible_devices(cfg.visible.as_deref(), shm.devices(), &cfg.machine, &cfg.mig);
         if visible.is_empty() {
             // The real driver: CUDA_VISIBLE_DEVICES naming no device is CUDA_ERROR_NO_DEVICE.
             return Err(CUDA_ERROR_NO_DEVICE);

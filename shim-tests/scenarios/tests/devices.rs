@@ -405,3 +405,60 @@ fn every_command_names_the_physical_gpu() {
         assert_eq!(seen, want, "{dir}");
     }
 }
+
+/// A MIG device is a device of its own: on a machine whose GPU 0 is split into two MIG devices
+/// of 4 GiB (`FAKECUDA_MIG=0:2`) and whose GPU 1 is whole, a process seeing every device has the
+/// two MIG devices in GPU 0's place; each report names a MIG device by its own UUID (`MIG-...`,
+/// what `cuDeviceGetUuid_v2` gives), its GPU (`parent_uuid`, the GPU's PCI bus id, nvidia-smi's
+/// number of the GPU) and its index under it, and NVML's reading of it is its own (4 GiB, what
+/// its processes hold). Two processes on the two MIG devices (`CUDA_VISIBLE_DEVICES=MIG-<uuid>`,
+/// and the older `MIG-GPU-<uuid>/<gi>/<ci>` form) and one on GPU 1 are three devices in every
+/// view, named "GPU 0 MIG 0", "GPU 0 MIG 1" and "GPU 1", none of them flagged.
+#[test]
+fn mig_devices_are_devices_of_their_own() {
+    let (mut sim, out) = machine_of("devices_mig", 2);
+    sim.env("FAKECUDA_MIG", "0:2");
+    let seen = sim.scratch().join("seen");
+    let mut all = sim.python("devices.py");
+    all.args(["10", "none", "0.1", "all"]).env("CULEDGER_OUT", &seen);
+    sim.run_ok(&mut all);
+    let r = reports(&seen);
+    let devs = r[0]["devices"].as_array().expect("devices");
+    assert_eq!(devs.len(), 3, "two MIG devices and GPU 1: {devs:?}");
+    let (m0, m1, g1) = (&devs[0], &devs[1], &devs[2]);
+    let uuid = |d: &Value| d["uuid"].as_str().expect("a uuid").to_string();
+    for (i, m) in [m0, m1].into_iter().enumerate() {
+        assert!(uuid(m).starts_with("MIG-") && uuid(m).len() == 40, "{m}");
+        assert!(m["parent_uuid"].as_str().is_some_and(|p| p.starts_with("GPU-")), "{m}");
+        assert_eq!(m["pci_bus_id"], "00000000:01:00.0", "its GPU's");
+        assert_eq!((m["host_index"].as_i64(), m["mig_index"].as_i64()), (Some(0), Some(i as i64)));
+        assert_eq!(m["total_bytes"].as_i64(), Some(4096 * MIB), "half of GPU 0");
+        assert_eq!(m["usage"]["total_bytes"].as_i64(), Some(4096 * MIB), "NVML's reading of the MIG device");
+        assert_eq!(m["usage"]["used_bytes"].as_i64(), Some((512 + 10) * MIB), "{m}");
+    }
+    assert_eq!(m0["parent_uuid"], m1["parent_uuid"]);
+    assert_ne!(uuid(m0), uuid(m1));
+    assert!(uuid(g1).starts_with("GPU-") && g1["parent_uuid"].is_null() && g1["mig_index"].is_null(), "{g1}");
+    assert_eq!((g1["host_index"].as_i64(), g1["total_bytes"].as_i64()), (Some(1), Some(8192 * MIB)));
+
+    let gpu0 = m0["parent_uuid"].as_str().unwrap().to_string();
+    wait_all(vec![
+        start(&sim, &uuid(m0), &["1000", "none", "0.3"]),
+        start(&sim, &format!("MIG-{gpu0}/2/0"), &["1500", "none", "0.3"]),
+        start(&sim, "1", &["300", "none", "0.3"]),
+    ]);
+    let r = report_json(&out);
+    assert_eq!(rows(&r), vec![(0, 1, 1000), (0, 1, 1500), (1, 1, 300)], "three devices");
+    let migs: Vec<Option<i64>> = r["overview"].as_array().unwrap().iter().map(|o| o["mig_index"].as_i64()).collect();
+    assert_eq!(migs, vec![Some(0), Some(1), None]);
+    for d in r["devices"].as_array().unwrap() {
+        assert!(d.get("impossible").is_none(), "nothing impossible: {d}");
+    }
+    let (code, text) = culedger(&["report", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    for name in ["GPU 0 MIG 0", "GPU 0 MIG 1", "GPU 1"] {
+        assert!(text.contains(name), "{name} in\n{text}");
+    }
+    let (_, top) = culedger(&["top", "--once", out.to_str().unwrap()]);
+    assert!(top.contains("GPU 0 MIG 1"), "{top}");
+}

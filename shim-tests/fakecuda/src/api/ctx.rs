@@ -115,13 +115,27 @@ pub unsafe fn retain_primary(pctx: *mut CUcontext, dev: CUdevice) -> state::R {
 /// A physical device's PCI (domain, bus, device): one bus per device, bus = index + 1 (as the
 /// fake NVML's nvmlDeviceGetPciInfo_v3 says), whatever ordinal a process sees it by.
 pub fn device_pci(phys: CUdevice) -> (c_int, c_int, c_int) {
-    (0, phys + 1, 0)
+    (0, gpu_of(phys) + 1, 0)
 }
 
-/// A physical device's UUID: stable for a machine name and device, different between devices and
-/// machines, the same bytes the fake NVML prints ([`crate::config::device_uuid`]).
+/// The physical GPU of a device slot: itself, or a MIG device's GPU.
+fn gpu_of(slot: CUdevice) -> CUdevice {
+    let cfg = Config::get();
+    match cfg.mig.of_slot(slot as usize, cfg.devices) {
+        Some((gpu, _, _)) => gpu as CUdevice,
+        None => slot,
+    }
+}
+
+/// A device slot's UUID (`cuDeviceGetUuid_v2`): stable for a machine name and device, different
+/// between devices and machines, the same bytes the fake NVML prints
+/// ([`crate::config::device_uuid`]); a MIG device's own ([`crate::config::mig_uuid`]).
 pub fn device_uuid(phys: CUdevice) -> [u8; 16] {
-    crate::config::device_uuid(&Config::get().machine, phys as usize)
+    let cfg = Config::get();
+    match cfg.mig.of_slot(phys as usize, cfg.devices) {
+        Some(_) => crate::config::mig_uuid(&cfg.machine, phys as usize),
+        None => crate::config::device_uuid(&cfg.machine, phys as usize),
+    }
 }
 
 /// The physical device of ordinal `dev` as the C types want it.
@@ -132,6 +146,13 @@ fn physical(dev: CUdevice) -> state::R<CUdevice> {
 unsafe fn get_uuid(uuid: *mut [u8; 16], dev: CUdevice) -> state::R {
     let phys = physical(dev)?;
     out(uuid, device_uuid(phys))
+}
+
+/// `cuDeviceGetUuid`, the version before MIG UUIDs: a MIG device's GPU's UUID (cuda.h 12.x:
+/// only `_v2` "returns its MIG UUID" in MIG mode).
+unsafe fn get_uuid_v1(uuid: *mut [u8; 16], dev: CUdevice) -> state::R {
+    let gpu = gpu_of(physical(dev)?);
+    out(uuid, crate::config::device_uuid(&Config::get().machine, gpu as usize))
 }
 
 /// (domain, bus, device, function) of a PCI location in one of cuda.h's three forms.
@@ -453,9 +474,9 @@ entry! {
         error_string(error, p_str, false)
     }
 
-    /// CUDA 9.2 ABI (same as `_v2` on Linux: the UUID only).
+    /// CUDA 9.2 ABI: the GPU's UUID, also for a MIG device (`_v2` gives the MIG device's).
     fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: CUdevice) {
-        get_uuid(uuid, dev)
+        get_uuid_v1(uuid, dev)
     }
 
     fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: CUdevice) {
