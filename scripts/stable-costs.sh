@@ -7,12 +7,18 @@
 #
 # The measured costs of one run can include a peer rank's context creation that fell into
 # the measurement window (how often depends on scheduling); the de-noised ones must not.
+# KEEP=DIR keeps each run's reports (DIR/runN) to look into a run that disagrees.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-6}
 BIN=target/release/culedger
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+if [ -n "${KEEP:-}" ]; then
+    OUT=$KEEP
+    mkdir -p "$OUT"
+else
+    OUT=$(mktemp -d)
+    trap 'rm -rf "$OUT"' EXIT
+fi
 . scripts/demo-config.sh
 for i in $(seq 1 "$N"); do
     export FAKECUDA_MACHINE="culedger-stable-$$-$i"

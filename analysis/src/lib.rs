@@ -3,7 +3,8 @@
 //! ([`runs`]), the run's clock ([`clock`]), the processes of each physical GPU together
 //! ([`groups`]), the hidden driver costs de-noised ([`costs`]), two runs' figures side by
 //! side ([`compare`]), who allocated ([`sites`]: the callers' rows of a device, the callers
-//! that grew between two runs), and how many times each part was computed ([`counts`]).
+//! that grew between two runs), how many times each part was computed ([`counts`]), and the thresholds the findings
+//! decide by ([`thresholds`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
@@ -18,6 +19,7 @@ pub mod groups;
 pub mod load;
 pub mod runs;
 pub mod sites;
+pub mod thresholds;
 
 /// The report as the analysis reads it: the format crate the interposer writes it with.
 pub use culedger_format::report as model;

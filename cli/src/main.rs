@@ -36,6 +36,7 @@ mod summary;
 mod top;
 mod units;
 mod whatif;
+mod words;
 mod wrap;
 
 /// The report as the CLI reads it: the format crate the interposer writes it with.
@@ -114,7 +115,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let run = load(&paths, &select.selection())?;
             let analysis = Analysis::new(&run);
             let e = analysis.explanation();
-            emit(format.into(), color, || explain::document(e), e)?;
+            emit(format.into(), color, || explain::render::document(e), e)?;
             Ok(e.exit_code)
         }
         Command::Diff { a, b, format, all_categories, fold, no_fold, select } => {

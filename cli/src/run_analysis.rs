@@ -49,7 +49,14 @@ impl<'r> Analysis<'r> {
 
     /// The findings, most important first.
     pub fn findings(&self) -> &[Finding] {
-        self.findings.get_or_init(|| crate::explain::findings::all(self.run, self.groups(), self.evaluation()))
+        self.findings.get_or_init(|| {
+            let mut found = crate::explain::findings::all(self.run, self.groups(), self.evaluation());
+            // The words, from the figures.
+            for f in &mut found {
+                crate::explain::prose::word(f, !self.run.skipped.is_empty());
+            }
+            found
+        })
     }
 
     /// "What to change": for a run with a failure finding, from the engine's formula.

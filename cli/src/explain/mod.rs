@@ -11,40 +11,34 @@
 //! - `callers`: call sites in words;
 //! - `engines`: the engines' sizing formulas, as the rule packs give them;
 //! - `advice`: "What to change", from the formula evaluated on the run.
+//!
+//! The layers only call down (`scripts/import-circles.py cli/src`: no circle): `steps`,
+//! `engines`, `callers` and `recon` compute; `findings` and `advice::evaluation` build typed
+//! values on them (no words: a finding's title and text are empty there); `prose::word`
+//! writes those words from the figures when the run's analysis (`run_analysis`) computes the
+//! findings; `render` and the other commands take the finished values. Words shared with
+//! other commands (a process in a sentence, lists) are in `crate::words`.
 
 pub mod advice;
 pub mod callers;
 pub mod engines;
 pub mod findings;
-// The rule language's patterns, shared with the classifier.
-use culedger_format::glob;
-mod prose;
+pub mod prose;
 pub mod recon;
-mod render;
+pub mod render;
 pub mod steps;
 
 use crate::analysis::{DeviceGroup, GroupWords};
 use crate::clock::Clock;
 use crate::load::Run;
-use crate::model::Report;
+use crate::words::who;
 use serde::Serialize;
 
 pub use findings::{Detail, FailDetail, Finding, Kind, Severity};
-pub use render::document;
 
 /// The schema id of `culedger explain --format json` (docs/explain.md).
 pub const EXPLAIN_SCHEMA: &str = "culedger-explain/1";
 
-/// Untracked memory rising by more than this between two queries is a finding.
-pub const UNTRACKED_GROWTH: i64 = 256 << 20;
-/// A rank whose pool differs from the median of the ranks' pools by more than this
-/// fraction (in percent) is flagged.
-pub const POOL_DIFF_PCT: f64 = 1.0;
-/// Ranks whose category peaks differ by more than this (percent of the largest) are
-/// imbalanced...
-pub const IMBALANCE_PCT: f64 = 5.0;
-/// ... and by at least this much (smaller differences are noise).
-pub const NOISE: i64 = 64 << 20;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
@@ -73,33 +67,6 @@ pub struct Explanation {
     /// when none. They make the exit status 1 and are never "nothing alarming".
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub impossible: Vec<String>,
-}
-
-/// The process in words for sentences: `rank 1 (pid 5102)` when it has a rank, else
-/// `pid 5100 (its label)`.
-pub fn who(r: &Report) -> String {
-    let p = &r.process;
-    let get = |k: &str| p.env.get(k).map(String::as_str).filter(|v| !v.is_empty());
-    match (get("RANK"), get("LOCAL_RANK")) {
-        (Some(rank), _) => format!("rank {rank} (pid {})", p.pid),
-        (None, Some(local)) => format!("local rank {local} (pid {})", p.pid),
-        _ => format!("pid {} ({})", p.pid, words_upto(&p.label(), 40)),
-    }
-}
-
-/// The words of `text` that fit in `width` columns, then `...` when some were left out.
-fn words_upto(text: &str, width: usize) -> String {
-    let mut out = String::new();
-    for w in text.split(' ') {
-        if !out.is_empty() && out.len() + 1 + w.len() > width {
-            return format!("{out} ...");
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(w);
-    }
-    out
 }
 
 /// Explains a run from the parts of its analysis (`run_analysis::Analysis` computes them

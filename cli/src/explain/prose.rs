@@ -2,13 +2,32 @@
 //! as an engineer would write them, from the figures [`super::findings`] computed. Every
 //! time here is already on the run's clock.
 
-use super::findings::{join_and, FailDetail, GrowthDetail, ImbalanceDetail, Severity, SizingDetail, StartDetail};
+use super::findings::{Detail, FailDetail, Finding, Minimum, GrowthDetail, ImbalanceDetail, Severity, SizingDetail, StartDetail};
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
-use super::{callers, IMBALANCE_PCT, NOISE, POOL_DIFF_PCT};
+use super::callers;
+use crate::words::join_and;
+use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE, POOL_DIFF_PCT};
 use crate::clock::fmt_secs;
 use crate::units::fmt_bytes;
 use std::collections::BTreeMap;
+
+/// Writes a finding's title and conclusion from its figures. `skipped`: a report of the
+/// run could not be read.
+pub fn word(f: &mut Finding, skipped: bool) {
+    let device = f.device.unwrap_or_default();
+    let (title, text) = match &f.detail {
+        Detail::Start(d) => failed_start(d),
+        Detail::Failure(d) => failed_allocation(d, device, skipped, d.minimum.as_ref()),
+        // A sizing finding is a warning when a rank's pool was flagged, else context.
+        Detail::Sizing(d) => sizing(d, f.severity == Severity::Warning),
+        Detail::Untracked(d) => untracked_growth(d, device, f.severity),
+        Detail::Growth(d) => growth(d, device),
+        Detail::Imbalance(d) => imbalance(d),
+    };
+    f.title = title;
+    f.text = text;
+}
 
 fn gpu(index: i64) -> String {
     format!("GPU {index}")
@@ -43,14 +62,6 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
         format!("{n} processes failed without a failed allocation")
     };
     (title, text)
-}
-
-/// The engine sized every rank from the minimum over the ranks (`used`), where this rank's
-/// own query told more (`told`).
-pub struct Minimum {
-    pub used: i64,
-    pub told: i64,
-    pub engine: String,
 }
 
 /// A failed allocation on GPU `device`: (title, text). `skipped`: a report of the run could
@@ -178,7 +189,7 @@ fn conclusion(
     let failed = format!(
         "{} ({})",
         part.replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
-        super::advice::needed_words(requested, needed, api)
+        crate::words::needed_words(requested, needed, api)
     );
     let pool_done = done.map(|d| format!("{} took {}", before_words(part, d.calls as usize), fmt_bytes(d.bytes)));
     let tail = if short_by > 0 {

@@ -17,7 +17,8 @@
 //!   (or whose report could not be read), allocation rounding, unmeasured driver memory.
 
 use super::steps::{Kind, Step};
-use super::{callers, who};
+use super::callers;
+use crate::words::who;
 use crate::analysis::{DeviceGroup, Member};
 use crate::costs::{self, Call};
 use crate::model::{Probe, CATEGORIES};

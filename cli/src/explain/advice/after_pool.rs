@@ -9,8 +9,7 @@
 //! the pool, so a fixed margin cannot stand for it.
 
 use super::super::engines::{self, Sizing};
-use super::super::glob::{Glob, Plain};
-use super::RankSizing;
+use culedger_format::glob::{Glob, Plain};
 use crate::analysis::Member;
 use crate::load::Run;
 
@@ -51,15 +50,16 @@ pub struct Growth {
     pub per_pool_byte: f64,
 }
 
-/// The growth on rank `r` (member `m`) whose formula gave a pool of `pool_bytes`, when the pack
-/// sizes one for the version its sizing query shows and the run shows the token count.
-pub fn growth(s: &Sizing, m: Member, r: &RankSizing, pool_bytes: i64) -> Option<Growth> {
+/// The growth on a rank (member `m`, whose sizing query was made from `query_function`) whose
+/// formula gave a pool of `pool_bytes`, when the pack sizes one for the version its sizing
+/// query shows and the run shows the token count.
+pub fn growth(s: &Sizing, m: Member, query_function: Option<&String>, pool_bytes: i64) -> Option<Growth> {
     let pt = s.after_pool.per_token.as_ref()?;
     if pool_bytes <= 0 {
         return None;
     }
     let version = |f: &String| pt.sizing_query.iter().any(|q| Glob::new(q, Plain::Whole).is_ok_and(|g| g.matches(f)));
-    if !pt.sizing_query.is_empty() && !r.query_function.as_ref().is_some_and(version) {
+    if !pt.sizing_query.is_empty() && !query_function.is_some_and(version) {
         return None;
     }
     let runs_through =

@@ -16,19 +16,19 @@
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
 //! `evaluation` evaluates the formula on the run; this module turns it into the advice.
-mod evaluation;
+pub mod evaluation;
 pub(crate) mod after_pool;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
 use super::engines::{self, Sizing};
-use super::findings::{join_and, Detail, Finding};
+use super::findings::{Detail, Finding};
+use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};
 use super::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
-use crate::units::fmt_bytes;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,7 +126,7 @@ fn arrivals(recon: &super::recon::Recon) -> Vec<(String, i64)> {
             None => out.push((what, it.bytes)),
         }
     }
-    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > crate::explain::NOISE) {
+    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > culedger_analysis::thresholds::NOISE) {
         out.push(("memory no report explains".into(), u));
     }
     out.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
@@ -313,7 +313,7 @@ pub fn advise_measured(
         // What arrived between the pool and the failure was part of what the margin stands for;
         // what grows with the pool's tokens is on top of the fixed margin and shrinks with it.
         // A measured margin holds what grew with the pool's tokens already.
-        let growth = after_pool::growth(s, m, r, r.pool_bytes).filter(|_| from_rules);
+        let growth = after_pool::growth(s, m, r.query_function.as_ref(), r.pool_bytes).filter(|_| from_rules);
         let (margin, deficit) = after_pool::margin_and_deficit(margin, growth, still, need, after_pool, free);
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
@@ -466,6 +466,53 @@ pub fn advise_measured(
             lever_was: Some(n0),
         });
     }
+    // No value starts and the weights are what leaves too little: split them over more GPUs
+    // (the smallest doubling of the tensor-parallel size whose weights per rank leave the pool
+    // positive at the highest value the failures allow), or a smaller model (weights per rank
+    // that leave the pool the run sized at its own value). Raising the free memory after the
+    // weights by F moves the pool's bound down by F / scale; the failures' bound stays.
+    let mut weights_levers: Vec<(String, i64, f64, i64, i64)> = Vec::new();
+    if lo > hi && s.weights_split.is_some() && ev.scale_bytes > 0 {
+        let st = steps::steps(m);
+        let w = match st[r.query_index].kind {
+            steps::Kind::Query(p) => p.categories.get("weights").copied().unwrap_or(0),
+            _ => 0,
+        };
+        let v = hi.max(s.parameter.min);
+        let lo_at = interval.at_least.unwrap_or(s.parameter.min);
+        // The weights to free for a positive pool at v, and for the run's own pool there.
+        let positive = ((lo_at - v) * ev.scale_bytes as f64).max(0.0) as i64 + (64 << 20);
+        let same_pool = positive + pool_before.max(0);
+        let tp0 = s
+            .weights_split
+            .as_ref()
+            .and_then(|x| x.flags.iter().find_map(|f| after_pool::flag_number(run, f)))
+            .map_or(ev.ranks.len() as i64, |t| t as i64);
+        if w > 0 && tp0 >= 1 {
+            let mut t = tp0 * 2;
+            while t <= 64 && w - w * tp0 / t < positive {
+                t *= 2;
+            }
+            if t <= 64 {
+                let freed = w - w * tp0 / t;
+                weights_levers.push(("--tp".into(), t, v, ev.pool_at(r, v) + freed, tp0));
+            }
+            if w > same_pool {
+                weights_levers.push(("weights".into(), w - same_pool, v, ev.pool_at(r, v) + same_pool, w));
+            }
+        }
+    }
+    for (flag, n, v, pool, was) in &weights_levers {
+        choices.push(Choice {
+            flag: flag.clone(),
+            parameter_only: false,
+            value: *v,
+            pool_bytes: *pool,
+            removes_bytes: 0,
+            lever_value: Some(*n),
+            lever_was: Some(*was),
+        });
+    }
     choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
 
     let flag = &s.parameter.flag;
@@ -511,6 +558,10 @@ pub fn advise_measured(
             )
         }
     };
+    let weights_of = |_t0: i64| match steps::steps(m)[r.query_index].kind {
+        steps::Kind::Query(p) => p.categories.get("weights").copied().unwrap_or(0),
+        _ => 0,
+    };
     let scale_line = |c: &Choice, n: i64, n0: i64| {
         let a = s.alternatives.iter().find(|a| a.flag == c.flag).and_then(|a| a.scales.as_ref());
         let took = alts.iter().find(|x| x.flag == c.flag).map_or(0, |x| x.bytes);
@@ -553,6 +604,25 @@ pub fn advise_measured(
             param_said = true;
         } else {
             let l = match (c.lever_value, c.lever_was) {
+                (Some(t), Some(t0)) if c.flag == "--tp" => format!(
+                    "Or raise the tensor-parallel size from {t0} to {t} (--tp {t}, on {t} GPUs) with {flag} at most \
+                     {:.2}: each rank holds about {t0}/{t} of the weights, {} GiB instead of {} GiB, and the pool gets \
+                     about {} GiB per rank; the cost: {} more GPUs",
+                    c.value,
+                    gib(weights_of(t0) * t0 / t),
+                    gib(weights_of(t0)),
+                    gib(c.pool_bytes),
+                    t - t0
+                ),
+                (Some(w1), Some(w0)) if c.flag == "weights" => format!(
+                    "Or a smaller model: weights of at most {} GiB per rank (they took {} GiB) with {flag} at most \
+                     {:.2}, and the pool gets about {} GiB per rank, what the run sized at {p0:.2}; the cost: a smaller \
+                     or more quantized model",
+                    gib(w1),
+                    gib(w0),
+                    c.value,
+                    gib(c.pool_bytes)
+                ),
                 (Some(n), Some(n0)) => scale_line(c, n, n0),
                 _ => alt_line(c),
             };
@@ -613,7 +683,7 @@ pub fn advise_measured(
     } else if direction == "lower" {
         lines.push(format!("After the pool: {margin_what}"));
     }
-    if let (Some(g), Some(pt), true) = (after_pool::growth(s, m, r, pool_before), s.after_pool.per_token.as_ref(), from_rules) {
+    if let (Some(g), Some(pt), true) = (after_pool::growth(s, m, r.query_function.as_ref(), pool_before), s.after_pool.per_token.as_ref(), from_rules) {
         if direction == "lower" && deciding.refusal.is_none() {
             lines.push(format!(
                 "What follows the pool grows with its tokens ({}: {} B a token): {} GiB for the pool's {} tokens \
@@ -658,11 +728,3 @@ pub fn advise_measured(
     })
 }
 
-/// A failed allocation's size in words when the request itself names none.
-pub fn needed_words(bytes: i64, need: i64, api: &str) -> String {
-    if bytes == 0 && need > 0 {
-        format!("{} of driver memory, what each successful {api} cost", fmt_bytes(need))
-    } else {
-        fmt_bytes(bytes)
-    }
-}

@@ -2,11 +2,11 @@
 //! attempts of one burst are one finding), and starts that failed without one; and for
 //! `culedger diff`, the reconciliation a device's pool went through.
 
-use super::super::prose;
 use super::super::recon::{reconcile, Recon};
 use super::super::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
-use super::super::{callers, who};
-use super::{Detail, FailDetail, Finding, Kind, Severity, StartDetail, StartRow};
+use super::super::callers;
+use crate::words::who;
+use super::types::{Detail, FailDetail, Finding, Kind, Minimum, Severity, StartDetail, StartRow};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
@@ -62,7 +62,6 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
         return Vec::new();
     }
     let detail = StartDetail { processes: rows };
-    let (title, text) = prose::failed_start(&detail);
     let callers = detail.processes.iter().filter_map(|r| r.last_query_function.clone()).fold(Vec::new(), |mut v, c| {
         if !v.contains(&c) {
             v.push(c);
@@ -72,8 +71,9 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
     vec![Finding {
         kind: Kind::FailedStart,
         severity: Severity::Failure,
-        title,
-        text,
+        // Written from the figures by the words (`prose::word`).
+        title: String::new(),
+        text: String::new(),
         host: None,
         device: None,
         pids: detail.processes.iter().map(|r| r.pid).collect(),
@@ -104,8 +104,7 @@ fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Opti
 /// The failure findings, in device order; failed attempts of one burst are one finding.
 pub(super) fn failed_allocations(
     gs: &[DeviceGroup],
-    skipped: bool,
-    ev: Option<&super::super::advice::Evaluation>,
+    ev: Option<&super::super::advice::evaluation::Evaluation>,
 ) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
     for g in gs {
@@ -127,13 +126,13 @@ pub(super) fn failed_allocations(
                 let minimum = ev.and_then(|e| {
                     let r = e.ranks.iter().find(|r| r.pid == m.pid() && r.device == g.index)?;
                     let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
-                    (used != r.told_bytes).then(|| prose::Minimum {
+                    (used != r.told_bytes).then(|| Minimum {
                         used,
                         told: r.told_bytes,
                         engine: e.engine.clone(),
                     })
                 });
-                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, skipped, minimum)));
+                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, minimum)));
             }
         }
     }
@@ -150,8 +149,7 @@ fn failure_finding(
     i: usize,
     burst: &[usize],
     f: &crate::model::Failure,
-    skipped: bool,
-    minimum: Option<prose::Minimum>,
+    minimum: Option<Minimum>,
 ) -> Finding {
     let clock = g.clock;
     let q = query_before(st, burst[0]);
@@ -171,7 +169,7 @@ fn failure_finding(
         Some(r) => (Some(r.free_bytes), r.closed_by.is_some()),
         None => (None, false),
     };
-    let needed = super::super::advice::needed(m, f);
+    let needed = super::super::advice::evaluation::needed(m, f);
     let short_by = free.map(|fr| needed - fr);
     let mut all_callers: Vec<String> = Vec::new();
     let mut add = |c: &Option<String>| {
@@ -230,13 +228,14 @@ fn failure_finding(
         short_by_bytes: short_by,
         held_bytes: f.live_bytes,
         signature,
+        minimum,
     };
-    let (title, text) = prose::failed_allocation(&detail, g.index, skipped, minimum.as_ref());
     Finding {
         kind: Kind::FailedAllocation,
         severity: Severity::Failure,
-        title,
-        text,
+        // Written from the figures by the words (`prose::word`).
+        title: String::new(),
+        text: String::new(),
         host: Some(g.host.clone()),
         device: Some(g.index),
         pids,

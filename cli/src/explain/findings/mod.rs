@@ -1,7 +1,7 @@
 //! The findings of `culedger explain` (docs/explain.md), computed as typed values: what
 //! each finding is about, its figures (its [`Detail`]) and the processes and call sites
 //! involved. The words of each (its title and conclusion) are written from those figures
-//! by [`super::prose`].
+//! by [`super::prose::word`], above this module: nothing here calls it.
 //!
 //! 1. failed allocations, reconciled from the query the process sized from, and starts that
 //!    failed without one (`failure`);
@@ -15,284 +15,24 @@ mod failure;
 mod growth;
 mod imbalance;
 mod sizing;
+mod types;
 #[cfg(test)]
 mod tests;
 mod untracked;
 
 pub use failure::{failure_reconciliation, PoolWindow};
 
-use super::recon::{Item, QueryRef, Recon};
 use crate::analysis::DeviceGroup;
 use crate::load::Run;
-use serde::Serialize;
-use std::collections::BTreeMap;
 
-/// What a finding is about (its `kind` in the JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    FailedAllocation,
-    FailedStart,
-    Sizing,
-    UntrackedGrowth,
-    Growth,
-    Imbalance,
-}
-
-/// How much a finding matters, most first (its `severity` in the JSON). `Info` is context,
-/// or a rise the free memory left absorbs: it does not change the exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Failure,
-    Warning,
-    Info,
-}
-
-impl Severity {
-    /// As the JSON writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Failure => "failure",
-            Severity::Warning => "warning",
-            Severity::Info => "info",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub kind: Kind,
-    pub severity: Severity,
-    /// One line.
-    pub title: String,
-    /// The conclusion, as an engineer would write it.
-    pub text: String,
-    pub host: Option<String>,
-    /// The device index, for findings about one device.
-    pub device: Option<i64>,
-    /// The processes involved.
-    pub pids: Vec<i64>,
-    /// The call sites involved (short forms); empty when the reports record none.
-    pub callers: Vec<String>,
-    /// Kind-specific figures (docs/explain.md).
-    pub detail: Detail,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(untagged)]
-pub enum Detail {
-    Failure(Box<FailDetail>),
-    Sizing(SizingDetail),
-    Untracked(Box<UntrackedDetail>),
-    Growth(GrowthDetail),
-    Imbalance(ImbalanceDetail),
-    Start(StartDetail),
-}
-
-/// A start that failed without a failed allocation.
-#[derive(Debug, Clone, Serialize)]
-pub struct StartDetail {
-    pub processes: Vec<StartRow>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct StartRow {
-    pub pid: i64,
-    pub process: String,
-    /// `exited with status 1`, `was killed by SIGKILL`.
-    pub status: String,
-    /// Its last free-memory query (on the run's clock) and the function that made it.
-    pub last_query_at_us: Option<i64>,
-    pub last_query_function: Option<String>,
-    /// The device of that query.
-    #[serde(skip)]
-    pub last_query_device: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FailDetail {
-    pub pid: i64,
-    pub process: String,
-    pub label: String,
-    /// On the run's clock.
-    pub at_us: i64,
-    pub api: String,
-    /// Requested.
-    pub bytes: i64,
-    pub error_name: String,
-    pub caller: Option<String>,
-    /// The explaining frame and its callers (`a <- b <- c`).
-    pub caller_chain: Option<String>,
-    /// Which part of what it was allocating: `the second half of its pool`, `its pool`, ...
-    pub part: String,
-    /// The category of the burst's successful allocations (a failure records none).
-    pub category: Option<String>,
-    /// Attempts of the burst up to this failure, and their sum (what the process asked for).
-    pub burst_attempts: usize,
-    pub burst_bytes: i64,
-    /// Failed attempts of the same burst after this one.
-    pub later_failures: usize,
-    /// From the query the process sized from to the failure; null without a query before it.
-    pub reconciliation: Option<Recon>,
-    /// Free memory when it failed: measured by the query that followed, else estimated.
-    pub free_bytes: Option<i64>,
-    pub free_measured: bool,
-    /// What the request needed: its size, or for a call that asks the driver for memory
-    /// without a size (an IPC open, peer access) what the same call cost the process when it
-    /// succeeded (0 when unknown).
-    pub needed_bytes: i64,
-    /// Needed minus free (positive: the shortfall; nothing left is a shortage too).
-    pub short_by_bytes: Option<i64>,
-    /// What the process held on the GPU when it failed.
-    #[serde(skip)]
-    pub held_bytes: i64,
-    /// Findings with the same mechanism share it (the text folds them).
-    #[serde(skip)]
-    pub signature: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SizingRow {
-    pub pid: i64,
-    /// With `pid`, which process (processes in containers share pids).
-    #[serde(skip)]
-    pub start_us: i64,
-    pub process: String,
-    pub host: String,
-    pub device: i64,
-    /// The process's first query on the device, when it is not the sizing query.
-    pub first_told_bytes: Option<i64>,
-    pub first_at_us: Option<i64>,
-    /// The sizing query.
-    pub told_bytes: i64,
-    pub at_us: i64,
-    /// What its burst asked for (failed attempts included).
-    pub pool_bytes: i64,
-    /// `pool / told`.
-    pub fraction: f64,
-    pub failed: bool,
-    /// Difference from the reference pool (`SizingDetail::reference_pool_bytes`), in percent.
-    pub differs_pct: f64,
-    pub flagged: bool,
-    /// Why a flagged pool differs.
-    pub why: Option<String>,
-    pub caller: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SizingDetail {
-    pub ranks: Vec<SizingRow>,
-    /// The pool most ranks asked for: the median of the largest group of ranks whose pools
-    /// lie within 1% of each other (ties: the group of larger pools), and what they were told.
-    pub reference_pool_bytes: i64,
-    pub reference_told_bytes: i64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct UntrackedDetail {
-    pub from: QueryRef,
-    pub to: QueryRef,
-    pub untracked_from_bytes: i64,
-    pub untracked_to_bytes: i64,
-    pub rise_bytes: i64,
-    /// The hidden costs measured and the contexts created in between.
-    pub items: Vec<Item>,
-    /// The rise minus the items.
-    pub unexplained_bytes: i64,
-    /// Processes that sized a pool from a query taken before the rise.
-    pub sized_before: Vec<i64>,
-    /// Free memory at the later query.
-    pub free_after_bytes: i64,
-    /// The processes of the device in words, by pid.
-    #[serde(skip)]
-    pub names: BTreeMap<i64, String>,
-    /// Findings with the same mechanism share it (the text folds them).
-    #[serde(skip)]
-    pub signature: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CatGrowth {
-    pub name: String,
-    pub peak_bytes: i64,
-    /// When the peak was first reached, on the run's clock.
-    pub peak_at_us: i64,
-    /// Live bytes when the last third of the run began, and at its end.
-    pub third_bytes: i64,
-    pub end_bytes: i64,
-    pub growth_bytes: i64,
-    pub bytes_per_s: i64,
-    /// Rose in each of the three parts of the last third.
-    pub kept_growing: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GrowthDetail {
-    /// The last third of the run on this device, on the run's clock.
-    pub from_us: i64,
-    pub to_us: i64,
-    pub categories: Vec<CatGrowth>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct RankPeaks {
-    pub pid: i64,
-    pub process: String,
-    /// Peak bytes per category (summed over the rank's devices), in category order.
-    pub peaks: Vec<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Spread {
-    pub category: String,
-    pub min_bytes: i64,
-    pub min_pid: i64,
-    pub max_bytes: i64,
-    pub max_pid: i64,
-    /// `(max - min) / max`, in percent.
-    pub spread_pct: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ImbalanceDetail {
-    pub ranks: Vec<RankPeaks>,
-    pub categories: Vec<Spread>,
-    /// Ranks left out because an allocation of theirs failed (their figures stop there).
-    pub failed_left_out: Vec<i64>,
-}
-
-/// `A`, `A and B`, `A, B and C`.
-pub fn join_and(parts: &[String]) -> String {
-    match parts.split_last() {
-        None => String::new(),
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
-    }
-}
-
-fn pct(part: i64, whole: i64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 * 100.0 / whole as f64
-    }
-}
-
-fn median(mut v: Vec<i64>) -> i64 {
-    v.sort_unstable();
-    match v.len() {
-        0 => 0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
-}
+pub use crate::words::join_and;
+pub use types::*;
 
 /// Every finding of a run, most important first.
 /// `ev`: the engine's sizing formula evaluated on the run, when one applies.
-pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::Evaluation>) -> Vec<Finding> {
+pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::evaluation::Evaluation>) -> Vec<Finding> {
     culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);
-    let mut failures = failure::failed_allocations(gs, !run.skipped.is_empty(), ev);
+    let mut failures = failure::failed_allocations(gs, ev);
     failures.extend(failure::failed_start(run, gs));
     let mut out = failures.clone();
     out.extend(sizing::sizing(gs, !failures.is_empty(), ev));

@@ -1,12 +1,14 @@
 //! The sizing formula: what each rank was told by the query it sized its pool from, and
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
-use super::super::prose;
 use super::super::steps;
-use super::super::{callers, who, POOL_DIFF_PCT};
-use super::{join_and, median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
+use super::super::callers;
+use crate::words::who;
+use culedger_analysis::thresholds::POOL_DIFF_PCT;
+use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
 use crate::analysis::{DeviceGroup, Member};
 use crate::units::fmt_bytes;
+use crate::words::join_and;
 
 /// Why a rank was told less (or more) than the others: who else held memory on its GPU at
 /// its query.
@@ -48,7 +50,7 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
 pub(super) fn sizing(
     gs: &[DeviceGroup],
     any_failure: bool,
-    ev: Option<&super::super::advice::Evaluation>,
+    ev: Option<&super::super::advice::evaluation::Evaluation>,
 ) -> Option<Finding> {
     let mut rows: Vec<(SizingRow, i64)> = Vec::new();
     for g in gs {
@@ -130,7 +132,6 @@ pub(super) fn sizing(
         return None;
     }
     let detail = SizingDetail { ranks: rows, reference_pool_bytes: reference, reference_told_bytes: ref_told };
-    let (title, text) = prose::sizing(&detail, flagged_any);
     let callers: Vec<String> = detail.ranks.iter().filter_map(|r| r.caller.clone()).fold(Vec::new(), |mut v, c| {
         if !v.contains(&c) {
             v.push(c);
@@ -140,8 +141,9 @@ pub(super) fn sizing(
     Some(Finding {
         kind: Kind::Sizing,
         severity: if flagged_any { Severity::Warning } else { Severity::Info },
-        title,
-        text,
+        // Written from the figures by the words (`prose::word`).
+        title: String::new(),
+        text: String::new(),
         host: None,
         device: None,
         pids: detail.ranks.iter().map(|r| r.pid).collect(),

@@ -3,6 +3,15 @@
 use super::*;
 use serde_json::{json, Value};
 
+/// The findings with their words, as `culedger explain` has them.
+fn worded(run: &Run, gs: &[DeviceGroup], ev: Option<&crate::explain::advice::evaluation::Evaluation>) -> Vec<Finding> {
+    let mut found = all(run, gs, ev);
+    for f in &mut found {
+        super::super::prose::word(f, !run.skipped.is_empty());
+    }
+    found
+}
+
 const MIB: i64 = 1 << 20;
 
 fn py(file: &str, function: &str) -> Value {
@@ -75,7 +84,7 @@ fn run() -> Run {
 fn a_failure_is_reconciled_with_its_call_sites() {
     let run = run();
     let gs = crate::analysis::groups(&run);
-    let found = all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
+    let found = worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
     let f = found.iter().find(|f| f.kind == Kind::FailedAllocation).expect("the failure");
     let Detail::Failure(d) = &f.detail else { unreachable!() };
     let r = d.reconciliation.as_ref().expect("a sizing query before it");
@@ -116,7 +125,7 @@ fn a_failure_without_a_query_before_it_says_so() {
     let r = crate::explain::steps::tests::process(&[("a", 100), ("x", 5000)]);
     let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
     let gs = crate::analysis::groups(&run);
-    let found = all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
+    let found = worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
     assert_eq!(found.len(), 1, "{found:?}");
     let Detail::Failure(d) = &found[0].detail else { unreachable!() };
     assert!(d.reconciliation.is_none() && d.short_by_bytes.is_none());
@@ -136,10 +145,10 @@ fn without_call_sites_the_text_says_so() {
     }
     let gs = crate::analysis::groups(&run);
     let ev = crate::explain::advice::evaluate_run(&run, &gs);
-    let found = all(&run, &gs, ev.as_ref());
+    let found = worded(&run, &gs, ev.as_ref());
     let e = super::super::explain(&run, &gs, found, None);
     assert!(!e.sites_recorded);
-    let text = super::super::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
+    let text = super::super::render::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
     assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
 }
 
@@ -179,7 +188,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
         run.procs[1].process.signal = Some(signal);
         run.summary = summary;
         let gs = crate::analysis::groups(&run);
-        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+        worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
             .iter()
             .filter(|f| f.kind == Kind::FailedStart)
             .map(|f| f.title.clone())
@@ -195,7 +204,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.summary = Some(stopped);
     let gs = crate::analysis::groups(&run);
     assert!(
-        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+        worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
             .iter()
             .all(|f| f.kind != Kind::FailedStart),
         "rank 0's exit 1 is part of the stop"
@@ -205,7 +214,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.procs[1].process.end_unix_ms = 60_010;
     let gs = crate::analysis::groups(&run);
     assert!(
-        all(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+        worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
             .iter()
             .any(|f| f.kind == Kind::FailedStart),
         "an earlier failure stays one"

@@ -2,11 +2,11 @@
 //! two free-memory queries, with the hidden costs measured and the contexts created in
 //! between.
 
-use super::super::prose;
 use super::super::recon::{hidden_in_window, Item, QueryRef};
 use super::super::steps;
-use super::super::{who, UNTRACKED_GROWTH};
-use super::{Detail, Finding, Kind, Severity, UntrackedDetail};
+use crate::words::who;
+use culedger_analysis::thresholds::UNTRACKED_GROWTH;
+use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
 use crate::analysis::{DeviceGroup, Member};
 
 /// A failure's reconciliation, on the run's clock: a rise inside it is the failure's.
@@ -105,12 +105,12 @@ pub(super) fn untracked_growth(g: &DeviceGroup, failure_windows: &[FailureWindow
         names: g.members.iter().rev().map(|m| (m.pid(), who(m.report))).collect(),
         signature,
     };
-    let (title, text) = prose::untracked_growth(&detail, g.index, severity);
     Some(Finding {
         kind: Kind::UntrackedGrowth,
         severity,
-        title,
-        text,
+        // Written from the figures by the words (`prose::word`).
+        title: String::new(),
+        text: String::new(),
         host: Some(g.host.clone()),
         device: Some(g.index),
         pids,
