@@ -142,7 +142,7 @@ pythons:
 
 # The packaging tests read the wheels and tarballs of `make dist`; then the interposer's
 # integration tests run again on aarch64 under qemu (scripts/aarch64.sh).
-test: all pythons test-deps frameworks sglang dist
+test: all pythons test-deps frameworks sglang vllm dist
 	$(CARGO) test --release --workspace --no-fail-fast
 	PYTHON=$(PYTHON) scripts/aarch64.sh test
 

@@ -6,14 +6,16 @@
 # `pip install --no-deps --no-index` from the downloaded wheels. vLLM's torch is not the
 # frameworks' torch 2.15 (vllm 0.33.0 pins torch==2.14.0), hence the venv of its own.
 # (0.34.0 pins flashinfer-python==0.7.3, which PyPI does not have: pip falls back to 0.33.0.)
-# The wheels are cached in target/vllm/wheels (wheels already in $VLLM_WHEELS, default
-# /work/shared-src/whl, and in target/frameworks/wheels are reused, not downloaded again); the
+# The wheels are cached in target/vllm/wheels (wheels already in target/frameworks/wheels, and
+# in $VLLM_WHEELS when it names a folder of wheels, are reused, not downloaded again); the
 # script returns at once when the pinned set is installed. When PyPI cannot be reached it writes
 # the reason to target/vllm/unavailable and exits 0: the tests then skip with that one line.
 # Sizes and times: README.md ("The real engines").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-base="$root/target/vllm"
+# The physical path: a worktree whose target/vllm links to another checkout's shares its venv
+# (whose scripts name the path it was made at) and must not rebuild it.
+mkdir -p "$root/target/vllm" && base=$(cd "$root/target/vllm" && pwd -P)
 py=${PYTHON:-python3}
 pins=(
     vllm==0.33.0 apache-tvm-ffi==0.1.11 compressed-tensors==0.17.0 depyf==0.20.0
@@ -68,14 +70,14 @@ pins=(
     Pygments==2.21.0 rignore==0.8.1 sentry-sdk==2.75.0
     opentelemetry-exporter-http-transport==0.66b2 mdurl==0.1.2 pycparser==3.12
 )
-stamp="$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') $root ${pins[*]}"
+stamp="$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') $base ${pins[*]}"
 if [ -x "$base/venv/bin/python" ] && [ "$(cat "$base/venv/.pins" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
 mkdir -p "$base/wheels"
 rm -f "$base/unavailable"
 links=()
-for d in "${VLLM_WHEELS:-/work/shared-src/whl}" "$root/target/frameworks/wheels"; do
+for d in ${VLLM_WHEELS:+"$VLLM_WHEELS"} "$root/target/frameworks/wheels"; do
     [ -d "$d" ] && links+=(--find-links "$d")
 done
 echo "fetch-vllm: downloading vllm 0.33.0, torch 2.14.0 and the 196 other wheels pip resolves for it (about 5 GB) into $base" >&2

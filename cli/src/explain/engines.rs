@@ -43,13 +43,20 @@ pub struct Input {
     /// `first` or `last` of the process's matching queries on the device.
     pub pick: String,
     /// `free` or `total` of that query, or `peak_rise`: the largest rise of the process's
-    /// tracked memory on the device from the query named by `since` to this one.
+    /// tracked memory on the device from the query named by `since` to this one, or
+    /// `peak_headroom`: that rise above what is tracked at this query, or `drop`:
+    /// the free memory of the first matching query less that of the last (what the engine
+    /// measured across a span it brackets with queries, vLLM's CUDA-graph estimate).
     pub value: String,
     /// `min`: the engine takes the minimum over the ranks.
     #[serde(default)]
     pub over_ranks: Option<String>,
     #[serde(default)]
     pub since: Option<String>,
+    /// The engine skips it in some configurations (vLLM's CUDA-graph estimate with
+    /// `--enforce-eager`): no matching query means 0, and the rank's inputs are still complete.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -158,6 +165,16 @@ pub struct Sizing {
     pub refusals: Vec<Refusal>,
     pub after_pool: Margin,
     pub alternatives: Vec<Alternative>,
+    /// When the weights alone leave too little: the flags that split them over more GPUs.
+    #[serde(default)]
+    pub weights_split: Option<WeightsSplit>,
+}
+
+/// The tensor-parallel size that divides the weights among the ranks (`--tp-size`, `--tp`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct WeightsSplit {
+    pub flags: Vec<String>,
+    pub source: String,
 }
 
 #[derive(Deserialize)]

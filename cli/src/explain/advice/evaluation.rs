@@ -117,6 +117,22 @@ fn peak_rise(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
         .max(0)
 }
 
+/// The largest rise of `m`'s tracked memory from step `from` to step `to` above what is
+/// tracked at `to`: what was taken and given back in between (vLLM 0.33's
+/// transient_peak_headroom, torch's peak less what stays allocated after the profile run).
+fn peak_headroom(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
+    let Some(end) = probe_of(&st[to]).map(|p| p.live_bytes) else { return 0 };
+    let (t0, t1) = (st[from].stamp, st[to].stamp);
+    m.dev
+        .timeline
+        .iter()
+        .filter(|s| t0.precedes(crate::model::Stamped::stamp(*s)) && crate::model::Stamped::stamp(*s).precedes(t1))
+        .map(|s| s.live_bytes - end)
+        .max()
+        .unwrap_or(0)
+        .max(0)
+}
+
 fn eval_terms(terms: &[Term], inputs: &BTreeMap<String, i64>, p: f64) -> f64 {
     terms
         .iter()
@@ -153,7 +169,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 idx.insert(name.clone(), i);
             }
             // A start refused early reached only the queries of its refusal check.
-            let complete = idx.len() == s.inputs.len();
+            let complete = s.inputs.iter().all(|(name, input)| input.optional || idx.contains_key(name));
             let refusal_ok = s.refusals.iter().any(|f| {
                 serde_json::from_value::<Vec<Term>>(f.when.clone())
                     .is_ok_and(|ts| !ts.is_empty() && ts.iter().all(|t| idx.contains_key(&t.input)))
@@ -169,6 +185,19 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                     "peak_rise" => {
                         let from = input.since.as_ref().and_then(|n| idx.get(n)).copied().unwrap_or(i);
                         peak_rise(*m, &st, from, i)
+                    }
+                    "peak_headroom" => {
+                        let from = input.since.as_ref().and_then(|n| idx.get(n)).copied().unwrap_or(i);
+                        peak_headroom(*m, &st, from, i)
+                    }
+                    "drop" => {
+                        // From the first of the matching queries to the last.
+                        let found = matching_queries(*m, &st, &input.callers);
+                        let free = |j: usize| probe_of(&st[j]).and_then(|q| q.free_bytes).unwrap_or(0);
+                        match (found.first(), found.last()) {
+                            (Some(&a), Some(&b)) => (free(a) - free(b)).max(0),
+                            _ => 0,
+                        }
                     }
                     _ => p.free_bytes.unwrap_or(0),
                 };
