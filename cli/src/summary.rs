@@ -458,6 +458,7 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
         notes: sequential_runs(run)
             .into_iter()
             .chain(crate::analysis::ordinal_fallback_note(run))
+            .chain(crate::analysis::pci_numbering_note(gs))
             .chain(devices.iter().flat_map(|d| d.impossible.iter().map(|l| format!("Impossible figures: {l}."))))
             .collect(),
         overview,

@@ -538,3 +538,50 @@ fn the_page_opens_on_the_answer() {
         assert_eq!(top, used, "GPU {}: the chart's stack at the failure", ch["index"]);
     }
 }
+
+/// What to change under the verdict on the page for the other failure shapes ([19] item 6):
+/// sgl-project/sglang#4330's (no --mem-fraction-static starts: the one line with both bounds,
+/// then the levers, each with its value) and vLLM's refused start (Worker.init_device's check),
+/// both recorded from the simulated start-ups of the scenarios' explain_advice tests. Every line
+/// of explain's What to change is on the page, in order, after the verdict and before any
+/// table, and the box is in the first screen of a desktop and of a phone.
+#[test]
+fn the_page_shows_what_to_change_for_every_failure_shape() {
+    if chromium().is_none() {
+        eprintln!("SKIP: no chromium (make test-deps fetches Debian's into target/test-deps/chromium)");
+        return;
+    }
+    let out = tempdir();
+    for (fixture, first_words) in
+        [("sglang-graphs", "No --mem-fraction-static starts: above "), ("vllm-refused", "Lower --gpu-memory-utilization from 0.95")]
+    {
+        let dir = fixtures().join(fixture);
+        let page = out.path().join(format!("{fixture}.html"));
+        let o = culedger(&["html", dir.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let explained: Value =
+            serde_json::from_slice(&culedger(&["explain", dir.to_str().unwrap(), "--format", "json"]).stdout).unwrap();
+        let lines: Vec<&str> =
+            explained["what_to_change"]["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+        assert!(lines[0].starts_with(first_words), "{fixture}: {lines:?}");
+        let (dom, console) = render(&page).unwrap();
+        assert!(console.is_empty(), "{fixture}: console: {console:?}");
+        let verdict = dom.find("id=\"verdict\"").unwrap_or_else(|| panic!("{fixture}: a verdict"));
+        let change = dom.find("id=\"what-to-change\"").unwrap_or_else(|| panic!("{fixture}: What to change"));
+        assert!(verdict < change, "{fixture}: What to change under the verdict");
+        if let Some(table) = dom.find("<table") {
+            assert!(change < table, "{fixture}: What to change before any table");
+        }
+        let mut at = change;
+        for l in &lines {
+            let text = l.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let i = dom[at..].find(&text).unwrap_or_else(|| panic!("{fixture}: on the page, in order: {l}"));
+            at += i;
+        }
+        for (w, h) in [(1400, 900), (390, 844)] {
+            let m = measure(&page, w, h);
+            assert_eq!(m["what_to_change"], "first screen", "{fixture} at {w}x{h}: {m}");
+            assert!(m["verdict_class"].as_str().unwrap().contains("failed"), "{fixture} at {w}x{h}: {m}");
+        }
+    }
+}

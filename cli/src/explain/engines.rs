@@ -165,6 +165,16 @@ pub struct Sizing {
     pub refusals: Vec<Refusal>,
     pub after_pool: Margin,
     pub alternatives: Vec<Alternative>,
+    /// When the weights alone leave too little: the flags that split them over more GPUs.
+    #[serde(default)]
+    pub weights_split: Option<WeightsSplit>,
+}
+
+/// The tensor-parallel size that divides the weights among the ranks (`--tp-size`, `--tp`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct WeightsSplit {
+    pub flags: Vec<String>,
+    pub source: String,
 }
 
 #[derive(Deserialize)]

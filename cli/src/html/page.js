@@ -271,7 +271,11 @@
     var sec = el("section", { "class": "run", id: "run-" + k });
     sec.appendChild(el("h1", { text: "culedger: " + run.label }));
     sec.appendChild(el("div", { "class": "meta", text: data.tool + " · run " + (s.run_ids.join(", ") || "-") + " · " + s.processes.length + " processes · " + s.devices.length + " GPUs · times are seconds since " + isoTime(s.t0_unix_us) }));
-    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed ? "failed" : "ok"), id: k === 0 && !data.diff ? "verdict" : null, text: s.verdict.text }));
+    // A start that failed without a failed allocation (the engine refused it: explain's
+    // failed_start) is a failure too: its verdict says so and is styled as one.
+    var refused = !s.verdict.failed && (ex.findings || []).some(function (f) { return f.severity === "failure"; });
+    var vtext = refused ? ex.findings.filter(function (f) { return f.severity === "failure"; })[0].title + "; " + s.verdict.text : s.verdict.text;
+    sec.appendChild(el("div", { "class": "verdict " + (s.verdict.failed || refused ? "failed" : "ok"), id: k === 0 && !data.diff ? "verdict" : null, text: vtext }));
     sec.appendChild(answer(ex));
     var pics = moments(run);
     if (pics) sec.appendChild(pics);

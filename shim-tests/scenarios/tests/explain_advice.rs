@@ -305,8 +305,13 @@ fn whatif_refuses_unknown_parameters_and_engines() {
 /// 3 GiB workspace from the graph pool here), so no --mem-fraction-static starts: above the bound the capture does not
 /// fit, below it the pool is empty. Two ranks on two simulated 24 GiB GPUs, 20 GiB of weights.
 fn sglang_graphs(name: &str, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
+    sglang_graphs_on(name, 2, fraction, extra)
+}
+
+/// The same on `gpus` simulated 24 GiB GPUs (a larger --tp applied).
+fn sglang_graphs_on(name: &str, gpus: u32, fraction: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
-    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+    demo_machine(&mut sim, gpus, 24576).timeout(std::time::Duration::from_secs(180));
     let mut args: Vec<String> = ["--tp", "2", "--model-mib", "20480", "--layers", "8", "--graph-workspace-mib", "3072", "--cuda-graph-max-bs", "32", "--mem-fraction-static"]
         .iter()
         .map(|s| s.to_string())
@@ -336,7 +341,14 @@ fn sglang_no_fraction_starts_when_graphs_need_more_than_the_pool() {
     let ch = choices(a);
     assert!(ch.iter().all(|c| !c.3), "{a:#}");
     let graphs = ch.iter().find(|c| c.0 == "--disable-cuda-graph").unwrap_or_else(|| panic!("{a:#}"));
-    assert!(lines[1].starts_with("Disable the CUDA graphs (--disable-cuda-graph)"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("Or disable the CUDA graphs (--disable-cuda-graph)")), "{lines:?}");
+    // The weights alone leave too little: a larger --tp and a smaller model, each with its value.
+    let tp = ch.iter().find(|c| c.0 == "--tp").unwrap_or_else(|| panic!("{a:#}"));
+    assert_eq!(tp.4, Some(4), "{a:#}");
+    assert!(lines.iter().any(|l| l.starts_with("Or raise the tensor-parallel size from 2 to 4 (--tp 4, on 4 GPUs)")), "{lines:?}");
+    let model = ch.iter().find(|c| c.0 == "weights").unwrap_or_else(|| panic!("{a:#}"));
+    assert!(lines.iter().any(|l| l.starts_with("Or a smaller model: weights of at most ")), "{lines:?}");
+    let _ = model;
     // whatif agrees: no value fits, on either side of the bounds.
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", lo - 0.01)), 1);
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", hi + 0.01)), 1);
@@ -359,9 +371,16 @@ fn sglang_no_fraction_starts_when_graphs_need_more_than_the_pool() {
     );
     for (k, (flag, v, _, _, lever)) in ch.iter().enumerate() {
         let n = lever.map(|n| n.to_string());
-        let mut extra = vec![flag.as_str()];
-        extra.extend(n.as_deref());
-        let (_s, _d, code) = sglang_graphs(&format!("advice_sg_graphs_alt{k}"), *v, &extra);
+        // The simulation's --model-mib is the weights per rank: the same model at a larger
+        // --tp holds its 2/tp share; a smaller model is one whose weights per rank are what
+        // the lever says (bytes, here in MiB).
+        let (gpus, extra): (u32, Vec<String>) = match (flag.as_str(), lever) {
+            ("--tp", Some(t)) => (*t as u32, vec!["--tp".into(), t.to_string(), "--model-mib".into(), (20480 * 2 / t).to_string()]),
+            ("weights", Some(w)) => (2, vec!["--model-mib".into(), (w >> 20).to_string()]),
+            _ => (2, std::iter::once(flag.clone()).chain(n).collect()),
+        };
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (_s, _d, code) = sglang_graphs_on(&format!("advice_sg_graphs_alt{k}"), gpus, *v, &extra);
         assert_eq!(code, 0, "{extra:?} with --mem-fraction-static {v:.2} starts");
     }
     let _ = graphs;

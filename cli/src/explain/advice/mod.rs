@@ -466,6 +466,53 @@ pub fn advise_measured(
             lever_was: Some(n0),
         });
     }
+    // No value starts and the weights are what leaves too little: split them over more GPUs
+    // (the smallest doubling of the tensor-parallel size whose weights per rank leave the pool
+    // positive at the highest value the failures allow), or a smaller model (weights per rank
+    // that leave the pool the run sized at its own value). Raising the free memory after the
+    // weights by F moves the pool's bound down by F / scale; the failures' bound stays.
+    let mut weights_levers: Vec<(String, i64, f64, i64, i64)> = Vec::new();
+    if lo > hi && s.weights_split.is_some() && ev.scale_bytes > 0 {
+        let st = steps::steps(m);
+        let w = match st[r.query_index].kind {
+            steps::Kind::Query(p) => p.categories.get("weights").copied().unwrap_or(0),
+            _ => 0,
+        };
+        let v = hi.max(s.parameter.min);
+        let lo_at = interval.at_least.unwrap_or(s.parameter.min);
+        // The weights to free for a positive pool at v, and for the run's own pool there.
+        let positive = ((lo_at - v) * ev.scale_bytes as f64).max(0.0) as i64 + (64 << 20);
+        let same_pool = positive + pool_before.max(0);
+        let tp0 = s
+            .weights_split
+            .as_ref()
+            .and_then(|x| x.flags.iter().find_map(|f| after_pool::flag_number(run, f)))
+            .map_or(ev.ranks.len() as i64, |t| t as i64);
+        if w > 0 && tp0 >= 1 {
+            let mut t = tp0 * 2;
+            while t <= 64 && w - w * tp0 / t < positive {
+                t *= 2;
+            }
+            if t <= 64 {
+                let freed = w - w * tp0 / t;
+                weights_levers.push(("--tp".into(), t, v, ev.pool_at(r, v) + freed, tp0));
+            }
+            if w > same_pool {
+                weights_levers.push(("weights".into(), w - same_pool, v, ev.pool_at(r, v) + same_pool, w));
+            }
+        }
+    }
+    for (flag, n, v, pool, was) in &weights_levers {
+        choices.push(Choice {
+            flag: flag.clone(),
+            parameter_only: false,
+            value: *v,
+            pool_bytes: *pool,
+            removes_bytes: 0,
+            lever_value: Some(*n),
+            lever_was: Some(*was),
+        });
+    }
     choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
 
     let flag = &s.parameter.flag;
@@ -511,6 +558,10 @@ pub fn advise_measured(
             )
         }
     };
+    let weights_of = |_t0: i64| match steps::steps(m)[r.query_index].kind {
+        steps::Kind::Query(p) => p.categories.get("weights").copied().unwrap_or(0),
+        _ => 0,
+    };
     let scale_line = |c: &Choice, n: i64, n0: i64| {
         let a = s.alternatives.iter().find(|a| a.flag == c.flag).and_then(|a| a.scales.as_ref());
         let took = alts.iter().find(|x| x.flag == c.flag).map_or(0, |x| x.bytes);
@@ -553,6 +604,25 @@ pub fn advise_measured(
             param_said = true;
         } else {
             let l = match (c.lever_value, c.lever_was) {
+                (Some(t), Some(t0)) if c.flag == "--tp" => format!(
+                    "Or raise the tensor-parallel size from {t0} to {t} (--tp {t}, on {t} GPUs) with {flag} at most \
+                     {:.2}: each rank holds about {t0}/{t} of the weights, {} GiB instead of {} GiB, and the pool gets \
+                     about {} GiB per rank; the cost: {} more GPUs",
+                    c.value,
+                    gib(weights_of(t0) * t0 / t),
+                    gib(weights_of(t0)),
+                    gib(c.pool_bytes),
+                    t - t0
+                ),
+                (Some(w1), Some(w0)) if c.flag == "weights" => format!(
+                    "Or a smaller model: weights of at most {} GiB per rank (they took {} GiB) with {flag} at most \
+                     {:.2}, and the pool gets about {} GiB per rank, what the run sized at {p0:.2}; the cost: a smaller \
+                     or more quantized model",
+                    gib(w1),
+                    gib(w0),
+                    c.value,
+                    gib(c.pool_bytes)
+                ),
                 (Some(n), Some(n0)) => scale_line(c, n, n0),
                 _ => alt_line(c),
             };
