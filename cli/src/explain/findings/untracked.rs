@@ -2,7 +2,7 @@
 //! two free-memory queries, with the hidden costs measured and the contexts created in
 //! between.
 
-use super::super::recon::{hidden_in_window, Item, QueryRef};
+use super::super::recon::{hidden_in_window, query_ref, Item};
 use super::super::steps;
 use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
 use crate::analysis::{DeviceGroup, Member};
@@ -116,8 +116,8 @@ pub(super) fn untracked_growth(
     pids.sort_unstable();
     pids.dedup();
     let detail = UntrackedDetail {
-        from: QueryRef::new(g, from.0, from.1),
-        to: QueryRef::new(g, to.0, to.1),
+        from: query_ref(g, from.0, from.1),
+        to: query_ref(g, to.0, to.1),
         untracked_from_bytes: from.2.untracked_bytes,
         untracked_to_bytes: to.2.untracked_bytes,
         rise_bytes: rise,
