@@ -185,6 +185,11 @@ pub struct UntrackedDetail {
     pub unexplained_bytes: i64,
     /// Processes that sized a pool from a query taken before the rise.
     pub sized_before: Vec<i64>,
+    /// Of those, the ones whose engine estimated memory to come after that query and kept it
+    /// out of the pool (vLLM 0.33's CUDA-graph estimate): pid, bytes, and what, in the pack's
+    /// words. Empty when the run is no known engine's or its formula has no such term.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub estimated_before: Vec<(i64, i64, String)>,
     /// Free memory at the later query.
     pub free_after_bytes: i64,
     /// The processes of the device in words, by pid.
