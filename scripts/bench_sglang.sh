@@ -39,7 +39,9 @@ unset CUDA_VISIBLE_DEVICES
 start() {
     local mode=$1 port log t0 pre=()
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    log=$WORK/$mode.log
+    # A fresh log each start: an earlier round's readiness line must not be read as this one's
+    # (the launch truncates its log only once the shell behind `&` gets to it).
+    log=$(mktemp "$WORK/$mode-XXXXXX.log")
     [ "$mode" = culedger ] && pre=("$CULEDGER" run --color never -o "$WORK/out-$RANDOM" --)
     shm_before=$(ls /dev/shm)
     t0=$(date +%s.%N)

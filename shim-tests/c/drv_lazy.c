@@ -7,7 +7,14 @@
  *             with cuLaunchKernelEx, then with cuLaunchKernel_ptsz;
  *   device 1: A's kernel as a function of that context (cuKernelGetFunction), the function
  *             launched; B's module there (cuLibraryGetModule), then a global of B
- *             (cuLibraryGetGlobal).
+ *             (cuLibraryGetGlobal);
+ *   device 2: A's kernel asked for an attribute (cuFuncGetAttribute), then set one
+ *             (cuFuncSetAttribute); B's kernel asked for its occupancy
+ *             (cuOccupancyMaxActiveBlocksPerMultiprocessor), then again with flags;
+ *   device 3: B's kernel set an attribute first (cuFuncSetAttribute), A's asked for the
+ *             dynamic shared memory it can have (cuOccupancyAvailableDynamicSMemPerBlock).
+ * Answering about a kernel loads its library as a launch does (the runtime's
+ * cudaFuncGetAttributes, cudaFuncSetAttribute and occupancy calls reach these).
  * Usage: drv_lazy FILE_OF_B */
 #include <cuda.h>
 #include <string.h>
@@ -92,6 +99,32 @@ int main(int argc, char **argv) {
     before = free_now();
     DRV(cuLibraryGetGlobal(&g, &gbytes, b, "table"));
     RESULT("dev1_b_global=%zu", before - free_now());
+
+    /* Device 2. */
+    on(2);
+    int v = 0;
+    before = free_now();
+    DRV(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, (CUfunction)ka));
+    RESULT("dev2_a_get_attribute=%zu", before - free_now());
+    before = free_now();
+    DRV(cuFuncSetAttribute((CUfunction)ka, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    RESULT("dev2_a_set_attribute=%zu", before - free_now());
+    before = free_now();
+    DRV(cuOccupancyMaxActiveBlocksPerMultiprocessor(&v, (CUfunction)kb, 128, 0));
+    RESULT("dev2_b_occupancy=%zu", before - free_now());
+    before = free_now();
+    DRV(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&v, (CUfunction)kb, 128, 0, 0));
+    RESULT("dev2_b_occupancy_flags=%zu", before - free_now());
+
+    /* Device 3. */
+    on(3);
+    before = free_now();
+    DRV(cuFuncSetAttribute((CUfunction)kb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    RESULT("dev3_b_set_attribute=%zu", before - free_now());
+    size_t smem = 0;
+    before = free_now();
+    DRV(cuOccupancyAvailableDynamicSMemPerBlock(&smem, (CUfunction)ka, 1, 128));
+    RESULT("dev3_a_dynamic_smem=%zu", before - free_now());
 
     DRV(cuLibraryUnload(a));
     DRV(cuLibraryUnload(b));

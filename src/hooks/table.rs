@@ -220,6 +220,15 @@ hook_table! {
     cuLaunchCooperativeKernel: Driver("cuLaunchCooperativeKernel", 9000, false) fn(f: VoidPtr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, smem: c_uint, stream: CUstream, params: *mut VoidPtr) => lazy::cu_launch_cooperative_kernel;
     cuLaunchCooperativeKernel_ptsz: Driver("cuLaunchCooperativeKernel", 9000, true) fn(f: VoidPtr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, smem: c_uint, stream: CUstream, params: *mut VoidPtr) => lazy::cu_launch_cooperative_kernel;
     cuKernelGetFunction: Driver("cuKernelGetFunction", 12000, false) fn(func: *mut VoidPtr, kernel: VoidPtr) => lazy::cu_kernel_get_function;
+    // Lazy loading, cont.: what asks about a kernel loads its library as a launch does (the
+    // fake driver charges these as a real driver loads the function to answer them).
+    cuFuncGetAttribute: Driver("cuFuncGetAttribute", 2020, false) fn(pi: *mut c_int, attrib: c_int, f: VoidPtr) => lazy::cu_func_get_attribute;
+    cuFuncSetAttribute: Driver("cuFuncSetAttribute", 9000, false) fn(f: VoidPtr, attrib: c_int, value: c_int) => lazy::cu_func_set_attribute;
+    cuFuncSetCacheConfig: Driver("cuFuncSetCacheConfig", 3000, false) fn(f: VoidPtr, config: c_int) => lazy::cu_func_set_cache_config;
+    cuOccupancyMaxActiveBlocksPerMultiprocessor: Driver("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, false) fn(n: *mut c_int, f: VoidPtr, block: c_int, smem: usize) => lazy::cu_occupancy_max_active_blocks;
+    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: Driver("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, false) fn(n: *mut c_int, f: VoidPtr, block: c_int, smem: usize, flags: c_uint) => lazy::cu_occupancy_max_active_blocks_with_flags;
+    cuOccupancyAvailableDynamicSMemPerBlock: Driver("cuOccupancyAvailableDynamicSMemPerBlock", 10020, false) fn(size: *mut usize, f: VoidPtr, blocks: c_int, block: c_int) => lazy::cu_occupancy_available_dynamic_smem;
+    cuOccupancyMaxActiveClusters: Driver("cuOccupancyMaxActiveClusters", 11070, false) fn(n: *mut c_int, f: VoidPtr, config: *const c_void) => lazy::cu_occupancy_max_active_clusters;
     cuLibraryGetModule: Driver("cuLibraryGetModule", 12000, false) fn(module: *mut CUmodule, library: CUlibrary) => lazy::cu_library_get_module;
     cuLibraryGetGlobal: Driver("cuLibraryGetGlobal", 12000, false) fn(dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) => lazy::cu_library_get_global;
     cuMemcpyHtoD_v2: Driver("cuMemcpyHtoD", 3020, false) fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) => alloc::cu_memcpy_htod;

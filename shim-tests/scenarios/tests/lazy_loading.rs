@@ -1,5 +1,6 @@
 //! Lazy module loading: a library's device memory is taken where it is first used in a context
-//! (a launch of one of its kernels, cuKernelGetFunction, cuLibraryGetModule, cuLibraryGetGlobal),
+//! (a launch of one of its kernels, cuKernelGetFunction, cuLibraryGetModule, cuLibraryGetGlobal,
+//! and what asks about a kernel: its attributes, its occupancy),
 //! not at cuLibraryLoadData. The simulated driver charges `FAKECUDA_MODULE_MIB` there, as a real
 //! driver under CUDA_MODULE_LOADING=LAZY does; culedger names that cost for the library's file
 //! and the entry point that triggered it, measured once per (library, context).
@@ -57,6 +58,12 @@ fn first_uses_of_two_libraries_are_named_driver_costs() {
         ("dev1_a_launch", 0),
         ("dev1_b_get_module", MODULE_MIB * MIB),
         ("dev1_b_global", 0),
+        ("dev2_a_get_attribute", MODULE_MIB * MIB),
+        ("dev2_a_set_attribute", 0),
+        ("dev2_b_occupancy", MODULE_MIB * MIB),
+        ("dev2_b_occupancy_flags", 0),
+        ("dev3_b_set_attribute", MODULE_MIB * MIB),
+        ("dev3_a_dynamic_smem", MODULE_MIB * MIB),
     ];
     let (plain, file) = setup("lazy_plain");
     let run = plain.run_ok(plain.cmd("drv_lazy").arg(&file));
@@ -86,6 +93,16 @@ fn first_uses_of_two_libraries_are_named_driver_costs() {
         "the loads took nothing (measured, unnamed), the first launches took the libraries' memory"
     );
     assert_eq!(costs(&r, 1), [s("cuKernelGetFunction", "drv_lazy"), s("cuLibraryGetModule", "kernels_b.cubin")]);
+    // What asks about a kernel loads its library too (the real SGLang server's torch and
+    // cuBLAS do this for hundreds of kernels: unnamed before, 6 GiB per GPU at --tp 8).
+    assert_eq!(
+        costs(&r, 2),
+        [s("cuFuncGetAttribute", "drv_lazy"), s("cuOccupancyMaxActiveBlocksPerMultiprocessor", "kernels_b.cubin")]
+    );
+    assert_eq!(
+        costs(&r, 3),
+        [s("cuFuncSetAttribute", "kernels_b.cubin"), s("cuOccupancyAvailableDynamicSMemPerBlock", "drv_lazy")]
+    );
     let events: Vec<&Value> = r["devices"]
         .as_array()
         .unwrap()
@@ -93,7 +110,7 @@ fn first_uses_of_two_libraries_are_named_driver_costs() {
         .flat_map(|d| d["events"].as_array().unwrap())
         .filter(|e| e["kind"] == "driver_cost" && e["detail"].as_str().unwrap_or("").contains("lazy loading of"))
         .collect();
-    assert_eq!(events.len(), 4, "one event per first use: {events:?}");
+    assert_eq!(events.len(), 8, "one event per first use: {events:?}");
     assert!(events.iter().all(|e| n(&e["bytes"]) == b && e["t0_us"].is_u64()), "{events:?}");
     assert_eq!(n(&r["health"]["lost_events"]), 0);
 }

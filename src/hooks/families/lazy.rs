@@ -291,3 +291,61 @@ pub unsafe fn cu_library_get_global(
 ) -> c_int {
     library_use(sym, library as u64, || real(dptr, bytes, library, name))
 }
+
+// ---- what asks about a kernel (its function's attributes, its occupancy) ------------------
+
+pub unsafe fn cu_func_get_attribute(sym: Sym, real: cuFuncGetAttribute::Real, pi: *mut c_int, attrib: c_int, f: VoidPtr) -> c_int {
+    kernel_use(sym, f as u64, || real(pi, attrib, f))
+}
+
+pub unsafe fn cu_func_set_attribute(sym: Sym, real: cuFuncSetAttribute::Real, f: VoidPtr, attrib: c_int, value: c_int) -> c_int {
+    kernel_use(sym, f as u64, || real(f, attrib, value))
+}
+
+pub unsafe fn cu_func_set_cache_config(sym: Sym, real: cuFuncSetCacheConfig::Real, f: VoidPtr, config: c_int) -> c_int {
+    kernel_use(sym, f as u64, || real(f, config))
+}
+
+pub unsafe fn cu_occupancy_max_active_blocks(
+    sym: Sym,
+    real: cuOccupancyMaxActiveBlocksPerMultiprocessor::Real,
+    n: *mut c_int,
+    f: VoidPtr,
+    block: c_int,
+    smem: usize,
+) -> c_int {
+    kernel_use(sym, f as u64, || real(n, f, block, smem))
+}
+
+pub unsafe fn cu_occupancy_max_active_blocks_with_flags(
+    sym: Sym,
+    real: cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags::Real,
+    n: *mut c_int,
+    f: VoidPtr,
+    block: c_int,
+    smem: usize,
+    flags: c_uint,
+) -> c_int {
+    kernel_use(sym, f as u64, || real(n, f, block, smem, flags))
+}
+
+pub unsafe fn cu_occupancy_available_dynamic_smem(
+    sym: Sym,
+    real: cuOccupancyAvailableDynamicSMemPerBlock::Real,
+    size: *mut usize,
+    f: VoidPtr,
+    blocks: c_int,
+    block: c_int,
+) -> c_int {
+    kernel_use(sym, f as u64, || real(size, f, blocks, block))
+}
+
+pub unsafe fn cu_occupancy_max_active_clusters(
+    sym: Sym,
+    real: cuOccupancyMaxActiveClusters::Real,
+    n: *mut c_int,
+    f: VoidPtr,
+    config: *const c_void,
+) -> c_int {
+    kernel_use(sym, f as u64, || real(n, f, config))
+}
