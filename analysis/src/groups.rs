@@ -126,6 +126,9 @@ pub struct DeviceGroup<'a> {
     /// For a MIG device (a device of its own, `uuid` `MIG-...`): its index among its GPU's MIG
     /// devices, as nvidia-smi lists them; `index` is then its GPU's number.
     pub mig_index: Option<i64>,
+    /// `index` is this GPU's place in PCI bus order among the GPUs the run saw on its host,
+    /// since no report there had NVML's number (see [`groups`]).
+    pub numbered_by_pci: bool,
     pub members: Vec<Member<'a>>,
     /// The run's clock (shared by every device of the run).
     pub clock: Clock,
@@ -176,6 +179,7 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
                 index,
                 uuid,
                 mig_index,
+                numbered_by_pci: false,
                 members,
                 clock,
                 totals: Default::default(),
@@ -184,8 +188,41 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
             }
         })
         .collect();
+    number_by_pci_without_nvml(&mut gs);
     gs.sort_by(|a, b| (&a.host, a.index, a.mig_index, &a.uuid).cmp(&(&b.host, b.index, b.mig_index, &b.uuid)));
     gs
+}
+
+/// Without NVML's number (`host_index`) on any device of a host, a GPU would be named by the
+/// lowest ordinal a process gave it, and two GPUs that are each some process's ordinal 0
+/// (one visible GPU per worker) would share a name, and every look-up by it. There, the
+/// host's physical GPUs are numbered in PCI bus order (then UUID), as nvidia-smi numbers
+/// them: its own numbers when the run saw every GPU of the host, and distinct names always.
+fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
+    let hosts: std::collections::BTreeSet<String> = gs.iter().map(|g| g.host.clone()).collect();
+    for host in hosts {
+        let on_host = |g: &DeviceGroup| g.host == host;
+        let nvml = gs.iter().filter(|g| on_host(g)).any(|g| g.members.iter().any(|m| m.dev.host_index.is_some()));
+        if nvml || gs.iter().filter(|g| on_host(g)).any(|g| g.uuid.is_none()) {
+            continue;
+        }
+        let bus = |g: &DeviceGroup| g.members.iter().find_map(|m| m.dev.pci_bus_id.clone()).unwrap_or_default();
+        let mut order: Vec<(String, String, usize)> = gs
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| on_host(g))
+            .map(|(i, g)| (bus(g).to_ascii_lowercase(), g.uuid.clone().unwrap_or_default(), i))
+            .collect();
+        order.sort();
+        let changed = order.iter().enumerate().any(|(n, (_, _, i))| gs[*i].index != n as i64);
+        if !changed {
+            continue;
+        }
+        for (n, (_, _, i)) in order.into_iter().enumerate() {
+            gs[i].index = n as i64;
+            gs[i].numbered_by_pci = true;
+        }
+    }
 }
 
 /// A point of a merged timeline: absolute time (µs) and live bytes per category.

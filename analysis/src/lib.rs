@@ -15,6 +15,7 @@ pub mod clock;
 pub mod costs;
 pub mod compare;
 pub mod counts;
+pub mod explain;
 pub mod groups;
 pub mod load;
 pub mod runs;

@@ -74,6 +74,25 @@ impl Scale {
     }
 }
 
+/// The time axis's ticks, on the run's clock (µs): multiples of a round step (1, 2 or 5 times
+/// a power of ten), at most six from `from` to `to` (0.300s, 0.350s, ... rather than fifths of
+/// the span such as 0.301s, 0.370s).
+fn time_ticks(from: i64, to: i64) -> Vec<i64> {
+    let span = (to - from).max(1);
+    let mut step: i64 = 1;
+    'found: for _ in 0..18 {
+        for m in [1, 2, 5] {
+            if span / (step * m) <= 5 {
+                step *= m;
+                break 'found;
+            }
+        }
+        step = step.saturating_mul(10);
+    }
+    let first = from.div_euclid(step) * step + if from.rem_euclid(step) == 0 { 0 } else { step };
+    (0..).map(|k| first + k * step).take_while(|t| *t <= to).collect()
+}
+
 /// A round axis maximum: 1, 2 or 5 times a power of two of a binary unit.
 /// Saturates at `i64::MAX` (byte counts at the limit of the schema must not wrap into a loop).
 fn nice_max(v: i64) -> i64 {
@@ -337,9 +356,9 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         let v = s.ymax / 4 * k;
         grp = grp.add(text(LEFT - 6.0, s.y(v) + 4.0, fmt_bytes(v), "end", 11));
     }
-    for k in 0..=5 {
-        let t = t0 + (t1 - t0) * k / 5;
-        grp = grp.add(text(s.x(t), y_bottom + 16.0, c.at(t), "middle", 11));
+    for t in time_ticks(c.since(t0), c.since(t1)) {
+        let at = c.t0_us + t;
+        grp = grp.add(text(s.x(at), y_bottom + 16.0, c.at(at), "middle", 11));
     }
     grp = grp.add(text(WIDTH - RIGHT, y_bottom + 32.0, "seconds since the run's first process started", "end", 10));
     // Stacked areas, drawn as step functions (a sample holds until the next one).
@@ -602,6 +621,19 @@ mod tests {
     #[test]
     fn control_characters_are_not_written_raw() {
         assert_eq!(xml_chars("a\u{1b}[2J\u{0}b\tc\u{ffff}"), "a\\x1b[2J\\x00b\tc\\xffff");
+    }
+
+    #[test]
+    fn time_ticks_fall_on_round_values() {
+        // 0.301s to 0.670s: every 0.1 s (was fifths of the span: 0.301s, 0.375s, ...).
+        assert_eq!(time_ticks(301_000, 670_000), [400_000, 500_000, 600_000]);
+        assert_eq!(time_ticks(0, 9_017_000), [0, 2_000_000, 4_000_000, 6_000_000, 8_000_000]);
+        assert_eq!(time_ticks(4_200_000, 4_300_000), [4_200_000, 4_220_000, 4_240_000, 4_260_000, 4_280_000, 4_300_000]);
+        assert_eq!(time_ticks(5, 5), [5]);
+        for (a, b) in [(0, 1), (17, 123_456_789), (3_000_001, 3_000_900)] {
+            let t = time_ticks(a, b);
+            assert!(!t.is_empty() && t.len() <= 6 && t.iter().all(|x| (a..=b).contains(x)), "{a} {b}: {t:?}");
+        }
     }
 
     #[test]

@@ -276,6 +276,18 @@ fn counted<'a>(run: &'a Run, gs: &[DeviceGroup<'a>]) -> (BTreeSet<Pid<'a>>, usiz
     (failed, ranks, sizes, total_failures)
 }
 
+/// The reading the overview shows for a GPU: where an allocation failed, the first reading at
+/// or after its first failure (the GPU as the failure left it; the page's picture takes the
+/// same moment), else the last before it; otherwise the last reading. The last reading of a
+/// failed run is taken as its processes exit (each final report reads the GPU): it varies
+/// with the order they exit in and showed a full GPU as 512 MiB used next to its failure.
+fn overview_reading(g: &DeviceGroup, d: &DeviceSummary) -> Option<Reading> {
+    let Some((m, f)) = g.failures().into_iter().next() else { return d.last_query.clone() };
+    let t = g.clock.since(m.abs_us(f));
+    let rs = g.readings();
+    rs.iter().find(|r| r.at_us >= t).or_else(|| rs.iter().rev().find(|r| r.at_us <= t)).cloned()
+}
+
 /// The verdict: who failed to allocate how much, or that nothing failed.
 fn verdict(run: &Run, gs: &[DeviceGroup]) -> Verdict {
     let (failed, ranks, sizes, total_failures) = counted(run, gs);
@@ -435,8 +447,8 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
                 processes: g.members.len(),
                 tracked_bytes: d.live_bytes,
                 peak_bytes: d.peak_bytes,
-                untracked_bytes: d.last_query.as_ref().map(|r| r.untracked_bytes),
-                used_bytes: d.last_query.as_ref().map(|r| r.used_bytes),
+                untracked_bytes: overview_reading(g, d).map(|r| r.untracked_bytes),
+                used_bytes: overview_reading(g, d).map(|r| r.used_bytes),
                 total_bytes: d.total_bytes,
                 failures: d.failed_requests,
                 biggest_category: biggest.as_ref().map(|b| b.0.clone()),
@@ -458,6 +470,7 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
         notes: sequential_runs(run)
             .into_iter()
             .chain(crate::analysis::ordinal_fallback_note(run))
+            .chain(crate::analysis::pci_numbering_note(gs))
             .chain(devices.iter().flat_map(|d| d.impossible.iter().map(|l| format!("Impossible figures: {l}."))))
             .collect(),
         overview,

@@ -78,7 +78,15 @@ pub fn parse_size(text: &str) -> Result<i64, String> {
         "MB" => 1e6,
         "GB" => 1e9,
         "TB" => 1e12,
-        other => return Err(format!("unknown unit `{other}` in `{text}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+        other => {
+            // A unit in the wrong case (`gib`, `mib`) is meant as the one that matches.
+            const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"];
+            let meant = UNITS.iter().find(|u| u.eq_ignore_ascii_case(other));
+            return Err(match meant {
+                Some(u) => format!("unknown unit `{other}` in `{text}`: did you mean `{u}`? (units are case-sensitive)"),
+                None => format!("unknown unit `{other}` in `{text}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
+            });
+        }
     };
     let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a size (examples: 64MiB, 1.5GiB, 4096)"))?;
     let bytes = (value * factor).round();
@@ -96,6 +104,15 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_in_the_wrong_case_suggests_the_right_one() {
+        let e = parse_size("2 gib").unwrap_err();
+        assert_eq!(e, "unknown unit `gib` in `2 gib`: did you mean `GiB`? (units are case-sensitive)");
+        assert!(parse_size("64mib").unwrap_err().contains("did you mean `MiB`?"));
+        assert!(parse_size("1gb").unwrap_err().contains("did you mean `GB`?"));
+        assert!(parse_size("3 parsecs").unwrap_err().contains("(use B, KiB, MiB, GiB"));
+    }
 
     #[test]
     fn formats_binary_units_with_two_decimals() {

@@ -140,7 +140,7 @@ fn the_readme_starts_with_the_answer() {
     }
     // The demo's answer (the end of `culedger run`) starts within the first 50 lines.
     let answer =
-        lines.iter().position(|l| l.contains("\"golden\": \"brief-custom-ar-tp8.txt\"")).expect("the demo's screen");
+        lines.iter().position(|l| l.contains("\"golden\": \"demo-custom-ar.txt\"")).expect("the demo's screen");
     assert!(answer < 50, "the demo's answer starts at line {answer}");
     for doc in ["docs/install.md", "docs/cli.md"] {
         assert!(readme.contains(&format!("]({doc}")), "{doc} linked");

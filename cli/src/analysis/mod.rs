@@ -90,6 +90,20 @@ pub fn ordinal_fallback_note(run: &Run) -> Option<String> {
     })
 }
 
+/// The one line saying that a host's GPUs are numbered in PCI bus order of those the run saw,
+/// because no report there had NVML's number; None when none is.
+pub fn pci_numbering_note(groups: &[DeviceGroup]) -> Option<String> {
+    let hosts: std::collections::BTreeSet<&str> =
+        groups.iter().filter(|g| g.numbered_by_pci).map(|g| g.host.as_str()).collect();
+    (!hosts.is_empty()).then(|| {
+        let on = hosts.into_iter().collect::<Vec<_>>().join(", ");
+        format!(
+            "GPUs on {on} are numbered in PCI bus order of those the run saw (no report had NVML's number): \
+             nvidia-smi's numbers if the run saw every GPU there; each is one physical GPU by its UUID"
+        )
+    })
+}
+
 /// Why a query matters, in words; times on the run's clock.
 pub fn why(w: &Why, c: &Clock) -> String {
     match w {

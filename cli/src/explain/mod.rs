@@ -137,7 +137,7 @@ pub fn explain(
         exit_code: i32::from(failures + warnings > 0 || !impossible.is_empty()),
         findings: found,
         sites_recorded: run.procs.iter().any(callers::recorded),
-        notes: notes(run),
+        notes: notes(run, gs),
         what_to_change,
         impossible,
     }
@@ -154,8 +154,9 @@ impl Explanation {
 }
 
 /// What limits the explanation.
-fn notes(run: &Run) -> Vec<String> {
+fn notes(run: &Run, gs: &[crate::analysis::DeviceGroup]) -> Vec<String> {
     let mut out: Vec<String> = crate::analysis::ordinal_fallback_note(run).into_iter().collect();
+    out.extend(crate::analysis::pci_numbering_note(gs));
     out.extend(run.skipped.iter().map(|s| {
         let s = crate::load::file_error(s);
         format!(

@@ -2,14 +2,16 @@
 //! as an engineer would write them, from the figures [`super::findings`] computed. Every
 //! time here is already on the run's clock.
 
-use super::findings::{Detail, FailDetail, Finding, Minimum, GrowthDetail, ImbalanceDetail, Severity, SizingDetail, StartDetail};
-use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
-use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
 use super::callers;
-use crate::words::join_and;
-use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE, POOL_DIFF_PCT};
+use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
+use super::findings::{
+    Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Severity, SizingDetail, StartDetail,
+};
+use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
 use crate::clock::fmt_secs;
 use crate::units::fmt_bytes;
+use crate::words::join_and;
+use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE, POOL_DIFF_PCT};
 use std::collections::BTreeMap;
 
 /// Writes a finding's title and conclusion from its figures. `skipped`: a report of the
@@ -344,8 +346,24 @@ pub fn untracked_growth(d: &UntrackedDetail, device: i64, severity: Severity) ->
         }
         text.push('.');
     }
-    if !d.sized_before.is_empty() {
-        let names: Vec<String> = d.sized_before.iter().filter_map(|p| d.names.get(p).cloned()).collect();
+    for (pid, bytes, what) in &d.estimated_before {
+        let beyond = rise - bytes;
+        text.push_str(&format!(
+            " {} sized its pool from the query at {} after setting {} aside for what comes after it ({what}){}.",
+            d.names.get(pid).cloned().unwrap_or_else(|| format!("pid {pid}")),
+            fmt_secs(d.from.at_us),
+            fmt_bytes(*bytes),
+            if beyond > 0 {
+                format!(": this rise is {} beyond it", fmt_bytes(beyond))
+            } else {
+                ": this rise is within it".to_string()
+            },
+        ));
+    }
+    let unestimated: Vec<i64> =
+        d.sized_before.iter().copied().filter(|p| !d.estimated_before.iter().any(|(q, _, _)| q == p)).collect();
+    if !unestimated.is_empty() {
+        let names: Vec<String> = unestimated.iter().filter_map(|p| d.names.get(p).cloned()).collect();
         text.push_str(&format!(
             " {} sized {} from the query at {}, before this memory was taken: the figure {} sized from could \
              not see it.",

@@ -23,132 +23,39 @@ use crate::analysis::{DeviceGroup, Member};
 use crate::costs::{self, Call};
 use crate::model::{Probe, CATEGORIES};
 use crate::units::fmt_bytes;
-use serde::Serialize;
 
-/// A free-memory query, as the reconciliation shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct QueryRef {
-    pub pid: i64,
-    /// The process in words (`rank 1 (pid 5102)`).
-    pub process: String,
-    /// On the run's clock (µs since its first process started).
-    pub at_us: i64,
-    pub api: String,
-    pub free_bytes: i64,
-    pub total_bytes: Option<i64>,
-    /// Its call site (short form), when recorded.
-    pub caller: Option<String>,
-    /// The explaining frame and its callers (`a <- b <- c`), when the report keeps frames.
-    pub caller_chain: Option<String>,
-}
+pub use culedger_analysis::explain::{Item, ItemKind, QueryRef, Recon};
 
-impl QueryRef {
-    pub fn new(g: &DeviceGroup, m: Member, p: &Probe) -> QueryRef {
-        QueryRef {
-            pid: m.pid(),
-            process: who(m.report),
-            at_us: g.clock.since(m.abs_us(p)),
-            api: p.api.clone(),
-            free_bytes: p.free_bytes.unwrap_or(0),
-            total_bytes: p.total_bytes,
-            caller: callers::query_caller(m.report, p.site),
-            caller_chain: callers::explaining(m.report, p.site, true).map(|e| e.chain),
-        }
+/// A free-memory query of `m` as the reconciliation shows it.
+pub fn query_ref(g: &DeviceGroup, m: Member, p: &Probe) -> QueryRef {
+    QueryRef {
+        pid: m.pid(),
+        process: who(m.report),
+        at_us: g.clock.since(m.abs_us(p)),
+        api: p.api.clone(),
+        free_bytes: p.free_bytes.unwrap_or(0),
+        total_bytes: p.total_bytes,
+        caller: callers::query_caller(m.report, p.site),
+        caller_chain: callers::explaining(m.report, p.site, true).map(|e| e.chain),
     }
 }
 
-/// What a line of a reconciliation is (its `kind` in the JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemKind {
-    /// The pool's own allocations so far.
-    Pool,
-    /// The process's other allocations.
-    Allocated,
-    /// Hidden driver memory a measured call took.
-    DriverCost,
-    /// What other processes took on the device.
-    OtherProcesses,
-    /// A context created in the window (untracked growth).
-    Context,
-}
-
-impl ItemKind {
-    /// As the JSON writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ItemKind::Pool => "pool",
-            ItemKind::Allocated => "allocated",
-            ItemKind::DriverCost => "driver_cost",
-            ItemKind::OtherProcesses => "other_processes",
-            ItemKind::Context => "context",
-        }
-    }
-}
-
-/// One line of a reconciliation.
-#[derive(Debug, Clone, Serialize)]
-pub struct Item {
-    pub kind: ItemKind,
-    /// What it is, in words.
-    pub what: String,
-    pub pids: Vec<i64>,
-    pub category: Option<String>,
-    pub api: Option<String>,
-    /// Calls (driver costs) or allocations (pool).
-    pub calls: i64,
-    pub bytes: i64,
-    /// Driver costs as measured, before subtracting what other processes did meanwhile.
-    pub measured_bytes: Option<i64>,
-    /// Contains an estimate (a context's size).
-    pub estimated: bool,
-    /// Part of a measurement could not be attributed either way.
-    pub uncertain: bool,
-    /// A context a process created when it began to use the GPU (not by peer access):
-    /// expected memory, not counted as untracked growth.
-    pub expected: bool,
-    /// Call sites involved (short forms).
-    pub callers: Vec<String>,
-    pub notes: Vec<String>,
-}
-
-impl Item {
-    fn new(kind: ItemKind, what: String, bytes: i64) -> Item {
-        Item {
-            kind,
-            what,
-            pids: Vec::new(),
-            category: None,
-            api: None,
-            calls: 0,
-            bytes,
-            measured_bytes: None,
-            estimated: false,
-            uncertain: false,
-            expected: false,
-            callers: Vec::new(),
-            notes: Vec::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Recon {
-    /// The query the process sized from.
-    pub query: QueryRef,
-    pub items: Vec<Item>,
-    /// Free memory at the end: measured by `closed_by`, else the told free minus the items.
-    pub free_bytes: i64,
-    /// The query that measured `free_bytes` (the process's next record after the end).
-    pub closed_by: Option<QueryRef>,
-    /// Told minus free minus the items, when the free memory was measured.
-    pub unexplained_bytes: Option<i64>,
-}
-
-impl Recon {
-    /// The sum of the items of one kind.
-    pub fn sum(&self, kind: ItemKind) -> i64 {
-        self.items.iter().filter(|i| i.kind == kind).map(|i| i.bytes).sum()
+/// A reconciliation line with nothing but its kind, words and bytes.
+fn item(kind: ItemKind, what: String, bytes: i64) -> Item {
+    Item {
+        kind,
+        what,
+        pids: Vec::new(),
+        category: None,
+        api: None,
+        calls: 0,
+        bytes,
+        measured_bytes: None,
+        estimated: false,
+        uncertain: false,
+        expected: false,
+        callers: Vec::new(),
+        notes: Vec::new(),
     }
 }
 
@@ -212,7 +119,7 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
         .map(|api| {
             let mine: Vec<&Measured> = calls.iter().filter(|c| c.call.api == api).collect();
             let n = crate::units::count(mine.len(), "call", "calls");
-            let mut it = Item::new(ItemKind::DriverCost, format!("{api} ({n}) by {}", who(m.report)), 0);
+            let mut it = item(ItemKind::DriverCost, format!("{api} ({n}) by {}", who(m.report)), 0);
             it.bytes = mine.iter().map(|c| c.bytes).sum();
             it.api = Some(api.to_string());
             it.calls = mine.len() as i64;
@@ -291,7 +198,7 @@ fn other_item(
     let tracked = total(t1) - total(t0);
     let cost: i64 = calls.iter().map(|c| c.bytes).sum();
     let mut parts: Vec<String> = Vec::new();
-    let mut it = Item::new(ItemKind::OtherProcesses, String::new(), tracked + cost);
+    let mut it = item(ItemKind::OtherProcesses, String::new(), tracked + cost);
     it.pids = vec![o.pid()];
     if tracked != 0 {
         let verb = if tracked > 0 { "allocated" } else { "freed" };
@@ -363,7 +270,7 @@ fn merge_contexts(contexts: Vec<Item>) -> Vec<Item> {
         out.extend(merge_contexts(expected));
         return out;
     }
-    let mut it = Item::new(contexts[0].kind, String::new(), contexts.iter().map(|c| c.bytes).sum());
+    let mut it = item(contexts[0].kind, String::new(), contexts.iter().map(|c| c.bytes).sum());
     it.pids = contexts.iter().flat_map(|c| c.pids.clone()).collect();
     it.estimated = true;
     it.expected = contexts[0].expected;
@@ -456,7 +363,7 @@ pub fn reconcile<'a>(
     if !pool_idx.is_empty() {
         let main = (0..6).max_by_key(|&i| pool_cats[i]).unwrap_or(5);
         let n = crate::units::count(pool_idx.len(), "allocation", "allocations");
-        let mut it = Item::new(ItemKind::Pool, format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
+        let mut it = item(ItemKind::Pool, format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
         it.bytes = pool_idx.iter().map(|&i| steps[i].bytes).sum();
         it.category = Some(CATEGORIES[main].to_string());
         it.calls = pool_idx.len() as i64;
@@ -475,7 +382,7 @@ pub fn reconcile<'a>(
             continue;
         }
         let verb = if bytes > 0 { "allocated" } else { "freed" };
-        let mut it = Item::new(ItemKind::Allocated, format!("{cat} {verb} by {}", who(m.report)), bytes);
+        let mut it = item(ItemKind::Allocated, format!("{cat} {verb} by {}", who(m.report)), bytes);
         it.category = Some(cat.to_string());
         it.pids = vec![m.pid()];
         for i in (query + 1..last.min(steps.len())).filter(|&i| !in_pool(i)) {
@@ -496,11 +403,11 @@ pub fn reconcile<'a>(
     let (free_bytes, closed_by, unexplained) = match closing {
         Some(p) => {
             let free = p.free_bytes.unwrap_or(0);
-            (free, Some(QueryRef::new(g, m, p)), Some(told - free - explained))
+            (free, Some(query_ref(g, m, p)), Some(told - free - explained))
         }
         None => (told - explained, None, None),
     };
-    Recon { query: QueryRef::new(g, m, probe), items, free_bytes, closed_by, unexplained_bytes: unexplained }
+    Recon { query: query_ref(g, m, probe), items, free_bytes, closed_by, unexplained_bytes: unexplained }
 }
 
 /// The hidden memory of a device in `(t0, t1]` (absolute µs): every process's measured
@@ -513,7 +420,7 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
     for o in &g.members {
         let Some(c) = context_part(g, *o, t0, t1) else { continue };
         let what = if c.bytes.is_some() { context_what(*o, c.peer) } else { format!("{}: {}", who(o.report), c.text) };
-        let mut it = Item::new(ItemKind::Context, what, c.bytes.unwrap_or(0));
+        let mut it = item(ItemKind::Context, what, c.bytes.unwrap_or(0));
         it.pids = vec![o.pid()];
         it.expected = !c.peer;
         it.estimated = c.bytes.is_some();

@@ -81,17 +81,13 @@ fn nccl_starts_and_custom_allreduce_runs_out_of_memory_after_the_query() {
         let by_api = |api: &str| items.iter().find(|i| i["api"] == api).unwrap_or_else(|| panic!("{api}: {f}"));
         assert_eq!(by_api("cudaIpcOpenMemHandle")["calls"], 14);
         assert_eq!(by_api("cudaDeviceEnablePeerAccess")["calls"], 7);
-        // 7 peers at 1 GiB each, whatever other ranks' contexts fell into the windows.
-        // Known defect, not hidden: since this session's urgent writes and NVML readings changed
-        // the ranks' timing, about one run in ten again has one of the 7 windows holding another
-        // rank's new context on this GPU (its own peer access racing ours) that the de-noising
-        // (cli/src/costs.rs) does not attribute, as before 76c78c3; the figure is then over by
-        // exactly whole contexts (512 MiB each here). Until that is fixed again, 7 GiB or 7 GiB
-        // plus whole contexts of the others.
+        // 7 peers at 1 GiB each, whatever other ranks' contexts fell into the windows: a
+        // context is subtracted from the one measured call whose measurement holds it, and a
+        // call holds no more contexts than its measurement shows (analysis/src/costs.rs,
+        // context_holders). Before that, about one run in ten had a peer's context charged to
+        // a window it was created before (6.5 GiB), or not charged to the one that held it.
         let peer = by_api("cudaDeviceEnablePeerAccess");
-        let over = gib(&peer["bytes"]) - 7.0;
-        let contexts = (over / 0.5).round();
-        assert!(over > -0.01 && (over - contexts * 0.5).abs() < 0.01 && contexts <= 7.0, "{peer:#}");
+        assert!((gib(&peer["bytes"]) - 7.0).abs() < 0.01, "{peer:#}");
         assert_eq!(peer["uncertain"], false, "{peer:#}");
         let others: usize =
             items.iter().filter(|i| i["kind"] == "other_processes").map(|i| i["pids"].as_array().unwrap().len()).sum();
@@ -127,4 +123,97 @@ fn nccl_starts_and_custom_allreduce_runs_out_of_memory_after_the_query() {
         "{head}"
     );
     assert!(head.contains("cudaDeviceEnablePeerAccess (+7.00 GiB), other processes' contexts (+3.50 GiB)"), "{head}");
+}
+
+/// `s` with what changes from one run to the next masked: pids (`27519`, `27520-27526`), times
+/// on the run's clock (`4.222s`), the wall-clock start (`2026-12-04`, `01:31:28.151`) and table
+/// rules (their width follows the widest value). Every other token, the figures included,
+/// must be the same in every run.
+fn mask(s: &str) -> Vec<String> {
+    let class = |core: &str| -> Option<&'static str> {
+        let digits = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit());
+        if !core.is_empty() && core.chars().all(|c| "+-=|".contains(c)) {
+            return Some("RULE");
+        }
+        if digits(core) && core.len() >= 4 {
+            return Some("PID");
+        }
+        if let Some((a, b)) = core.split_once('-') {
+            if digits(a) && digits(b) && a.len() >= 4 && b.len() >= 4 {
+                return Some("PID");
+            }
+        }
+        if let Some((a, b)) = core.strip_suffix('s').and_then(|t| t.split_once('.')) {
+            if digits(a) && digits(b) && b.len() == 3 {
+                return Some("T");
+            }
+        }
+        let parts: Vec<&str> = core.split(['-', ':', '.']).collect();
+        if parts.len() >= 3 && parts.iter().all(|p| digits(p)) {
+            return Some("CLOCK");
+        }
+        None
+    };
+    s.split_whitespace()
+        .map(|tok| {
+            let core = tok.trim_matches(|c: char| "(),;".contains(c));
+            let core = core.strip_suffix(':').unwrap_or(core);
+            match class(core) {
+                Some(k) => tok.replace(core, k),
+                None => tok.to_string(),
+            }
+        })
+        .filter(|t| t != "RULE")
+        // A list of pids (`27520-27526`, or `7099-7101, 7103, 7105-7108` when other processes
+        // took pids in between) is one token.
+        .fold(Vec::new(), |mut out: Vec<String>, t| {
+            let pid = |x: &str| x.trim_matches(|c: char| "(),".contains(c)) == "PID";
+            match out.last_mut() {
+                Some(prev) if pid(prev) && prev.ends_with(',') && pid(&t) => *prev = t.trim_start_matches('(').to_string().replace("PID", if prev.starts_with('(') { "(PID" } else { "PID" }),
+                _ => out.push(t),
+            }
+            out
+        })
+}
+
+/// The README's demo output ([24] 5) is what `make demo` prints: the screen `culedger run`
+/// ends with on the demo's failing configuration, run as scripts/demo.sh runs it (from the
+/// repository root, `-o target/demo/custom-ar`, here from a scratch directory), compared with
+/// `cli/tests/golden/demo-custom-ar.txt` (which README.md shows) with pids and times masked:
+/// the verdict, the figures and What to change must be the same every run.
+/// `UPDATE_GOLDEN=1` rewrites the golden.
+#[test]
+fn the_readme_shows_what_the_demo_prints() {
+    let mut sim = Sim::new("seed_readme");
+    demo_machine(&mut sim, 8, 98304).timeout(std::time::Duration::from_secs(180));
+    sim.env("COLUMNS", "100").env("NO_COLOR", "1").env("TZ", "UTC");
+    let script = culedger_scenarios::repo_root().join("shim-tests/py/engines/sglang_server.py");
+    let mut cmd = sim.cmd(built("target/release/culedger"));
+    cmd.current_dir(sim.scratch());
+    cmd.args(["run", "-o", "target/demo/custom-ar", "--lib"]).arg(built("target/release/libculedger.so"));
+    cmd.args(["--", "python3"]).arg(script);
+    cmd.args(["--tp", "8", "--model-mib", "77184", "--mem-fraction-static", "0.9", "--allreduce", "custom"]);
+    let run = sim.run(&mut cmd);
+    assert_eq!(run.status.and_then(|s| s.code()), Some(1), "{}", run.describe());
+    let err = &run.stderr;
+    let start = err.find("culedger: target/demo/custom-ar (").unwrap_or_else(|| panic!("no screen:\n{err}"));
+    let screen = &err[start..];
+    let end = screen.find("\nculedger: 9 report(s) merged").map_or(screen.len(), |e| e + 1);
+    let screen = &screen[..end];
+    let golden = culedger_scenarios::repo_root().join("cli/tests/golden/demo-custom-ar.txt");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, screen).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&golden).expect("the golden (UPDATE_GOLDEN=1 writes it)");
+    let (a, b) = (mask(screen), mask(&want));
+    let first = a.iter().zip(&b).position(|(x, y)| x != y);
+    let at = first.unwrap_or(0);
+    assert!(a == b, "the demo's screen differs from README's at token {first:?}: {:?} vs {:?}\n{screen}", &a[at.saturating_sub(3)..(at + 3).min(a.len())], &b[at.saturating_sub(3)..(at + 3).min(b.len())]);
+    // The story itself, said once more for the reader of this test.
+    assert!(screen.contains("8 of 8 ranks failed to allocate 186.00 MiB"), "{screen}");
+    assert!(screen.contains("What to change: Disable the custom all-reduce (--disable-custom-all-reduce)"), "{screen}");
+    for cmd in ["culedger report target/demo/custom-ar ", "culedger explain target/demo/custom-ar "] {
+        assert!(screen.contains(cmd), "Go further works from the repository root: {cmd}\n{screen}");
+    }
 }

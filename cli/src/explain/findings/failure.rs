@@ -2,14 +2,14 @@
 //! attempts of one burst are one finding), and starts that failed without one; and for
 //! `culedger diff`, the reconciliation a device's pool went through.
 
+use super::super::callers;
 use super::super::recon::{reconcile, Recon};
 use super::super::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
-use super::super::callers;
-use crate::words::who;
 use super::types::{Detail, FailDetail, Finding, Kind, Minimum, Severity, StartDetail, StartRow};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
+use crate::words::who;
 use serde::Serialize;
 
 /// Processes that touched a GPU and exited with a failure status (or were killed by a
@@ -147,11 +147,7 @@ pub(super) fn failed_allocations(
                 let minimum = ev.and_then(|e| {
                     let r = e.ranks.iter().find(|r| r.pid == m.pid() && r.device == g.index)?;
                     let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
-                    (used != r.told_bytes).then(|| Minimum {
-                        used,
-                        told: r.told_bytes,
-                        engine: e.engine.clone(),
-                    })
+                    (used != r.told_bytes).then(|| Minimum { used, told: r.told_bytes, engine: e.engine.clone() })
                 });
                 out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, minimum)));
             }

@@ -1,10 +1,10 @@
 //! Imbalance across the ranks of a launch: category peaks that differ from rank to rank.
 
-use crate::words::who;
-use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE};
 use super::types::{pct, Detail, Finding, ImbalanceDetail, Kind, RankPeaks, Severity, Spread};
 use crate::load::Run;
 use crate::model::{Report, CATEGORIES};
+use crate::words::who;
+use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE};
 
 fn is_rank(r: &Report) -> bool {
     let e = &r.process.env;

@@ -15,9 +15,9 @@ mod failure;
 mod growth;
 mod imbalance;
 mod sizing;
-mod types;
 #[cfg(test)]
 mod tests;
+mod types;
 mod untracked;
 
 pub use failure::{failure_reconciliation, PoolWindow};
@@ -52,7 +52,7 @@ pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::evaluation:
             _ => None,
         })
         .collect();
-    let mut untracked: Vec<Finding> = gs.iter().filter_map(|g| untracked::untracked_growth(g, &windows)).collect();
+    let mut untracked: Vec<Finding> = gs.iter().filter_map(|g| untracked::untracked_growth(g, &windows, ev)).collect();
     untracked.sort_by_key(|f| match &f.detail {
         Detail::Untracked(d) => (f.severity != Severity::Warning, std::cmp::Reverse(d.rise_bytes), f.device),
         _ => (true, std::cmp::Reverse(0), None),

@@ -1,14 +1,14 @@
 //! The sizing formula: what each rank was told by the query it sized its pool from, and
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
-use super::super::steps;
 use super::super::callers;
-use crate::words::who;
-use culedger_analysis::thresholds::POOL_DIFF_PCT;
+use super::super::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
 use crate::analysis::{DeviceGroup, Member};
 use crate::units::fmt_bytes;
 use crate::words::join_and;
+use crate::words::who;
+use culedger_analysis::thresholds::POOL_DIFF_PCT;
 
 /// Why a rank was told less (or more) than the others: who else held memory on its GPU at
 /// its query.

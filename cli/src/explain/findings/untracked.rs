@@ -2,12 +2,12 @@
 //! two free-memory queries, with the hidden costs measured and the contexts created in
 //! between.
 
-use super::super::recon::{hidden_in_window, Item, QueryRef};
+use super::super::recon::{hidden_in_window, query_ref, Item};
 use super::super::steps;
-use crate::words::who;
-use culedger_analysis::thresholds::UNTRACKED_GROWTH;
 use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
 use crate::analysis::{DeviceGroup, Member};
+use crate::words::who;
+use culedger_analysis::thresholds::UNTRACKED_GROWTH;
 
 /// A failure's reconciliation, on the run's clock: a rise inside it is the failure's.
 pub(super) struct FailureWindow {
@@ -20,7 +20,11 @@ pub(super) struct FailureWindow {
 /// The largest rise of untracked memory between two queries on a device, when it is more
 /// than [`UNTRACKED_GROWTH`] beyond the contexts of processes that began meanwhile and lies
 /// outside every failure's reconciliation (which accounts for it already).
-pub(super) fn untracked_growth(g: &DeviceGroup, failure_windows: &[FailureWindow]) -> Option<Finding> {
+pub(super) fn untracked_growth(
+    g: &DeviceGroup,
+    failure_windows: &[FailureWindow],
+    ev: Option<&super::super::advice::evaluation::Evaluation>,
+) -> Option<Finding> {
     let clock = g.clock;
     let probes = g.probes();
     let readings: Vec<(Member, &crate::model::Probe, crate::analysis::Reading)> =
@@ -89,18 +93,38 @@ pub(super) fn untracked_growth(g: &DeviceGroup, failure_windows: &[FailureWindow
             callers.push(c.clone());
         }
     }
+    // What the engine's formula set aside before its sizing query for what comes after it (an
+    // input read as the drop across a span the engine brackets with queries, subtracted).
+    let estimated_before: Vec<(i64, i64, String)> = ev
+        .map(|ev| {
+            sized_before
+                .iter()
+                .filter_map(|&pid| {
+                    let r = ev.ranks.iter().find(|r| r.pid == pid && r.device == g.index && r.host == g.host)?;
+                    let (name, input) = ev.sizing.inputs.iter().find(|(_, i)| i.value == "drop")?;
+                    let bytes = r.own_inputs.get(name).copied().filter(|&b| b > 0)?;
+                    ev.sizing
+                        .pool
+                        .iter()
+                        .any(|t| &t.input == name && t.coef < 0.0)
+                        .then(|| (pid, bytes, input.what.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let mut pids: Vec<i64> = items.iter().flat_map(|i| i.pids.clone()).collect();
     pids.sort_unstable();
     pids.dedup();
     let detail = UntrackedDetail {
-        from: QueryRef::new(g, from.0, from.1),
-        to: QueryRef::new(g, to.0, to.1),
+        from: query_ref(g, from.0, from.1),
+        to: query_ref(g, to.0, to.1),
         untracked_from_bytes: from.2.untracked_bytes,
         untracked_to_bytes: to.2.untracked_bytes,
         rise_bytes: rise,
         items,
         unexplained_bytes: unexplained,
         sized_before,
+        estimated_before,
         free_after_bytes: to.2.free_bytes,
         names: g.members.iter().rev().map(|m| (m.pid(), who(m.report))).collect(),
         signature,

@@ -1,0 +1,352 @@
+//! The values of `culedger explain --format json` (`culedger-explain/1`, docs/cli-json.md):
+//! the findings, their figures and the reconciliations, as typed values. The CLI computes
+//! them (its `explain` findings) and writes their words; the fields that hold words
+//! (`title`, `text`, `process`, `what`, `part`) are filled by the CLI from the figures.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What a finding is about (its `kind` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    FailedAllocation,
+    FailedStart,
+    Sizing,
+    UntrackedGrowth,
+    Growth,
+    Imbalance,
+}
+
+/// How much a finding matters, most first (its `severity` in the JSON). `Info` is context,
+/// or a rise the free memory left absorbs: it does not change the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Failure,
+    Warning,
+    Info,
+}
+
+impl Severity {
+    /// As the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Failure => "failure",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    pub severity: Severity,
+    /// One line.
+    pub title: String,
+    /// The conclusion, as an engineer would write it.
+    pub text: String,
+    pub host: Option<String>,
+    /// The device index, for findings about one device.
+    pub device: Option<i64>,
+    /// The processes involved.
+    pub pids: Vec<i64>,
+    /// The call sites involved (short forms); empty when the reports record none.
+    pub callers: Vec<String>,
+    /// Kind-specific figures (docs/explain.md).
+    pub detail: Detail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Detail {
+    Failure(Box<FailDetail>),
+    Sizing(SizingDetail),
+    Untracked(Box<UntrackedDetail>),
+    Growth(GrowthDetail),
+    Imbalance(ImbalanceDetail),
+    Start(StartDetail),
+}
+
+/// A start that failed without a failed allocation.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartDetail {
+    pub processes: Vec<StartRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StartRow {
+    pub pid: i64,
+    pub process: String,
+    /// `exited with status 1`, `was killed by SIGKILL`.
+    pub status: String,
+    /// Its last free-memory query (on the run's clock) and the function that made it.
+    pub last_query_at_us: Option<i64>,
+    pub last_query_function: Option<String>,
+    /// The device of that query.
+    #[serde(skip)]
+    pub last_query_device: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FailDetail {
+    pub pid: i64,
+    pub process: String,
+    pub label: String,
+    /// On the run's clock.
+    pub at_us: i64,
+    pub api: String,
+    /// Requested.
+    pub bytes: i64,
+    pub error_name: String,
+    pub caller: Option<String>,
+    /// The explaining frame and its callers (`a <- b <- c`).
+    pub caller_chain: Option<String>,
+    /// Which part of what it was allocating: `the second half of its pool`, `its pool`, ...
+    pub part: String,
+    /// The category of the burst's successful allocations (a failure records none).
+    pub category: Option<String>,
+    /// Attempts of the burst up to this failure, and their sum (what the process asked for).
+    pub burst_attempts: usize,
+    pub burst_bytes: i64,
+    /// Failed attempts of the same burst after this one.
+    pub later_failures: usize,
+    /// From the query the process sized from to the failure; null without a query before it.
+    pub reconciliation: Option<Recon>,
+    /// Free memory when it failed: measured by the query that followed, else estimated.
+    pub free_bytes: Option<i64>,
+    pub free_measured: bool,
+    /// What the request needed: its size, or for a call that asks the driver for memory
+    /// without a size (an IPC open, peer access) what the same call cost the process when it
+    /// succeeded (0 when unknown).
+    pub needed_bytes: i64,
+    /// Needed minus free (positive: the shortfall; nothing left is a shortage too).
+    pub short_by_bytes: Option<i64>,
+    /// What the process held on the GPU when it failed.
+    #[serde(skip)]
+    pub held_bytes: i64,
+    /// Findings with the same mechanism share it (the text folds them).
+    #[serde(skip)]
+    pub signature: String,
+    /// The engine sized every rank from the minimum over the ranks, where this rank's own
+    /// query told more (the text says so).
+    #[serde(skip)]
+    pub minimum: Option<Minimum>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SizingRow {
+    pub pid: i64,
+    /// With `pid`, which process (processes in containers share pids).
+    #[serde(skip)]
+    pub start_us: i64,
+    pub process: String,
+    pub host: String,
+    pub device: i64,
+    /// The process's first query on the device, when it is not the sizing query.
+    pub first_told_bytes: Option<i64>,
+    pub first_at_us: Option<i64>,
+    /// The sizing query.
+    pub told_bytes: i64,
+    pub at_us: i64,
+    /// What its burst asked for (failed attempts included).
+    pub pool_bytes: i64,
+    /// `pool / told`.
+    pub fraction: f64,
+    pub failed: bool,
+    /// Difference from the reference pool (`SizingDetail::reference_pool_bytes`), in percent.
+    pub differs_pct: f64,
+    pub flagged: bool,
+    /// Why a flagged pool differs.
+    pub why: Option<String>,
+    pub caller: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SizingDetail {
+    pub ranks: Vec<SizingRow>,
+    /// The pool most ranks asked for: the median of the largest group of ranks whose pools
+    /// lie within 1% of each other (ties: the group of larger pools), and what they were told.
+    pub reference_pool_bytes: i64,
+    pub reference_told_bytes: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UntrackedDetail {
+    pub from: QueryRef,
+    pub to: QueryRef,
+    pub untracked_from_bytes: i64,
+    pub untracked_to_bytes: i64,
+    pub rise_bytes: i64,
+    /// The hidden costs measured and the contexts created in between.
+    pub items: Vec<Item>,
+    /// The rise minus the items.
+    pub unexplained_bytes: i64,
+    /// Processes that sized a pool from a query taken before the rise.
+    pub sized_before: Vec<i64>,
+    /// Of those, the ones whose engine estimated memory to come after that query and kept it
+    /// out of the pool (vLLM 0.33's CUDA-graph estimate): pid, bytes, and what, in the pack's
+    /// words. Empty when the run is no known engine's or its formula has no such term.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub estimated_before: Vec<(i64, i64, String)>,
+    /// Free memory at the later query.
+    pub free_after_bytes: i64,
+    /// The processes of the device in words, by pid.
+    #[serde(skip)]
+    pub names: BTreeMap<i64, String>,
+    /// Findings with the same mechanism share it (the text folds them).
+    #[serde(skip)]
+    pub signature: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CatGrowth {
+    pub name: String,
+    pub peak_bytes: i64,
+    /// When the peak was first reached, on the run's clock.
+    pub peak_at_us: i64,
+    /// Live bytes when the last third of the run began, and at its end.
+    pub third_bytes: i64,
+    pub end_bytes: i64,
+    pub growth_bytes: i64,
+    pub bytes_per_s: i64,
+    /// Rose in each of the three parts of the last third.
+    pub kept_growing: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GrowthDetail {
+    /// The last third of the run on this device, on the run's clock.
+    pub from_us: i64,
+    pub to_us: i64,
+    pub categories: Vec<CatGrowth>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RankPeaks {
+    pub pid: i64,
+    pub process: String,
+    /// Peak bytes per category (summed over the rank's devices), in category order.
+    pub peaks: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Spread {
+    pub category: String,
+    pub min_bytes: i64,
+    pub min_pid: i64,
+    pub max_bytes: i64,
+    pub max_pid: i64,
+    /// `(max - min) / max`, in percent.
+    pub spread_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ImbalanceDetail {
+    pub ranks: Vec<RankPeaks>,
+    pub categories: Vec<Spread>,
+    /// Ranks left out because an allocation of theirs failed (their figures stop there).
+    pub failed_left_out: Vec<i64>,
+}
+
+/// The engine sized every rank from the minimum over the ranks (`used`), where this rank's
+/// own query told more (`told`).
+#[derive(Debug, Clone)]
+pub struct Minimum {
+    pub used: i64,
+    pub told: i64,
+    pub engine: String,
+}
+
+/// A free-memory query, as the reconciliation shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryRef {
+    pub pid: i64,
+    /// The process in words (`rank 1 (pid 5102)`).
+    pub process: String,
+    /// On the run's clock (µs since its first process started).
+    pub at_us: i64,
+    pub api: String,
+    pub free_bytes: i64,
+    pub total_bytes: Option<i64>,
+    /// Its call site (short form), when recorded.
+    pub caller: Option<String>,
+    /// The explaining frame and its callers (`a <- b <- c`), when the report keeps frames.
+    pub caller_chain: Option<String>,
+}
+
+/// What a line of a reconciliation is (its `kind` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// The pool's own allocations so far.
+    Pool,
+    /// The process's other allocations.
+    Allocated,
+    /// Hidden driver memory a measured call took.
+    DriverCost,
+    /// What other processes took on the device.
+    OtherProcesses,
+    /// A context created in the window (untracked growth).
+    Context,
+}
+
+impl ItemKind {
+    /// As the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Pool => "pool",
+            ItemKind::Allocated => "allocated",
+            ItemKind::DriverCost => "driver_cost",
+            ItemKind::OtherProcesses => "other_processes",
+            ItemKind::Context => "context",
+        }
+    }
+}
+
+/// One line of a reconciliation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Item {
+    pub kind: ItemKind,
+    /// What it is, in words.
+    pub what: String,
+    pub pids: Vec<i64>,
+    pub category: Option<String>,
+    pub api: Option<String>,
+    /// Calls (driver costs) or allocations (pool).
+    pub calls: i64,
+    pub bytes: i64,
+    /// Driver costs as measured, before subtracting what other processes did meanwhile.
+    pub measured_bytes: Option<i64>,
+    /// Contains an estimate (a context's size).
+    pub estimated: bool,
+    /// Part of a measurement could not be attributed either way.
+    pub uncertain: bool,
+    /// A context a process created when it began to use the GPU (not by peer access):
+    /// expected memory, not counted as untracked growth.
+    pub expected: bool,
+    /// Call sites involved (short forms).
+    pub callers: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Recon {
+    /// The query the process sized from.
+    pub query: QueryRef,
+    pub items: Vec<Item>,
+    /// Free memory at the end: measured by `closed_by`, else the told free minus the items.
+    pub free_bytes: i64,
+    /// The query that measured `free_bytes` (the process's next record after the end).
+    pub closed_by: Option<QueryRef>,
+    /// Told minus free minus the items, when the free memory was measured.
+    pub unexplained_bytes: Option<i64>,
+}
+
+impl Recon {
+    /// The sum of the items of one kind.
+    pub fn sum(&self, kind: ItemKind) -> i64 {
+        self.items.iter().filter(|i| i.kind == kind).map(|i| i.bytes).sum()
+    }
+}
