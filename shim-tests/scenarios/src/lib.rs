@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod elf;
 pub mod pythons;
 pub mod reports;
+pub mod servers;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

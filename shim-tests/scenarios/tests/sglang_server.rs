@@ -16,6 +16,7 @@
 
 use culedger_scenarios::cli::built;
 use culedger_scenarios::reports::reports_in;
+use culedger_scenarios::servers::{free_port, tiny_llama as write_model};
 use culedger_scenarios::{repo_root, Sim};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -52,26 +53,6 @@ fn sglang_python() -> Option<PathBuf> {
         }
     }
     panic!("{} missing: run scripts/fetch-sglang.sh (make test runs it)", python.display())
-}
-
-/// A tiny Llama (2 layers, hidden 512, 8 heads: divisible by every `--tp` used here).
-fn write_model(dir: &Path) -> PathBuf {
-    let model = dir.join("tiny-llama");
-    std::fs::create_dir_all(&model).unwrap();
-    let config = serde_json::json!({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
-        "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1024,
-        "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "torch_dtype": "bfloat16", "hidden_act": "silu", "tie_word_embeddings": false,
-        "bos_token_id": 1, "eos_token_id": 2
-    });
-    std::fs::write(model.join("config.json"), config.to_string()).unwrap();
-    model
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The simulated machine: 8 GPUs of 80 GiB, a 13.2 driver, SGLang offline.
