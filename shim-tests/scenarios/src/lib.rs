@@ -258,11 +258,13 @@ impl Drop for Sim {
 /// the program itself asked the driver for, to compare with its trace without culedger.
 pub fn trace_without_culedger(trace: &str) -> Vec<&str> {
     // The device functions culedger looks up itself: the current device (hooks), and the
-    // devices' count, UUIDs and PCI bus ids (the report writer, `crate::gpu`).
+    // devices' count, UUIDs (both versions: a MIG device's differ) and PCI bus ids (the report
+    // writer, `crate::gpu`).
     let ours = [
         "getproc cuCtxGetDevice 2000 0 -> 0 cuCtxGetDevice",
         "getproc cuDeviceGetCount 2000 0 -> 0 cuDeviceGetCount",
         "getproc cuDeviceGetUuid 11040 0 -> 0 cuDeviceGetUuid_v2",
+        "getproc cuDeviceGetUuid 9020 0 -> 0 cuDeviceGetUuid",
         "getproc cuDeviceGetPCIBusId 4010 0 -> 0 cuDeviceGetPCIBusId",
     ];
     let mut lines: Vec<&str> = trace.lines().collect();
