@@ -318,7 +318,11 @@ pub fn advise_measured(
         // what grows with the pool's tokens is on top of the fixed margin and shrinks with it.
         // A measured margin holds what grew with the pool's tokens already.
         let growth = after_pool::growth(s, m, r.query_function.as_ref(), r.pool_bytes).filter(|_| from_rules);
-        let (margin, deficit) = after_pool::margin_and_deficit(margin, growth, still, need, after_pool, free);
+        // A measured margin is everything that followed the pool in the run that started, the
+        // request that failed here included (it succeeded there): like the rules' margin with
+        // its per-token part, it is not added again on top of the failed request.
+        let whole = growth.or_else(|| (!from_rules).then_some(after_pool::Growth { tokens: 0, bytes: 0, per_pool_byte: 0.0 }));
+        let (margin, deficit) = after_pool::margin_and_deficit(margin, whole, still, need, after_pool, free);
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
         }
