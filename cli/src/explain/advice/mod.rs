@@ -18,6 +18,7 @@
 //! `evaluation` evaluates the formula on the run; this module turns it into the advice.
 pub mod evaluation;
 pub(crate) mod after_pool;
+pub(crate) mod draft;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
@@ -215,6 +216,9 @@ struct Bound {
     /// A failure after the pool: the failed request's bytes and its category (its own call
     /// site's), which the value must make room for beside what arrived.
     failed_after_pool: Option<(i64, Option<String>)>,
+    /// A draft model's weights still loading when the start failed, counted whole: the draft,
+    /// what the rank had loaded of it, and what it still needed (`draft`).
+    draft: Option<(draft::Draft, i64, i64)>,
 }
 
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
@@ -298,13 +302,22 @@ pub fn advise_measured(
                 deficit: 0,
                 alts: Vec::new(),
                 failed_after_pool: None,
+                draft: None,
             });
         }
         let st = steps::steps(m);
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
         let f = st[i].failure().expect("a failure");
         let need = needed(m, f);
-        let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, need);
+        // Weights failing after the sizing query, with the draft model named and readable: the
+        // rest of the draft's load is still to come, not only the failed request (`draft`).
+        let weights = culedger_format::category::CATEGORIES.iter().position(|c| *c == "weights");
+        let seen: i64 = weights.map_or(0, |w| st[r.query_index + 1..i].iter().map(|x| x.cats[w].max(0)).sum());
+        let draft = (f.category.as_deref() == Some("weights"))
+            .then(|| draft::named(run))
+            .flatten()
+            .and_then(|d| draft::rest(&d, seen, need).map(|rest| (d, seen, rest)));
+        let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
         // The free memory at the failure: as the failure finding measured it, else as the
         // reconciliation from the sizing query estimates it.
         let free = findings
@@ -322,7 +335,12 @@ pub fn advise_measured(
         // request that failed here included (it succeeded there): like the rules' margin with
         // its per-token part, it is not added again on top of the failed request.
         let whole = growth.or_else(|| (!from_rules).then_some(after_pool::Growth { tokens: 0, bytes: 0, per_pool_byte: 0.0 }));
-        let (margin, deficit) = after_pool::margin_and_deficit(margin, whole, still, need, after_pool, free);
+        // The draft's weights are no part of what follows the pool: what it loaded after the
+        // pool and the failed request (part of it) leave the margin as it was.
+        let (margin, deficit) = match &draft {
+            Some(_) => after_pool::margin_and_deficit(margin, whole, still, 0, after_pool.map(|fp| fp - seen), free),
+            None => after_pool::margin_and_deficit(margin, whole, still, need, after_pool, free),
+        };
         if deficit <= 0 || ev.scale_bytes <= 0 {
             continue;
         }
@@ -340,6 +358,7 @@ pub fn advise_measured(
             deficit,
             alts,
             failed_after_pool: after_pool.map(|_| (need, f.category.clone())),
+            draft,
         });
     }
     if !bounds.iter().any(|b| b.broken) {
@@ -689,14 +708,43 @@ pub fn advise_measured(
     // Weights still loading after the sizing query when the start failed (a draft model of
     // speculative decoding loaded after the target's pool, say): the reports show what that
     // load took until it failed, not how much more it needed, so the value covers only that.
-    if let Some((b, Some(c))) = &deciding.failed_after_pool {
+    if let (Some((d, seen, rest)), "lower") = (&deciding.draft, direction) {
+        lines.push(format!(
+            "The failed request ({} GiB) was part of the draft model's weights, still loading after the sizing query \
+             (SGLang before PR 28855 loads them in EAGLEWorker.__init__, after the target's pool): {} {} holds {} GiB \
+             of weights, {} GiB a rank at --tp {}; the value counts them whole, the {} GiB the rank had not loaded \
+             when it failed included ({} GiB loaded before)",
+            gib(deciding.failed_after_pool.as_ref().map_or(0, |x| x.0)),
+            draft::FLAG,
+            d.path,
+            gib(d.total_bytes.unwrap_or(0)),
+            gib(d.per_rank_bytes.unwrap_or(0)),
+            d.tp,
+            gib(*rest),
+            gib(*seen)
+        ));
+    } else if let Some((b, Some(c))) = &deciding.failed_after_pool {
         if c == "weights" && direction == "lower" {
             lines.push(format!(
                 "The failed request ({} GiB) was part of weights still loading after the sizing query: the reports \
                  do not show how much more that load needed, so the values above cover only what it took before it \
-                 failed; each further 0.01 of {flag} frees {} GiB for the rest of it",
+                 failed; each further 0.01 of {flag} frees {} GiB for the rest of it{}",
                 gib(*b),
-                gib(ev.scale_bytes / 100)
+                gib(ev.scale_bytes / 100),
+                match draft::named(run) {
+                    Some(d) => format!(
+                        " ({} {} names a draft model whose weight files cannot be read here: their size divided by \
+                         --tp is what each rank loads)",
+                        draft::FLAG,
+                        d.path
+                    ),
+                    None if after_pool::on_command_line(run, "--speculative-algorithm") => format!(
+                        " (with speculative decoding, the draft model's weights: {} names it, and its weight files' size \
+                         divided by --tp is what each rank loads)",
+                        draft::FLAG
+                    ),
+                    None => String::new(),
+                }
             ));
         }
     }

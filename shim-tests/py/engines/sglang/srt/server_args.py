@@ -1,5 +1,6 @@
 """sglang/srt/server_args.py (simulated): the launch arguments the simulation honours."""
 import argparse
+import os
 import dataclasses
 
 
@@ -22,6 +23,7 @@ class ServerArgs:
     enable_symm_mem: bool = False
     speculative_algorithm: str = None
     speculative_draft_model_mib: int = 0
+    speculative_draft_model_path: str = None
     draft_before_sizing: bool = False
     dist_init_dir: str = None
     truth_dir: str = None
@@ -53,6 +55,9 @@ def prepare_server_args(argv):
     p.add_argument("--speculative-algorithm", default=None, choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"])
     p.add_argument("--speculative-draft-model-mib", type=int, default=0,
                    help="simulation: the draft model's weights per rank, MiB")
+    p.add_argument("--speculative-draft-model-path", default=None,
+                   help="the draft model's directory (SGLang's flag); the simulation loads per rank its weight "
+                        "files' size (*.safetensors) divided by --tp, unless --speculative-draft-model-mib says")
     p.add_argument("--draft-before-sizing", action="store_true",
                    help="simulation: the order of sglang 0.5.23 (the scheduler builds the draft worker before "
                         "init_memory_pools, so the draft weights are counted); without it the order of the "
@@ -63,9 +68,15 @@ def prepare_server_args(argv):
                    help="once started, the ranks keep serving until this file exists (simulation: a server "
                         "that stays up, for the live views; at most 10 minutes)")
     a = p.parse_args(argv)
+    if a.speculative_draft_model_path and not a.speculative_draft_model_mib:
+        # What each rank loads of the draft: its weight files split over the tensor-parallel ranks.
+        total = sum(e.stat().st_size for e in os.scandir(a.speculative_draft_model_path)
+                    if e.name.endswith(".safetensors") and e.is_file())
+        a.speculative_draft_model_mib = -(-total // a.tp_size) >> 20
     disable_ca = a.disable_custom_all_reduce or a.allreduce != "custom"
     return ServerArgs(a.model_path, a.tp_size, a.mem_fraction_static, disable_ca, a.disable_cuda_graph,
                       a.cuda_graph_max_bs, a.max_running_requests, a.max_total_tokens, a.model_mib, a.layers,
                       a.context_length, a.attention_workspace_mib, a.graph_workspace_mib, a.enable_symm_mem,
-                      a.speculative_algorithm, a.speculative_draft_model_mib, a.draft_before_sizing,
+                      a.speculative_algorithm, a.speculative_draft_model_mib, a.speculative_draft_model_path,
+                      a.draft_before_sizing,
                       a.dist_init_dir, a.truth_dir, a.serve_until)
