@@ -431,6 +431,25 @@ fn probes_are_bounded_and_compute_untracked() {
     assert_eq!((events.len(), d["events_total"].as_u64()), (1000, Some(1000)), "one event per probe");
 }
 
+/// Lazy library loads that took nothing are counted, not kept as events: 2000 of them leave
+/// room for the first use that takes memory.
+#[test]
+fn empty_library_loads_keep_no_events() {
+    let l = Ledger::new();
+    for _ in 0..2000 {
+        l.driver_cost(0, "cuLibraryLoadData", 0);
+    }
+    l.driver_cost(0, "cuLibraryLoadFromFile", 0);
+    l.driver_cost(0, "cuLibraryLoadData", 8 << 20);
+    l.lazy_load_cost(0, "cuKernelGetFunction", &std::sync::Arc::from("libnccl.so.2"), 8 << 20, 0, 0);
+    let d = device_json(&l, 0);
+    let events = d["events"].as_array().unwrap();
+    let apis: Vec<&str> = events.iter().map(|e| e["api"].as_str().unwrap()).collect();
+    assert_eq!(apis, ["cuLibraryLoadData", "cuKernelGetFunction"], "{events:?}");
+    let costs = d["driver_costs"].as_array().unwrap();
+    assert_eq!((costs[0]["api"].as_str(), costs[0]["calls"].as_u64()), (Some("cuLibraryLoadData"), Some(2001)));
+}
+
 #[test]
 fn events_are_bounded() {
     let l = Ledger::new();

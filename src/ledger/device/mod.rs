@@ -478,6 +478,13 @@ impl DeviceLedger {
                 *free = site;
             }
         }
+        // A library load that took nothing (a lazy one: its memory comes at its first use, named
+        // then) keeps no event of its own, only its count above: a framework loads hundreds of
+        // them (SGLang's scheduler 2905, 965 of them before its KV pool), and the device's events
+        // are bounded, so they pushed out the first uses that do take memory.
+        if bytes == 0 && library.is_none() && matches!(api, "cuLibraryLoadData" | "cuLibraryLoadFromFile") {
+            return;
+        }
         self.stats.sized_event(now, EventKind::DriverCost, api, Some(bytes), start_us, || match &library {
             Some(l) => format!("{bytes} bytes: lazy loading of {l} (first used by {api})"),
             None => format!("{bytes} bytes"),
