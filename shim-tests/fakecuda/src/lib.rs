@@ -11,7 +11,8 @@
 //! * `cuGetProcAddress`/`cuGetProcAddress_v2` resolve base names by version and stream flavour from
 //!   one static table checked against `cudaTypedefs.h` ([`getproc`]).
 //! * `FAKECUDA_TRACE=<file>` appends one line per resolution and init event ([`trace`]), and
-//!   with `FAKECUDA_TRACE_ERRORS=1` one per entry point that returned an error.
+//!   with `FAKECUDA_TRACE_ERRORS=1` one per entry point that returned an error, with
+//!   `FAKECUDA_TRACE_CHARGES=1` one per hidden cost charged (which entry point, which handle).
 //!
 //! Every entry point is panic-free towards C: bodies run under `catch_unwind` and a panic becomes
 //! `CUDA_ERROR_UNKNOWN`. See `shim-tests/README.md`, section "Fake driver".
@@ -31,6 +32,7 @@ macro_rules! entry {
             $(#[$m])*
             #[no_mangle]
             pub unsafe extern "C" fn $name($($a: $t),*) -> $crate::types::CUresult {
+                let _entry = $crate::trace::Entry::enter(stringify!($name));
                 $crate::trace::failed(stringify!($name), $crate::guard(move || -> $crate::state::R { $body }))
             }
         )*

@@ -192,6 +192,25 @@ pub struct Alloc {
     pub low: bool,
 }
 
+/// A page of [`GRANULARITY`] bytes that small allocations of one context share: charged when
+/// the first is made, given back with the last.
+#[derive(Debug, Clone)]
+pub struct SmallPage {
+    pub ctx: u64,
+    pub dev: usize,
+    /// Offset of the next allocation (the page is filled in order; freed space is reused only
+    /// once the whole page is free).
+    pub next: u64,
+    /// Live allocations in the page.
+    pub live: u32,
+}
+
+/// `cuMemAlloc` requests below this share pages ([`Proc::alloc_small`]).
+pub const SMALL_ALLOC: u64 = GRANULARITY;
+/// Where a small allocation may start in its page: cudaMalloc's documented alignment is at least
+/// 256 bytes (CUDA C++ Programming Guide, "Device Memory Accesses").
+pub const SMALL_ALIGN: u64 = 512;
+
 /// Pinned or registered host memory.
 #[derive(Debug, Clone)]
 pub struct HostRange {
@@ -325,6 +344,8 @@ pub struct Proc {
     pub graphs: HashMap<u64, Graph>,
     pub execs: HashMap<u64, Costly>,
     pub modules: HashMap<u64, Costly>,
+    /// Pages that small `cuMemAlloc` allocations share: page base -> its use ([`Proc::alloc_small`]).
+    pub small_pages: BTreeMap<u64, SmallPage>,
     /// Loaded context-independent libraries (`cuLibraryLoad*`). A real driver loads them lazily
     /// (`CUDA_MODULE_LOADING=LAZY`, the default since CUDA 12.2): nothing is charged until a kernel
     /// of the library is first used in a context ([`Proc::use_library`]).
@@ -486,6 +507,7 @@ impl Proc {
             graphs: HashMap::new(),
             execs: HashMap::new(),
             modules: HashMap::new(),
+            small_pages: BTreeMap::new(),
             libraries: HashMap::new(),
             lib_loads: HashMap::new(),
             globals: HashMap::new(),
@@ -562,6 +584,7 @@ impl Proc {
     pub fn charge(&mut self, dev: usize, bytes: u64) -> R {
         let shm = self.shm.ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
         if bytes == 0 || shm.reserve(self.slot, self.visible[dev], bytes) {
+            crate::trace::usage('+', bytes, dev);
             Ok(())
         } else {
             Err(CUDA_ERROR_OUT_OF_MEMORY)
@@ -572,6 +595,7 @@ impl Proc {
     pub fn uncharge(&mut self, dev: usize, bytes: u64) {
         if let (Some(shm), true) = (self.shm, bytes > 0) {
             shm.release(self.slot, self.visible[dev], bytes);
+            crate::trace::usage('-', bytes, dev);
         }
     }
 
@@ -664,6 +688,7 @@ impl Proc {
         if !self.lib_loads.contains_key(&(lib, ctx)) {
             let cost = Config::get().module_cost;
             self.charge(dev, cost)?;
+            crate::trace::charge("library", cost, dev, Some(lib), ctx);
             self.lib_loads.insert((lib, ctx), Costly { ctx, dev, charged: cost });
         }
         Ok((ctx, dev))
@@ -707,6 +732,9 @@ impl Proc {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        if kind == Kind::Device && !low && size < SMALL_ALLOC {
+            return self.alloc_small(ctx, dev, size);
+        }
         let span = round_up(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         self.charge(dev, span)?;
         let base =
@@ -721,6 +749,56 @@ impl Proc {
         self.allocs
             .insert(base, Alloc { base, size, span, dev, kind, ctx, charge: Some((dev, span)), export: None, low });
         Ok(base)
+    }
+
+    /// A small `cuMemAlloc` (below [`SMALL_ALLOC`]): a real driver does not give each its own
+    /// 2 MiB page but packs them, so that many small allocations of a context lie in one page
+    /// ("cudaMalloc() would return multiple memory chunks located in the same GPU page", VILLASfpga
+    /// commit "gpu: always allocate page-sized chunks"). The page is charged when it is opened and
+    /// given back when its last allocation is freed; an allocation keeps its own address range
+    /// (`cuMemGetAddressRange`, IPC export) and is recorded with no charge of its own.
+    fn alloc_small(&mut self, ctx: u64, dev: usize, size: u64) -> R<u64> {
+        let step = (size + SMALL_ALIGN - 1) & !(SMALL_ALIGN - 1);
+        let room = self
+            .small_pages
+            .iter_mut()
+            .find(|(_, pg)| pg.ctx == ctx && pg.dev == dev && pg.next + step <= GRANULARITY);
+        let base = match room {
+            Some((page, pg)) => {
+                let at = page + pg.next;
+                pg.next += step;
+                pg.live += 1;
+                at
+            }
+            None => {
+                self.charge(dev, GRANULARITY)?;
+                let page = match self.reserve_va(dev, GRANULARITY, false) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.uncharge(dev, GRANULARITY);
+                        return Err(e);
+                    }
+                };
+                self.small_pages.insert(page, SmallPage { ctx, dev, next: step, live: 1 });
+                page
+            }
+        };
+        let kind = Kind::Device;
+        self.allocs.insert(base, Alloc { base, size, span: step, dev, kind, ctx, charge: None, export: None, low: false });
+        Ok(base)
+    }
+
+    /// A small allocation at `base` was freed: its page goes back with its last one.
+    fn free_small(&mut self, base: u64) {
+        let page = base & !(GRANULARITY - 1);
+        let Some(pg) = self.small_pages.get_mut(&page) else { return };
+        pg.live -= 1;
+        if pg.live == 0 {
+            let dev = pg.dev;
+            self.small_pages.remove(&page);
+            self.arenas[dev].release(page, GRANULARITY);
+            self.uncharge(dev, GRANULARITY);
+        }
     }
 
     /// The allocation containing `ptr`.
@@ -769,6 +847,7 @@ impl Proc {
                 }
                 self.maybe_free_phys(phys);
             }
+            Kind::Device if a.charge.is_none() => self.free_small(a.base),
             _ => self.release_va(&a),
         }
         for g in self.graphs.values_mut() {

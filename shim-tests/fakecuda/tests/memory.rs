@@ -27,7 +27,10 @@ fn oom_at_card_limit_with_rounding() {
             let rest = alloc(50 * MIB);
             assert_eq!(info().0, 0);
             let mut p = 0;
-            assert_eq!(cuMemAlloc_v2(&mut p, 1), CUDA_ERROR_OUT_OF_MEMORY);
+            assert_eq!(cuMemAlloc_v2(&mut p, 2 * MIB), CUDA_ERROR_OUT_OF_MEMORY);
+            let small = alloc(1);
+            assert_eq!(small, one + 512, "a small allocation shares the page of the one before");
+            assert_eq!(cuMemFree_v2(small), 0);
             assert_eq!(cuMemFree_v2(one), 0);
             assert_eq!(cuMemAlloc_v2(&mut p, 2 * MIB + 1), CUDA_ERROR_OUT_OF_MEMORY, "4 MiB does not fit in 2 MiB");
             let again = alloc(2 * MIB);
@@ -41,6 +44,35 @@ fn oom_at_card_limit_with_rounding() {
             assert_eq!(used(), 8 * MIB, "the context cost is released and charged again");
         },
     );
+}
+
+/// Small allocations share pages as a real driver's do: a page is charged when the first one
+/// lands in it and given back with the last; each keeps its own range; one of another context
+/// gets a page of its own.
+#[test]
+fn small_allocations_share_pages() {
+    in_child("small_allocations_share_pages", &[("FAKECUDA_TOTAL_MIB", "64"), ("FAKECUDA_CTX_MIB", "0")], || unsafe {
+        setup(0);
+        let ptrs: Vec<CUdeviceptr> = (0..1000).map(|i| alloc(if i % 3 == 0 { 608 } else { 24 })).collect();
+        assert_eq!(used(), 2 * MIB, "1000 small allocations (at most 1 KiB in the page each) in one page");
+        assert!(ptrs.windows(2).all(|w| w[1] > w[0] && (w[1] - w[0]) % 512 == 0), "512-byte aligned, in order");
+        let (mut base, mut size) = (0, 0usize);
+        assert_eq!(cuMemGetAddressRange_v2(&mut base, &mut size, ptrs[3] + 100), 0);
+        assert_eq!((base, size), (ptrs[3], 608), "each keeps its own range");
+        let next = alloc(3 * MIB / 2);
+        assert_eq!(used(), 4 * MIB, "1.5 MiB more does not fit in the first page's rest");
+        assert_eq!(cuMemFree_v2(next), 0);
+        assert_eq!(used(), 2 * MIB, "a page goes back with its last allocation");
+        for p in &ptrs[1..] {
+            assert_eq!(cuMemFree_v2(*p), 0);
+        }
+        assert_eq!(used(), 2 * MIB, "one allocation still holds the page");
+        assert_eq!(cuMemFree_v2(ptrs[0]), 0);
+        assert_eq!(used(), 0);
+        assert_eq!(cuMemFree_v2(ptrs[0]), CUDA_ERROR_INVALID_VALUE, "freed twice");
+        let big = alloc(2 * MIB);
+        assert_eq!((used(), big % (2 * MIB as u64)), (2 * MIB, 0), "2 MiB is not small");
+    });
 }
 
 #[test]
@@ -362,7 +394,11 @@ fn threads_alloc_free_back_to_baseline() {
             for w in all.windows(2) {
                 assert!(w[0].0 + w[0].1 as u64 <= w[1].0, "live allocations overlap: {:x?}", w);
             }
-            let charged: usize = all.iter().map(|(_, s)| s.div_ceil(2 * MIB) * 2 * MIB).sum();
+            // Each large one rounded up to 2 MiB; the small ones share pages (each page once).
+            let pages: std::collections::BTreeSet<u64> =
+                all.iter().filter(|(_, s)| *s < 2 * MIB).map(|(p, _)| p & !(2 * MIB as u64 - 1)).collect();
+            let large: usize = all.iter().filter(|(_, s)| *s >= 2 * MIB).map(|(_, s)| s.div_ceil(2 * MIB) * 2 * MIB).sum();
+            let charged = large + pages.len() * 2 * MIB;
             assert_eq!(used(), charged);
             for (p, _) in all {
                 assert_eq!(cuMemFree_v2(p), 0);

@@ -188,6 +188,7 @@ fn launch(exec: CUgraphExec, h: CUstream, per_thread: bool) -> R {
 fn load_costly(p: &mut Proc, tag: u64, ctx: u64, dev: usize) -> R<u64> {
     let cost = Config::get().module_cost;
     p.charge(dev, cost)?;
+    crate::trace::charge("module", cost, dev, None, ctx);
     let h = p.new_handle(tag);
     p.modules.insert(h, Costly { ctx, dev, charged: cost });
     Ok(h)
@@ -220,6 +221,7 @@ unsafe fn library_load(library: *mut CUlibrary, source_ok: bool, options_ok: boo
         p.libraries.insert(h, ());
         Ok(h)
     })?;
+    crate::trace::library_loaded(h);
     library.write(h as CUlibrary);
     Ok(())
 }
