@@ -4,7 +4,7 @@
 
 use super::super::callers;
 use super::super::recon::{reconcile, Recon};
-use super::super::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
+use culedger_analysis::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
 use super::types::{Detail, FailDetail, Finding, Kind, Minimum, Severity, StartDetail, StartRow};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
