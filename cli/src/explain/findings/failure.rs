@@ -76,6 +76,8 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
         pids: detail.processes.iter().map(|r| r.pid).collect(),
         callers,
         detail: Detail::Start(detail),
+        folded_into: None,
+        folded_title: None,
     }]
 }
 
@@ -248,6 +250,8 @@ fn failure_finding(
         pids,
         callers: all_callers,
         detail: Detail::Failure(Box::new(detail)),
+        folded_into: None,
+        folded_title: None,
     }
 }
 
