@@ -537,9 +537,9 @@ pub fn group_title(fs: &[&Finding]) -> Option<String> {
             let names: Vec<&str> = ds.iter().map(|d| d.process.as_str()).collect();
             let pids: Vec<i64> = ds.iter().map(|d| d.pid).collect();
             let bytes: Vec<i64> = ds.iter().map(|d| d.bytes).collect();
-            let (part, size) = match d0.part.as_str() {
-                "an allocation" => (span(&bytes), String::new()),
-                p => (p.replace(" its ", " their "), format!("{}, ", span(&bytes))),
+            let (part, size) = match d0.part_of {
+                Part::Allocation => (span(&bytes), String::new()),
+                _ => (d0.part.replace(" its ", " their "), format!("{}, ", span(&bytes))),
             };
             Some(format!(
                 "{} could not allocate {part} on {where_} ({size}{}{}{})",
