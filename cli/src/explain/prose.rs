@@ -5,7 +5,7 @@
 use super::callers;
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::findings::{
-    Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Severity, SizingDetail, StartDetail,
+    Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
 use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
 use crate::clock::fmt_secs;
@@ -17,6 +17,15 @@ use std::collections::BTreeMap;
 /// Writes a finding's title and conclusion from its figures. `skipped`: a report of the
 /// run could not be read.
 pub fn word(f: &mut Finding, skipped: bool) {
+    match &mut f.detail {
+        Detail::Start(d) => {
+            for r in &mut d.processes {
+                r.status = crate::words::ended(r.ended);
+            }
+        }
+        Detail::Failure(d) => d.part = crate::words::part(d.part_of),
+        _ => {}
+    }
     let device = f.device.unwrap_or_default();
     let (title, text) = match &f.detail {
         Detail::Start(d) => failed_start(d),
@@ -72,8 +81,8 @@ pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Op
     let (name, part) = (&d.process, &d.part);
     let at = fmt_secs(d.at_us);
     // A lone allocation that is no pool is named by its size, not "an allocation".
-    let (part, size) = match part.as_str() {
-        "an allocation" => (fmt_bytes(d.bytes), String::new()),
+    let (part, size) = match d.part_of {
+        Part::Allocation => (fmt_bytes(d.bytes), String::new()),
         _ => (part.clone(), format!("{}, ", fmt_bytes(d.bytes))),
     };
     let title = format!(
@@ -84,7 +93,7 @@ pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Op
         d.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
     );
     let text = match &d.reconciliation {
-        Some(r) => conclusion(name, &d.part, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
+        Some(r) => conclusion(name, d.part_of, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
              sized the request from. The process held {} on the GPU at that moment.",
@@ -111,9 +120,9 @@ pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Op
 
 /// The parts of `pool` that succeeded before the failure, in words: `the first half of
 /// the pool`, `the first 3 parts of the pool`.
-fn before_words(part: &str, done: usize) -> String {
-    let pool = if part.contains("KV pool") { "the KV pool" } else { "the pool" };
-    if part.starts_with("the second half") {
+fn before_words(part: Part, done: usize) -> String {
+    let pool = if part.kv() { "the KV pool" } else { "the pool" };
+    if matches!(part, Part::SecondHalf { .. }) {
         format!("the first half of {pool}")
     } else if done == 1 {
         format!("its first part of {pool}")
@@ -125,18 +134,14 @@ fn before_words(part: &str, done: usize) -> String {
 /// The engineer's sentence for a reconciled failure.
 fn conclusion(
     name: &str,
-    part: &str,
+    part: Part,
     (requested, needed, api): (i64, i64, &str),
     r: &Recon,
     short_by: i64,
     skipped: bool,
 ) -> String {
-    let pool = if part.contains("KV pool") { "its KV pool" } else { "its pool" };
-    let sized = if part.starts_with("an allocation") || part.starts_with("allocation ") {
-        "sized its request"
-    } else {
-        "sized"
-    };
+    let pool = if part.kv() { "its KV pool" } else { "its pool" };
+    let sized = if part.is_pool() { "sized" } else { "sized its request" };
     let mut s = if sized == "sized" {
         format!("{name} sized {pool} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
     } else {
@@ -198,7 +203,7 @@ fn conclusion(
     };
     let failed = format!(
         "{} ({})",
-        part.replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
+        crate::words::part(part).replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
         crate::words::needed_words(requested, needed, api)
     );
     let pool_done = done.map(|d| format!("{} took {}", before_words(part, d.calls as usize), fmt_bytes(d.bytes)));
@@ -478,4 +483,80 @@ pub fn imbalance(d: &ImbalanceDetail) -> (String, String) {
         )
     );
     (title, text)
+}
+
+// ---------------------------------------------------------------------------------------
+// Findings folded into one.
+
+/// The GPUs of alike findings: `GPUs 1-7`, `GPUs 1, 3`; `host-a GPU 1, host-b GPU 1` when
+/// they are on several hosts.
+pub fn gpus(fs: &[&Finding]) -> String {
+    let hosts: Vec<&str> = fs.iter().filter_map(|f| f.host.as_deref()).collect();
+    if hosts.windows(2).all(|w| w[0] == w[1]) {
+        let idx: Vec<i64> = fs.iter().filter_map(|f| f.device).collect();
+        return format!("{} {}", if idx.len() == 1 { "GPU" } else { "GPUs" }, pid_list(&idx));
+    }
+    join_and(&fs.iter().map(|f| format!("{} GPU {}", f.host.as_deref().unwrap_or("?"), f.device.unwrap_or(0))).collect::<Vec<_>>())
+}
+
+/// `ranks 1-7 (pids 6102-6108)` for processes named `rank N (pid P)`, else `7 processes
+/// (pids ...)`.
+fn processes(names: &[&str], pids: &[i64]) -> String {
+    let ranks: Option<Vec<i64>> = names
+        .iter()
+        .map(|n| n.strip_prefix("rank ").and_then(|r| r.split(' ').next()).and_then(|r| r.parse().ok()))
+        .collect();
+    match ranks {
+        Some(r) => format!("ranks {} (pids {})", pid_list(&r), pid_list(pids)),
+        None => format!("{} processes (pids {})", names.len(), pid_list(pids)),
+    }
+}
+
+/// `a` when every value is `a`, else `a to b`.
+fn span(v: &[i64]) -> String {
+    let (lo, hi) = (v.iter().min().copied().unwrap_or(0), v.iter().max().copied().unwrap_or(0));
+    if lo == hi {
+        fmt_bytes(lo)
+    } else {
+        format!("{} to {}", fmt_bytes(lo), fmt_bytes(hi))
+    }
+}
+
+/// The title of findings with the same mechanism on several GPUs, shown as one (the first
+/// is `fs[0]`, whose text stands for all): it names every GPU and process; None for a
+/// single finding or a kind that is not folded.
+pub fn group_title(fs: &[&Finding]) -> Option<String> {
+    if fs.len() < 2 {
+        return None;
+    }
+    let where_ = gpus(fs);
+    match &fs[0].detail {
+        Detail::Failure(d0) => {
+            let ds: Vec<&FailDetail> =
+                fs.iter().filter_map(|f| if let Detail::Failure(d) = &f.detail { Some(&**d) } else { None }).collect();
+            let names: Vec<&str> = ds.iter().map(|d| d.process.as_str()).collect();
+            let pids: Vec<i64> = ds.iter().map(|d| d.pid).collect();
+            let bytes: Vec<i64> = ds.iter().map(|d| d.bytes).collect();
+            let (part, size) = match d0.part_of {
+                Part::Allocation => (span(&bytes), String::new()),
+                _ => (d0.part.replace(" its ", " their "), format!("{}, ", span(&bytes))),
+            };
+            Some(format!(
+                "{} could not allocate {part} on {where_} ({size}{}{}{})",
+                processes(&names, &pids),
+                d0.api,
+                d0.category.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+                d0.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
+            ))
+        }
+        Detail::Untracked(_) => {
+            let rises: Vec<i64> = fs
+                .iter()
+                .filter_map(|f| if let Detail::Untracked(d) = &f.detail { Some(d.rise_bytes) } else { None })
+                .collect();
+            let each = if rises.iter().all(|r| *r == rises[0]) { " each" } else { "" };
+            Some(format!("Untracked memory on {where_} rose by {}{each} between two queries", span(&rises)))
+        }
+        _ => None,
+    }
 }

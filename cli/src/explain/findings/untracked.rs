@@ -3,7 +3,7 @@
 //! between.
 
 use super::super::recon::{hidden_in_window, query_ref, Item};
-use super::super::steps;
+use culedger_analysis::steps;
 use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
 use crate::analysis::{DeviceGroup, Member};
 use crate::words::who;
@@ -140,5 +140,7 @@ pub(super) fn untracked_growth(
         pids,
         callers,
         detail: Detail::Untracked(Box::new(detail)),
+        folded_into: None,
+        folded_title: None,
     })
 }
