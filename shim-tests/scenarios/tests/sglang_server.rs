@@ -296,7 +296,7 @@ fn start_both(sim: &Sim, python: &Path, model: &Path, args: &[&str], tag: &str) 
 
 /// The checks every healthy start shares: each of the `tp` GPUs holds the KV pool SGLang
 /// logged, every allocation is named by an SGLang or torch rule, and the stop is no failure.
-fn healthy_checks(out: &Path, log: &str, tp: u64, tag: &str) {
+fn healthy_checks(out: &Path, log: &str, tp: u64, tag: &str, unnamed_checked: bool) {
     let (tokens, kv_gib) = logged_kv(log);
     assert!(tokens > 0);
     let gpus = scheduler_reports(out);
@@ -351,6 +351,25 @@ fn healthy_checks(out: &Path, log: &str, tp: u64, tag: &str) {
     for f in findings {
         eprintln!("{tag}: explain: {} {}: {}", f["severity"], f["kind"], f["title"]);
     }
+    // Nothing above 1% of a GPU is left unnamed ([21]): every rise of untracked memory explain
+    // reports is named (contexts, the libraries loaded lazily, IPC opens) but for at most 1% of
+    // the GPU's 80 GiB. (Was 1.92 GiB at --tp 1 and 6.03 GiB at --tp 8: NCCL's ~1000 allocations
+    // of 4 to 608 bytes each took a 2 MiB page of their own on the fake driver, where a real
+    // driver packs them; and the lazy first uses fell out of the bounded events behind ~1000
+    // empty cuLibraryLoadData events.) Not yet at --tp 8: 4.00 GiB stay unnamed on GPU 1, the
+    // contexts the eight other processes get on every GPU when the runtime initialises (the
+    // fake driver creates a primary context in slot 2 of the runtime's private table, which no
+    // hook sees, for every device; whether a real runtime does that at init is open).
+    for f in findings.iter().filter(|f| f["kind"] == "untracked_growth") {
+        let unnamed = f["detail"]["unexplained_bytes"].as_u64().unwrap_or(0);
+        eprintln!("{tag}: explain: {:.1} MiB unnamed on GPU {}", unnamed as f64 / (1 << 20) as f64, f["device"]);
+        assert!(
+            !unnamed_checked || unnamed <= (81920u64 << 20) / 100,
+            "{tag}: {:.2} GiB left unnamed: {}",
+            unnamed as f64 / GIB,
+            f["text"]
+        );
+    }
     for (p, r) in reports_in(out) {
         assert_eq!(n(&r["health"]["lost_events"]), 0, "{tag}: {}: events lost: {}", p.display(), r["health"]);
     }
@@ -363,7 +382,7 @@ fn sglang_tp1_serves_under_culedger() {
     let sim = machine("sglang_tp1");
     let model = write_model(sim.scratch());
     let (out, log) = start_both(&sim, &python, &model, &["--tp", "1"], "tp1");
-    healthy_checks(&out, &log, 1, "tp1");
+    healthy_checks(&out, &log, 1, "tp1", true);
 }
 
 /// Starts the server under `culedger run` and lets it fail: SGLang's launcher SIGKILLs the
@@ -526,7 +545,7 @@ fn sglang_tp8_custom_all_reduce_failure_then_the_recommended_value_starts() {
         start_under_culedger(&sim, &python, &model, &["--tp", "8", "--mem-fraction-static", &recommended], "tp8");
     eprintln!("tp8: ready and stopped after {:.0} s", t1.elapsed().as_secs_f64());
     assert!(!log.contains("Setup Custom allreduce failed"), "tp8: the custom all-reduce did not start");
-    healthy_checks(&out, &log, 8, "tp8");
+    healthy_checks(&out, &log, 8, "tp8", false);
     for (i, r) in scheduler_reports(&out) {
         let d = device(&r, i);
         assert!(
