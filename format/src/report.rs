@@ -585,6 +585,12 @@ impl Cats {
         }
     }
 
+    /// The categories beyond the six built-in ones (a rule's or a tag's) that hold an
+    /// integer, as written.
+    pub fn others(&self) -> impl Iterator<Item = &str> + '_ {
+        self.extra.iter().filter(|(k, v)| v.is_i64() && !CATEGORIES.contains(&k.as_str())).map(|(k, _)| k.as_str())
+    }
+
     /// Every category with its value as written, sorted by name (as a map would give them).
     pub fn iter(&self) -> impl Iterator<Item = (&str, serde_json::Value)> + '_ {
         let mut all: Vec<(&str, serde_json::Value)> = CATEGORIES
