@@ -56,6 +56,17 @@ pub struct Finding {
     pub callers: Vec<String>,
     /// Kind-specific figures (docs/explain.md).
     pub detail: Detail,
+    /// For a finding with the same mechanism as an earlier one (the same failure or rise on
+    /// another GPU, differing only in its rank, GPU and figures): the index in `findings` of
+    /// the first of them, under which the text, markdown and page show it as one row. Left
+    /// out of the JSON for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folded_into: Option<usize>,
+    /// For the first of findings folded together: a title that names every GPU and process
+    /// of them (the text and markdown heading, the page's card). Left out of the JSON for
+    /// the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folded_title: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -257,6 +257,38 @@ fn untracked_steps(g: &DeviceGroup) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
     (times, tracked, used)
 }
 
+/// The untracked band stacked on the tracked areas: from the first query on, at every
+/// sample and query, from the tracked total then to that plus the untracked memory of the
+/// last query (device used minus tracked, held until the next query). Drawn from the
+/// query's own tracked figure instead, it lay over the areas when they grew between two
+/// queries (a grey band over the weights loaded after a query). Returns (times, below,
+/// above).
+fn untracked_band(series: &[Point], q_times: &[i64], q_tracked: &[i64], q_used: &[i64]) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+    let mut queries: Vec<(i64, i64)> =
+        q_times.iter().zip(q_tracked.iter().zip(q_used)).map(|(t, (tr, u))| (*t, (u - tr).max(0))).collect();
+    queries.sort_by_key(|q| q.0);
+    let first = queries[0].0;
+    let mut times: Vec<i64> =
+        series.iter().map(|p| p.t_unix_us).filter(|t| *t >= first).chain(queries.iter().map(|q| q.0)).collect();
+    times.sort_unstable();
+    times.dedup();
+    let (mut below, mut above) = (Vec::with_capacity(times.len()), Vec::with_capacity(times.len()));
+    let (mut i, mut j, mut tracked, mut untracked) = (0, 0, 0, 0);
+    for t in &times {
+        while i < series.len() && series[i].t_unix_us <= *t {
+            tracked = series[i].total();
+            i += 1;
+        }
+        while j < queries.len() && queries[j].0 <= *t {
+            untracked = queries[j].1;
+            j += 1;
+        }
+        below.push(tracked);
+        above.push(tracked + untracked);
+    }
+    (times, below, above)
+}
+
 /// The lines of a marker list (two columns when long).
 fn list_lines(n: usize) -> usize {
     if n > ONE_COLUMN {
@@ -361,6 +393,25 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         grp = grp.add(text(s.x(at), y_bottom + 16.0, c.at(at), "middle", 11));
     }
     grp = grp.add(text(WIDTH - RIGHT, y_bottom + 32.0, "seconds since the run's first process started", "end", 10));
+    // What follows each sizing query up to its failure, tinted behind the areas (drawn over
+    // them, it greyed the memory below it: the dark overlay of [24] item 6).
+    for cause in causes {
+        let (xq, xf) = (s.x(cause.query_us.max(t0)), s.x(cause.fail_us.min(t1)));
+        grp = grp.add(
+            Rectangle::new()
+                .set("class", "hidden-costs-span")
+                .set("x", format!("{xq:.1}"))
+                .set("y", format!("{y_top:.1}"))
+                .set("width", format!("{:.1}", (xf - xq).max(1.0)))
+                .set("height", format!("{:.1}", y_bottom - y_top))
+                .set("fill", HIDDEN)
+                .set("fill-opacity", 0.12)
+                .add(Title::new(format!(
+                    "between the sizing query and the failure: {}",
+                    if cause.costs.is_empty() { "none measured".to_string() } else { cause.costs.join(", ") }
+                ))),
+        );
+    }
     // Stacked areas, drawn as step functions (a sample holds until the next one).
     if !series.is_empty() {
         let times: Vec<i64> = series.iter().map(|p| p.t_unix_us).collect();
@@ -382,10 +433,10 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
     }
     // Untracked band and device used, from the queries.
     if !q_times.is_empty() {
-        let top_band: Vec<i64> = q_tracked.iter().zip(&q_used).map(|(t, u)| (*u).max(*t)).collect();
+        let (b_times, b_below, b_above) = untracked_band(&series, &q_times, &q_tracked, &q_used);
         grp = grp.add(
             Polygon::new()
-                .set("points", band(&s, &q_times, t1, &q_tracked, &top_band))
+                .set("points", band(&s, &b_times, t1, &b_below, &b_above))
                 .set("fill", UNTRACKED)
                 .set("fill-opacity", 0.6)
                 .set("class", "band untracked")
@@ -424,16 +475,7 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         let costs = if cause.costs.is_empty() { "none measured".to_string() } else { cause.costs.join(", ") };
         let mut span = Group::new()
             .set("class", "hidden-costs")
-            .add(Title::new(format!("between the sizing query and the failure: {costs}")))
-            .add(
-                Rectangle::new()
-                    .set("x", format!("{xq:.1}"))
-                    .set("y", format!("{y_top:.1}"))
-                    .set("width", format!("{:.1}", (xf - xq).max(1.0)))
-                    .set("height", format!("{:.1}", y_bottom - y_top))
-                    .set("fill", HIDDEN)
-                    .set("fill-opacity", 0.12),
-            );
+            .add(Title::new(format!("between the sizing query and the failure: {costs}")));
         for (t, api) in &cause.calls {
             let x = s.x(*t);
             span = span.add(

@@ -55,7 +55,7 @@ impl<'r> Analysis<'r> {
             for f in &mut found {
                 crate::explain::prose::word(f, !self.run.skipped.is_empty());
             }
-            found
+            crate::explain::fold(found)
         })
     }
 

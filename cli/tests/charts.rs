@@ -83,3 +83,54 @@ fn allocations_of_the_last_millisecond_are_drawn() {
     let other: Vec<i64> = chart["cats"]["other"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
     assert_eq!(other.iter().max(), Some(&(2 << 20)), "{chart}");
 }
+
+/// The points of the SVG element at `at` (`points="x,y x,y ..."`).
+fn points(svg: &str, at: usize) -> Vec<(f64, f64)> {
+    let start = at + svg[at..].find("points=\"").unwrap() + "points=\"".len();
+    let end = start + svg[start..].find('"').unwrap();
+    svg[start..end]
+        .split(' ')
+        .map(|p| {
+            let (x, y) = p.split_once(',').unwrap();
+            (x.parse().unwrap(), y.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `plot` of the custom all-reduce failure ([24] item 6): what follows the sizing query is
+/// tinted behind the memory (its rectangle drawn before the areas: over them it greyed the
+/// weights, the dark overlay between the query and the failure), and the untracked band
+/// sits on the tracked areas (its lower edge is the stack's top at every step: drawn from
+/// each query's tracked figure, it lay over the weights loaded after a query).
+#[test]
+fn plot_draws_nothing_over_the_memory() {
+    let d = tempdir();
+    let out = d.path().join("p.svg");
+    let o = culedger(&["plot", fixtures().join("custom-ar").to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let panels: Vec<&str> = svg.split("<g class=\"panel\"").skip(1).collect();
+    assert_eq!(panels.len(), 2);
+    for p in panels {
+        let span = p.find("fill=\"#ff7f0e\" fill-opacity=\"0.12\"").expect("the span after the sizing query");
+        let first_area = p.find("class=\"area ").unwrap();
+        let behind = span < first_area && !p[first_area..].contains("fill-opacity=\"0.12\"");
+        // The top of the stack: the upper edge of the last area drawn (the first half of its
+        // points, as steps).
+        let top_area = p.rfind("class=\"area ").unwrap();
+        let top = points(p, top_area);
+        let upper = &top[..top.len() / 2];
+        let band_at = p.find("class=\"band untracked\"").unwrap();
+        let band = points(p, band_at);
+        let lower = &band[band.len() / 2..];
+        let (x0, x1) = (upper[0].0, upper[upper.len() - 1].0);
+        let mut checked = 0;
+        for (x, y) in lower.iter().filter(|(x, _)| *x > x0 && *x < x1) {
+            let on = upper.windows(2).any(|w| w[0].0 <= *x && *x <= w[1].0 && (w[0].1 - w[1].1).abs() < 1e-9 && (w[0].1 - y).abs() < 0.15);
+            assert!(on, "the band's lower edge at ({x}, {y}) is not the stack's top");
+            checked += 1;
+        }
+        assert!(checked > 10, "{checked} points of the band checked");
+        assert!(behind, "the span is drawn behind the areas, nothing tinted over them");
+    }
+}

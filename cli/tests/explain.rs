@@ -152,9 +152,69 @@ fn eight_ranks_fail_alike_and_are_folded() {
         assert_eq!(others, 7, "{f:#}");
     }
     // Ranks 1-7 fail alike; rank 0, whose GPU also holds the launcher's context, one part
-    // of its pool earlier.
+    // of its pool earlier. The JSON keeps one finding per GPU, the six after rank 1's naming
+    // it (`folded_into`), rank 1's a title that names all seven; text and markdown show them
+    // as one finding under that title, with a row per GPU.
+    let all = v["findings"].as_array().unwrap();
+    let head = all.iter().position(|f| f["kind"] == "failed_allocation" && f["device"] == 1).unwrap();
+    for f in &fails {
+        let d = f["device"].as_i64().unwrap();
+        assert_eq!(f["folded_into"].as_u64(), (d > 1).then_some(head as u64), "{f:#}");
+        assert_eq!(f.get("folded_title").is_some(), d == 1, "{f:#}");
+    }
+    let title = "ranks 1-7 (pids 6102-6108) could not allocate part 13 of their KV pool on GPUs 1-7 (918.00 MiB, \
+                 cudaMalloc, kv_pool, from MHATokenToKVPool._create_buffers)";
+    assert_eq!(all[head]["folded_title"], title);
     let (_, out, _) = explain(&["tests/fixtures/custom-ar-tp8"]);
-    assert!(out.contains("-- The same on 6 more GPUs (all 7 below)"), "{out}");
+    let one_line = out.replace('\n', " ");
+    assert!(one_line.contains(&format!("== 2. {title} ==")), "{out}");
+    assert!(out.contains("-- The text above is GPU 1's; on each of the 7 GPUs:"), "{out}");
+    assert!(!out.contains("== 3. rank 2"), "{out}");
+    for (gpu, rank) in (1..8).map(|k| (k, k)) {
+        assert!(out.contains(&format!("| GPU {gpu}   rank {rank} (pid {})", 6101 + rank)), "{out}");
+    }
+    let (_, md, _) = explain(&["tests/fixtures/custom-ar-tp8", "--format", "markdown"]);
+    assert!(md.contains(&format!("### 2. {title}")), "{md}");
+    assert_eq!(md.matches("could not allocate").count(), 2, "{md}");
+}
+
+/// The same rises of untracked memory on two hosts (explain-untracked's three processes, and
+/// a copy of them as node-b with other pids): each GPU's rise is one finding on both hosts,
+/// titled with both, the first's text and a row per host; the JSON keeps all four.
+#[test]
+fn alike_rises_on_two_hosts_are_one_finding() {
+    let d = tempdir();
+    for r in reports("tests/fixtures/explain-untracked") {
+        std::fs::write(d.path().join(format!("culedger-{}.json", r["process"]["pid"])), r.to_string()).unwrap();
+        let mut b = r.clone();
+        b["process"]["host"] = "node-b".into();
+        b["process"]["pid"] = (r["process"]["pid"].as_i64().unwrap() + 100).into();
+        std::fs::write(d.path().join(format!("culedger-{}.json", b["process"]["pid"])), b.to_string()).unwrap();
+    }
+    let dir = d.path().to_str().unwrap();
+    let v = json(dir);
+    let rises = findings(&v, "untracked_growth");
+    assert_eq!(rises.len(), 4, "{v:#}");
+    let all = v["findings"].as_array().unwrap();
+    for gpu in [0, 1] {
+        let on: Vec<usize> = (0..all.len())
+            .filter(|&k| all[k]["kind"] == "untracked_growth" && all[k]["device"] == gpu)
+            .collect();
+        assert_eq!(on.len(), 2);
+        assert!(all[on[0]].get("folded_into").is_none());
+        assert_eq!(all[on[1]]["folded_into"].as_u64(), Some(on[0] as u64));
+        assert_eq!(
+            all[on[0]]["folded_title"],
+            format!("Untracked memory on node-b GPU {gpu} and sim-host GPU {gpu} rose by 888.00 MiB each between two queries")
+        );
+    }
+    let (_, out, _) = explain(&[dir]);
+    let heads: Vec<&str> = out.lines().filter(|l| l.starts_with("== ") && l.contains("Untracked")).collect();
+    assert_eq!(heads.len(), 2, "{out}");
+    assert!(heads.iter().all(|h| h.contains("node-b GPU") && h.contains("and sim-host GPU")), "{out}");
+    for host in ["node-b", "sim-host"] {
+        assert!(out.contains(&format!("| {host} GPU 0 ")) && out.contains(&format!("| {host} GPU 1 ")), "{out}");
+    }
 }
 
 #[test]

@@ -557,6 +557,39 @@ fn the_page_opens_on_the_answer() {
     }
 }
 
+/// The page folds alike failures as explain's text does ([24] item 4): the 8-rank fixture's
+/// ranks 1-7 fail alike, so its findings hold two failure cards, not eight; the second is
+/// titled with explain's `folded_title` (all seven GPUs), names the seven GPUs, and keeps
+/// what differs visible: a row per GPU with its process and what it was told and had free.
+#[test]
+fn alike_failures_are_one_card() {
+    if chromium().is_none() {
+        eprintln!("SKIP: no chromium (make test-deps fetches Debian's into target/test-deps/chromium)");
+        return;
+    }
+    let out = tempdir();
+    let page = out.path().join("tp8.html");
+    let tp8 = fixtures().join("custom-ar-tp8");
+    let o = culedger(&["html", tp8.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let explained: Value =
+        serde_json::from_slice(&culedger(&["explain", tp8.to_str().unwrap(), "--format", "json"]).stdout).unwrap();
+    let title = explained["findings"].as_array().unwrap().iter().find_map(|f| f["folded_title"].as_str()).unwrap();
+    let (dom, console) = render(&page).unwrap();
+    assert!(console.is_empty(), "console: {console:?}");
+    let cards: Vec<&str> = dom.split("<div class=\"finding failure\"").skip(1).collect();
+    assert_eq!(cards.len(), 2, "two failure cards: {dom}");
+    assert!(cards[0].contains("data-gpus=\"sim-host:0\""), "{}", cards[0]);
+    let gpus: Vec<String> = (1..8).map(|k| format!("sim-host:{k}")).collect();
+    assert!(cards[1].starts_with(&format!(" data-gpus=\"{}\"", gpus.join(" "))), "{}", cards[1]);
+    assert!(cards[1].contains(title), "{title}: {}", cards[1]);
+    for k in 1..8 {
+        let row = format!("<td class=\"\">GPU {k}</td><td class=\"\">rank {k} (pid {})</td>", 6101 + k);
+        assert!(cards[1].contains(&row), "{row}: {}", cards[1]);
+    }
+    assert!(cards[1].contains("274.00 MiB") && cards[1].contains("644.00 MiB"), "free and short by: {}", cards[1]);
+}
+
 /// What to change under the verdict on the page for the other failure shapes ([19] item 6):
 /// sgl-project/sglang#4330's (no --mem-fraction-static starts: the one line with both bounds,
 /// then the levers, each with its value) and vLLM's refused start (Worker.init_device's check),

@@ -69,6 +69,31 @@ pub struct Explanation {
     pub impossible: Vec<String>,
 }
 
+/// Findings with the same mechanism (a failure or a rise of untracked memory alike in all
+/// but its rank, GPU and figures) share a signature; each after the first names the first
+/// (`folded_into`), under which every output shows it as one row; the first gets a title
+/// that names them all (`folded_title`).
+pub fn fold(mut found: Vec<Finding>) -> Vec<Finding> {
+    let signature = |f: &Finding| match &f.detail {
+        Detail::Failure(d) => Some(d.signature.clone()),
+        Detail::Untracked(d) => Some(d.signature.clone()),
+        _ => None,
+    };
+    let sigs: Vec<Option<String>> = found.iter().map(signature).collect();
+    for k in 0..found.len() {
+        found[k].folded_into = None;
+        if sigs[k].is_some() {
+            found[k].folded_into = (0..k).find(|&j| found[j].folded_into.is_none() && sigs[j] == sigs[k]);
+        }
+    }
+    for k in 0..found.len() {
+        let mut all: Vec<&Finding> = found.iter().enumerate().filter(|(j, f)| *j == k || f.folded_into == Some(k)).map(|(_, f)| f).collect();
+        all.sort_by_key(|f| (f.host.clone(), f.device));
+        found[k].folded_title = prose::group_title(&all);
+    }
+    found
+}
+
 /// Explains a run from the parts of its analysis (`run_analysis::Analysis` computes them
 /// once): its device groups, its findings and the recommendation.
 pub fn explain(
@@ -81,9 +106,11 @@ pub fn explain(
     let clock = Clock::of(&run.procs);
     let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible_lines()).collect();
 
+    let found = fold(found);
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
-    let infos = count(Severity::Info);
+    // Observations with the same mechanism on several GPUs are one (as they are shown).
+    let infos = found.iter().filter(|f| f.severity == Severity::Info && f.folded_into.is_none()).count();
     let verdict = if failures + warnings == 0 && !impossible.is_empty() {
         format!(
             "{} that cannot all be true: these are not the figures of one GPU each",

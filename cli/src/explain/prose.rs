@@ -499,3 +499,79 @@ pub fn imbalance(d: &ImbalanceDetail) -> (String, String) {
     );
     (title, text)
 }
+
+// ---------------------------------------------------------------------------------------
+// Findings folded into one.
+
+/// The GPUs of alike findings: `GPUs 1-7`, `GPUs 1, 3`; `host-a GPU 1, host-b GPU 1` when
+/// they are on several hosts.
+pub fn gpus(fs: &[&Finding]) -> String {
+    let hosts: Vec<&str> = fs.iter().filter_map(|f| f.host.as_deref()).collect();
+    if hosts.windows(2).all(|w| w[0] == w[1]) {
+        let idx: Vec<i64> = fs.iter().filter_map(|f| f.device).collect();
+        return format!("{} {}", if idx.len() == 1 { "GPU" } else { "GPUs" }, pid_list(&idx));
+    }
+    join_and(&fs.iter().map(|f| format!("{} GPU {}", f.host.as_deref().unwrap_or("?"), f.device.unwrap_or(0))).collect::<Vec<_>>())
+}
+
+/// `ranks 1-7 (pids 6102-6108)` for processes named `rank N (pid P)`, else `7 processes
+/// (pids ...)`.
+fn processes(names: &[&str], pids: &[i64]) -> String {
+    let ranks: Option<Vec<i64>> = names
+        .iter()
+        .map(|n| n.strip_prefix("rank ").and_then(|r| r.split(' ').next()).and_then(|r| r.parse().ok()))
+        .collect();
+    match ranks {
+        Some(r) => format!("ranks {} (pids {})", pid_list(&r), pid_list(pids)),
+        None => format!("{} processes (pids {})", names.len(), pid_list(pids)),
+    }
+}
+
+/// `a` when every value is `a`, else `a to b`.
+fn span(v: &[i64]) -> String {
+    let (lo, hi) = (v.iter().min().copied().unwrap_or(0), v.iter().max().copied().unwrap_or(0));
+    if lo == hi {
+        fmt_bytes(lo)
+    } else {
+        format!("{} to {}", fmt_bytes(lo), fmt_bytes(hi))
+    }
+}
+
+/// The title of findings with the same mechanism on several GPUs, shown as one (the first
+/// is `fs[0]`, whose text stands for all): it names every GPU and process; None for a
+/// single finding or a kind that is not folded.
+pub fn group_title(fs: &[&Finding]) -> Option<String> {
+    if fs.len() < 2 {
+        return None;
+    }
+    let where_ = gpus(fs);
+    match &fs[0].detail {
+        Detail::Failure(d0) => {
+            let ds: Vec<&FailDetail> =
+                fs.iter().filter_map(|f| if let Detail::Failure(d) = &f.detail { Some(&**d) } else { None }).collect();
+            let names: Vec<&str> = ds.iter().map(|d| d.process.as_str()).collect();
+            let pids: Vec<i64> = ds.iter().map(|d| d.pid).collect();
+            let bytes: Vec<i64> = ds.iter().map(|d| d.bytes).collect();
+            let (part, size) = match d0.part.as_str() {
+                "an allocation" => (span(&bytes), String::new()),
+                p => (p.replace(" its ", " their "), format!("{}, ", span(&bytes))),
+            };
+            Some(format!(
+                "{} could not allocate {part} on {where_} ({size}{}{}{})",
+                processes(&names, &pids),
+                d0.api,
+                d0.category.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+                d0.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
+            ))
+        }
+        Detail::Untracked(_) => {
+            let rises: Vec<i64> = fs
+                .iter()
+                .filter_map(|f| if let Detail::Untracked(d) = &f.detail { Some(d.rise_bytes) } else { None })
+                .collect();
+            let each = if rises.iter().all(|r| *r == rises[0]) { " each" } else { "" };
+            Some(format!("Untracked memory on {where_} rose by {}{each} between two queries", span(&rises)))
+        }
+        _ => None,
+    }
+}

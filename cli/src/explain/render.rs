@@ -13,6 +13,14 @@ fn gpu(f: &Finding) -> String {
     f.device.map_or_else(String::new, |d| format!("GPU {d}"))
 }
 
+/// A GPU among folded findings: with its host when they are on several.
+fn gpu_among(f: &Finding, fs: &[&Finding]) -> String {
+    match fs.iter().any(|g| g.host != f.host) {
+        true => format!("{} {}", f.host.as_deref().unwrap_or("?"), gpu(f)),
+        false => gpu(f),
+    }
+}
+
 /// `-512.00 MiB`, `~` for estimates and `(?)` for figures that may hold something else.
 fn minus(it: &Item) -> String {
     let mut s = fmt_delta(-it.bytes);
@@ -73,22 +81,13 @@ fn recon_table(r: &Recon, d: Option<&FailDetail>) -> Table {
     t
 }
 
-/// What findings with the same mechanism share (failures and untracked growth fold).
-fn signature(f: &Finding) -> Option<&str> {
-    match &f.detail {
-        Detail::Failure(d) => Some(d.signature.as_str()),
-        Detail::Untracked(d) => Some(d.signature.as_str()),
-        _ => None,
-    }
-}
-
 /// The folded rows of untracked growth with the same mechanism.
 fn folded_untracked(fs: &[&Finding]) -> Table {
     let mut t = Table::new(&["GPU", "from", "to", "rise", "free after"], &[1, 2, 3, 4]);
     for f in fs {
         let Detail::Untracked(u) = &f.detail else { continue };
         t.row(vec![
-            gpu(f),
+            gpu_among(f, fs),
             fmt_secs(u.from.at_us),
             fmt_secs(u.to.at_us),
             fmt_bytes(u.rise_bytes),
@@ -98,19 +97,28 @@ fn folded_untracked(fs: &[&Finding]) -> Table {
     t
 }
 
-/// The folded rows of failures with the same mechanism.
+/// The folded rows of failures with the same mechanism; the size asked for among them when
+/// it differs.
 fn folded_table(fs: &[&Finding]) -> Table {
-    let mut t = Table::new(
-        &["GPU", "process", "told free", "at", "hidden costs", "other processes", "free", "short by"],
-        &[2, 3, 4, 5, 6, 7],
-    );
+    let asked: Vec<i64> =
+        fs.iter().filter_map(|f| if let Detail::Failure(d) = &f.detail { Some(d.bytes) } else { None }).collect();
+    let sizes = asked.iter().any(|b| *b != asked[0]);
+    let mut headers = vec!["GPU", "process"];
+    if sizes {
+        headers.push("asked");
+    }
+    headers.extend(["told free", "at", "hidden costs", "other processes", "free", "short by"]);
+    let first = headers.len() - 6;
+    let mut t = Table::new(&headers, &(first.min(2)..headers.len()).collect::<Vec<_>>());
     for f in fs {
         let Detail::Failure(d) = &f.detail else { continue };
         let r = d.reconciliation.as_ref();
         let sum = |k: ItemKind| r.map_or("-".to_string(), |r| fmt_bytes(r.sum(k)));
-        t.row(vec![
-            gpu(f),
-            d.process.clone(),
+        let mut row = vec![gpu_among(f, fs), d.process.clone()];
+        if sizes {
+            row.push(fmt_bytes(d.bytes));
+        }
+        row.extend([
             r.map_or("-".into(), |r| fmt_bytes(r.query.free_bytes)),
             r.map_or("-".into(), |r| fmt_secs(r.query.at_us)),
             sum(ItemKind::DriverCost),
@@ -118,6 +126,7 @@ fn folded_table(fs: &[&Finding]) -> Table {
             d.free_bytes.map_or("-".into(), fmt_bytes),
             d.short_by_bytes.map_or("-".into(), fmt_bytes),
         ]);
+        t.row(row);
     }
     t.abbreviate(&[1])
 }
@@ -264,7 +273,14 @@ pub fn document(e: &Explanation) -> Doc {
     while i < fs.len() {
         let f = &fs[i];
         number += 1;
-        d.push(Block::Heading(format!("{number}. {}", f.title)));
+        // Later findings with the same mechanism: one row each, under the first, whose
+        // heading names them all.
+        let same: Vec<usize> = (i + 1..fs.len()).filter(|&k| fs[k].folded_into == Some(i)).collect();
+        let mut all = vec![f];
+        all.extend(same.iter().map(|&k| &fs[k]));
+        all.sort_by_key(|f| (f.host.clone(), f.device));
+        let title = f.folded_title.as_ref().unwrap_or(&f.title);
+        d.push(Block::Heading(format!("{number}. {title}")));
         if f.severity == Severity::Failure {
             d.push(Block::Alert(f.text.clone()));
         } else {
@@ -300,20 +316,8 @@ pub fn document(e: &Explanation) -> Doc {
         if let Some(line) = callers_line(f, e.sites_recorded).filter(|_| !in_table) {
             d.para(line);
         }
-        // Later findings with the same mechanism: one row each, under the first.
-        let same: Vec<usize> = (i + 1..fs.len())
-            .filter(|&k| !shown[k] && signature(&fs[k]).is_some() && signature(&fs[k]) == signature(f))
-            .collect();
         if !same.is_empty() {
-            d.push(Block::Sub(format!(
-                "The same on {} more {} ({} below)",
-                same.len(),
-                if same.len() == 1 { "GPU" } else { "GPUs" },
-                if same.len() == 1 { "both".to_string() } else { format!("all {}", same.len() + 1) }
-            )));
-            let mut all = vec![f];
-            all.extend(same.iter().map(|&k| &fs[k]));
-            all.sort_by_key(|f| (f.host.clone(), f.device));
+            d.push(Block::Sub(format!("The text above is {}'s; on each of the {} GPUs:", gpu_among(f, &all), all.len())));
             d.table(if matches!(f.detail, Detail::Failure(_)) { folded_table(&all) } else { folded_untracked(&all) });
             for k in same {
                 shown[k] = true;

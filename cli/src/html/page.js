@@ -37,14 +37,47 @@
     return el("div", { "class": "scroll" }, [t]);
   }
 
+  // Findings with the same mechanism on several GPUs (`folded_into` the first) are one
+  // card: its title names them all, its text is the first's, and a table gives each GPU
+  // what differs (the process, the request, what was free), as explain's text does.
+  function foldedRows(head, all) {
+    var hosts = {}; all.forEach(function (f) { hosts[f.host] = 1; });
+    var gpu = function (f) { return (Object.keys(hosts).length > 1 ? f.host + " " : "") + "GPU " + f.device; };
+    all.sort(function (a, b) { return a.host < b.host ? -1 : a.host > b.host ? 1 : a.device - b.device; });
+    if (head.kind === "failed_allocation") {
+      var sizes = all.some(function (f) { return f.detail.bytes !== head.detail.bytes; });
+      var hd = ["GPU", "process"].concat(sizes ? ["asked"] : [], ["told free", "at", "hidden costs", "other processes", "free", "short by"]);
+      return table(hd, all.map(function (f) {
+        var d = f.detail, r = d.reconciliation, q = r ? r.query : null;
+        var sum = function (kind) { return r ? fmtBytes(r.items.reduce(function (s, i) { return s + (i.kind === kind ? i.bytes : 0); }, 0)) : null; };
+        return [gpu(f), d.process].concat(sizes ? [fmtBytes(d.bytes)] : [], [q ? fmtBytes(q.free_bytes) : null, q ? fmtSecs(q.at_us) : null,
+          sum("driver_cost"), sum("other_processes"),
+          d.free_bytes == null ? null : fmtBytes(d.free_bytes), d.short_by_bytes == null ? null : fmtBytes(d.short_by_bytes)]);
+      }), [0, 0].concat(sizes ? [1] : [], [1, 1, 1, 1, 1, 1]));
+    }
+    return table(["GPU", "from", "to", "rise", "free after"], all.map(function (f) {
+      var d = f.detail;
+      return [gpu(f), fmtSecs(d.from.at_us), fmtSecs(d.to.at_us), fmtBytes(d.rise_bytes), fmtBytes(d.free_after_bytes)];
+    }), [0, 1, 1, 1, 1]);
+  }
+
   function findings(ex) {
     var box = el("section", { id: "findings" });
     box.appendChild(el("h2", { text: "Findings: " + ex.verdict }));
-    var more = null;
-    ex.findings.forEach(function (f, k) {
-      if (k === 3) { more = el("details", null, [el("summary", { text: (ex.findings.length - 3) + " more findings" })]); box.appendChild(more); }
-      var head = el("div", null, [el("span", { "class": "sev " + f.severity, text: f.severity }), el("span", { "class": "title", text: f.title })]);
-      var div = el("div", { "class": "finding " + f.severity }, [head, el("div", { "class": "text", text: f.text })]);
+    var more = null, cards = 0, heads = [];
+    ex.findings.forEach(function (f, k) { if (f.folded_into == null) heads.push(k); });
+    heads.forEach(function (k) {
+      var f = ex.findings[k];
+      var all = ex.findings.filter(function (g, j) { return j === k || g.folded_into === k; });
+      if (cards === 3) { more = el("details", null, [el("summary", { text: (heads.length - 3) + " more findings" })]); box.appendChild(more); }
+      cards += 1;
+      var head = el("div", null, [el("span", { "class": "sev " + f.severity, text: f.severity }), el("span", { "class": "title", text: f.folded_title || f.title })]);
+      var div = el("div", { "class": "finding " + f.severity, "data-gpus": all.map(function (g) { return g.host + ":" + g.device; }).join(" ") }, [head, el("div", { "class": "text", text: f.text })]);
+      if (all.length > 1) {
+        var many = all.some(function (g) { return g.host !== f.host; });
+        div.appendChild(el("p", { "class": "meta", text: "The text above is " + (many ? f.host + " " : "") + "GPU " + f.device + "'s; on each of the " + all.length + " GPUs:" }));
+        div.appendChild(foldedRows(f, all));
+      }
       if (f.callers && f.callers.length) div.appendChild(el("div", { "class": "callers", text: "call sites: " + f.callers.join(", ") }));
       (more || box).appendChild(div);
     });

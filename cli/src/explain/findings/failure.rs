@@ -96,6 +96,8 @@ pub(super) fn failed_start(
         pids: detail.processes.iter().map(|r| r.pid).collect(),
         callers,
         detail: Detail::Start(detail),
+        folded_into: None,
+        folded_title: None,
     }]
 }
 
@@ -269,6 +271,8 @@ fn failure_finding(
         pids,
         callers: all_callers,
         detail: Detail::Failure(Box::new(detail)),
+        folded_into: None,
+        folded_title: None,
     }
 }
 

@@ -85,5 +85,7 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
         pids,
         callers,
         detail: Detail::Growth(detail),
+        folded_into: None,
+        folded_title: None,
     })
 }

@@ -69,5 +69,7 @@ pub(super) fn imbalance(run: &Run) -> Option<Finding> {
         pids: detail.ranks.iter().map(|r| r.pid).collect(),
         callers: Vec::new(),
         detail: Detail::Imbalance(detail),
+        folded_into: None,
+        folded_title: None,
     })
 }

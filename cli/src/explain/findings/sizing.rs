@@ -149,6 +149,8 @@ pub(super) fn sizing(
         pids: detail.ranks.iter().map(|r| r.pid).collect(),
         callers,
         detail: Detail::Sizing(detail),
+        folded_into: None,
+        folded_title: None,
     })
 }
 

@@ -140,5 +140,7 @@ pub(super) fn untracked_growth(
         pids,
         callers,
         detail: Detail::Untracked(Box::new(detail)),
+        folded_into: None,
+        folded_title: None,
     })
 }
