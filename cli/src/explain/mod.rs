@@ -3,7 +3,6 @@
 //! involved. The definitions (bursts, sizing queries, the reconciliation, the thresholds)
 //! are in docs/explain.md; the JSON (`culedger-explain/1`) too.
 //!
-//! - `steps`: one process's records on one device in order; bursts and sizing queries;
 //! - `recon`: the reconciliation from a query to a failure (or a pool);
 //! - `findings`: the findings, computed as typed values;
 //! - `prose`: each finding's title and conclusion, written from its figures;
@@ -12,8 +11,10 @@
 //! - `engines`: the engines' sizing formulas, as the rule packs give them;
 //! - `advice`: "What to change", from the formula evaluated on the run.
 //!
-//! The layers only call down (`scripts/import-circles.py cli/src`: no circle): `steps`,
-//! `engines`, `callers` and `recon` compute; `findings` and `advice::evaluation` build typed
+//! The steps of a process (bursts, sizing queries) are the analysis crate's
+//! (`culedger_analysis::steps`).
+//! The layers only call down (`scripts/import-circles.py cli/src`: no circle): `engines`,
+//! `callers` and `recon` compute; `findings` and `advice::evaluation` build typed
 //! values on them (no words: a finding's title and text are empty there); `prose::word`
 //! writes those words from the figures when the run's analysis (`run_analysis`) computes the
 //! findings; `render` and the other commands take the finished values. Words shared with
@@ -26,7 +27,6 @@ pub mod findings;
 pub mod prose;
 pub mod recon;
 pub mod render;
-pub mod steps;
 
 use crate::analysis::{DeviceGroup, GroupWords};
 use crate::clock::Clock;

@@ -16,7 +16,7 @@
 //!   minus the items. Memory that no report of the run explains: a process outside the run
 //!   (or whose report could not be read), allocation rounding, unmeasured driver memory.
 
-use super::steps::{Kind, Step};
+use culedger_analysis::steps::{Kind, Step};
 use super::callers;
 use crate::words::who;
 use crate::analysis::{DeviceGroup, Member};

@@ -4,7 +4,7 @@
 
 use super::super::engines::{self, Sizing, Term};
 use super::super::recon::{reconcile, ItemKind};
-use super::super::steps::{self, burst_after, Kind, Step};
+use culedger_analysis::steps::{self, burst_after, Kind, Step};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
