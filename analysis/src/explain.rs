@@ -1,7 +1,8 @@
 //! The values of `culedger explain --format json` (`culedger-explain/1`, docs/cli-json.md):
 //! the findings, their figures and the reconciliations, as typed values. The CLI computes
 //! them (its `explain` findings) and writes their words; the fields that hold words
-//! (`title`, `text`, `process`, `what`, `part`) are filled by the CLI from the figures.
+//! (`title`, `text`, `process`, `what`, `part`, `status`) are filled by the CLI from the
+//! figures (`part` from [`FailDetail::part_of`], `status` from [`StartRow::ended`]).
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -90,14 +91,88 @@ pub struct StartDetail {
 pub struct StartRow {
     pub pid: i64,
     pub process: String,
-    /// `exited with status 1`, `was killed by SIGKILL`.
+    /// How it ended ([`StartRow::ended`]) in words: `exited with status 1`, `was killed by
+    /// SIGKILL`; written by the CLI.
     pub status: String,
+    /// How it ended.
+    #[serde(skip)]
+    pub ended: Ended,
     /// Its last free-memory query (on the run's clock) and the function that made it.
     pub last_query_at_us: Option<i64>,
     pub last_query_function: Option<String>,
     /// The device of that query.
     #[serde(skip)]
     pub last_query_device: Option<i64>,
+    /// The engine's own check that refused the start, when its formula shows one failing at
+    /// the run's value (vLLM 0.33 `request_memory` from `Worker.init_device`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_by: Option<StartRefusal>,
+}
+
+/// An engine's refusal to start, by its own check: what the check says, and by how much the
+/// run's value missed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartRefusal {
+    pub engine: String,
+    /// The engine's message (`Free memory on device ... on startup is less than desired GPU
+    /// memory utilization`).
+    pub message: String,
+    /// The parameter's flag and the run's value.
+    pub flag: String,
+    pub value: f64,
+    /// How far short the check fell at that value.
+    pub short_bytes: i64,
+}
+
+/// How a process whose start failed ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Killed by this signal.
+    Killed(i64),
+    /// Exited with this status.
+    Exited(i64),
+    /// Its report records neither.
+    Failed,
+}
+
+impl Ended {
+    /// As the process's final report records it (a signal wins over an exit status).
+    pub fn of(exit_code: Option<i64>, signal: Option<i64>) -> Self {
+        match (exit_code, signal) {
+            (_, Some(sig)) => Ended::Killed(sig),
+            (Some(c), _) => Ended::Exited(c),
+            _ => Ended::Failed,
+        }
+    }
+}
+
+/// Which part of what a process was allocating a failed attempt is: of its burst
+/// (docs/explain.md, "Definitions"), and whether that burst is a pool. `kv`: the burst's
+/// category is the KV pool's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// A lone request that is no pool.
+    Allocation,
+    /// The last of a burst of this many requests that is no pool.
+    OfBurst(usize),
+    /// A whole pool asked for in one request.
+    Pool { kv: bool },
+    /// The second of two equal halves of a pool.
+    SecondHalf { kv: bool },
+    /// Part `n` of a pool asked for in `n` requests (or more).
+    PartOf { n: usize, kv: bool },
+}
+
+impl Part {
+    /// The failed request belongs to a pool.
+    pub fn is_pool(self) -> bool {
+        !matches!(self, Part::Allocation | Part::OfBurst(_))
+    }
+
+    /// The pool is the KV pool.
+    pub fn kv(self) -> bool {
+        matches!(self, Part::Pool { kv: true } | Part::SecondHalf { kv: true } | Part::PartOf { kv: true, .. })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,8 +189,12 @@ pub struct FailDetail {
     pub caller: Option<String>,
     /// The explaining frame and its callers (`a <- b <- c`).
     pub caller_chain: Option<String>,
-    /// Which part of what it was allocating: `the second half of its pool`, `its pool`, ...
+    /// Which part of what it was allocating ([`FailDetail::part_of`]) in words: `the second
+    /// half of its pool`, `its pool`, ...; written by the CLI.
     pub part: String,
+    /// Which part of what it was allocating.
+    #[serde(skip)]
+    pub part_of: Part,
     /// The category of the burst's successful allocations (a failure records none).
     pub category: Option<String>,
     /// Attempts of the burst up to this failure, and their sum (what the process asked for).

@@ -724,6 +724,9 @@ impl<'a> DeviceGroup<'a> {
             t.instantiations += g.instantiations;
             t.instantiate_bytes += g.instantiate_bytes;
             t.instantiate_measured += g.instantiate_measured;
+            t.exec_destroys += g.exec_destroys;
+            t.exec_destroy_measured += g.exec_destroy_measured;
+            t.exec_destroy_bytes += g.exec_destroy_bytes;
         }
         t
     }

@@ -1,6 +1,7 @@
 //! The analysis of a culedger run, shared by every command of the CLI: what it reads
 //! ([`load`]), which processes form one run and which part of it a command asked for
-//! ([`runs`]), the run's clock ([`clock`]), the processes of each physical GPU together
+//! ([`runs`]), the run's clock ([`clock`]), one process's records on one device as steps,
+//! with its bursts and sizing queries ([`steps`]), the processes of each physical GPU together
 //! ([`groups`]), the hidden driver costs de-noised ([`costs`]), two runs' figures side by
 //! side ([`compare`]), who allocated ([`sites`]: the callers' rows of a device, the callers
 //! that grew between two runs), how many times each part was computed ([`counts`]), and the thresholds the findings
@@ -20,6 +21,7 @@ pub mod groups;
 pub mod load;
 pub mod runs;
 pub mod sites;
+pub mod steps;
 pub mod thresholds;
 
 /// The report as the analysis reads it: the format crate the interposer writes it with.

@@ -2,6 +2,7 @@
 //! Everything here turns figures into words; nothing here computes a figure.
 
 use crate::model::Report;
+use culedger_analysis::explain::{Ended, Part};
 use crate::units::fmt_bytes;
 
 /// The process in words for sentences: `rank 1 (pid 5102)` when it has a rank, else
@@ -46,5 +47,27 @@ pub fn needed_words(bytes: i64, need: i64, api: &str) -> String {
         format!("{} of driver memory, what each successful {api} cost", fmt_bytes(need))
     } else {
         fmt_bytes(bytes)
+    }
+}
+
+/// Which part of what it was allocating a failed request is, in words: `its pool`, `the
+/// second half of its KV pool`, `allocation 3 of a burst of 3`.
+pub fn part(p: Part) -> String {
+    let pool = if p.kv() { "its KV pool" } else { "its pool" };
+    match p {
+        Part::Allocation => "an allocation".into(),
+        Part::OfBurst(n) => format!("allocation {n} of a burst of {n}"),
+        Part::Pool { .. } => pool.to_string(),
+        Part::SecondHalf { .. } => format!("the second half of {pool}"),
+        Part::PartOf { n, .. } => format!("part {n} of {pool}"),
+    }
+}
+
+/// How a process ended, in words: `exited with status 1`, `was killed by SIGKILL`.
+pub fn ended(e: Ended) -> String {
+    match e {
+        Ended::Killed(sig) => format!("was killed by {}", crate::runs::signal_name(sig)),
+        Ended::Exited(c) => format!("exited with status {c}"),
+        Ended::Failed => "failed".into(),
     }
 }

@@ -6,6 +6,8 @@
 use crate::analysis::DeviceGroup;
 use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
 use crate::explain::recon::ItemKind;
+use crate::words::part as part_words;
+use culedger_analysis::explain::Part;
 use crate::units::{fmt_bytes, fmt_delta};
 use serde::Serialize;
 
@@ -62,7 +64,7 @@ impl LineKind {
 /// the call.
 #[derive(Debug, Clone)]
 pub struct SideFailure {
-    pub part: String,
+    pub part: Part,
     pub bytes: i64,
     pub category: Option<String>,
     pub api: String,
@@ -144,7 +146,7 @@ pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<
     let parts = |w: &Option<PoolWindow>| {
         w.as_ref().and_then(|w| {
             w.failed.as_ref().map(|f| SideFailure {
-                part: f.part.clone(),
+                part: f.part,
                 bytes: f.bytes,
                 category: w.category.clone(),
                 api: f.api.clone(),
@@ -154,7 +156,7 @@ pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<
     let failed = |w: &Option<PoolWindow>| {
         w.as_ref().and_then(|w| {
             let cat = w.category.as_ref().map(|c| format!(", {c}")).unwrap_or_default();
-            w.failed.as_ref().map(|f| format!("{} ({}{cat}, {})", f.part, fmt_bytes(f.bytes), f.api))
+            w.failed.as_ref().map(|f| format!("{} ({}{cat}, {})", part_words(f.part), fmt_bytes(f.bytes), f.api))
         })
     };
     Some(SinceSizing {
@@ -220,7 +222,7 @@ pub fn cause_headline(sa: &str, sb: &str, devices: &[(String, Option<&SinceSizin
                 sizes.iter().copied().max().unwrap_or(0),
             );
             let cat = category.map(|c| format!(", {c}")).unwrap_or_default();
-            format!("{part} ({size}{cat}, {api})")
+            format!("{} ({size}{cat}, {api})", part_words(part))
         }
         None => String::new(),
     };

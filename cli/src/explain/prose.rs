@@ -5,7 +5,7 @@
 use super::callers;
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::findings::{
-    Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Severity, SizingDetail, StartDetail,
+    Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
 use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
 use crate::clock::fmt_secs;
@@ -17,6 +17,15 @@ use std::collections::BTreeMap;
 /// Writes a finding's title and conclusion from its figures. `skipped`: a report of the
 /// run could not be read.
 pub fn word(f: &mut Finding, skipped: bool) {
+    match &mut f.detail {
+        Detail::Start(d) => {
+            for r in &mut d.processes {
+                r.status = crate::words::ended(r.ended);
+            }
+        }
+        Detail::Failure(d) => d.part = crate::words::part(d.part_of),
+        _ => {}
+    }
     let device = f.device.unwrap_or_default();
     let (title, text) = match &f.detail {
         Detail::Start(d) => failed_start(d),
@@ -52,11 +61,31 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
         }
         _ => String::new(),
     };
+    let more = if n > 1 { format!(", and so did {} more", crate::units::count(n - 1, "process", "processes")) } else { String::new() };
+    // Refused by the engine's own check, which its formula shows failing at the run's value.
+    if let Some(f) = r0.refused_by.as_ref().filter(|_| d.processes.iter().all(|r| r.refused_by.is_some())) {
+        let check = match &r0.last_query_function {
+            Some(function) => format!("its check in {function}"),
+            None => "its own check".to_string(),
+        };
+        let text = format!(
+            "{} {}{where_} without a failed allocation{more}: {} refused to start by {check}, \"{}\": at {} {:.2} it was {} short.",
+            r0.process,
+            r0.status,
+            f.engine,
+            f.message,
+            f.flag,
+            f.value,
+            crate::units::fmt_bytes(f.short_bytes)
+        );
+        let whom = if n == 1 { r0.process.clone() } else { format!("{n} processes") };
+        return (format!("{} refused to start ({whom}): {check}", f.engine), text);
+    }
     let text = format!(
-        "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was          refused; the engine gave up by its own check (its log says why), or something other than GPU memory          failed.",
-        r0.process,
-        r0.status,
-        if n > 1 { format!(", and so did {} more", crate::units::count(n - 1, "process", "processes")) } else { String::new() }
+        "{} {}{where_} without a failed allocation{more}: the start failed, but not because an allocation was \
+         refused; the engine gave up by its own check (its log says why), or something other than GPU memory \
+         failed.",
+        r0.process, r0.status
     );
     let title = if n == 1 {
         format!("{} {} without a failed allocation", r0.process, r0.status)
@@ -72,8 +101,8 @@ pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Op
     let (name, part) = (&d.process, &d.part);
     let at = fmt_secs(d.at_us);
     // A lone allocation that is no pool is named by its size, not "an allocation".
-    let (part, size) = match part.as_str() {
-        "an allocation" => (fmt_bytes(d.bytes), String::new()),
+    let (part, size) = match d.part_of {
+        Part::Allocation => (fmt_bytes(d.bytes), String::new()),
         _ => (part.clone(), format!("{}, ", fmt_bytes(d.bytes))),
     };
     let title = format!(
@@ -84,7 +113,7 @@ pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Op
         d.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
     );
     let text = match &d.reconciliation {
-        Some(r) => conclusion(name, &d.part, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
+        Some(r) => conclusion(name, d.part_of, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
              sized the request from. The process held {} on the GPU at that moment.",
@@ -111,9 +140,9 @@ pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Op
 
 /// The parts of `pool` that succeeded before the failure, in words: `the first half of
 /// the pool`, `the first 3 parts of the pool`.
-fn before_words(part: &str, done: usize) -> String {
-    let pool = if part.contains("KV pool") { "the KV pool" } else { "the pool" };
-    if part.starts_with("the second half") {
+fn before_words(part: Part, done: usize) -> String {
+    let pool = if part.kv() { "the KV pool" } else { "the pool" };
+    if matches!(part, Part::SecondHalf { .. }) {
         format!("the first half of {pool}")
     } else if done == 1 {
         format!("its first part of {pool}")
@@ -125,18 +154,14 @@ fn before_words(part: &str, done: usize) -> String {
 /// The engineer's sentence for a reconciled failure.
 fn conclusion(
     name: &str,
-    part: &str,
+    part: Part,
     (requested, needed, api): (i64, i64, &str),
     r: &Recon,
     short_by: i64,
     skipped: bool,
 ) -> String {
-    let pool = if part.contains("KV pool") { "its KV pool" } else { "its pool" };
-    let sized = if part.starts_with("an allocation") || part.starts_with("allocation ") {
-        "sized its request"
-    } else {
-        "sized"
-    };
+    let pool = if part.kv() { "its KV pool" } else { "its pool" };
+    let sized = if part.is_pool() { "sized" } else { "sized its request" };
     let mut s = if sized == "sized" {
         format!("{name} sized {pool} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
     } else {
@@ -198,7 +223,7 @@ fn conclusion(
     };
     let failed = format!(
         "{} ({})",
-        part.replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
+        crate::words::part(part).replace("its pool", "the pool").replace("its KV pool", "the KV pool"),
         crate::words::needed_words(requested, needed, api)
     );
     let pool_done = done.map(|d| format!("{} took {}", before_words(part, d.calls as usize), fmt_bytes(d.bytes)));
@@ -532,9 +557,9 @@ pub fn group_title(fs: &[&Finding]) -> Option<String> {
             let names: Vec<&str> = ds.iter().map(|d| d.process.as_str()).collect();
             let pids: Vec<i64> = ds.iter().map(|d| d.pid).collect();
             let bytes: Vec<i64> = ds.iter().map(|d| d.bytes).collect();
-            let (part, size) = match d0.part.as_str() {
-                "an allocation" => (span(&bytes), String::new()),
-                p => (p.replace(" its ", " their "), format!("{}, ", span(&bytes))),
+            let (part, size) = match d0.part_of {
+                Part::Allocation => (span(&bytes), String::new()),
+                _ => (d0.part.replace(" its ", " their "), format!("{}, ", span(&bytes))),
             };
             Some(format!(
                 "{} could not allocate {part} on {where_} ({size}{}{}{})",

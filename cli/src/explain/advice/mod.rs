@@ -26,7 +26,7 @@ use super::engines::{self, Sizing};
 use super::findings::{Detail, Finding};
 use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};
-use super::steps;
+use culedger_analysis::steps;
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use serde::Serialize;

@@ -4,13 +4,14 @@
 
 use super::super::callers;
 use super::super::recon::{reconcile, Recon};
-use super::super::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
-use super::types::{Detail, FailDetail, Finding, Kind, Minimum, Severity, StartDetail, StartRow};
+use culedger_analysis::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
+use super::types::{
+    Detail, Ended, FailDetail, Finding, Kind, Minimum, Part, Severity, StartDetail, StartRefusal, StartRow,
+};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
 use crate::words::who;
-use serde::Serialize;
 
 /// Processes that touched a GPU and exited with a failure status (or were killed by a
 /// signal) without a failed allocation of their own, leaving out a parent whose child failed
@@ -18,7 +19,13 @@ use serde::Serialize;
 /// when the engine refused by its own check ("Not enough memory") before allocating its pool.
 /// A process stopped (SIGTERM, SIGINT, SIGHUP, or ended with a `culedger run` a stop signal
 /// ended: see `runs::stopped`) did not fail.
-pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
+/// `ev`: the engine's formula on the run; a rank whose refusal check fails at the run's value
+/// was refused by that check, and the row says which.
+pub(super) fn failed_start(
+    run: &Run,
+    gs: &[DeviceGroup],
+    ev: Option<&super::super::advice::evaluation::Evaluation>,
+) -> Vec<Finding> {
     let failed = |r: &Report| {
         (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some()) && !crate::runs::stopped(r, run)
     };
@@ -48,14 +55,23 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
         rows.push(StartRow {
             pid: r.process.pid,
             process: who(r),
-            status: match (r.process.exit_code, r.process.signal) {
-                (_, Some(sig)) => format!("was killed by {}", crate::runs::signal_name(sig)),
-                (Some(c), _) => format!("exited with status {c}"),
-                _ => "failed".into(),
-            },
+            // Written from `ended` by the words (`prose::word`).
+            status: String::new(),
+            ended: Ended::of(r.process.exit_code, r.process.signal),
             last_query_at_us: last.map(|(g, m, p)| g.clock.since(m.abs_us(p))),
             last_query_function: function,
             last_query_device: last.map(|(g, _, _)| g.index),
+            refused_by: ev.and_then(|ev| {
+                let rank = ev.ranks.iter().find(|k| k.pid == r.process.pid && k.start_us == r.process.start_us())?;
+                let (message, c0, c1, _) = ev.refusals(rank, ev.value).into_iter().next()?;
+                Some(StartRefusal {
+                    engine: ev.engine.clone(),
+                    message,
+                    flag: ev.flag.clone(),
+                    value: ev.value,
+                    short_bytes: -(c0 + c1 * ev.value).round() as i64,
+                })
+            }),
         });
     }
     if rows.is_empty() {
@@ -98,15 +114,12 @@ fn burst_category<'a>(steps: &'a [Step], burst: &[usize]) -> (Option<&'a str>, b
     }
 }
 
-/// Which part of its burst a failed attempt is, in words. A burst whose call site names a
-/// category other than the KV pool's (a collective library's window after the pool, draft
-/// weights loaded after it) is no pool, whatever its size against the last query.
-fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>, own: bool) -> String {
+/// Which part of its burst a failed attempt is. A burst whose call site names a category
+/// other than the KV pool's (a collective library's window after the pool, draft weights
+/// loaded after it) is no pool, whatever its size against the last query.
+fn part_of(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>, own: bool) -> Part {
     let total: i64 = burst.iter().map(|&i| steps[i].bytes).sum();
-    let pool = match category {
-        Some("kv_pool") => "its KV pool",
-        _ => "its pool",
-    };
+    let kv = category == Some("kv_pool");
     // A run of allocations the rules named for something else than a pool (weights loaded
     // after the sizing query, a communication window) is no pool either; the default
     // category (other) says nothing, and the size against the last query decides.
@@ -116,11 +129,11 @@ fn part_words(steps: &[Step], burst: &[usize], told: Option<i64>, category: Opti
     let n = burst.len();
     let equal = burst.iter().all(|&i| (steps[i].bytes - steps[burst[0]].bytes).abs() * 100 <= steps[burst[0]].bytes);
     match (is_pool, n) {
-        (false, 1) => "an allocation".into(),
-        (false, _) => format!("allocation {n} of a burst of {n}"),
-        (true, 1) => pool.to_string(),
-        (true, 2) if equal => format!("the second half of {pool}"),
-        (true, _) => format!("part {n} of {pool}"),
+        (false, 1) => Part::Allocation,
+        (false, _) => Part::OfBurst(n),
+        (true, 1) => Part::Pool { kv },
+        (true, 2) if equal => Part::SecondHalf { kv },
+        (true, _) => Part::PartOf { n, kv },
     }
 }
 
@@ -175,7 +188,7 @@ fn failure_finding(
     let recon = q.map(|q| reconcile(g, m, st, q, i, burst));
     let told = recon.as_ref().map(|r| r.query.free_bytes);
     let (category, own) = burst_category(st, burst);
-    let part = part_words(st, burst, told, category, own);
+    let part = part_of(st, burst, told, category, own);
     let caller = callers::caller(m.report, f.site);
     let caller_chain = callers::explaining(m.report, f.site, false).map(|e| e.chain);
     let (free, measured) = match &recon {
@@ -215,9 +228,9 @@ fn failure_finding(
         Some(r) => {
             let kinds: Vec<String> =
                 r.items.iter().map(|i| format!("{}:{}", i.kind.as_str(), i.api.clone().unwrap_or_default())).collect();
-            format!("{part}|{}|{}", kinds.join(","), short_by.is_some_and(|s| s > 0) || free.is_some_and(|f| f <= 0))
+            format!("{part:?}|{}|{}", kinds.join(","), short_by.is_some_and(|s| s > 0) || free.is_some_and(|f| f <= 0))
         }
-        None => format!("{part}|no query"),
+        None => format!("{part:?}|no query"),
     };
     let detail = FailDetail {
         pid: m.pid(),
@@ -229,7 +242,9 @@ fn failure_finding(
         error_name: f.error_name.clone(),
         caller,
         caller_chain,
-        part,
+        // Written from `part_of` by the words (`prose::word`).
+        part: String::new(),
+        part_of: part,
         category: category.map(str::to_string),
         burst_attempts: burst.len(),
         burst_bytes: burst.iter().map(|&j| st[j].bytes).sum(),
@@ -260,18 +275,16 @@ fn failure_finding(
 }
 
 /// What failed of a pool: the call, its size and which part of the pool it was.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct FailedPart {
     pub api: String,
     pub bytes: i64,
-    /// As [`FailDetail::part`] says it.
-    pub part: String,
+    pub part: Part,
 }
 
 /// the device, else of the largest pool sized there (to the end of its burst).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct PoolWindow {
-    pub pid: i64,
     pub process: String,
     /// The failed attempt, when the pool failed.
     pub failed: Option<FailedPart>,
@@ -289,12 +302,12 @@ pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
             let Some(q) = query_before(&st, burst[0]) else { continue };
             let recon = reconcile(g, *m, &st, q, i, &burst);
             let (category, own) = burst_category(&st, &burst);
-            let part = part_words(&st, &burst, Some(recon.query.free_bytes), category, own);
+            let part = part_of(&st, &burst, Some(recon.query.free_bytes), category, own);
             let f = st[i].failure().map(|f| FailedPart { api: f.api.clone(), bytes: f.bytes, part });
             // The earliest failure wins over any pool.
             let key = -st[i].abs_us - (1 << 60);
             if best.as_ref().is_none_or(|(k, _)| key > *k) {
-                best = Some((key, PoolWindow { pid: m.pid(), process: who(m.report), failed: f, category: category.map(str::to_string), recon }));
+                best = Some((key, PoolWindow { process: who(m.report), failed: f, category: category.map(str::to_string), recon }));
             }
             continue;
         }
@@ -306,7 +319,7 @@ pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
             _ => None,
         });
         if best.as_ref().is_none_or(|(k, _)| sz.pool > *k && *k >= 0) {
-            best = Some((sz.pool, PoolWindow { pid: m.pid(), process: who(m.report), failed: None, category, recon }));
+            best = Some((sz.pool, PoolWindow { process: who(m.report), failed: None, category, recon }));
         }
     }
     best.map(|(_, w)| w)

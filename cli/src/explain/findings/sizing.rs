@@ -2,7 +2,7 @@
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
 use super::super::callers;
-use super::super::steps;
+use culedger_analysis::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
 use crate::analysis::{DeviceGroup, Member};
 use crate::units::fmt_bytes;

@@ -122,7 +122,19 @@ fn a_failure_is_reconciled_with_its_call_sites() {
 
 #[test]
 fn a_failure_without_a_query_before_it_says_so() {
-    let r = crate::explain::steps::tests::process(&[("a", 100), ("x", 5000)]);
+    // One process on GPU 0: a 100 MiB allocation, then a 5000 MiB one that fails; no query.
+    let v = json!({
+        "schema": "culedger/1",
+        "process": {"pid": 7, "host": "h", "start_unix_ms": 0, "start_unix_us": 0, "end_unix_ms": 1000, "exit": "exit"},
+        "devices": [{"index": 0, "total_bytes": 100_000 * MIB,
+            "timeline": [{"t_ms": 10, "t_us": 10_000, "seq": 1, "live_bytes": 100 * MIB, "other": 100 * MIB}],
+            "failures": [{"t_ms": 20, "t_us": 20_000, "seq": 2, "api": "cudaMalloc", "bytes": 5000 * MIB,
+                          "error": 2, "error_name": "cudaErrorMemoryAllocation", "live_bytes": 100 * MIB}],
+            "probes": [],
+            "top_allocations": [{"ptr": "0x1", "bytes": 100 * MIB, "api": "cudaMalloc", "t_ms": 10, "t_us": 10_000,
+                                 "seq": 1, "category": "other", "h2d_bytes": 0}]}],
+    });
+    let r: crate::model::Report = serde_json::from_value(v).unwrap();
     let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
     let gs = crate::analysis::groups(&run);
     let found = worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());

@@ -2,8 +2,8 @@
 //! it matters, and its figures), and the helpers the findings' modules compute them with.
 
 pub use culedger_analysis::explain::{
-    CatGrowth, Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Kind, Minimum, RankPeaks, Severity,
-    SizingDetail, SizingRow, Spread, StartDetail, StartRow, UntrackedDetail,
+    CatGrowth, Detail, Ended, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Kind, Minimum, Part, RankPeaks,
+    Severity, StartRefusal, SizingDetail, SizingRow, Spread, StartDetail, StartRow, UntrackedDetail,
 };
 
 pub(super) fn pct(part: i64, whole: i64) -> f64 {

@@ -3,7 +3,7 @@
 //! between.
 
 use super::super::recon::{hidden_in_window, query_ref, Item};
-use super::super::steps;
+use culedger_analysis::steps;
 use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
 use crate::analysis::{DeviceGroup, Member};
 use crate::words::who;

@@ -23,7 +23,7 @@
 //!
 //! These are the rules of the classifier's phase fallback (`src/classify/phase.rs`) applied to what a report keeps, plus failed attempts.
 
-use crate::analysis::Member;
+use crate::groups::Member;
 use crate::model::{Allocation, Failure, Probe, Stamp, Stamped, CATEGORIES};
 
 /// Smallest first attempt of a burst.
@@ -287,9 +287,9 @@ pub fn sizing(steps: &[Step]) -> Option<Sizing> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::analysis::groups;
+    use crate::groups::groups;
     use crate::load::Run;
     use crate::model::Report;
     use serde_json::{json, Value};
@@ -298,7 +298,7 @@ pub(crate) mod tests {
 
     /// One process on device 0 from a list of (kind, MiB): "a" allocation, "h" allocation
     /// filled from the host, "x" failed allocation, "f" free, "q" query telling MiB free.
-    pub(crate) fn process(ops: &[(&str, i64)]) -> Report {
+    fn process(ops: &[(&str, i64)]) -> Report {
         let (mut timeline, mut failures, mut probes, mut top) = (vec![], vec![], vec![], vec![]);
         let mut live = 0;
         for (i, &(op, mib)) in ops.iter().enumerate() {
