@@ -62,7 +62,9 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
         _ => String::new(),
     };
     let text = format!(
-        "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was          refused; the engine gave up by its own check (its log says why), or something other than GPU memory          failed.",
+        "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was \
+         refused; the engine gave up by its own check (its log says why), or something other than GPU memory \
+         failed.",
         r0.process,
         r0.status,
         if n > 1 { format!(", and so did {} more", crate::units::count(n - 1, "process", "processes")) } else { String::new() }
