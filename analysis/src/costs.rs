@@ -87,6 +87,8 @@ pub struct Call<'a> {
     pub start_us: Option<i64>,
     pub end_us: i64,
     pub measured: i64,
+    /// Calls the event stands for (alike calls folded by the writer once its list was full).
+    pub calls: i64,
 }
 
 /// The size of a measured event: `bytes`, or the `N bytes` of its detail (older writers).
@@ -125,6 +127,7 @@ pub fn calls_of<'a>(m: Member<'a>) -> Vec<Call<'a>> {
                 start_us: e.t0_us.map(|t| m.abs_of(t)),
                 end_us: m.abs_us(e),
                 measured: event_bytes(e)?,
+                calls: e.calls.unwrap_or(1).max(1),
             })
         })
         .collect()
@@ -174,8 +177,13 @@ fn may_overlap(a: (i64, i64), b: (i64, i64)) -> bool {
 }
 
 /// One call, de-noised: (bytes, uncertain, notes).
+///
+/// A folded event (`calls` > 1: alike calls the writer folded once its list was full) spans
+/// from its first call's start to its last call's end, and its size is the sum of the calls'
+/// own windows, not the drop across that span: what other processes did in the gaps between
+/// its calls is not in it, so it is taken as measured, like a call without a window.
 pub fn denoise(g: &DeviceGroup, call: &Call, estimate: Option<&ContextEstimate>) -> (i64, bool, Vec<CostNote>) {
-    let Some(start) = call.start_us else {
+    let Some(start) = call.start_us.filter(|_| call.calls <= 1) else {
         return (call.measured, false, Vec::new());
     };
     let window = (start, call.end_us);

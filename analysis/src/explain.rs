@@ -103,6 +103,25 @@ pub struct StartRow {
     /// The device of that query.
     #[serde(skip)]
     pub last_query_device: Option<i64>,
+    /// The engine's own check that refused the start, when its formula shows one failing at
+    /// the run's value (vLLM 0.33 `request_memory` from `Worker.init_device`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_by: Option<StartRefusal>,
+}
+
+/// An engine's refusal to start, by its own check: what the check says, and by how much the
+/// run's value missed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartRefusal {
+    pub engine: String,
+    /// The engine's message (`Free memory on device ... on startup is less than desired GPU
+    /// memory utilization`).
+    pub message: String,
+    /// The parameter's flag and the run's value.
+    pub flag: String,
+    pub value: f64,
+    /// How far short the check fell at that value.
+    pub short_bytes: i64,
 }
 
 /// How a process whose start failed ended.

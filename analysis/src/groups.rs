@@ -59,6 +59,18 @@ impl Member<'_> {
         n.checked_sub(1).map(|i| CATEGORIES.map(|c| self.dev.timeline[i].cat(c))).unwrap_or([0; 6])
     }
 
+    /// Live bytes of the categories `names` (beyond the six) of this process on this device
+    /// at absolute time `at_us`, as [`Self::live_at`] takes them.
+    pub fn live_others_at(&self, at_us: i64, names: &[String]) -> Vec<i64> {
+        if self.ended_us().is_some_and(|end| at_us > end) {
+            return vec![0; names.len()];
+        }
+        let n = self.dev.timeline.partition_point(|s| self.abs_us(s) <= at_us);
+        n.checked_sub(1)
+            .map(|i| names.iter().map(|c| self.dev.timeline[i].cat(c)).collect())
+            .unwrap_or_else(|| vec![0; names.len()])
+    }
+
     /// Live bytes per category of this process on this device just before its own record
     /// stamped `at` (a probe, a failure): ordered by `(t_ms, seq)`, so allocations made in
     /// the same millisecond after it do not count.
@@ -225,16 +237,19 @@ fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
     }
 }
 
-/// A point of a merged timeline: absolute time (µs) and live bytes per category.
+/// A point of a merged timeline: absolute time (µs) and live bytes per category: the six
+/// built-in ones, then those of the device's own ([`DeviceGroup::other_categories`], a
+/// user's rules or a program's tags), in that order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
     pub t_unix_us: i64,
     pub cats: [i64; 6],
+    pub others: Vec<i64>,
 }
 
 impl Point {
     pub fn total(&self) -> i64 {
-        self.cats.iter().sum()
+        self.cats.iter().sum::<i64>() + self.others.iter().sum::<i64>()
     }
 }
 
@@ -305,44 +320,72 @@ impl<'a> DeviceGroup<'a> {
         self.series.get_or_init(|| self.sweep()).clone()
     }
 
+    /// The categories beyond the six that the members' timelines hold (a user's rules, a
+    /// program's tags), by name: the order of [`Point::others`].
+    pub fn other_categories(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for m in &self.members {
+            for s in &m.dev.timeline {
+                for k in s.cats.others() {
+                    if !names.iter().any(|n| n == k) {
+                        names.push(k.to_string());
+                    }
+                }
+            }
+        }
+        names.sort();
+        names
+    }
+
     fn sweep(&self) -> Vec<Point> {
-        // (time, member's change per category); a zero change keeps a time a point.
-        let mut changes: Vec<(i64, [i64; 6])> = Vec::new();
+        let others = self.other_categories();
+        let n = 6 + others.len();
+        // (time, where in `flat` the member's change per category starts); a zero change
+        // keeps a time a point. One flat buffer: no allocation per sample.
+        let mut changes: Vec<(i64, usize)> = Vec::new();
+        let mut flat: Vec<i64> = Vec::new();
+        let mut last = vec![0i64; n];
         for m in &self.members {
             let end = m.ended_us();
-            let mut last = [0i64; 6];
+            last.iter_mut().for_each(|v| *v = 0);
             let mut before = i64::MIN;
             for s in &m.dev.timeline {
                 let t = m.abs_us(s);
+                changes.push((t, flat.len()));
                 // `live_at` takes the last sample at or before a time in a timeline in time
                 // order: one out of order or after the end never shows (its time stays a point).
                 if t < before || end.is_some_and(|e| t > e) {
-                    changes.push((t, [0; 6]));
+                    flat.extend(std::iter::repeat(0).take(n));
                     continue;
                 }
                 before = t;
-                let v = CATEGORIES.map(|c| s.cat(c));
-                let mut d = [0i64; 6];
-                for k in 0..6 {
-                    d[k] = v[k].wrapping_sub(last[k]);
+                for (k, c) in CATEGORIES.iter().copied().chain(others.iter().map(String::as_str)).enumerate() {
+                    let v = s.cat(c);
+                    flat.push(v.wrapping_sub(last[k]));
+                    last[k] = v;
                 }
-                changes.push((t, d));
-                last = v;
             }
             if let Some(e) = end {
-                changes.push((e.saturating_add(1), last.map(i64::wrapping_neg)));
+                changes.push((e.saturating_add(1), flat.len()));
+                flat.extend(last.iter().map(|v| v.wrapping_neg()));
             }
         }
         changes.sort_by_key(|c| c.0);
         let mut out: Vec<Point> = Vec::new();
-        let mut cats = [0i64; 6];
-        for (t, d) in changes {
-            for k in 0..6 {
-                cats[k] = cats[k].wrapping_add(d[k]);
+        let mut cats = vec![0i64; n];
+        for (t, at) in changes {
+            for k in 0..n {
+                cats[k] = cats[k].wrapping_add(flat[at + k]);
             }
+            let mut six = [0i64; 6];
+            six.copy_from_slice(&cats[..6]);
             match out.last_mut() {
-                Some(p) if p.t_unix_us == t => p.cats = cats,
-                _ => out.push(Point { t_unix_us: t, cats }),
+                Some(p) if p.t_unix_us == t => {
+                    p.cats = six;
+                    p.others.clear();
+                    p.others.extend_from_slice(&cats[6..]);
+                }
+                _ => out.push(Point { t_unix_us: t, cats: six, others: cats[6..].to_vec() }),
             }
         }
         out
@@ -364,9 +407,15 @@ impl<'a> DeviceGroup<'a> {
         if self.members.len() == 1 {
             return member_max;
         }
-        // A category beyond the six (a user's or a tag's) has no series: the largest member's.
-        let Some(i) = CATEGORIES.iter().position(|c| *c == name) else { return member_max };
-        self.series().iter().map(|p| p.cats[i]).max().unwrap_or(0).max(member_max)
+        let series = self.series();
+        let merged = match CATEGORIES.iter().position(|c| *c == name) {
+            Some(i) => series.iter().map(|p| p.cats[i]).max(),
+            None => match self.other_categories().iter().position(|c| c == name) {
+                Some(i) => series.iter().map(|p| p.others[i]).max(),
+                None => None,
+            },
+        };
+        merged.unwrap_or(0).max(member_max)
     }
 
     /// Every probe of every member, with the member, in time order (across processes by
@@ -675,6 +724,9 @@ impl<'a> DeviceGroup<'a> {
             t.instantiations += g.instantiations;
             t.instantiate_bytes += g.instantiate_bytes;
             t.instantiate_measured += g.instantiate_measured;
+            t.exec_destroys += g.exec_destroys;
+            t.exec_destroy_measured += g.exec_destroy_measured;
+            t.exec_destroy_bytes += g.exec_destroy_bytes;
         }
         t
     }

@@ -36,7 +36,7 @@ struct Chart {
     capacity: Option<i64>,
     /// Seconds on the run's clock, and per category the live bytes at each time.
     t: Vec<f64>,
-    cats: BTreeMap<&'static str, Vec<i64>>,
+    cats: BTreeMap<String, Vec<i64>>,
     /// Untracked bytes at each time (device used minus what the run's processes had
     /// allocated), held from the latest reading at or before it; None before the first.
     untracked: Vec<Option<i64>>,
@@ -58,7 +58,7 @@ struct Moment {
     kind: &'static str,
     /// What happened then, in explain's words (the failed request) or "the peak".
     what: String,
-    cats: BTreeMap<&'static str, i64>,
+    cats: BTreeMap<String, i64>,
     driver_costs: i64,
     untracked_other: i64,
     used: i64,
@@ -197,7 +197,15 @@ fn moment(g: &DeviceGroup, explained: &Value, readings: &[analysis::Reading], se
             live[k] += v;
         }
     }
-    let tracked: i64 = live.iter().sum();
+    // The categories of the device's own (a user's rules, a program's tags) are tracked too.
+    let names = g.other_categories();
+    let mut others = vec![0i64; names.len()];
+    for m in &g.members {
+        for (k, v) in m.live_others_at(abs, &names).iter().enumerate() {
+            others[k] += v;
+        }
+    }
+    let tracked: i64 = live.iter().sum::<i64>() + others.iter().sum::<i64>();
     let used = used.unwrap_or(tracked).max(0);
     let untracked = (used - tracked).max(0);
     let costs: i64 = g
@@ -212,7 +220,13 @@ fn moment(g: &DeviceGroup, explained: &Value, readings: &[analysis::Reading], se
         t: secs(t),
         kind,
         what,
-        cats: CATEGORIES.iter().zip(live).filter(|(_, v)| *v != 0).map(|(c, v)| (*c, v)).collect(),
+        cats: CATEGORIES
+            .iter()
+            .map(|c| c.to_string())
+            .zip(live)
+            .chain(names.into_iter().zip(others))
+            .filter(|(_, v)| *v != 0)
+            .collect(),
         driver_costs,
         untracked_other: untracked - driver_costs,
         used: used.max(tracked),
@@ -236,14 +250,16 @@ fn with_untracked(
         anchors.push((t0 + (m.t * 1e6).round() as i64, m.driver_costs + m.untracked_other));
     }
     anchors.sort_by_key(|a| a.0);
+    let width = series.first().map_or(0, |p| p.others.len());
     let mut points = series;
     for &(t, _) in &anchors {
         let i = points.partition_point(|p| p.t_unix_us <= t);
         if i > 0 && points[i - 1].t_unix_us == t {
             continue;
         }
-        let cats = if i > 0 { points[i - 1].cats } else { [0; 6] };
-        points.insert(i, analysis::Point { t_unix_us: t, cats });
+        let (cats, others) =
+            if i > 0 { (points[i - 1].cats, points[i - 1].others.clone()) } else { ([0; 6], vec![0; width]) };
+        points.insert(i, analysis::Point { t_unix_us: t, cats, others });
     }
     let untracked = points
         .iter()
@@ -262,8 +278,13 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     let at = moment(g, explained, &readings, &thinned);
     let (series, untracked) = with_untracked(thinned, &readings, at.as_ref(), c.t0_us);
     let t = series.iter().map(|p| secs(c.since(p.t_unix_us))).collect();
-    let cats =
-        CATEGORIES.iter().enumerate().map(|(i, name)| (*name, series.iter().map(|p| p.cats[i]).collect())).collect();
+    // The six, then the device's own categories (a user's rules, a program's tags).
+    let cats = CATEGORIES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.to_string(), series.iter().map(|p| p.cats[i]).collect()))
+        .chain(g.other_categories().into_iter().enumerate().map(|(i, name)| (name, series.iter().map(|p| p.others[i]).collect())))
+        .collect();
     // explain's sizing queries; without that finding (one rank), the query the pool's
     // reconciliation starts from (diff's "told free at the sizing query"); without a pool,
     // the report's sizing probe.

@@ -31,6 +31,8 @@ const TOP: f64 = 50.0;
 const BOTTOM: f64 = 40.0;
 /// Tableau 10, one colour per category in schema order.
 const COLORS: [&str; 6] = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f", "#edc949"];
+/// The colours of a run's own categories (a user's rules, a program's tags), in name order.
+const OWN_COLORS: [&str; 8] = ["#ff9da7", "#9c755f", "#b07aa1", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#86bcb6"];
 const UNTRACKED: &str = "#bab0ac";
 const USED: &str = "#333333";
 const CAPACITY: &str = "#7f7f7f";
@@ -330,6 +332,13 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
     let (q_times, q_tracked, q_used) = untracked_steps(g);
     let used_max = q_used.iter().copied().max().unwrap_or(0);
     let capacity = g.total_bytes();
+    // The device's own categories, each with a colour of its own and whether it held memory.
+    let own: Vec<(String, &str, bool)> = g
+        .other_categories()
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| (n, OWN_COLORS[i % OWN_COLORS.len()], series.iter().any(|p| p.others[i] != 0)))
+        .collect();
     let s = Scale { t0, t1, ymax: nice_max(peak.max(used_max).max(capacity.unwrap_or(0)).max(1)), top };
     let id = format!("panel-{}-gpu-{}", g.host, g.index).replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
     let pids = pid_ranges(g.members.iter().map(|m| m.pid()).collect());
@@ -355,6 +364,7 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
     // Legend: the categories shown, then the bands and lines, on its own line under the
     // title from the left edge of the chart.
     let mut legend: Vec<(&str, String)> = shown.iter().map(|&k| (COLORS[k], CATEGORIES[k].to_string())).collect();
+    legend.extend(own.iter().filter(|(_, _, held)| *held).map(|(n, c, _)| (*c, n.clone())));
     legend.push((UNTRACKED, "untracked".into()));
     legend.push((USED, "device used".into()));
     if capacity.is_some() {
@@ -416,17 +426,19 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
     if !series.is_empty() {
         let times: Vec<i64> = series.iter().map(|p| p.t_unix_us).collect();
         let mut below = vec![0i64; series.len()];
-        for (k, color) in COLORS.iter().enumerate() {
-            let above: Vec<i64> = series.iter().zip(&below).map(|(p, b)| b + p.cats[k]).collect();
+        // The six, then the device's own categories (a user's rules, a program's tags).
+        for (k, (name, color)) in CATEGORIES.iter().copied().zip(COLORS).chain(own.iter().map(|(n, c, _)| (n.as_str(), *c))).enumerate() {
+            let above: Vec<i64> =
+                series.iter().zip(&below).map(|(p, b)| b + if k < 6 { p.cats[k] } else { p.others[k - 6] }).collect();
             if above == below {
                 continue;
             }
             grp = grp.add(
                 Polygon::new()
                     .set("points", band(&s, &times, t1, &below, &above))
-                    .set("fill", *color)
-                    .set("class", format!("area {}", CATEGORIES[k]))
-                    .add(Title::new(CATEGORIES[k])),
+                    .set("fill", color)
+                    .set("class", format!("area {name}"))
+                    .add(Title::new(name)),
             );
             below = above;
         }
@@ -577,15 +589,30 @@ pub fn svg(a: &Analysis, all_categories: bool, window: Window) -> Result<Documen
     let run = a.run;
     let gs = a.groups();
     let clock = Clock::of(&run.procs);
-    let end = run.procs.iter().map(|r| r.process.end_us()).max().unwrap_or(clock.t0_us).max(clock.t0_us + 1);
     let refs: Vec<&DeviceGroup> = gs.iter().collect();
+    // The end of the run: its last process's end, or its last record where that is later (an
+    // end written in milliseconds can fall before records in microseconds: a short program's
+    // whole run then ended before its first movement and the plot was refused).
+    let last_record = refs.iter().filter_map(|g| g.series().last().map(|p| p.t_unix_us)).max();
+    let end = run
+        .procs
+        .iter()
+        .map(|r| r.process.end_us())
+        .max()
+        .unwrap_or(clock.t0_us)
+        .max(last_record.map_or(i64::MIN, |t| t.saturating_add(1)))
+        .max(clock.t0_us + 1);
     let secs = |s: f64| clock.t0_us + (s * 1e6).round() as i64;
     let t0 = match window.from_s {
         Some(s) => secs(s),
         // A little before the first movement, so the first sample is not on the axis.
         None => first_movement(&refs).map_or(clock.t0_us, |t| (t - (end - t) / 50).max(clock.t0_us)),
     };
-    let t1 = window.to_s.map_or(end, secs);
+    let mut t1 = window.to_s.map_or(end, secs);
+    if t1 <= t0 && window.to_s.is_none() && window.from_s.is_none() {
+        // Everything within one microsecond: a millisecond of axis.
+        t1 = t0.saturating_add(1000);
+    }
     if t1 <= t0 {
         return Err(Fail::input(format!(
             "plot: --to ({}) must come after --from ({})",

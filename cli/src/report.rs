@@ -413,6 +413,15 @@ fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
             count(g.instantiations as usize, "instantiation", "instantiations"),
             fmt_bytes(g.instantiate_bytes)
         ));
+        if g.exec_destroys > 0 {
+            // What the destroyed executables gave back (measured as a negative cost).
+            d.para(format!(
+                "Graph executables destroyed: {} (~{} given back), ~{} still held",
+                g.exec_destroys,
+                fmt_bytes(-g.exec_destroy_bytes),
+                fmt_bytes(g.instantiate_bytes + g.exec_destroy_bytes)
+            ));
+        }
     }
 }
 

@@ -377,3 +377,33 @@ fn diff_leads_with_the_cause() {
     let o = culedger(&["diff", "tests/fixtures/nccl", "tests/fixtures/explain-untracked"]);
     assert!(!stdout(&o).contains("ran out of memory"), "{}", stdout(&o));
 }
+
+/// vLLM's refused start (the simulated vLLM at --gpu-memory-utilization 0.95 on 24 GiB GPUs
+/// whose custom all-reduce took 1 GiB before the initial snapshot): no allocation failed, and
+/// explain says the engine refused it and by which check (vllm 0.33 `request_memory`, called
+/// from `Worker.init_device`: free memory on startup below total x utilization), with how far
+/// short the free memory was: the initial snapshot's free memory against 0.95 x the total,
+/// read from the reports' own queries.
+#[test]
+fn a_refused_start_says_by_which_check() {
+    let dir = "tests/fixtures/vllm-refused";
+    let v = json(dir);
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("vLLM refused to start (2 processes, no failed allocation) by its check in Worker.init_device"), "{verdict}");
+    assert!(!verdict.contains("failed allocation,") && !verdict.contains("1 failed"), "{verdict}");
+    let f = findings(&v, "failed_start");
+    assert_eq!(f.len(), 1, "{v:#}");
+    assert!(f[0]["title"].as_str().unwrap().starts_with("vLLM refused to start"), "{}", f[0]);
+    let text = f[0]["text"].as_str().unwrap();
+    assert!(text.contains("\"Free memory on device ... on startup is less than desired GPU memory utilization\""), "{text}");
+    for row in f[0]["detail"]["processes"].as_array().unwrap() {
+        let pid = row["pid"].as_i64().unwrap();
+        let r = reports(dir).into_iter().find(|r| r["process"]["pid"] == pid).unwrap();
+        let d = &r["devices"].as_array().unwrap().iter().find(|d| !d["probes"].as_array().unwrap().is_empty()).unwrap().clone();
+        let p = &d["probes"].as_array().unwrap()[0];
+        let (free, total) = (p["free_bytes"].as_f64().unwrap(), p["total_bytes"].as_f64().unwrap());
+        let short = row["refused_by"]["short_bytes"].as_f64().unwrap();
+        assert!((short - (0.95 * total - free)).abs() < 2.0, "{row}: free {free}, total {total}");
+        assert!(short > 0.0);
+    }
+}

@@ -590,6 +590,43 @@ fn alike_failures_are_one_card() {
     assert!(cards[1].contains("274.00 MiB") && cards[1].contains("644.00 MiB"), "free and short by: {}", cards[1]);
 }
 
+/// A category of the program's own ([23] item 22) on the page in real Chromium: the nccl
+/// fixture with `lora` (6 MiB from its second sample on) in rank 1's timeline on GPU 1 and in its
+/// categories. The page renders without a console error, and its picture of GPU 1 and its
+/// chart's legend name `lora` with its bytes (they dropped it: the stack stopped 6 MiB short).
+#[test]
+fn a_programs_own_category_is_on_the_page() {
+    if chromium().is_none() {
+        eprintln!("SKIP: no chromium (make test-deps fetches Debian's into target/test-deps/chromium)");
+        return;
+    }
+    let d = tempdir();
+    for e in std::fs::read_dir(fixtures().join("nccl")).unwrap().flatten() {
+        let mut v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        for dev in v["devices"].as_array_mut().unwrap() {
+            if dev["index"] != 1 || dev["timeline"].as_array().map_or(true, |t| t.len() < 2) {
+                continue;
+            }
+            for s in dev["timeline"].as_array_mut().unwrap().iter_mut().skip(1) {
+                s["lora"] = (6 << 20).into();
+                s["live_bytes"] = (s["live_bytes"].as_i64().unwrap() + (6 << 20)).into();
+            }
+            dev["categories"]["lora"] = serde_json::json!({"live_bytes": 6 << 20, "peak_bytes": 6 << 20, "allocs": 1});
+        }
+        std::fs::write(d.path().join(e.file_name()), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let page = d.path().join("p.html");
+    let o = culedger(&["html", d.path().to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (dom, console) = render(&page).unwrap();
+    assert!(console.is_empty(), "console: {console:?}");
+    let gpu1 = dom.find("GPU 1 at ").expect("GPU 1's picture");
+    let picture = &dom[gpu1..gpu1 + dom[gpu1..].find("</ul>").unwrap()];
+    assert!(picture.contains("lora 6.00 MiB"), "lora in GPU 1's picture: {picture}");
+    assert!(dom.contains("class=\"seg lora\""), "lora's segment in the picture");
+    assert!(dom.contains(">lora<"), "lora in the chart's legend");
+}
+
 /// What to change under the verdict on the page for the other failure shapes ([19] item 6):
 /// sgl-project/sglang#4330's (no --mem-fraction-static starts: the one line with both bounds,
 /// then the levers, each with its value) and vLLM's refused start (Worker.init_device's check),

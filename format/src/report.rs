@@ -398,6 +398,23 @@ pub struct Graphs {
     /// Instantiations whose device-memory delta was measured.
     pub instantiate_measured: u64,
     pub instantiate_bytes: i64,
+    /// Executables destroyed (`cuGraphExecDestroy`); absent from writers before it.
+    #[serde(skip_serializing_if = "is_zero_i64")]
+    pub exec_destroys: i64,
+    /// Destroys whose device-memory delta was measured.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub exec_destroy_measured: u64,
+    /// What the measured destroys gave back (free before minus after: negative).
+    #[serde(skip_serializing_if = "is_zero_i64")]
+    pub exec_destroy_bytes: i64,
+}
+
+fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -585,6 +602,12 @@ impl Cats {
         }
     }
 
+    /// The categories beyond the six built-in ones (a rule's or a tag's) that hold an
+    /// integer, as written.
+    pub fn others(&self) -> impl Iterator<Item = &str> + '_ {
+        self.extra.iter().filter(|(k, v)| v.is_i64() && !CATEGORIES.contains(&k.as_str())).map(|(k, _)| k.as_str())
+    }
+
     /// Every category with its value as written, sorted by name (as a map would give them).
     pub fn iter(&self) -> impl Iterator<Item = (&str, serde_json::Value)> + '_ {
         let mut all: Vec<(&str, serde_json::Value)> = CATEGORIES
@@ -709,6 +732,9 @@ pub struct Event {
     /// Start of a measured call's window (`driver_cost`, `peer_access`), same clock as `t_us`.
     pub t0_us: Option<i64>,
     pub detail: String,
+    /// Alike calls this event stands for, folded once the list was full (absent: 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<i64>,
 }
 
 /// When a record was made within its process: `t_ms`, and `seq` when the writer gave one

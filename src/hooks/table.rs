@@ -142,6 +142,7 @@ hook_table! {
     cudaGraphInstantiateWithFlags: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) => graphs::instantiate_flags;
     cudaGraphInstantiateWithParams: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
     cudaGraphInstantiateWithParams_ptsz: Runtime("", 0, false) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
+    cudaGraphExecDestroy: Runtime("", 0, false) fn(exec: CUgraphExec) => graphs::exec_destroy;
     cudaDeviceEnablePeerAccess: Runtime("", 0, false) fn(peer: c_int, flags: c_uint) => costs::cuda_device_enable_peer_access;
     cudaMemcpy: Runtime("", 0, false) fn(dst: VoidPtr, src: *const c_void, count: usize, kind: c_int) => alloc::cuda_memcpy;
     cudaMemcpy_ptds: Runtime("", 0, false) fn(dst: VoidPtr, src: *const c_void, count: usize, kind: c_int) => alloc::cuda_memcpy;
@@ -198,6 +199,7 @@ hook_table! {
     cuGraphInstantiateWithFlags: Driver("cuGraphInstantiateWithFlags", 11040, false) fn(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) => graphs::instantiate_flags;
     cuGraphInstantiateWithParams: Driver("cuGraphInstantiateWithParams", 12000, false) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
     cuGraphInstantiateWithParams_ptsz: Driver("cuGraphInstantiateWithParams", 12000, true) fn(exec: *mut CUgraphExec, graph: CUgraph, params: VoidPtr) => graphs::instantiate_params;
+    cuGraphExecDestroy: Driver("cuGraphExecDestroy", 10000, false) fn(exec: CUgraphExec) => graphs::exec_destroy;
     cuCtxEnablePeerAccess: Driver("cuCtxEnablePeerAccess", 4000, false) fn(peer: CUcontext, flags: c_uint) => costs::cu_ctx_enable_peer_access;
     cuCtxCreate_v2: Driver("cuCtxCreate", 3020, false) fn(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => costs::cu_ctx_create_v2;
     cuCtxCreate_v3: Driver("cuCtxCreate", 11040, false) fn(pctx: *mut CUcontext, params: VoidPtr, n_params: c_int, flags: c_uint, dev: CUdevice) => costs::cu_ctx_create_v3;

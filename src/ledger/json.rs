@@ -222,6 +222,7 @@ fn device(d: &Copied, sites: &BTreeMap<u32, (SiteRec, Option<String>)>) -> fmt::
             bytes: e.bytes,
             t0_us: e.t0_us.map(n),
             detail: e.detail.clone(),
+            calls: (e.calls > 1).then_some(i64::from(e.calls)),
         })
         .collect();
     let driver_costs = s
@@ -333,6 +334,9 @@ fn device(d: &Copied, sites: &BTreeMap<u32, (SiteRec, Option<String>)>) -> fmt::
             instantiations: n(g.instantiations),
             instantiate_measured: g.instantiate_measured,
             instantiate_bytes: g.instantiate_bytes,
+            exec_destroys: n(g.exec_destroys),
+            exec_destroy_measured: g.exec_destroy_measured,
+            exec_destroy_bytes: g.exec_destroy_bytes,
         },
         driver_costs,
         top_allocations: top

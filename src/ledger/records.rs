@@ -103,6 +103,12 @@ impl Ledger {
         self.on_device(dev, api, |d, now| d.graph_instantiate(api, measured, now));
     }
 
+    /// A graph's executable destroyed; `measured` = device-memory delta (negative: memory
+    /// given back), None when not measured. A measured one is also a (negative) driver cost.
+    pub fn graph_exec_destroy(&self, dev: i32, api: &'static str, measured: Option<i64>, site: u32, start_us: Option<u64>) {
+        self.on_device(dev, api, |d, now| d.graph_exec_destroy(api, measured, site, start_us, now));
+    }
+
     /// A call with hidden driver cost: `bytes` = free before - free after (approximate).
     pub fn driver_cost(&self, dev: i32, api: &'static str, bytes: i64) {
         self.driver_cost_at(dev, api, bytes, 0, None)

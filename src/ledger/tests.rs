@@ -438,7 +438,20 @@ fn events_are_bounded() {
         l.driver_cost(0, if i % 2 == 0 { "cuModuleLoadData" } else { "cuCtxEnablePeerAccess" }, 10);
     }
     let d = device_json(&l, 0);
-    assert_eq!((d["events"].as_array().unwrap().len(), d["events_total"].as_u64()), (1024, Some(3000)));
+    // Past the bound, alike calls (no query between them) are folded, never dropped: every
+    // call is counted in a kept event and their sizes add up.
+    let events = d["events"].as_array().unwrap();
+    assert!(events.len() <= 1024, "{}", events.len());
+    assert_eq!(d["events_total"].as_u64(), Some(3000));
+    let calls = |api: &str| -> (u64, i64) {
+        events.iter().filter(|e| e["api"] == api).fold((0, 0), |(c, b), e| {
+            (c + e["calls"].as_u64().unwrap_or(1), b + e["bytes"].as_i64().unwrap())
+        })
+    };
+    assert_eq!(calls("cuModuleLoadData"), (1500, 15_000));
+    assert_eq!(calls("cuCtxEnablePeerAccess"), (1500, 15_000));
+    let folded = events.iter().find(|e| e["calls"].as_u64() > Some(1)).unwrap();
+    assert_eq!(folded["detail"], format!("{} bytes", folded["bytes"]), "{folded}");
     let costs = d["driver_costs"].as_array().unwrap();
     assert_eq!(costs.len(), 2);
     assert_eq!(
@@ -662,6 +675,31 @@ fn graphs_and_generation() {
         (d["graphs"]["instantiations"].as_u64(), d["graphs"]["instantiate_bytes"].as_i64()),
         (Some(3), Some(4000))
     );
+    assert!(d["graphs"].get("exec_destroys").is_none(), "absent until a destroy: {}", d["graphs"]);
+}
+
+#[test]
+fn a_destroyed_graph_gives_its_memory_back() {
+    let l = Ledger::new();
+    l.graph_instantiate(0, "cudaGraphInstantiateWithFlags", Some(16 << 20));
+    l.driver_cost_at(0, "cudaGraphInstantiateWithFlags", 16 << 20, 0, Some(1));
+    l.graph_exec_destroy(0, "cudaGraphExecDestroy", Some(-(16 << 20)), 0, Some(2));
+    l.graph_exec_destroy(0, "cuGraphExecDestroy", None, 0, Some(3));
+    let d = device_json(&l, 0);
+    let g = &d["graphs"];
+    assert_eq!(
+        (g["exec_destroys"].as_u64(), g["exec_destroy_measured"].as_u64(), g["exec_destroy_bytes"].as_i64()),
+        (Some(2), Some(1), Some(-(16 << 20)))
+    );
+    // The measured one is a negative cost of its own, with its window, so a rise between two
+    // queries that a thrown-away graph spans adds up to what is still held.
+    let costs = d["driver_costs"].as_array().unwrap();
+    let destroy = costs.iter().find(|c| c["api"] == "cudaGraphExecDestroy").unwrap();
+    assert_eq!((destroy["calls"].as_u64(), destroy["bytes"].as_i64()), (Some(1), Some(-(16 << 20))));
+    let ev = d["events"].as_array().unwrap().iter().find(|e| e["api"] == "cudaGraphExecDestroy").unwrap();
+    assert_eq!((ev["kind"].as_str(), ev["bytes"].as_i64(), ev["t0_us"].as_u64()), (Some("driver_cost"), Some(-(16 << 20)), Some(2)));
+    let sum: i64 = costs.iter().map(|c| c["bytes"].as_i64().unwrap()).sum();
+    assert_eq!(sum, 0);
 }
 
 type Check = fn(&Value) -> bool;

@@ -128,11 +128,14 @@ pub fn explain(
         // Failed ranks counted as report's verdict counts them (one process with a failed
         // allocation is one, whatever its findings); then those that failed without one.
         let (failed_ranks, ranks) = crate::summary::failed_ranks(run, gs);
-        let starts: usize = found
+        let rows: Vec<&culedger_analysis::explain::StartRow> = found
             .iter()
             .filter(|f| f.kind == Kind::FailedStart)
-            .map(|f| if let Detail::Start(d) = &f.detail { d.processes.len() } else { 1 })
-            .sum();
+            .flat_map(|f| if let Detail::Start(d) = &f.detail { d.processes.iter().collect() } else { Vec::new() })
+            .collect();
+        // Those the engine refused by its own check are said so, with the check.
+        let refused: Vec<&culedger_analysis::explain::StartRow> = rows.iter().copied().filter(|r| r.refused_by.is_some()).collect();
+        let starts = rows.len() - refused.len();
         if failed_ranks > 0 {
             parts.push(if ranks == 1 {
                 "the process failed to allocate".to_string()
@@ -140,8 +143,16 @@ pub fn explain(
                 format!("{failed_ranks} of {ranks} ranks failed to allocate")
             });
         }
+        if let Some(f) = refused.first().and_then(|r| r.refused_by.as_ref()) {
+            let whom = if refused.len() == 1 { "1 process".to_string() } else { format!("{} processes", refused.len()) };
+            let check = match &refused[0].last_query_function {
+                Some(function) => format!("by its check in {function}"),
+                None => "by its own check".to_string(),
+            };
+            parts.push(format!("{} refused to start ({whom}, no failed allocation) {check}", f.engine));
+        }
         if starts > 0 {
-            let more = if failed_ranks > 0 { " more" } else { "" };
+            let more = if failed_ranks > 0 || !refused.is_empty() { " more" } else { "" };
             let noun = if starts == 1 { "process" } else { "processes" };
             parts.push(format!("{starts}{more} {noun} failed without a failed allocation"));
         }

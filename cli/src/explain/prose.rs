@@ -61,13 +61,31 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
         }
         _ => String::new(),
     };
+    let more = if n > 1 { format!(", and so did {} more", crate::units::count(n - 1, "process", "processes")) } else { String::new() };
+    // Refused by the engine's own check, which its formula shows failing at the run's value.
+    if let Some(f) = r0.refused_by.as_ref().filter(|_| d.processes.iter().all(|r| r.refused_by.is_some())) {
+        let check = match &r0.last_query_function {
+            Some(function) => format!("its check in {function}"),
+            None => "its own check".to_string(),
+        };
+        let text = format!(
+            "{} {}{where_} without a failed allocation{more}: {} refused to start by {check}, \"{}\": at {} {:.2} it was {} short.",
+            r0.process,
+            r0.status,
+            f.engine,
+            f.message,
+            f.flag,
+            f.value,
+            crate::units::fmt_bytes(f.short_bytes)
+        );
+        let whom = if n == 1 { r0.process.clone() } else { format!("{n} processes") };
+        return (format!("{} refused to start ({whom}): {check}", f.engine), text);
+    }
     let text = format!(
-        "{} {}{where_} without a failed allocation{}: the start failed, but not because an allocation was \
+        "{} {}{where_} without a failed allocation{more}: the start failed, but not because an allocation was \
          refused; the engine gave up by its own check (its log says why), or something other than GPU memory \
          failed.",
-        r0.process,
-        r0.status,
-        if n > 1 { format!(", and so did {} more", crate::units::count(n - 1, "process", "processes")) } else { String::new() }
+        r0.process, r0.status
     );
     let title = if n == 1 {
         format!("{} {} without a failed allocation", r0.process, r0.status)

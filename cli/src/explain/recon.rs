@@ -118,11 +118,12 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
     apis.into_iter()
         .map(|api| {
             let mine: Vec<&Measured> = calls.iter().filter(|c| c.call.api == api).collect();
-            let n = crate::units::count(mine.len(), "call", "calls");
+            let calls: i64 = mine.iter().map(|c| c.call.calls).sum();
+            let n = crate::units::count(calls as usize, "call", "calls");
             let mut it = item(ItemKind::DriverCost, format!("{api} ({n}) by {}", who(m.report)), 0);
             it.bytes = mine.iter().map(|c| c.bytes).sum();
             it.api = Some(api.to_string());
-            it.calls = mine.len() as i64;
+            it.calls = calls;
             it.pids = vec![m.pid()];
             it.measured_bytes = Some(mine.iter().map(|c| c.call.measured).sum());
             it.uncertain = mine.iter().any(|c| c.uncertain);

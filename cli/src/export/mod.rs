@@ -66,8 +66,17 @@ pub fn perfetto(a: &Analysis) -> Value {
             };
             // (record order, event) for this device, sorted (stably) before writing.
             let mut dev_events: Vec<((i64, i64), Value)> = Vec::new();
-            let held: Vec<&str> =
-                CATEGORIES.iter().copied().filter(|c| d.timeline.iter().any(|s| s.cat(c) != 0)).collect();
+            // The six, then the categories of the report's own (a user's rules, a program's
+            // tags), each a series of its own.
+            let mut own: Vec<&str> = d.timeline.iter().flat_map(|s| s.cats.others()).collect();
+            own.sort_unstable();
+            own.dedup();
+            let held: Vec<&str> = CATEGORIES
+                .iter()
+                .copied()
+                .chain(own)
+                .filter(|c| d.timeline.iter().any(|s| s.cat(c) != 0))
+                .collect();
             if !held.is_empty() {
                 for s in &d.timeline {
                     let args: Map<String, Value> = held.iter().map(|c| (c.to_string(), json!(s.cat(c)))).collect();

@@ -9,6 +9,16 @@
 
   var COLORS = { weights: "#4e79a7", kv_pool: "#f28e2c", ipc: "#e15759", graphs: "#76b7b2", comm: "#59a14f", other: "#edc949",
     untracked: "#bab0ac", driver_costs: "#8e44ad", untracked_other: "#bab0ac", free: "#ffffff" };
+  // The six, then the categories of a run's own (a user's rules, a program's tags), by name:
+  // none is dropped or folded into another, each has a colour of its own.
+  var OWN = ["#ff9da7", "#9c755f", "#b07aa1", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#86bcb6"];
+  function catsOf(map) { return CATS.concat(Object.keys(map || {}).filter(function (k) { return CATS.indexOf(k) < 0; }).sort()); }
+  function catColor(c) {
+    if (COLORS[c]) return COLORS[c];
+    var h = 0;
+    for (var i = 0; i < c.length; i++) h = (h * 31 + c.charCodeAt(i)) % 65521;
+    return OWN[h % OWN.length];
+  }
   var data = JSON.parse(document.getElementById("culedger-data").textContent);
   var app = document.getElementById("app");
   var painted = 0;
@@ -89,7 +99,7 @@
   // free-memory queries (blue; the sizing query bold), driver costs (purple) and failures
   // (red) marked on the canvas and listed under it.
   function timeline(ch, box, summary) {
-    var cats = CATS.filter(function (c) { return (ch.cats[c] || []).some(function (v) { return v > 0; }); });
+    var cats = catsOf(ch.cats).filter(function (c) { return (ch.cats[c] || []).some(function (v) { return v > 0; }); });
     if (!ch.t.length || !cats.length) { box.appendChild(el("p", { "class": "meta", text: "No tracked allocation on this GPU (a context or peer mapping only)." })); return; }
     var raw = {}, stacked = [], acc = ch.t.map(function () { return 0; });
     cats.forEach(function (c) { raw[c] = ch.cats[c]; acc = acc.map(function (v, i) { return v + ch.cats[c][i]; }); stacked.push(acc.slice()); });
@@ -110,7 +120,7 @@
     var plotData = [xs];
     for (var i = cats.length - 1; i >= 0; i--) {
       (function (c, i) {
-        series.push({ label: c, stroke: COLORS[c] || "#999", fill: COLORS[c] || "#999", width: 1, points: { show: false },
+        series.push({ label: c, stroke: catColor(c), fill: catColor(c), width: 1, points: { show: false },
           paths: uPlot.paths.stepped({ align: 1 }),
           value: function (u, v, si, idx) { return idx == null ? "-" : fmtBytes(ext(raw[c])[idx]); } });
         plotData.push(ext(stacked[i]).map(function (v) { return v / GiB; }));
@@ -260,14 +270,14 @@
     var MiB = 1048576, groups = [], byKey = {};
     chs.forEach(function (c) {
       var a = c.at, m = function (v) { return Math.round((v || 0) / MiB); };
-      var key = [c.host, a.kind, m(a.capacity), m(a.driver_costs), m(a.untracked_other), m(a.free), m(a.asked)].concat(CATS.map(function (k) { return m(a.cats[k]); })).join("/");
+      var key = [c.host, a.kind, m(a.capacity), m(a.driver_costs), m(a.untracked_other), m(a.free), m(a.asked)].concat(catsOf(a.cats).map(function (k) { return k + ":" + m(a.cats[k]); })).join("/");
       if (byKey[key] == null) { byKey[key] = groups.length; groups.push([]); }
       groups[byKey[key]].push(c);
     });
     groups.forEach(function (g) {
       var a = g[0].at, cap = a.capacity || 1;
       var parts = [];
-      CATS.forEach(function (k) { if (a.cats[k] > 0) parts.push([k, k, a.cats[k]]); });
+      catsOf(a.cats).forEach(function (k) { if (a.cats[k] > 0) parts.push([k, k, a.cats[k]]); });
       if (a.driver_costs > 0) parts.push(["driver_costs", "driver costs", a.driver_costs]);
       if (a.untracked_other > 0) parts.push(["untracked_other", "other untracked (contexts, other processes)", a.untracked_other]);
       parts.push(["free", "free", a.free]);
@@ -276,7 +286,7 @@
       row.appendChild(el("div", { "class": "meta", text: a.what }));
       var bar = el("div", { "class": "bar" });
       parts.forEach(function (p) {
-        var seg = el("div", { "class": "seg " + p[0], style: "width:" + (p[2] / cap * 100).toFixed(3) + "%;background:" + (COLORS[p[0]] || "#999") });
+        var seg = el("div", { "class": "seg " + p[0], style: "width:" + (p[2] / cap * 100).toFixed(3) + "%;background:" + catColor(p[0]) });
         seg.title = p[1] + ": " + fmtBytes(p[2]);
         bar.appendChild(seg);
       });
@@ -290,7 +300,7 @@
       row.appendChild(bar);
       var legend = el("ul", { "class": "parts" });
       parts.forEach(function (p) {
-        legend.appendChild(el("li", null, [el("span", { "class": "swatch", style: "background:" + (COLORS[p[0]] || "#999") }), p[1] + " " + fmtBytes(p[2])]));
+        legend.appendChild(el("li", null, [el("span", { "class": "swatch", style: "background:" + catColor(p[0]) }), p[1] + " " + fmtBytes(p[2])]));
       });
       if (a.asked != null) legend.appendChild(el("li", { "class": "asked-note" }, [el("span", { "class": "swatch asked-swatch" }), "asked " + fmtBytes(a.asked) + (a.asked > a.free ? ", short by " + fmtBytes(a.asked - a.free) : "")]));
       row.appendChild(legend);

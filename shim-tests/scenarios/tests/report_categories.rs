@@ -118,3 +118,75 @@ fn tags_are_no_ops_without_culedger() {
     let run = sim.run_ok(&mut sim.cmd("rt_tags"));
     assert_eq!((run.u64("active"), run.u64("depth"), run.u64("done")), (0, 0, 1));
 }
+
+/// Every chart draws the categories of the program's own ([23] item 22): rt_tags under
+/// culedger with a user rule file, so that device 0 ends with a tag's category (lora_c, 5 MiB)
+/// and a rule's (scratch, 7 MiB) beside kv_pool (3 MiB). The HTML page's chart and its picture,
+/// `plot`'s SVG and the Perfetto trace each hold both, with their bytes: none is dropped or
+/// folded into another, and the page's stack at the last sample is the report's live total.
+#[test]
+fn charts_draw_the_programs_own_categories() {
+    let rules = r#"{"culedger_rules": 1, "pack": "mine", "rules": [
+        {"name": "mine.seven", "category": "scratch", "match": {"bytes": {"min": "7MiB", "max": "7MiB"}}}]}"#;
+    let mut sim = Sim::new("c_tags_charts");
+    let out = sim.scratch().join("out");
+    let file = sim.scratch().join("rules.json");
+    std::fs::write(&file, rules).unwrap();
+    sim.env("LD_PRELOAD", libculedger()).env("CULEDGER_OUT", &out).env("CULEDGER_RULES", &file);
+    sim.run_ok(&mut sim.cmd("rt_tags"));
+    let report = only_report(&out);
+    let last = report["devices"][0]["timeline"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["lora_c"].as_u64(), last["scratch"].as_u64()), (Some(5 * MIB), Some(7 * MIB)), "{last}");
+    let live = last["live_bytes"].as_u64().unwrap();
+    let dir = out.to_str().unwrap();
+    let cli = culedger_scenarios::cli::culedger;
+
+    // The page: the chart's series and the picture of the GPU.
+    let page = sim.scratch().join("p.html");
+    let (code, _) = cli(&["html", dir, "-o", page.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let text = std::fs::read_to_string(&page).unwrap();
+    let start = text.find("type=\"application/json\">").unwrap() + "type=\"application/json\">".len();
+    let data: Value = serde_json::from_str(&text[start..start + text[start..].find("</script>").unwrap()]).unwrap();
+    let chart = &data["runs"][0]["charts"][0];
+    let cats = chart["cats"].as_object().unwrap();
+    for (name, mib) in [("lora_c", 5), ("scratch", 7), ("kv_pool", 3)] {
+        let max = cats[name].as_array().unwrap().iter().filter_map(Value::as_u64).max();
+        assert_eq!(max, Some(mib * MIB), "{name} on the page's chart: {cats:?}");
+    }
+    let stacked = |i: usize| cats.values().map(|v| v[i].as_u64().unwrap()).sum::<u64>();
+    assert!((0..chart["t"].as_array().unwrap().len()).any(|i| stacked(i) == live), "the stack reaches {live}: {cats:?}");
+    // The picture of the GPU (at its peak) holds what the chart holds then, own categories
+    // too. It needs the GPU's capacity, which this 3 ms program's report holds only when the
+    // library's usage reading ran before it exited (about half the runs).
+    let at = &chart["at"];
+    assert_eq!(at.is_null(), report["devices"][0]["total_bytes"].is_null(), "{at}");
+    if !at.is_null() {
+        let t = chart["t"].as_array().unwrap();
+        let i = t.iter().position(|x| x.as_f64() == at["t"].as_f64()).unwrap_or_else(|| panic!("{at} on {t:?}"));
+        let pictured: u64 = at["cats"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!(pictured, stacked(i), "{at}");
+    }
+
+    // plot: an area and a legend entry for each.
+    let svg = sim.scratch().join("p.svg");
+    let (code, _) = cli(&["plot", dir, "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    for name in ["lora_c", "scratch", "kv_pool"] {
+        assert!(svg.contains(&format!("class=\"area {name}\"")), "{name}'s area in the plot");
+        assert!(svg.contains(&format!("\n{name}\n</text>")), "{name} in the plot's legend");
+    }
+
+    // The Perfetto trace: the GPU's counter track has a series for each.
+    let trace = sim.scratch().join("t.json");
+    let (code, _) = cli(&["export", dir, "--perfetto", trace.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let counters: Vec<&Value> =
+        trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C" && e["name"] == "GPU 0").collect();
+    for (name, mib) in [("lora_c", 5), ("scratch", 7), ("kv_pool", 3)] {
+        let max = counters.iter().filter_map(|e| e["args"][name].as_u64()).max();
+        assert_eq!(max, Some(mib * MIB), "{name} in the trace's GPU 0 counters");
+    }
+}

@@ -108,6 +108,22 @@ fn instantiate(sym: Sym, call: impl FnOnce() -> c_int) -> c_int {
     rc
 }
 
+/// `cuGraphExecDestroy`, `cudaGraphExecDestroy`: what the instantiation took comes back. The
+/// driver's figure is measured around the call like the instantiation's, so that a graph
+/// thrown away (vLLM 0.33's `profile_cudagraph_memory` captures every size once into a
+/// throwaway pool and destroys them before sizing) no longer reads as memory still held.
+pub unsafe fn exec_destroy(sym: Sym, real: cuGraphExecDestroy::Real, e: CUgraphExec) -> c_int {
+    super::measured(
+        sym,
+        || real(e),
+        |l, m| {
+            if m.rc == 0 {
+                l.graph_exec_destroy(m.dev, api(sym), m.delta, m.site, Some(m.start_us));
+            }
+        },
+    )
+}
+
 /// `cudaGraphInstantiate` (12.x), `cudaGraphInstantiateWithFlags`, `cuGraphInstantiateWithFlags`.
 pub unsafe fn instantiate_flags(
     sym: Sym,

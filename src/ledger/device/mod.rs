@@ -5,6 +5,7 @@
 //! and supplies the current time and sequence number (`Stamp`). Methods report what happened (replaced records, unknown
 //! keys) instead of logging, so the caller can warn after the lock is released.
 
+mod events;
 mod order;
 mod record;
 mod stats;
@@ -25,7 +26,7 @@ pub(crate) use stats::*;
 pub(crate) const PROBES_KEPT: usize = 256;
 /// Failures kept (the first ones).
 pub(crate) const FAILURES_KEPT: usize = 256;
-/// Events kept (the first ones).
+/// Events kept (the first ones; past them, alike ones folded: `events.rs`).
 pub(crate) const EVENTS_KEPT: usize = 1024;
 /// Largest live allocations rendered per device.
 pub(crate) const TOP_ALLOCATIONS: usize = 32;
@@ -432,6 +433,25 @@ impl DeviceLedger {
             Some(m) => format!("{m} bytes"),
             None => "not measured".to_string(),
         });
+    }
+
+    /// A graph's executable destroyed (`cuGraphExecDestroy`): what its instantiation took
+    /// comes back, measured like it (a negative cost: `measured` is free before minus after).
+    pub(crate) fn graph_exec_destroy(
+        &mut self,
+        api: &'static str,
+        measured: Option<i64>,
+        site: u32,
+        start_us: Option<u64>,
+        now: Stamp,
+    ) {
+        let g = &mut self.stats.graphs;
+        g.exec_destroys += 1;
+        if let Some(m) = measured {
+            g.exec_destroy_measured += 1;
+            g.exec_destroy_bytes = g.exec_destroy_bytes.saturating_add(m);
+            self.driver_cost(api, m, site, start_us, now);
+        }
     }
 
     /// A measured hidden cost; `start_us` is the start of the measurement window, if known.

@@ -99,6 +99,10 @@ pub(crate) struct Event {
     /// Start of the call's measurement window (`driver_cost`, `peer_access`), same clock as `t_us`.
     pub t0_us: Option<u64>,
     pub detail: String,
+    /// Calls this event stands for (more than 1 once alike events were folded: `events.rs`).
+    pub calls: u32,
+    /// The device's queries and failures before it: events fold only within one epoch.
+    pub epoch: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -121,6 +125,11 @@ pub(crate) struct GraphStats {
     /// Instantiations whose device-memory delta was measured.
     pub instantiate_measured: u64,
     pub instantiate_bytes: i64,
+    /// Executables destroyed (`cuGraphExecDestroy`), those measured, and what the measured
+    /// ones gave back (free before minus after: negative).
+    pub exec_destroys: u64,
+    pub exec_destroy_measured: u64,
+    pub exec_destroy_bytes: i64,
 }
 
 /// Hidden driver memory of one API, summed over its calls.
@@ -185,7 +194,7 @@ pub(crate) struct DeviceStats {
     pub graphs: GraphStats,
     pub driver_costs: Vec<DriverCost>,
     pub timeline: Timeline,
-    pub events: FirstN<Event, EVENTS_KEPT>,
+    pub events: super::events::Events<EVENTS_KEPT>,
     /// Per call site (bounded by the site table's size).
     pub sites: FastMap<u32, SiteStats>,
 }
@@ -289,6 +298,7 @@ impl DeviceStats {
         t0_us: Option<u64>,
         detail: impl FnOnce() -> String,
     ) {
+        let epoch = self.probes.total() + self.failures.total();
         self.events.push_with(|| Event {
             t_ms: now.t_ms(),
             t_us: now.t_us,
@@ -298,6 +308,8 @@ impl DeviceStats {
             bytes,
             t0_us,
             detail: detail(),
+            calls: 1,
+            epoch,
         });
     }
 }

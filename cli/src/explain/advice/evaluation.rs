@@ -475,7 +475,7 @@ pub fn needed(m: Member, f: &crate::model::Failure) -> i64 {
         .events
         .iter()
         .filter(|e| e.kind == "driver_cost" && e.api == f.api)
-        .filter_map(|e| e.bytes)
+        .filter_map(|e| e.bytes.map(|b| b / e.calls.unwrap_or(1).max(1)))
         .filter(|&b| b > 0)
         .collect();
     if !each.is_empty() {

@@ -5,7 +5,9 @@
 use super::super::callers;
 use super::super::recon::{reconcile, Recon};
 use culedger_analysis::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
-use super::types::{Detail, Ended, FailDetail, Finding, Kind, Minimum, Part, Severity, StartDetail, StartRow};
+use super::types::{
+    Detail, Ended, FailDetail, Finding, Kind, Minimum, Part, Severity, StartDetail, StartRefusal, StartRow,
+};
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
@@ -17,7 +19,13 @@ use crate::words::who;
 /// when the engine refused by its own check ("Not enough memory") before allocating its pool.
 /// A process stopped (SIGTERM, SIGINT, SIGHUP, or ended with a `culedger run` a stop signal
 /// ended: see `runs::stopped`) did not fail.
-pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
+/// `ev`: the engine's formula on the run; a rank whose refusal check fails at the run's value
+/// was refused by that check, and the row says which.
+pub(super) fn failed_start(
+    run: &Run,
+    gs: &[DeviceGroup],
+    ev: Option<&super::super::advice::evaluation::Evaluation>,
+) -> Vec<Finding> {
     let failed = |r: &Report| {
         (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some()) && !crate::runs::stopped(r, run)
     };
@@ -53,6 +61,17 @@ pub(super) fn failed_start(run: &Run, gs: &[DeviceGroup]) -> Vec<Finding> {
             last_query_at_us: last.map(|(g, m, p)| g.clock.since(m.abs_us(p))),
             last_query_function: function,
             last_query_device: last.map(|(g, _, _)| g.index),
+            refused_by: ev.and_then(|ev| {
+                let rank = ev.ranks.iter().find(|k| k.pid == r.process.pid && k.start_us == r.process.start_us())?;
+                let (message, c0, c1, _) = ev.refusals(rank, ev.value).into_iter().next()?;
+                Some(StartRefusal {
+                    engine: ev.engine.clone(),
+                    message,
+                    flag: ev.flag.clone(),
+                    value: ev.value,
+                    short_bytes: -(c0 + c1 * ev.value).round() as i64,
+                })
+            }),
         });
     }
     if rows.is_empty() {

@@ -33,7 +33,7 @@ pub use types::*;
 pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::evaluation::Evaluation>) -> Vec<Finding> {
     culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);
     let mut failures = failure::failed_allocations(gs, ev);
-    failures.extend(failure::failed_start(run, gs));
+    failures.extend(failure::failed_start(run, gs, ev));
     let mut out = failures.clone();
     out.extend(sizing::sizing(gs, !failures.is_empty(), ev));
     let windows: Vec<untracked::FailureWindow> = failures

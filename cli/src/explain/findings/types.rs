@@ -3,7 +3,7 @@
 
 pub use culedger_analysis::explain::{
     CatGrowth, Detail, Ended, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Kind, Minimum, Part, RankPeaks,
-    Severity, SizingDetail, SizingRow, Spread, StartDetail, StartRow, UntrackedDetail,
+    Severity, StartRefusal, SizingDetail, SizingRow, Spread, StartDetail, StartRow, UntrackedDetail,
 };
 
 pub(super) fn pct(part: i64, whole: i64) -> f64 {
