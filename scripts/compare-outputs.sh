@@ -45,7 +45,7 @@ one() {
         # top's header ends with the time of day.
         sed -i -E '1s/^(culedger top .*) · [0-9]{2}:[0-9]{2}:[0-9]{2}$/\1 · TIME/' "$d/stdout"
     done
-    local bad=""
+    local bad="" f
     for f in stdout stderr rc out; do
         if [ -e "$WORK/base/$f" ] || [ -e "$WORK/new/$f" ]; then
             cmp -s "$WORK/base/$f" "$WORK/new/$f" || bad="$bad $f"

@@ -210,7 +210,8 @@ fn notes(run: &Run, gs: &[crate::analysis::DeviceGroup]) -> Vec<String> {
         // may have cut short (docs/reliability.md, "Urgent writes").
         if r.process.exit == crate::model::Exit::Running && r.health.urgent_deferred > 0 {
             out.push(format!(
-                "{}: {} failed allocations or free-memory query windows came past culedger's budget for writing at                  once; its last report may lack those of its last second",
+                "{}: {} failed allocations or free-memory query windows came past culedger's budget for writing at \
+                 once; its last report may lack those of its last second",
                 who(r),
                 r.health.urgent_deferred
             ));

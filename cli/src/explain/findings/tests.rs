@@ -203,7 +203,11 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
         worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
             .iter()
             .filter(|f| f.kind == Kind::FailedStart)
-            .map(|f| f.title.clone())
+            .map(|f| {
+                // One space between words: the text is a sentence, whatever renders it.
+                assert!(!f.text.contains("  ") && !f.title.contains("  "), "{:?}", f.text);
+                f.title.clone()
+            })
             .collect::<Vec<_>>()
     };
     assert_eq!(with(11, None), ["rank 1 (pid 101) was killed by SIGSEGV without a failed allocation"]);
@@ -243,6 +247,8 @@ fn a_report_without_its_final_write_says_when_failures_came_past_the_urgent_budg
     assert!(!has_note(&run), "a final report holds everything");
     run.procs[0].process.exit = culedger_format::report::Exit::Running;
     assert!(has_note(&run));
+    let notes = crate::run_analysis::Analysis::new(&run).explanation().notes.clone();
+    assert!(notes.iter().all(|n| !n.contains("  ")), "one space between words: {notes:?}");
     run.procs[0].health.urgent_deferred = 0;
     assert!(!has_note(&run));
 }
