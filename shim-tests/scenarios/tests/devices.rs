@@ -156,6 +156,25 @@ fn wait_all(children: Vec<std::process::Child>) {
     }
 }
 
+/// An SGLang-like server start (`--tp 1`, a 4 GiB model, fraction 0.80) seeing `visible`.
+fn sglang_tp1(sim: &Sim, visible: &str) {
+    let mut server = sim.python("engines/sglang_server.py");
+    server.args(["--tp", "1", "--model-mib", "4096", "--layers", "4", "--mem-fraction-static", "0.80"]);
+    sim.run_ok(server.env("CUDA_VISIBLE_DEVICES", visible));
+}
+
+/// Starts `devices.py args` (SECONDS -1: it stays until its stdin closes) seeing `visible`, and
+/// returns it once it holds its memory (its first RESULT line).
+fn holding(sim: &Sim, visible: &str, args: &[&str]) -> std::process::Child {
+    let mut cmd = sim.python("devices.py");
+    cmd.args(args).env("CUDA_VISIBLE_DEVICES", visible);
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("start");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("RESULT ptr="), "{line}");
+    child
+}
+
 /// (a) and (b) as `culedger report` tells them: two ranks on their ordinals 0 of GPUs 0 and 1
 /// are two GPUs with their own figures; one GPU reached through ordinal 0 of
 /// `CUDA_VISIBLE_DEVICES=1,0` and ordinal 1 of a process seeing all is one GPU, GPU 1, its
@@ -539,19 +558,9 @@ fn two_mig_devices_of_one_gpu_in_every_command() {
     let migs: Vec<String> =
         reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
     assert_eq!(migs.len(), 2, "{migs:?}");
-    let server = |mig: &str| {
-        let mut server = sim.python("engines/sglang_server.py");
-        server.args(["--tp", "1", "--model-mib", "4096", "--layers", "4", "--mem-fraction-static", "0.80"]);
-        sim.run_ok(server.env("CUDA_VISIBLE_DEVICES", mig));
-    };
-    server(&migs[0]);
-    let mut job = sim.python("devices.py");
-    job.args(["500", "none", "-1", "0", "20000"]).env("CUDA_VISIBLE_DEVICES", &migs[1]);
-    let mut job = job.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("the job");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(job.stdout.as_mut().unwrap()), &mut line).unwrap();
-    assert!(line.starts_with("RESULT ptr="), "{line}");
-    server(&migs[1]);
+    sglang_tp1(&sim, &migs[0]);
+    let mut job = holding(&sim, &migs[1], &["500", "none", "-1", "0", "20000"]);
+    sglang_tp1(&sim, &migs[1]);
     drop(job.stdin.take());
     wait_all(vec![job]);
     let dir = out.to_str().unwrap();
@@ -695,19 +704,9 @@ fn two_mig_devices_of_one_gpu_in_every_command() {
 fn whatif_and_memory_viz_key_by_the_physical_gpu() {
     let (mut sim, out) = machine_of("devices_whatif_viz", 2);
     sim.env("FAKECUDA_TOTAL_MIB", "32768");
-    let server = |visible: &str| {
-        let mut server = sim.python("engines/sglang_server.py");
-        server.args(["--tp", "1", "--model-mib", "4096", "--layers", "4", "--mem-fraction-static", "0.80"]);
-        sim.run_ok(server.env("CUDA_VISIBLE_DEVICES", visible));
-    };
-    server("0");
-    let mut job = sim.python("devices.py");
-    job.args(["700", "none", "-1", "0"]).env("CUDA_VISIBLE_DEVICES", "1,0");
-    let mut job = job.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("the job");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(job.stdout.as_mut().unwrap()), &mut line).unwrap();
-    assert!(line.starts_with("RESULT ptr="), "{line}");
-    server("1");
+    sglang_tp1(&sim, "0");
+    let mut job = holding(&sim, "1,0", &["700", "none", "-1", "0"]);
+    sglang_tp1(&sim, "1");
     drop(job.stdin.take());
     wait_all(vec![job]);
     let dir = out.to_str().unwrap();
