@@ -484,10 +484,15 @@ fn sglang_symmetric_memory_window_after_the_pool_is_comm_and_lower_works_when_ap
     choices(a);
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={rec:.2}")), 0);
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
-    let (_s1, _d1, code) = sglang_symm("advice_symm_rec", rec, &[]);
+    let (_s1, d1, code) = sglang_symm("advice_symm_rec", rec, &[]);
     assert_eq!(code, 0, "the recommended {rec:.2} starts");
-    let (_s2, _d2, code) = sglang_symm("advice_symm_beyond", rec + 0.02, &[]);
+    let (_s2, d2, code) = sglang_symm("advice_symm_beyond", rec + 0.02, &[]);
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+    // whatif on the reruns agrees with each rerun.
+    for d in [&d1, &d2] {
+        assert_eq!(whatif(d, &format!("mem_fraction_static={rec:.2}")), 0, "{}", d.display());
+        assert_eq!(whatif(d, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1, "{}", d.display());
+    }
     every_alternative_starts(a, "advice_symm", |n, v, extra| sglang_symm(n, v, extra).2);
 }
 
@@ -537,10 +542,15 @@ fn sglang_draft_named_on_disk_gets_a_value_that_starts() {
     eprintln!("draft on disk: explain recommends {rec:.2}: {lines:?}");
     // Without the draft's size the value was 0.94, which fails: this one is below it.
     assert!(rec < 0.94 && rec > 0.80, "{a:#}");
-    let (_s1, _d1, code) = sglang_draft_on_disk("advice_draft_disk_rec", rec, &draft, &[]);
+    let (_s1, d1, code) = sglang_draft_on_disk("advice_draft_disk_rec", rec, &draft, &[]);
     assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
-    let (_s2, _d2, code) = sglang_draft_on_disk("advice_draft_disk_beyond", rec + 0.02, &draft, &[]);
+    let (_s2, d2, code) = sglang_draft_on_disk("advice_draft_disk_beyond", rec + 0.02, &draft, &[]);
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+    // whatif on the rerun that started (its draft loaded whole after the pool) agrees with
+    // both reruns.
+    assert_eq!(whatif(&d1, &format!("mem_fraction_static={rec:.2}")), 0);
+    assert_eq!(whatif(&d1, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
+    let _ = d2;
     every_alternative_starts(a, "advice_draft_disk", |n, v, extra| sglang_draft_on_disk(n, v, &draft, extra).2);
 }
 
