@@ -156,6 +156,25 @@ fn wait_all(children: Vec<std::process::Child>) {
     }
 }
 
+/// An SGLang-like server start (`--tp 1`, a 4 GiB model, fraction 0.80) seeing `visible`.
+fn sglang_tp1(sim: &Sim, visible: &str) {
+    let mut server = sim.python("engines/sglang_server.py");
+    server.args(["--tp", "1", "--model-mib", "4096", "--layers", "4", "--mem-fraction-static", "0.80"]);
+    sim.run_ok(server.env("CUDA_VISIBLE_DEVICES", visible));
+}
+
+/// Starts `devices.py args` (SECONDS -1: it stays until its stdin closes) seeing `visible`, and
+/// returns it once it holds its memory (its first RESULT line).
+fn holding(sim: &Sim, visible: &str, args: &[&str]) -> std::process::Child {
+    let mut cmd = sim.python("devices.py");
+    cmd.args(args).env("CUDA_VISIBLE_DEVICES", visible);
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("start");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("RESULT ptr="), "{line}");
+    child
+}
+
 /// (a) and (b) as `culedger report` tells them: two ranks on their ordinals 0 of GPUs 0 and 1
 /// are two GPUs with their own figures; one GPU reached through ordinal 0 of
 /// `CUDA_VISIBLE_DEVICES=1,0` and ordinal 1 of a process seeing all is one GPU, GPU 1, its
@@ -539,19 +558,9 @@ fn two_mig_devices_of_one_gpu_in_every_command() {
     let migs: Vec<String> =
         reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
     assert_eq!(migs.len(), 2, "{migs:?}");
-    let server = |mig: &str| {
-        let mut server = sim.python("engines/sglang_server.py");
-        server.args(["--tp", "1", "--model-mib", "4096", "--layers", "4", "--mem-fraction-static", "0.80"]);
-        sim.run_ok(server.env("CUDA_VISIBLE_DEVICES", mig));
-    };
-    server(&migs[0]);
-    let mut job = sim.python("devices.py");
-    job.args(["500", "none", "-1", "0", "20000"]).env("CUDA_VISIBLE_DEVICES", &migs[1]);
-    let mut job = job.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("the job");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(job.stdout.as_mut().unwrap()), &mut line).unwrap();
-    assert!(line.starts_with("RESULT ptr="), "{line}");
-    server(&migs[1]);
+    sglang_tp1(&sim, &migs[0]);
+    let mut job = holding(&sim, &migs[1], &["500", "none", "-1", "0", "20000"]);
+    sglang_tp1(&sim, &migs[1]);
     drop(job.stdin.take());
     wait_all(vec![job]);
     let dir = out.to_str().unwrap();
@@ -684,4 +693,51 @@ fn two_mig_devices_of_one_gpu_in_every_command() {
         // The page's data is written with sorted keys: a chart's `index`, `mig_index`, `queries`.
         assert!(html.contains(&format!("\"index\":0,\"mig_index\":{i},\"queries\"")), "chart of MIG device {i}");
     }
+}
+
+/// whatif and `export --memory-viz` on the layouts: (a) two SGLang-like servers (`--tp 1`), each
+/// seeing one GPU as its ordinal 0 (`CUDA_VISIBLE_DEVICES=0` and `=1`), are two ranks on GPUs 0
+/// and 1, the second told less (a job holds 700 MiB of GPU 1 meanwhile); (b) that job, under
+/// `CUDA_VISIBLE_DEVICES=1,0`, on its ordinal 0: GPU 1 itself. The snapshot lists the job's
+/// memory under the physical GPU's slot, 1, not its ordinal's.
+#[test]
+fn whatif_and_memory_viz_key_by_the_physical_gpu() {
+    let (mut sim, out) = machine_of("devices_whatif_viz", 2);
+    sim.env("FAKECUDA_TOTAL_MIB", "32768");
+    sglang_tp1(&sim, "0");
+    let mut job = holding(&sim, "1,0", &["700", "none", "-1", "0"]);
+    sglang_tp1(&sim, "1");
+    drop(job.stdin.take());
+    wait_all(vec![job]);
+    let dir = out.to_str().unwrap();
+    let r = report_json(&out);
+    assert_eq!(r["overview"].as_array().unwrap().iter().map(|o| o["processes"].as_u64()).collect::<Vec<_>>(), vec![Some(2), Some(3)]);
+
+    // whatif: one rank per server, on GPUs 0 and 1, the second with less left (the job's).
+    let (_, o) = culedger(&["whatif", dir, "--set", "mem_fraction_static=0.80", "--format", "json"]);
+    let v: Value = serde_json::from_str(&o).unwrap_or_else(|e| panic!("{e}: {o}"));
+    let ranks: Vec<(i64, i64)> = v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["device"].as_i64().unwrap(), r["startup_left_bytes"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ranks.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 1], "{o}");
+    assert!(ranks[0].1 > ranks[1].1, "GPU 1 held the job's memory: {o}");
+
+    // export --memory-viz: the snapshot's device traces by physical GPU.
+    let pickle = sim.scratch().join("snapshot.pickle");
+    let (code, o) = culedger(&["export", dir, "--memory-viz", pickle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{o}");
+    let read = std::process::Command::new("python3")
+        .args(["-c", "import pickle, sys\ns = pickle.load(open(sys.argv[1], 'rb'))\nprint(' '.join(str(sum(e['action'] == 'alloc' and e['size'] == 700 << 20 for e in t)) for t in s['device_traces']))"])
+        .arg(&pickle)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    // Allocations of 700 MiB (the job's) per trace.
+    let allocs: Vec<usize> =
+        String::from_utf8_lossy(&read.stdout).split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(allocs.len(), 2, "two GPUs' traces: {allocs:?}");
+    assert_eq!(allocs, vec![0, 1], "the job's 700 MiB under GPU 1, not its ordinal 0");
 }
