@@ -63,8 +63,8 @@ fn urgent_tick(r: &Reporter, s: &Session) -> bool {
 #[derive(Default)]
 pub(super) struct Urgent {
     /// Failed allocations asking for a write (a ticket each) / served up to (futex word).
-    requested: AtomicU32,
-    served: AtomicU32,
+    pub(super) requested: AtomicU32,
+    pub(super) served: AtomicU32,
     /// A wait timed out: later failures do not wait until the writer has served them all.
     stuck: AtomicBool,
     /// End of the sizing window, on the [`now_ns`] clock (0: none).
