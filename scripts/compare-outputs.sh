@@ -30,10 +30,12 @@ one() {
         [ $side = new ] && bin=$NEW
         local d="$WORK/$side"
         mkdir -p "$d"
-        rm -f "$d/out"
+        rm -f "$d/out" "$d/out.html"
         local args=()
         for a in "$@"; do
             [ "$a" = OUT ] && a="$d/out"
+            # html writes only a .html file (any other name is refused, alike on both sides).
+            [ "$a" = OUT.html ] && a="$d/out.html"
             args+=("$a")
         done
         "$bin" "${args[@]}" >"$d/stdout" 2>"$d/stderr" </dev/null
@@ -46,7 +48,7 @@ one() {
         sed -i -E '1s/^(culedger top .*) · [0-9]{2}:[0-9]{2}:[0-9]{2}$/\1 · TIME/' "$d/stdout"
     done
     local bad="" f
-    for f in stdout stderr rc out; do
+    for f in stdout stderr rc out out.html; do
         if [ -e "$WORK/base/$f" ] || [ -e "$WORK/new/$f" ]; then
             cmp -s "$WORK/base/$f" "$WORK/new/$f" || bad="$bad $f"
         fi
@@ -54,7 +56,7 @@ one() {
     if [ -n "$bad" ]; then
         differ=$((differ + 1))
         echo "DIFFERS ($bad ): $name"
-        diff <(cat "$WORK/base/stdout" "$WORK/base/out" 2>/dev/null) <(cat "$WORK/new/stdout" "$WORK/new/out" 2>/dev/null) | head -10
+        diff <(cat "$WORK/base/stdout" "$WORK/base/out" "$WORK/base/out.html" 2>/dev/null) <(cat "$WORK/new/stdout" "$WORK/new/out" "$WORK/new/out.html" 2>/dev/null) | head -10
     fi
 }
 
@@ -73,7 +75,7 @@ for d in "${DIRS[@]}"; do
     one "export $d --perfetto" export "$d" --perfetto OUT
     one "export $d --memory-viz" export "$d" --memory-viz OUT
     one "plot $d" plot "$d" -o OUT
-    one "html $d" html "$d" -o OUT
+    one "html $d" html "$d" -o OUT.html
     one "metrics $d" metrics "$d"
     one "metrics $d --sites" metrics "$d" --sites
     one "top --once $d" top --once "$d"
@@ -82,7 +84,7 @@ for d in "${DIRS[@]}"; do
         for f in text markdown json; do
             one "diff $d $e $f" diff "$d" "$e" --format $f
         done
-        one "html $d $e" html "$d" "$e" -o OUT
+        one "html $d $e" html "$d" "$e" -o OUT.html
     done
 done
 echo "$n outputs compared, $differ differ"
