@@ -159,3 +159,74 @@ fn plot_of_a_run_that_ends_within_its_first_millisecond() {
     let svg = std::fs::read_to_string(&out).unwrap();
     assert!(svg.contains("class=\"area other\""), "the memory is drawn");
 }
+
+/// A run within its first millisecond gets time ticks that say where they are: each label
+/// once (they all read `0.000s`, the axis's µs ticks written in milliseconds), in order.
+#[test]
+fn sub_millisecond_ticks_are_told_apart() {
+    let d = tempdir();
+    let mut v: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
+    let start_ms = v["process"]["start_unix_ms"].as_i64().unwrap();
+    v["process"]["start_unix_us"] = (start_ms * 1000).into();
+    v["process"]["end_unix_ms"] = start_ms.into();
+    let sample = |t_us: i64, bytes: i64| {
+        serde_json::json!({"t_ms": 0, "t_us": t_us, "seq": t_us, "live_bytes": bytes, "other": bytes,
+                           "weights": 0, "kv_pool": 0, "ipc": 0, "graphs": 0, "comm": 0})
+    };
+    v["devices"][0]["timeline"] = serde_json::json!([sample(100, 1 << 20), sample(600, 2 << 20)]);
+    std::fs::write(d.path().join("culedger-4101.json"), serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = d.path().join("p.svg");
+    let o = culedger(&["plot", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    // The time axis's labels: centred texts that are a number of seconds.
+    let labels: Vec<&str> = svg
+        .split("</text>")
+        .filter_map(|t| t.rsplit_once("text-anchor=\"middle\""))
+        .filter_map(|(_, t)| t.split_once('>').map(|(_, text)| text.trim()))
+        .filter(|t| t.ends_with('s') && t[..t.len() - 1].parse::<f64>().is_ok())
+        .collect();
+    assert!(labels.len() >= 3, "{labels:?}");
+    let secs: Vec<f64> = labels.iter().map(|t| t[..t.len() - 1].parse().unwrap()).collect();
+    assert!(secs.windows(2).all(|w| w[0] < w[1]), "each tick once, in order: {labels:?}");
+}
+
+/// A category of a program's own named like a part the charts draw themselves (`untracked`,
+/// `driver_costs`) is shown as `own:NAME` in the page's chart and picture and in `plot`'s
+/// legend: it was drawn under the untracked band's name (two `untracked` series, one
+/// overwriting the other's values on the page) and in the driver costs' colour.
+#[test]
+fn own_categories_named_like_chart_parts_stay_apart() {
+    let d = tempdir();
+    for e in std::fs::read_dir(fixtures().join("nccl")).unwrap().flatten() {
+        let mut v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        for dev in v["devices"].as_array_mut().unwrap() {
+            if dev["index"] != 1 {
+                continue;
+            }
+            for s in dev["timeline"].as_array_mut().unwrap().iter_mut().skip(1) {
+                s["untracked"] = (6 << 20).into();
+                s["driver_costs"] = (3 << 20).into();
+                s["live_bytes"] = (s["live_bytes"].as_i64().unwrap() + (9 << 20)).into();
+            }
+        }
+        std::fs::write(d.path().join(e.file_name()), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let page = d.path().join("p.html");
+    let o = culedger(&["html", d.path().to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let gpu1 = data["runs"][0]["charts"].as_array().unwrap().iter().find(|c| c["index"] == 1).unwrap();
+    for (own, bytes) in [("untracked", 6i64 << 20), ("driver_costs", 3 << 20)] {
+        assert!(gpu1["cats"].get(own).is_none(), "{own} among the chart's categories: {}", gpu1["cats"]);
+        let series = gpu1["cats"][format!("own:{own}")].as_array().unwrap_or_else(|| panic!("own:{own}: {}", gpu1["cats"]));
+        assert_eq!(series.iter().filter_map(Value::as_i64).max(), Some(bytes), "own:{own}");
+        assert!(gpu1["at"]["cats"].get(own).is_none(), "{own} in the picture: {}", gpu1["at"]);
+    }
+    let out = d.path().join("p.svg");
+    let o = culedger(&["plot", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("own:untracked") && svg.contains("own:driver_costs"), "plot's legend");
+}
