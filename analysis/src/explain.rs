@@ -51,6 +51,14 @@ pub struct Finding {
     pub host: Option<String>,
     /// The device index, for findings about one device.
     pub device: Option<i64>,
+    /// For a finding about a MIG device: its index under its GPU (`device`); left out
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
+    /// Which device group of the run (two MIG devices of one GPU share `device`, and so may
+    /// groups of reports that name no physical GPU).
+    #[serde(skip)]
+    pub gpu: Option<crate::groups::GpuId>,
     /// The processes involved.
     pub pids: Vec<i64>,
     /// The call sites involved (short forms); empty when the reports record none.
@@ -234,6 +242,12 @@ pub struct SizingRow {
     pub process: String,
     pub host: String,
     pub device: i64,
+    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
+    /// Which device group of the run.
+    #[serde(skip)]
+    pub gpu: crate::groups::GpuId,
     /// The process's first query on the device, when it is not the sizing query.
     pub first_told_bytes: Option<i64>,
     pub first_at_us: Option<i64>,

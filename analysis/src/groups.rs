@@ -147,6 +147,11 @@ pub struct DeviceGroup<'a> {
     /// `index` is this GPU's place in PCI bus order among the GPUs the run saw on its host,
     /// since no report there had NVML's number (see [`groups`]).
     pub numbered_by_pci: bool,
+    /// With `numbered_by_pci`: a process of the host saw every device there (`CUDA_VISIBLE_DEVICES`
+    /// unset, and as many devices as the run's groups on the host), so the numbers are
+    /// nvidia-smi's; else they are only the order of the GPUs the run saw, and the GPU is named
+    /// by its UUID beside its number.
+    pub every_gpu_seen: bool,
     pub members: Vec<Member<'a>>,
     /// The run's clock (shared by every device of the run).
     pub clock: Clock,
@@ -157,6 +162,42 @@ pub struct DeviceGroup<'a> {
     end: std::cell::OnceCell<i64>,
     /// [`DeviceGroup::series`], computed on first use.
     series: std::cell::OnceCell<Vec<Point>>,
+}
+
+/// A device group's identity in its run: its host and physical device (its UUID, a MIG
+/// device's own; else, for reports written before culedger recorded one, the processes'
+/// ordinal). Two groups of a run never share one, where two MIG devices of one GPU share
+/// nvidia-smi's number and two workers' ordinals 0 may be different GPUs: what a finding, a
+/// sizing row or a rank of the formula names its device by.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GpuId {
+    pub host: String,
+    pub uuid: Option<String>,
+    /// The ordinal, for a group without a UUID (0 otherwise).
+    pub ordinal: i64,
+}
+
+impl DeviceGroup<'_> {
+    /// This group's identity in its run.
+    pub fn id(&self) -> GpuId {
+        GpuId {
+            host: self.host.clone(),
+            uuid: self.uuid.clone(),
+            ordinal: if self.uuid.is_some() { 0 } else { self.index },
+        }
+    }
+
+    /// Whether `id` names this group.
+    pub fn is(&self, id: &GpuId) -> bool {
+        self.host == id.host
+            && self.uuid == id.uuid
+            && (self.uuid.is_some() || self.index == id.ordinal)
+    }
+}
+
+/// The group of a run that `id` names.
+pub fn by_id<'g, 'a>(gs: &'g [DeviceGroup<'a>], id: &GpuId) -> Option<&'g DeviceGroup<'a>> {
+    gs.iter().find(|g| g.is(id))
 }
 
 /// What identifies a physical GPU on a host: its UUID, or for reports without one the
@@ -198,6 +239,7 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
                 uuid,
                 mig_index,
                 numbered_by_pci: false,
+                every_gpu_seen: false,
                 members,
                 clock,
                 totals: Default::default(),
@@ -225,20 +267,38 @@ fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
             continue;
         }
         let bus = |g: &DeviceGroup| g.members.iter().find_map(|m| m.dev.pci_bus_id.clone()).unwrap_or_default();
-        let mut order: Vec<(String, String, usize)> = gs
+        // A MIG device is numbered as its GPU (its PCI bus id and `parent_uuid` are its GPU's).
+        let gpu = |g: &DeviceGroup| {
+            g.members.iter().find_map(|m| m.dev.parent_uuid.clone()).or_else(|| g.uuid.clone()).unwrap_or_default()
+        };
+        let mut order: Vec<((String, String), usize)> = gs
             .iter()
             .enumerate()
             .filter(|(_, g)| on_host(g))
-            .map(|(i, g)| (bus(g).to_ascii_lowercase(), g.uuid.clone().unwrap_or_default(), i))
+            .map(|(i, g)| ((bus(g).to_ascii_lowercase(), gpu(g)), i))
             .collect();
         order.sort();
-        let changed = order.iter().enumerate().any(|(n, (_, _, i))| gs[*i].index != n as i64);
-        if !changed {
+        let mut numbers: Vec<(usize, i64)> = Vec::new();
+        let mut n = -1;
+        for (k, (key, i)) in order.iter().enumerate() {
+            if k == 0 || order[k - 1].0 != *key {
+                n += 1;
+            }
+            numbers.push((*i, n));
+        }
+        if numbers.iter().all(|&(i, n)| gs[i].index == n) {
             continue;
         }
-        for (n, (_, _, i)) in order.into_iter().enumerate() {
-            gs[i].index = n as i64;
+        // A process that saw every device of the host (`CUDA_VISIBLE_DEVICES` unset) saw as
+        // many as the run's groups there when the run touched each of them.
+        let seen = gs.iter().filter(|g| on_host(g)).count() as i64;
+        let every = gs.iter().filter(|g| on_host(g)).flat_map(|g| &g.members).any(|m| {
+            !m.report.process.env.contains_key("CUDA_VISIBLE_DEVICES") && m.report.process.visible_devices == Some(seen)
+        });
+        for (i, n) in numbers {
+            gs[i].index = n;
             gs[i].numbered_by_pci = true;
+            gs[i].every_gpu_seen = every;
         }
     }
 }

@@ -33,6 +33,9 @@ const MAX_DEPTH: usize = 40;
 struct Chart {
     host: String,
     index: i64,
+    /// For a MIG device: its index under its GPU (`index`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_index: Option<i64>,
     capacity: Option<i64>,
     /// Seconds on the run's clock, and per category the live bytes at each time.
     t: Vec<f64>,
@@ -136,13 +139,13 @@ struct SizedFrom {
 }
 
 /// The sizing queries of one GPU from explain's JSON (`findings[kind=sizing].detail.ranks`).
-fn sized_from(explained: &Value, host: &str, device: i64) -> Vec<SizedFrom> {
+fn sized_from(explained: &Value, g: &DeviceGroup) -> Vec<SizedFrom> {
     let findings = explained["findings"].as_array().map(Vec::as_slice).unwrap_or_default();
     findings
         .iter()
         .filter(|f| f["kind"] == "sizing")
         .flat_map(|f| f["detail"]["ranks"].as_array().cloned().unwrap_or_default())
-        .filter(|r| r["host"] == host && r["device"] == device)
+        .filter(|r| is_of(r, g))
         .filter_map(|r| {
             let why = format!(
                 "{} sized its pool from it: told {} free, its pool took {} ({:.1}%)",
@@ -156,13 +159,19 @@ fn sized_from(explained: &Value, host: &str, device: i64) -> Vec<SizedFrom> {
         .collect()
 }
 
+/// Whether explain's JSON row (a finding, a sizing row) is about `g`: its host, GPU and MIG
+/// device (two MIG devices of one GPU share `device`).
+fn is_of(row: &Value, g: &DeviceGroup) -> bool {
+    row["host"] == g.host.as_str() && row["device"] == g.index && row["mig_index"].as_i64() == g.mig_index
+}
+
 /// The first failure explain tells of on this GPU: (time on the run's clock, bytes asked,
 /// free at the failure when known, the words for it).
-fn explained_failure(explained: &Value, host: &str, device: i64) -> Option<(i64, i64, Option<i64>, String)> {
+fn explained_failure(explained: &Value, g: &DeviceGroup) -> Option<(i64, i64, Option<i64>, String)> {
     let f = explained["findings"]
         .as_array()?
         .iter()
-        .filter(|f| f["kind"] == "failed_allocation" && f["host"] == host && f["device"] == device)
+        .filter(|f| f["kind"] == "failed_allocation" && is_of(f, g))
         .min_by_key(|f| f["detail"]["at_us"].as_i64().unwrap_or(i64::MAX))?;
     let d = &f["detail"];
     Some((d["at_us"].as_i64()?, d["bytes"].as_i64()?, d["free_bytes"].as_i64(), f["title"].as_str()?.to_string()))
@@ -177,7 +186,7 @@ fn moment(g: &DeviceGroup, explained: &Value, readings: &[analysis::Reading], se
         // The first reading at or after the moment, else the last before it.
         readings.iter().find(|r| r.at_us >= t).or_else(|| readings.iter().rev().find(|r| r.at_us <= t))
     };
-    let (t, kind, what, asked, used) = if let Some((t, asked, free, what)) = explained_failure(explained, &g.host, g.index) {
+    let (t, kind, what, asked, used) = if let Some((t, asked, free, what)) = explained_failure(explained, g) {
         let used = free.map(|f| capacity - f).or_else(|| reading_near(t).map(|r| r.used_bytes));
         (t, "failure", what, Some(asked), used)
     } else if let Some((m, f)) = g.failures().into_iter().next() {
@@ -293,7 +302,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     // explain's sizing queries; without that finding (one rank), the query the pool's
     // reconciliation starts from (diff's "told free at the sizing query"); without a pool,
     // the report's sizing probe.
-    let mut explained_sizing = sized_from(explained, &g.host, g.index);
+    let mut explained_sizing = sized_from(explained, g);
     if explained_sizing.is_empty() {
         if let Some(w) = crate::explain::findings::failure_reconciliation(g) {
             let q = &w.recon.query;
@@ -384,6 +393,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     Chart {
         host: g.host.clone(),
         index: g.index,
+        mig_index: g.mig_index,
         capacity: g.total_bytes(),
         t,
         cats,

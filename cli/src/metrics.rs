@@ -238,11 +238,22 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
 
     for d in &s.devices {
         let dev = d.index.to_string();
+        let mig = d.mig_index.map(|m| m.to_string());
+        let gi = d.gpu_instance_id.map(|g| g.to_string());
         // Where the reports name the physical GPU, the DCGM exporter's own labels too (`gpu`,
-        // its index on the host; `UUID`), so a query can join these series with DCGM's.
+        // its index on the host; `UUID`), so a query can join these series with DCGM's. A MIG
+        // device is its own device (`mig`, its index under its GPU), and in DCGM's labels its
+        // GPU's `gpu` and `UUID` with its GPU instance (`GPU_I_ID`), as the exporter labels it.
         let mut l = vec![("host", d.host.as_str()), ("device", dev.as_str())];
+        if let Some(m) = &mig {
+            l.push(("mig", m.as_str()));
+        }
         if let Some(uuid) = &d.uuid {
-            l.extend([("gpu", dev.as_str()), ("UUID", uuid.as_str())]);
+            let uuid = d.parent_uuid.as_deref().unwrap_or(uuid);
+            l.extend([("gpu", dev.as_str()), ("UUID", uuid)]);
+            if let Some(gi) = &gi {
+                l.push(("GPU_I_ID", gi.as_str()));
+            }
         }
         let l = l.as_slice();
         if let Some(total) = d.total_bytes {

@@ -478,7 +478,7 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
             if hosts > 1 { first.host.as_str() } else { "" },
             names.join(", "),
             if others.len() == 1 { "GPU" } else { "GPUs" },
-            first.index
+            crate::analysis::gpu_number(first.index, first.mig_index)
         )
         .trim_start()
         .to_string(),
@@ -498,7 +498,7 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
             procs.push(format!("+{}", count(contexts, "context", "contexts")));
         }
         t.row(vec![
-            o.index.to_string(),
+            crate::analysis::gpu_number(o.index, o.mig_index),
             procs.join(" "),
             with_delta(Some(o.live_bytes), Some(first.live_bytes)),
             with_delta(untracked(o), untracked(first)),

@@ -116,7 +116,7 @@ fn overview(s: &RunSummary, hosts: usize) -> Table {
             .iter()
             .filter_map(|&i| {
                 let dev = &s.devices[i];
-                s.overview.iter().find(|r| r.host == dev.host && r.index == dev.index)
+                s.overview.iter().find(|r| r.host == dev.host && r.index == dev.index && r.mig_index == dev.mig_index)
             })
             .collect();
         if rows.is_empty() {

@@ -118,6 +118,12 @@ pub struct DeviceSummary {
     /// The physical GPU (absent for reports written before culedger recorded it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// For a MIG device (`uuid` `MIG-...`): its GPU's UUID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_uuid: Option<String>,
+    /// For a MIG device: its GPU instance's id (NVML's; the DCGM exporter's `GPU_I_ID`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<i64>,
     /// Figures that cannot all be true (`DeviceGroup::impossible`), one line each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub impossible: Vec<String>,
@@ -558,6 +564,8 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         index: g.index,
         mig_index: g.mig_index,
         uuid: g.uuid.clone(),
+        parent_uuid: g.members.iter().find_map(|m| m.dev.parent_uuid.clone()),
+        gpu_instance_id: g.members.iter().find_map(|m| m.dev.gpu_instance_id),
         impossible: g.impossible_lines(),
         total_bytes: g.total_bytes(),
         processes: g

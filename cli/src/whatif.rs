@@ -22,6 +22,9 @@ pub struct RankResult {
     pub process: String,
     pub host: String,
     pub device: i64,
+    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
     pub pool_bytes: i64,
     pub recorded_pool_bytes: i64,
     pub arrivals_bytes: i64,
@@ -128,7 +131,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
     })?;
     let mut ranks = Vec::new();
     for o in advice::outlook(run, gs, &ev) {
-        let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.device == o.device) else { continue };
+        let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.gpu == o.gpu) else { continue };
         let pool0 = r.pool_bytes;
         let pool = ev.pool_at(r, value);
         // A pool the formula makes negative takes nothing (the engine refuses it); and nothing
@@ -144,6 +147,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             process: o.process,
             host: o.host,
             device: o.device,
+            mig_index: o.mig_index,
             pool_bytes: pool,
             recorded_pool_bytes: pool0,
             arrivals_bytes: o.arrivals_bytes,
@@ -221,7 +225,7 @@ pub fn document(w: &WhatIf) -> Doc {
     for r in &w.ranks {
         t.row(vec![
             r.process.clone(),
-            r.device.to_string(),
+            crate::analysis::gpu_number(r.device, r.mig_index),
             if r.pool_bytes > 0 { fmt_bytes(r.pool_bytes) } else { "none".into() },
             fmt_bytes(r.arrivals_bytes),
             crate::units::fmt_delta(r.startup_left_bytes),

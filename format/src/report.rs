@@ -157,6 +157,10 @@ pub struct Process {
     /// Allow-listed rank hints: RANK, LOCAL_RANK, WORLD_SIZE, CUDA_VISIBLE_DEVICES.
     #[serde(deserialize_with = "string_values")]
     pub env: BTreeMap<String, String>,
+    /// How many devices the process saw (`cuDeviceGetCount`, asked by the report writer when it
+    /// starts: under `CUDA_VISIBLE_DEVICES` those it lists, else every GPU of the host, a GPU in
+    /// MIG mode as its MIG devices); None before the writer asked, and from writers before it.
+    pub visible_devices: Option<i64>,
 }
 
 fn empty_as_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
@@ -275,6 +279,10 @@ pub struct Device {
     /// ... Device 1", NVML's `nvmlDeviceGetIndex` of the MIG device); None for a whole GPU,
     /// without NVML and from writers before it.
     pub mig_index: Option<i64>,
+    /// For a MIG device: its GPU instance's id (NVML's `nvmlDeviceGetGpuInstanceId`, the `GI
+    /// ID` nvidia-smi lists and the DCGM exporter's `GPU_I_ID` label); None for a whole GPU,
+    /// without NVML and from writers before it.
+    pub gpu_instance_id: Option<i64>,
     /// The device's memory as NVML saw it at this write (None: NVML missing, or a writer
     /// before it).
     pub usage: Option<Usage>,

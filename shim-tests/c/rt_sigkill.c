@@ -9,6 +9,12 @@
  *              FAILED and SIGKILLs itself.
  *   pool       weights, the free-memory query, the pool; prints POOL and waits for its parent's
  *              SIGKILL (the parent gives it tens of milliseconds).
+ *   storm N    what a server's worker does before its launcher kills it: weights, the
+ *              free-memory query, the pool, then N allocations of 1 MiB, one per millisecond
+ *              (the sizing window writes all along), then an allocation larger than the
+ *              device fails, half of the N are freed and it is retried (a caching allocator
+ *              releasing its cache), fails again; SIGKILLs itself as soon as the retry has
+ *              returned. Several at once on busy cores: `sigkill.rs`.
  *   loop N     N allocations larger than the device, each failing, then a normal exit.
  *   window N Q  (for `make bench`) a free-memory query when Q is 1, then N allocations of
  *              1 MiB, one per millisecond, all freed; the process's CPU time.
@@ -49,7 +55,7 @@ static void say(const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) FAIL("usage: rt_sigkill fail|fail-wait|ipc|pool|loop N");
+    if (argc < 2) FAIL("usage: rt_sigkill fail|fail-wait|ipc|pool|storm N|loop N|window N Q");
     const char *mode = argv[1];
     if (!strcmp(mode, "fail") || !strcmp(mode, "fail-wait")) {
         weights_and_query();
@@ -60,6 +66,23 @@ int main(int argc, char **argv) {
         RESULT("told=%zu pool=%zu error=%d", told, bytes, (int)e);
         say("FAILED");
         for (;;) pause();
+    }
+    if (!strcmp(mode, "storm") && argc > 2) {
+        long n = strtol(argv[2], NULL, 10);
+        weights_and_query();
+        (void)pool();
+        void **ps = calloc((size_t)n, sizeof *ps);
+        for (long i = 0; i < n; i++) {
+            RT(cudaMalloc(&ps[i], MIB));
+            usleep(1000);
+        }
+        void *q = NULL;
+        if (cudaMalloc(&q, 2 * total) == cudaSuccess) FAIL("an allocation twice the device succeeded");
+        for (long i = 0; i < n / 2; i++) RT(cudaFree(ps[i]));
+        (void)cudaGetLastError();
+        cudaError_t e = cudaMalloc(&q, 2 * total);
+        kill(getpid(), SIGKILL);
+        FAIL("the retry returned %d and SIGKILL did not end the process", (int)e);
     }
     if (!strcmp(mode, "ipc")) {
         weights_and_query();

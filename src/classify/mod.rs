@@ -1,16 +1,18 @@
 //! Recorded facts to categories, by rules kept as data (docs/categories.md).
 //!
-//! Layout: `rules` (the JSON rule language and its compilation), `glob` (patterns),
+//! Layout: `rules` (the JSON rule language, read by the format crate's reader
+//! `culedger_format::rules`, and its compilation), `glob` (patterns),
 //! `matcher` (first match wins over a [`matcher::Subject`] view), `phase` (the phase
 //! fallback: where allocations stand relative to free-memory queries), `tags` (interned
 //! explicit tags), `replay` (per-category live and peak from a history, with final
 //! categories), `report_time` (all of it for one device's history: what the report writer
 //! calls, src/ledger/final_categories.rs).
 //!
-//! The shipped packs (`rules/*.json`) are embedded at build time. `CULEDGER_RULES=FILE`
-//! adds the user's rules in front of them, or replaces them with `"replace": true`; a bad
-//! file gives one warning naming its line, and the shipped rules are used. The file is read
-//! only when it is a regular file of at most 4 MiB ([`read_rules_file`]).
+//! The shipped packs (`rules/*.json`) are embedded at build time (by the format crate).
+//! `CULEDGER_RULES=FILE` adds the user's rules in front of them, or replaces them with
+//! `"replace": true`; a bad file gives one warning naming its line, and the shipped rules are
+//! used. The file is read only when it is a regular file of at most 4 MiB
+//! ([`read_rules_file`]).
 //!
 //! The live ledger classifies with the rules decidable from what it keeps per allocation
 //! (tag, capture, export; [`classify`]); frames, sizes, APIs and phases are applied when
@@ -30,26 +32,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use once_cell::sync::OnceCell;
 
 use matcher::Subject;
-use rules::{CatId, Pack, RuleSet};
+use rules::{CatId, RuleSet};
 
 /// Memory categories, in report order: the format crate's, which the reader shares.
 pub use culedger_format::{Category, ALL};
 
-/// The shipped rule packs, in priority order (file name, text).
-pub const SHIPPED: [(&str, &str); 6] = [
-    ("rules/builtin.json", include_str!("../../rules/builtin.json")),
-    ("rules/sglang.json", include_str!("../../rules/sglang.json")),
-    ("rules/vllm.json", include_str!("../../rules/vllm.json")),
-    ("rules/trtllm.json", include_str!("../../rules/trtllm.json")),
-    ("rules/torch.json", include_str!("../../rules/torch.json")),
-    ("rules/fallback.json", include_str!("../../rules/fallback.json")),
-];
-
-/// The shipped packs, parsed (a pack that fails to parse is left out: the unit tests make
-/// sure none does).
-pub fn shipped_packs() -> Vec<Pack> {
-    SHIPPED.iter().filter_map(|(file, text)| rules::parse_pack(text, file).ok()).collect()
-}
+/// The shipped rule packs (`rules/*.json`, embedded by the format crate, which reads them for
+/// the classifier and the command line alike), and those packs parsed.
+pub use culedger_format::rules::{shipped_packs, SHIPPED};
 
 /// Build the rule set from the shipped packs and, optionally, a user file (`label` names it
 /// in messages, `text` is its content or why it could not be read). Returns the set and at

@@ -40,6 +40,10 @@ static IDENTITY: [OnceCell<Named>; ORDINALS] = [UNKNOWN; ORDINALS];
 static MIG_INDEX: [std::sync::atomic::AtomicI64; ORDINALS] =
     [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
 
+/// A MIG device's GPU instance id, once NVML told it (-1: not yet).
+static GPU_INSTANCE: [std::sync::atomic::AtomicI64; ORDINALS] =
+    [const { std::sync::atomic::AtomicI64::new(-1) }; ORDINALS];
+
 /// The highest NVML-based `untracked_bytes` written per ordinal (the ledger keeps only the
 /// query-based maximum).
 static UNTRACKED_MAX: [std::sync::atomic::AtomicI64; ORDINALS] =
@@ -83,11 +87,25 @@ fn named(id: crate::hooks::real::Identity) -> Named {
 /// On the flush thread, when it starts: name every device the process sees, and open NVML
 /// (see the module's note).
 pub fn prepare() {
-    let n = crate::hooks::real::device_count().unwrap_or(0).clamp(0, ORDINALS as i32);
+    let count = crate::hooks::real::device_count();
+    if let Some(c) = count {
+        VISIBLE.store(i64::from(c), std::sync::atomic::Ordering::Relaxed);
+    }
+    let n = count.unwrap_or(0).clamp(0, ORDINALS as i32);
     for ordinal in 0..n as usize {
         identity(ordinal, true);
     }
     nvml::get(true);
+}
+
+/// How many devices the process sees (`cuDeviceGetCount` when the flush thread started; -1:
+/// not asked, or the driver could not say).
+static VISIBLE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
+
+/// The devices the process sees, once the flush thread asked the driver.
+pub fn visible_devices() -> Option<i64> {
+    let n = VISIBLE.load(std::sync::atomic::Ordering::Relaxed);
+    (n >= 0).then_some(n)
 }
 
 /// When a write is made, which decides what it may ask (see the module's note).
@@ -144,6 +162,9 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
             if let Some(i) = r.mig_index {
                 MIG_INDEX[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
             }
+            if let Some(i) = r.gpu_instance_id {
+                GPU_INSTANCE[ordinal].store(i64::from(i), std::sync::atomic::Ordering::Relaxed);
+            }
             LAST_USED[ordinal].store(i64::try_from(r.used).unwrap_or(i64::MAX), std::sync::atomic::Ordering::Relaxed);
             apply(d, ordinal, r, now_us);
         }
@@ -151,6 +172,8 @@ pub fn annotate(devices: &mut [fmt::Device], now_us: i64, when: When) {
         d.host_index = (index >= 0).then_some(index);
         let mig = MIG_INDEX[ordinal].load(std::sync::atomic::Ordering::Relaxed);
         d.mig_index = (mig >= 0).then_some(mig);
+        let gi = GPU_INSTANCE[ordinal].load(std::sync::atomic::Ordering::Relaxed);
+        d.gpu_instance_id = (gi >= 0).then_some(gi);
     }
 }
 
@@ -177,6 +200,8 @@ pub struct Reading {
     pub index: Option<u32>,
     /// A MIG device's index among its GPU's.
     pub mig_index: Option<u32>,
+    /// A MIG device's GPU instance id.
+    pub gpu_instance_id: Option<u32>,
     pub used: u64,
     pub total: u64,
     /// (pid, bytes) of every process NVML lists on the device; None when it could not list them.
@@ -255,6 +280,7 @@ mod tests {
         let r = Reading {
             index: Some(3),
             mig_index: None,
+            gpu_instance_id: None,
             used: 900 << 20,
             total: 1 << 30,
             processes: Some(vec![(pid, 612 << 20), (1, 288 << 20)]),
@@ -271,7 +297,7 @@ mod tests {
         let u = d.usage.as_ref().unwrap();
         assert_eq!((u.t_ms, u.used_bytes, u.process_bytes, u.processes.len()), (5_000, 900 << 20, Some(612 << 20), 2));
         // A later, lower reading keeps the highest.
-        apply(&mut d, 3, Reading { index: None, mig_index: None, used: 200 << 20, total: 1 << 30, processes: None }, 6_000_000);
+        apply(&mut d, 3, Reading { index: None, mig_index: None, gpu_instance_id: None, used: 200 << 20, total: 1 << 30, processes: None }, 6_000_000);
         assert_eq!((d.untracked_bytes, d.untracked_max_bytes), (Some(100 << 20), Some(800 << 20)));
         assert_eq!(d.usage.as_ref().unwrap().process_bytes, None);
     }

@@ -55,6 +55,8 @@ pub(super) struct Nvml {
     processes: Option<unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> c_int>,
     /// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`: a MIG device's GPU (R470 and later).
     parent: Option<unsafe extern "C" fn(Device, *mut Device) -> c_int>,
+    /// `nvmlDeviceGetGpuInstanceId`: a MIG device's GPU instance (R470 and later).
+    gpu_instance: Option<unsafe extern "C" fn(Device, *mut c_uint) -> c_int>,
 }
 
 static NVML: OnceCell<Option<Nvml>> = OnceCell::new();
@@ -97,6 +99,7 @@ unsafe fn load() -> Option<Nvml> {
         memory: sym(c"nvmlDeviceGetMemoryInfo").map(|p| std::mem::transmute::<usize, _>(p)),
         processes: sym(c"nvmlDeviceGetComputeRunningProcesses_v3").map(|p| std::mem::transmute::<usize, _>(p)),
         parent: sym(c"nvmlDeviceGetDeviceHandleFromMigDeviceHandle").map(|p| std::mem::transmute::<usize, _>(p)),
+        gpu_instance: sym(c"nvmlDeviceGetGpuInstanceId").map(|p| std::mem::transmute::<usize, _>(p)),
     })
 }
 
@@ -125,14 +128,23 @@ impl Nvml {
             };
             // A MIG device's index is its index among its GPU's MIG devices (nvml.h,
             // nvmlDeviceGetIndex): the GPU's number is its parent's.
-            let (index, mig_index) = if uuid.starts_with("MIG-") {
+            let (index, mig_index, gpu_instance_id) = if uuid.starts_with("MIG-") {
                 let mut gpu: Device = std::ptr::null_mut();
                 let parent = self.parent.and_then(|f| (f(dev, &mut gpu) == SUCCESS).then_some(gpu));
-                (parent.and_then(index_of), index_of(dev))
+                let mut gi: c_uint = 0;
+                let gi = self.gpu_instance.and_then(|f| (f(dev, &mut gi) == SUCCESS).then_some(gi));
+                (parent.and_then(index_of), index_of(dev), gi)
             } else {
-                (index_of(dev), None)
+                (index_of(dev), None, None)
             };
-            Some(Reading { index, mig_index, used: total.saturating_sub(free), total, processes: self.processes(dev) })
+            Some(Reading {
+                index,
+                mig_index,
+                gpu_instance_id,
+                used: total.saturating_sub(free),
+                total,
+                processes: self.processes(dev),
+            })
         }
     }
 

@@ -44,6 +44,7 @@ impl Reporter {
         static TICK_FAILED: AtomicBool = AtomicBool::new(false);
         block_all_signals(); // already blocked by the creator; stays so even if that changes
         let _ = ON_FLUSH_THREAD.try_with(|f| f.set(true));
+        s.urgent.set_writer_clock();
         let period = (s.flush_ms > 0).then(|| Duration::from_millis(s.flush_ms));
         let mut next_tick = period.map(|p| Instant::now() + p);
         let mut next_probe = Instant::now() + LIVENESS_POLL;

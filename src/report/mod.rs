@@ -52,7 +52,7 @@ pub use exit::{exit_process, note_quick_exit_status};
 #[cfg(test)]
 use flush::{block_all_signals, signals_blocked};
 pub use process::{build_document, unix_ms_now, ExitState, ProcessInfo, SCHEMA, TOOL_NAME};
-pub use urgent::{UrgentCounts, BURST, CPU_SHARE, SIZING_WINDOW, URGENT_WAIT, WINDOW_PERIOD};
+pub use urgent::{UrgentCounts, BURST, CPU_SHARE, SIZING_WINDOW, URGENT_WAIT, URGENT_WAIT_MAX, WINDOW_PERIOD};
 pub use writer::AtomicWriter;
 
 use crate::config::Config;
@@ -550,7 +550,7 @@ pub fn final_write(state: ExitState) {
 }
 
 /// A failed allocation was just recorded (no lock held): returns once the report holding it
-/// is on disk, at most [`URGENT_WAIT`] (see `urgent`). Never unwinds.
+/// is on disk, while the writer works at most [`URGENT_WAIT_MAX`] (see `urgent`). Never unwinds.
 pub fn failed_allocation() {
     let _ = catch_unwind(|| GLOBAL.urgent_failure());
 }

@@ -127,6 +127,7 @@ impl ProcessInfo {
             title: self.title.clone(),
             comm: self.comm.clone(),
             env: self.env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            visible_devices: crate::gpu::visible_devices(),
         }
     }
 

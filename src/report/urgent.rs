@@ -6,20 +6,25 @@
 //! - **A failed allocation** (every family: the common allocation path, an IPC open,
 //!   `cuMemCreate`) returns to its caller only once the report holding it has been written
 //!   and renamed into place: the hook asks the flush thread for a write and waits for it,
-//!   at most [`URGENT_WAIT`], holding no ledger lock and calling nothing in CUDA. If the
-//!   writer does not answer in time, the call returns anyway, the miss is counted, and no
-//!   later failure waits until the writer has caught up.
+//!   holding no ledger lock and calling nothing in CUDA, as long as the writer is working
+//!   (its CPU time moves: a loaded machine makes a write slow, never lost), at most
+//!   [`URGENT_WAIT_MAX`]. A writer that has used no CPU for [`URGENT_WAIT`] is stalled: the
+//!   call returns, the miss is counted, and no later failure waits until the writer has
+//!   caught up. No budget ever defers a failure: a failing call costs one report write.
 //! - **A free-memory query** (the sizing query: the engine sizes its pool from it and
 //!   allocates the pool next) opens a window of [`SIZING_WINDOW`] during which the flush
 //!   thread writes every [`WINDOW_PERIOD`] whenever the ledger changed, so the query and the
 //!   pool that follows are on disk within tens of milliseconds. Nobody waits for these.
 //!
-//! A budget keeps a program that fails allocations in a loop (a caching allocator's
-//! retries, a test probing for out-of-memory) or queries in a loop from being slowed
-//! without bound: urgent writes may take [`BURST`] of writing, then at most 1/[`CPU_SHARE`]
-//! of the process's CPU time. Past it, failures and windows fall back to the periodic
-//! write (`CULEDGER_FLUSH_MS`), counted in the report (`health.urgent_deferred`), as are the
-//! urgent writes made and their time (`health.urgent_writes`, `health.urgent_write_us`).
+//! A budget keeps a program that queries free memory in a loop from being slowed without
+//! bound by windows: urgent writes may take [`BURST`] of the flush thread's CPU time, then at
+//! most 1/[`CPU_SHARE`] of the process's CPU time (CPU time against CPU time: on a loaded
+//! machine a write's wall time grows, its CPU time does not). Past it, windows fall back to
+//! the periodic write (`CULEDGER_FLUSH_MS`), counted in the report
+//! (`health.urgent_deferred`), as are the urgent writes made and their (wall) time
+//! (`health.urgent_writes`, `health.urgent_write_us`). Failures write past it too: losing one
+//! to the budget is what let a loaded `--tp 8` start be killed with no failure on disk (the
+//! sizing windows' slow writes had spent a wall-time budget).
 //! An urgent write asks nothing of the driver or NVML (`crate::gpu::When::Urgent`); the
 //! periodic writes add what they say.
 //!
@@ -29,13 +34,16 @@
 
 use super::*;
 
-/// How long a failed allocation waits for the report holding it to be on disk.
+/// How long a failed allocation waits for the report holding it while the writer uses no CPU
+/// (stalled, not slow).
 pub const URGENT_WAIT: Duration = Duration::from_millis(1000);
+/// How long a failed allocation waits at most for the report holding it, the writer working.
+pub const URGENT_WAIT_MAX: Duration = Duration::from_secs(10);
 /// How long after a free-memory query the flush thread writes every [`WINDOW_PERIOD`].
 pub const SIZING_WINDOW: Duration = Duration::from_millis(2000);
 /// How often the flush thread writes (when the ledger changed) inside a sizing window.
 pub const WINDOW_PERIOD: Duration = Duration::from_millis(20);
-/// Writing time urgent writes may always take.
+/// The flush thread's CPU time urgent writes may always take.
 pub const BURST: Duration = Duration::from_millis(100);
 /// Beyond [`BURST`], urgent writes take at most 1/`CPU_SHARE` of the process's CPU time.
 pub const CPU_SHARE: u64 = 10;
@@ -65,12 +73,17 @@ pub(super) struct Urgent {
     /// Failed allocations asking for a write (a ticket each) / served up to (futex word).
     pub(super) requested: AtomicU32,
     pub(super) served: AtomicU32,
-    /// A wait timed out: later failures do not wait until the writer has served them all.
+    /// A wait found the writer stalled: later failures do not wait until it has served them all.
     stuck: AtomicBool,
+    /// The flush thread's CPU-time clock (`pthread_getcpuclockid`), once it runs.
+    writer_clock: AtomicI64,
+    writer_clock_set: AtomicBool,
     /// End of the sizing window, on the [`now_ns`] clock (0: none).
     window_until: AtomicU64,
-    /// Time spent in urgent writes (ns), the writes, and what fell back to the periodic write.
+    /// Time spent in urgent writes (wall ns, reported; the flush thread's CPU ns, the budget),
+    /// the writes, and what fell back to the periodic write.
     spent_ns: AtomicU64,
+    cpu_ns: AtomicU64,
     writes: AtomicU64,
     deferred: AtomicU64,
 }
@@ -103,6 +116,9 @@ impl Urgent {
         crate::sync::atomic(&self.requested);
         crate::sync::atomic(&self.served);
         crate::sync::atomic(&self.stuck);
+        crate::sync::atomic(&self.writer_clock);
+        crate::sync::atomic(&self.writer_clock_set);
+        crate::sync::atomic(&self.cpu_ns);
         crate::sync::atomic(&self.window_until);
         crate::sync::atomic(&self.spent_ns);
         crate::sync::atomic(&self.writes);
@@ -117,10 +133,11 @@ impl Urgent {
         }
     }
 
-    /// Within the budget: [`BURST`] of writing, then 1/[`CPU_SHARE`] of the process's CPU
-    /// time (read only once the burst is spent: a system call).
+    /// Within the budget: [`BURST`] of the flush thread's CPU time in urgent writes, then
+    /// 1/[`CPU_SHARE`] of the process's CPU time (read only once the burst is spent: a system
+    /// call).
     fn within_budget(&self) -> bool {
-        let spent = self.spent_ns.load(Ordering::Relaxed);
+        let spent = self.cpu_ns.load(Ordering::Relaxed);
         let burst = BURST.as_nanos() as u64;
         spent <= burst || spent <= burst + clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) / CPU_SHARE
     }
@@ -129,9 +146,53 @@ impl Urgent {
         self.deferred.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The flush thread made an urgent write attempt that started at `t0`.
-    fn spent(&self, t0: u64, wrote: bool) {
+    /// On the flush thread, first thing: its CPU-time clock, which a waiting failure reads to
+    /// tell a slow writer from a stalled one.
+    pub(super) fn set_writer_clock(&self) {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the calling thread's own id and a local out-parameter.
+        if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0 {
+            self.writer_clock.store(clock as i64, Ordering::Relaxed);
+            self.writer_clock_set.store(true, Ordering::Release);
+        }
+    }
+
+    /// The flush thread's CPU time so far (None: unknown).
+    fn writer_cpu(&self) -> Option<u64> {
+        if !self.writer_clock_set.load(Ordering::Acquire) {
+            return None;
+        }
+        let clock = self.writer_clock.load(Ordering::Relaxed) as libc::clockid_t;
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: fills a local timespec; a clock of a thread that ended is an error, not UB.
+        (unsafe { libc::clock_gettime(clock, &mut ts) } == 0)
+            .then(|| (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
+    }
+
+    /// Wait until ticket `ticket` is served: as long as the writer works (its CPU time moved
+    /// in the last [`URGENT_WAIT`]), at most [`URGENT_WAIT_MAX`]. False: it was not.
+    fn wait_served(&self, ticket: u32) -> bool {
+        let done = |v: u32| v.wrapping_sub(ticket) as i32 >= 0;
+        let give_up = Instant::now() + URGENT_WAIT_MAX;
+        let mut cpu = self.writer_cpu();
+        loop {
+            let slice = (Instant::now() + URGENT_WAIT).min(give_up);
+            if futex::wait_until(&self.served, slice, done) {
+                return true;
+            }
+            let now_cpu = self.writer_cpu();
+            if Instant::now() >= give_up || now_cpu.is_none() || now_cpu == cpu {
+                return false;
+            }
+            cpu = now_cpu;
+        }
+    }
+
+    /// The flush thread made an urgent write attempt that started at `t0` (wall) and `c0`
+    /// (its CPU time).
+    fn spent(&self, t0: u64, c0: u64, wrote: bool) {
         self.spent_ns.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+        self.cpu_ns.fetch_add(clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(c0), Ordering::Relaxed);
         if wrote {
             self.writes.fetch_add(1, Ordering::Relaxed);
         }
@@ -147,7 +208,9 @@ impl Urgent {
 
 impl Reporter {
     /// A failed allocation was just recorded: return once a report holding it is on disk
-    /// (at most [`URGENT_WAIT`]), unless the budget is spent or the writer cannot.
+    /// (while the writer works, at most [`URGENT_WAIT_MAX`]), unless the writer cannot. No
+    /// budget applies: a failure is never left to the periodic write while it could be
+    /// written.
     pub(super) fn urgent_failure(&self) {
         let Some(s) = self.ours() else { return };
         if s.flush_ms == 0 || s.finished.load(Ordering::Acquire) || on_flush_thread() {
@@ -156,11 +219,7 @@ impl Reporter {
         let u = &s.urgent;
         u.annotate();
         // Inside bookkeeping (a signal handler): this thread may hold a lock the write needs.
-        if !s.helper.load(Ordering::Acquire)
-            || crate::rt::thread::in_bookkeeping()
-            || u.stuck.load(Ordering::Acquire)
-            || !u.within_budget()
-        {
+        if !s.helper.load(Ordering::Acquire) || crate::rt::thread::in_bookkeeping() || u.stuck.load(Ordering::Acquire) {
             u.defer();
             // The periodic write (or an open window) takes it.
             return;
@@ -172,8 +231,7 @@ impl Reporter {
         if crate::rt::dlopen::in_dlopen() {
             return;
         }
-        let served = futex::wait_until(&u.served, Instant::now() + URGENT_WAIT, |v| v.wrapping_sub(ticket) as i32 >= 0);
-        if !served {
+        if !u.wait_served(ticket) {
             u.stuck.store(true, Ordering::Release);
             u.defer();
         }
@@ -208,11 +266,11 @@ impl Reporter {
         if want == u.served.load(Ordering::Acquire) {
             return;
         }
-        let t0 = now_ns();
+        let (t0, c0) = (now_ns(), clock_ns(libc::CLOCK_THREAD_CPUTIME_ID));
         // Unchanged since the last write (a periodic one took it), finished (the final write
         // has it) or paused for an exec (the exec write has it): on disk already.
         let wrote = urgent_tick(self, s);
-        u.spent(t0, wrote);
+        u.spent(t0, c0, wrote);
         u.stuck.store(false, Ordering::Release);
         u.served.store(want, Ordering::Release);
         futex::wake_all(&u.served);
@@ -228,10 +286,10 @@ impl Reporter {
             u.defer();
             return;
         }
-        let t0 = now_ns();
+        let (t0, c0) = (now_ns(), clock_ns(libc::CLOCK_THREAD_CPUTIME_ID));
         let wrote = urgent_tick(self, s);
         if wrote {
-            u.spent(t0, true);
+            u.spent(t0, c0, true);
         }
     }
 }

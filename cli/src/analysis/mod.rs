@@ -91,15 +91,34 @@ pub fn ordinal_fallback_note(run: &Run) -> Option<String> {
 }
 
 /// The one line saying that a host's GPUs are numbered in PCI bus order of those the run saw,
-/// because no report there had NVML's number; None when none is.
+/// because no report there had NVML's number; None when none is. Where no process saw every
+/// GPU of the host, the numbers need not be nvidia-smi's: the line names each GPU by its UUID,
+/// as nvidia-smi and `CUDA_VISIBLE_DEVICES` do.
 pub fn pci_numbering_note(groups: &[DeviceGroup]) -> Option<String> {
     let hosts: std::collections::BTreeSet<&str> =
         groups.iter().filter(|g| g.numbered_by_pci).map(|g| g.host.as_str()).collect();
-    (!hosts.is_empty()).then(|| {
-        let on = hosts.into_iter().collect::<Vec<_>>().join(", ");
+    if hosts.is_empty() {
+        return None;
+    }
+    let on = hosts.iter().copied().collect::<Vec<_>>().join(", ");
+    let unsure: Vec<String> = groups
+        .iter()
+        .filter(|g| g.numbered_by_pci && !g.every_gpu_seen)
+        .map(|g| {
+            let host = if hosts.len() > 1 { format!("{} ", g.host) } else { String::new() };
+            format!("{host}GPU {} is {}", gpu_number(g.index, g.mig_index), g.uuid.as_deref().unwrap_or("?"))
+        })
+        .collect();
+    Some(if unsure.is_empty() {
         format!(
-            "GPUs on {on} are numbered in PCI bus order of those the run saw (no report had NVML's number): \
-             nvidia-smi's numbers if the run saw every GPU there; each is one physical GPU by its UUID"
+            "GPUs on {on} are numbered in PCI bus order (no report had NVML's number): nvidia-smi's numbers, since a \
+             process there saw every GPU; each is one physical GPU by its UUID"
+        )
+    } else {
+        format!(
+            "GPUs on {on} are numbered in PCI bus order of those the run saw (no report had NVML's number, and no \
+             process saw every GPU there, so these need not be nvidia-smi's numbers): {}",
+            unsure.join(", ")
         )
     })
 }

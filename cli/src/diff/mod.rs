@@ -202,9 +202,9 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> 
 /// A device's group in run A and in run B.
 type Pair<'a, 'b> = (Option<&'a DeviceGroup<'b>>, Option<&'a DeviceGroup<'b>>);
 
-/// Compares two runs. Devices are matched by host and index; when each run has a single
-/// host (the usual case: the same machine under two configurations, or two machines) they
-/// are matched by index alone.
+/// Compares two runs. Devices are matched by host, index and MIG device (two MIG devices of
+/// one GPU are two devices); when each run has a single host (the usual case: the same
+/// machine under two configurations, or two machines) by index and MIG device alone.
 pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
     let (ra, rb) = (a.run, b.run);
     let (ga, gb) = (a.groups(), b.groups());
@@ -212,12 +212,12 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
     let by_index = hosts(ga).len() <= 1 && hosts(gb).len() <= 1;
     let key = |g: &DeviceGroup| {
         if by_index {
-            (String::new(), g.index)
+            (String::new(), g.index, g.mig_index)
         } else {
-            (g.host.clone(), g.index)
+            (g.host.clone(), g.index, g.mig_index)
         }
     };
-    let mut keys: BTreeMap<(String, i64), Pair> = BTreeMap::new();
+    let mut keys: BTreeMap<(String, i64, Option<i64>), Pair> = BTreeMap::new();
     for g in ga {
         keys.entry(key(g)).or_default().0 = Some(g);
     }

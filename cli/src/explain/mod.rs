@@ -88,7 +88,7 @@ pub fn fold(mut found: Vec<Finding>) -> Vec<Finding> {
     }
     for k in 0..found.len() {
         let mut all: Vec<&Finding> = found.iter().enumerate().filter(|(j, f)| *j == k || f.folded_into == Some(k)).map(|(_, f)| f).collect();
-        all.sort_by_key(|f| (f.host.clone(), f.device));
+        all.sort_by_key(|f| (f.host.clone(), f.device, f.mig_index));
         found[k].folded_title = prose::group_title(&all);
     }
     found

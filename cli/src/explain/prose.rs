@@ -26,7 +26,8 @@ pub fn word(f: &mut Finding, skipped: bool) {
         Detail::Failure(d) => d.part = crate::words::part(d.part_of),
         _ => {}
     }
-    let device = f.device.unwrap_or_default();
+    let device = crate::analysis::gpu_number(f.device.unwrap_or_default(), f.mig_index);
+    let device = device.as_str();
     let (title, text) = match &f.detail {
         Detail::Start(d) => failed_start(d),
         Detail::Failure(d) => failed_allocation(d, device, skipped, d.minimum.as_ref()),
@@ -40,8 +41,9 @@ pub fn word(f: &mut Finding, skipped: bool) {
     f.text = text;
 }
 
-fn gpu(index: i64) -> String {
-    format!("GPU {index}")
+/// `GPU 3`; `number` as [`crate::analysis::gpu_number`] writes it (`0 MIG 1`).
+fn gpu(number: impl std::fmt::Display) -> String {
+    format!("GPU {number}")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -97,7 +99,7 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
 
 /// A failed allocation on GPU `device`: (title, text). `skipped`: a report of the run could
 /// not be read.
-pub fn failed_allocation(d: &FailDetail, device: i64, skipped: bool, minimum: Option<&Minimum>) -> (String, String) {
+pub fn failed_allocation(d: &FailDetail, device: &str, skipped: bool, minimum: Option<&Minimum>) -> (String, String) {
     let (name, part) = (&d.process, &d.part);
     let at = fmt_secs(d.at_us);
     // A lone allocation that is no pool is named by its size, not "an allocation".
@@ -329,7 +331,7 @@ fn who_pids(names: &BTreeMap<i64, String>, pids: &[i64]) -> String {
 }
 
 /// A rise of untracked memory on GPU `device`: (title, text).
-pub fn untracked_growth(d: &UntrackedDetail, device: i64, severity: Severity) -> (String, String) {
+pub fn untracked_growth(d: &UntrackedDetail, device: &str, severity: Severity) -> (String, String) {
     let rise = d.rise_bytes;
     // Contexts of processes that began to use the GPU in between are expected.
     let expected: i64 = d.items.iter().filter(|i| i.expected).map(|i| i.bytes).sum();
@@ -427,7 +429,7 @@ pub fn untracked_growth(d: &UntrackedDetail, device: i64, severity: Severity) ->
 // Growth at the end of the run.
 
 /// Categories that kept growing on GPU `device`: (title, text).
-pub fn growth(d: &GrowthDetail, device: i64) -> (String, String) {
+pub fn growth(d: &GrowthDetail, device: &str) -> (String, String) {
     let growing: Vec<&CatGrowth> = d.categories.iter().filter(|c| c.kept_growing).collect();
     let words: Vec<String> = growing
         .iter()
@@ -514,9 +516,18 @@ pub fn gpus(fs: &[&Finding]) -> String {
     let hosts: Vec<&str> = fs.iter().filter_map(|f| f.host.as_deref()).collect();
     if hosts.windows(2).all(|w| w[0] == w[1]) {
         let idx: Vec<i64> = fs.iter().filter_map(|f| f.device).collect();
+        if fs.iter().any(|f| f.mig_index.is_some()) {
+            let each: Vec<String> =
+                fs.iter().map(|f| crate::analysis::gpu_number(f.device.unwrap_or(0), f.mig_index)).collect();
+            return format!("{} {}", if each.len() == 1 { "GPU" } else { "GPUs" }, join_and(&each));
+        }
         return format!("{} {}", if idx.len() == 1 { "GPU" } else { "GPUs" }, pid_list(&idx));
     }
-    join_and(&fs.iter().map(|f| format!("{} GPU {}", f.host.as_deref().unwrap_or("?"), f.device.unwrap_or(0))).collect::<Vec<_>>())
+    join_and(&fs.iter().map(|f| format!(
+        "{} GPU {}",
+        f.host.as_deref().unwrap_or("?"),
+        crate::analysis::gpu_number(f.device.unwrap_or(0), f.mig_index)
+    )).collect::<Vec<_>>())
 }
 
 /// `ranks 1-7 (pids 6102-6108)` for processes named `rank N (pid P)`, else `7 processes

@@ -10,7 +10,7 @@ use crate::doc::{Block, Doc, Table};
 use crate::units::{fmt_bytes, fmt_delta};
 
 fn gpu(f: &Finding) -> String {
-    f.device.map_or_else(String::new, |d| format!("GPU {d}"))
+    f.device.map_or_else(String::new, |d| format!("GPU {}", crate::analysis::gpu_number(d, f.mig_index)))
 }
 
 /// A GPU among folded findings: with its host when they are on several.
@@ -145,7 +145,7 @@ fn sizing_table(f: &Finding) -> Option<Table> {
     }
     let mut t = Table::new(&headers, &(2..headers.len()).filter(|&i| i != 0).collect::<Vec<_>>());
     for r in &s.ranks {
-        let mut row = vec![r.process.clone(), r.device.to_string()];
+        let mut row = vec![r.process.clone(), crate::analysis::gpu_number(r.device, r.mig_index)];
         if firsts {
             row.push(r.first_told_bytes.map_or("-".into(), fmt_bytes));
         }
@@ -278,7 +278,7 @@ pub fn document(e: &Explanation) -> Doc {
         let same: Vec<usize> = (i + 1..fs.len()).filter(|&k| fs[k].folded_into == Some(i)).collect();
         let mut all = vec![f];
         all.extend(same.iter().map(|&k| &fs[k]));
-        all.sort_by_key(|f| (f.host.clone(), f.device));
+        all.sort_by_key(|f| (f.host.clone(), f.device, f.mig_index));
         let title = f.folded_title.as_ref().unwrap_or(&f.title);
         d.push(Block::Heading(format!("{number}. {title}")));
         if f.severity == Severity::Failure {

@@ -374,7 +374,7 @@ fn synthesize(g: &DeviceGroup) -> Synth {
 fn free_at_failures(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Vec<(i64, i64, i64)> {
     findings
         .iter()
-        .filter(|f| f.device == Some(g.index) && f.host.as_deref().is_none_or(|h| h == g.host))
+        .filter(|f| f.gpu.as_ref().is_some_and(|id| g.is(id)))
         .filter_map(|f| match &f.detail {
             crate::explain::Detail::Failure(d) => d.free_bytes.map(|free| (d.pid, d.at_us, free)),
             _ => None,

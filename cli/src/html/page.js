@@ -12,6 +12,10 @@
   // The six, then the categories of a run's own (a user's rules, a program's tags), by name:
   // none is dropped or folded into another, each has a colour of its own.
   var OWN = ["#ff9da7", "#9c755f", "#b07aa1", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#86bcb6"];
+  // A GPU's number as nvidia-smi gives it ("3"), a MIG device's with its place under its GPU
+  // ("0 MIG 1"); and the key of a GPU in data attributes ("host:3", "host:0/1" for a MIG device).
+  function gpuNo(index, mig) { return mig == null ? String(index) : index + " MIG " + mig; }
+  function gpuKey(host, index, mig) { return host + ":" + index + (mig == null ? "" : "/" + mig); }
   function catsOf(map) { return CATS.concat(Object.keys(map || {}).filter(function (k) { return CATS.indexOf(k) < 0; }).sort()); }
   function catColor(c) {
     if (COLORS[c]) return COLORS[c];
@@ -52,8 +56,8 @@
   // what differs (the process, the request, what was free), as explain's text does.
   function foldedRows(head, all) {
     var hosts = {}; all.forEach(function (f) { hosts[f.host] = 1; });
-    var gpu = function (f) { return (Object.keys(hosts).length > 1 ? f.host + " " : "") + "GPU " + f.device; };
-    all.sort(function (a, b) { return a.host < b.host ? -1 : a.host > b.host ? 1 : a.device - b.device; });
+    var gpu = function (f) { return (Object.keys(hosts).length > 1 ? f.host + " " : "") + "GPU " + gpuNo(f.device, f.mig_index); };
+    all.sort(function (a, b) { return a.host < b.host ? -1 : a.host > b.host ? 1 : a.device - b.device || (a.mig_index || 0) - (b.mig_index || 0); });
     if (head.kind === "failed_allocation") {
       var sizes = all.some(function (f) { return f.detail.bytes !== head.detail.bytes; });
       var hd = ["GPU", "process"].concat(sizes ? ["asked"] : [], ["told free", "at", "hidden costs", "other processes", "free", "short by"]);
@@ -82,10 +86,10 @@
       if (cards === 3) { more = el("details", null, [el("summary", { text: (heads.length - 3) + " more findings" })]); box.appendChild(more); }
       cards += 1;
       var head = el("div", null, [el("span", { "class": "sev " + f.severity, text: f.severity }), el("span", { "class": "title", text: f.folded_title || f.title })]);
-      var div = el("div", { "class": "finding " + f.severity, "data-gpus": all.map(function (g) { return g.host + ":" + g.device; }).join(" ") }, [head, el("div", { "class": "text", text: f.text })]);
+      var div = el("div", { "class": "finding " + f.severity, "data-gpus": all.map(function (g) { return gpuKey(g.host, g.device, g.mig_index); }).join(" ") }, [head, el("div", { "class": "text", text: f.text })]);
       if (all.length > 1) {
         var many = all.some(function (g) { return g.host !== f.host; });
-        div.appendChild(el("p", { "class": "meta", text: "The text above is " + (many ? f.host + " " : "") + "GPU " + f.device + "'s; on each of the " + all.length + " GPUs:" }));
+        div.appendChild(el("p", { "class": "meta", text: "The text above is " + (many ? f.host + " " : "") + "GPU " + gpuNo(f.device, f.mig_index) + "'s; on each of the " + all.length + " GPUs:" }));
         div.appendChild(foldedRows(f, all));
       }
       if (f.callers && f.callers.length) div.appendChild(el("div", { "class": "callers", text: "call sites: " + f.callers.join(", ") }));
@@ -252,6 +256,9 @@
 
   // GPU names for a set of alike GPUs: "GPU 1-7", "GPU 1, 3".
   function gpuNames(chs, hosts) {
+    if (chs.some(function (c) { return c.mig_index != null; })) {
+      return (hosts > 1 ? chs[0].host + " " : "") + "GPU " + chs.map(function (c) { return gpuNo(c.index, c.mig_index); }).join(", ");
+    }
     var idx = chs.map(function (c) { return c.index; });
     var run = idx.every(function (v, i) { return i === 0 || v === idx[i - 1] + 1; });
     var list = idx.length > 2 && run ? idx[0] + "-" + idx[idx.length - 1] : idx.join(", ");
@@ -281,7 +288,7 @@
       if (a.driver_costs > 0) parts.push(["driver_costs", "driver costs", a.driver_costs]);
       if (a.untracked_other > 0) parts.push(["untracked_other", "other untracked (contexts, other processes)", a.untracked_other]);
       parts.push(["free", "free", a.free]);
-      var row = el("div", { "class": "moment", "data-gpus": g.map(function (c) { return c.host + ":" + c.index; }).join(" "), "data-used": String(a.used), "data-capacity": String(a.capacity) });
+      var row = el("div", { "class": "moment", "data-gpus": g.map(function (c) { return gpuKey(c.host, c.index, c.mig_index); }).join(" "), "data-used": String(a.used), "data-capacity": String(a.capacity) });
       row.appendChild(el("h3", { text: gpuNames(g, Object.keys(hosts).length) + " at " + a.t.toFixed(3) + "s: " + fmtBytes(a.used) + " used of " + fmtBytes(a.capacity) + (a.asked != null ? ", asked " + fmtBytes(a.asked) + " with " + fmtBytes(a.free) + " free" : "") }));
       row.appendChild(el("div", { "class": "meta", text: a.what }));
       var bar = el("div", { "class": "bar" });
@@ -325,20 +332,20 @@
     sec.appendChild(findings(ex));
     sec.appendChild(el("h2", { text: "GPUs" }));
     sec.appendChild(table(["GPU", "processes", "tracked", "peak", "untracked at last query", "used at last query", "capacity", "failures", "biggest category"],
-      s.overview.map(function (o) { return [o.host + " GPU " + o.index, o.processes, fmtBytes(o.tracked_bytes), fmtBytes(o.peak_bytes), fmtBytes(o.untracked_bytes), fmtBytes(o.used_bytes), fmtBytes(o.total_bytes), o.failures, o.biggest_category ? o.biggest_category + " " + fmtBytes(o.biggest_category_bytes) : "-"]; }),
+      s.overview.map(function (o) { return [o.host + " GPU " + gpuNo(o.index, o.mig_index), o.processes, fmtBytes(o.tracked_bytes), fmtBytes(o.peak_bytes), fmtBytes(o.untracked_bytes), fmtBytes(o.used_bytes), fmtBytes(o.total_bytes), o.failures, o.biggest_category ? o.biggest_category + " " + fmtBytes(o.biggest_category_bytes) : "-"]; }),
       [0, 1, 1, 1, 1, 1, 1, 1, 0]));
     var end = 0;
     s.processes.forEach(function (p) { end = Math.max(end, (p.started_at_us + p.duration_us) / 1e6); });
     run.charts.forEach(function (ch, i) {
       var d = s.devices[i];
-      var box = el("div", { "class": "gpu" + (d.failures_total > 0 ? " failed" : ""), "data-gpu": ch.host + ":" + ch.index });
-      box.appendChild(el("h3", { text: ch.host + " GPU " + ch.index + " — " + fmtBytes(d.live_bytes) + " tracked, peak " + fmtBytes(d.peak_bytes) + (d.total_bytes ? " of " + fmtBytes(d.total_bytes) : "") + (d.failed_requests ? " · " + d.failed_requests + " failed allocation(s)" : "") }));
+      var box = el("div", { "class": "gpu" + (d.failures_total > 0 ? " failed" : ""), "data-gpu": gpuKey(ch.host, ch.index, ch.mig_index) });
+      box.appendChild(el("h3", { text: ch.host + " GPU " + gpuNo(ch.index, ch.mig_index) + " — " + fmtBytes(d.live_bytes) + " tracked, peak " + fmtBytes(d.peak_bytes) + (d.total_bytes ? " of " + fmtBytes(d.total_bytes) : "") + (d.failed_requests ? " · " + d.failed_requests + " failed allocation(s)" : "") }));
       timeline(ch, box, { end: end });
       if (d.driver_costs.length) {
         box.appendChild(el("h3", { text: "Hidden driver costs (de-noised)" }));
         box.appendChild(table(["pid", "process", "API", "calls", "bytes", "measured"], d.driver_costs.map(function (c) { return [c.pid, c.label, c.api, c.calls, fmtBytes(c.bytes), fmtBytes(c.measured_bytes)]; }), [1, 0, 0, 1, 1, 1]));
       }
-      var det = el("details", i === 0 ? { open: "" } : null, [el("summary", { text: "Call sites on GPU " + ch.index }), icicle(ch.tree)]);
+      var det = el("details", i === 0 ? { open: "" } : null, [el("summary", { text: "Call sites on GPU " + gpuNo(ch.index, ch.mig_index) }), icicle(ch.tree)]);
       box.appendChild(det);
       sec.appendChild(box);
     });
@@ -355,7 +362,7 @@
         var key = [a.bytes, a.category, a.api, a.caller].join("\u0000");
         var r = byKey[key];
         if (!r) { r = byKey[key] = { a: a, gpus: [], pids: [], n: 0, first: a.at_us, last: a.last_at_us }; top.push(r); }
-        var g = d.host + " GPU " + d.index;
+        var g = d.host + " GPU " + gpuNo(d.index, d.mig_index);
         if (r.gpus.indexOf(g) < 0) r.gpus.push(g);
         if (r.pids.indexOf(a.pid) < 0) r.pids.push(a.pid);
         r.n += a.count; r.first = Math.min(r.first, a.at_us); r.last = Math.max(r.last, a.last_at_us);

@@ -485,9 +485,203 @@ fn without_nvml_gpus_are_numbered_in_pci_order() {
     let r = report_json(&out);
     assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 300)], "two GPUs in PCI bus order");
     let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
-    assert!(notes.iter().any(|n| n.contains("numbered in PCI bus order")), "{notes:?}");
+    // No process saw every GPU of the host: the numbers need not be nvidia-smi's, and the
+    // line names each GPU by its UUID (GPUs 2 and 3 of the machine).
+    let uuids: Vec<String> = r["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
+    let note = notes.iter().find(|n| n.contains("numbered in PCI bus order")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(note.contains("need not be nvidia-smi's"), "{note}");
+    assert!(note.ends_with(&format!("GPU 0 is {}, GPU 1 is {}", uuids[0], uuids[1])), "{note}");
     let (code, text) = culedger(&["explain", out.to_str().unwrap()]);
     // One warning: the two workers hold 100 and 300 MiB (an imbalance, by design of this test).
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("numbered in PCI bus order") && !text.contains("Impossible"), "{text}");
+
+    // A process that saw every GPU (CUDA_VISIBLE_DEVICES unset, all four) and a worker seeing
+    // GPU 3 as its ordinal 0: the run saw the host's every GPU, so its PCI bus order is
+    // nvidia-smi's numbering, said so, and GPU 3 is GPU 3 with both processes.
+    let (sim, out) = machine("devices_no_nvml_all_seen");
+    wait_all(vec![start(&sim, "3", &["300", "none", "0.3"])]);
+    let mut all = sim.python("devices.py");
+    all.args(["100", "none", "0.3", "all"]);
+    sim.run_ok(&mut all);
+    for e in std::fs::read_dir(&out).unwrap().flatten() {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+        assert!(v["process"]["visible_devices"].as_i64().is_some(), "the writer asked the driver");
+        for d in v["devices"].as_array_mut().unwrap() {
+            let d = d.as_object_mut().unwrap();
+            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
+                d.remove(k);
+            }
+        }
+        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let r = report_json(&out);
+    assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 100), (2, 1, 100), (3, 2, 400)], "nvidia-smi's numbers");
+    let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
+    let note = notes.iter().find(|n| n.contains("numbered in PCI bus order")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(note.contains("nvidia-smi's numbers, since a process there saw every GPU"), "{note}");
+}
+
+/// Two processes on the two MIG devices of one GPU, each with figures of its own, are two
+/// devices in every command, never merged under their GPU's number (explain looked a finding's
+/// or a rank's device up by host and GPU number, which two MIG devices share). On GPU 0 split
+/// into two MIG devices of 16 GiB: an SGLang-like server (`--tp 1`) on each; before the second
+/// starts, a job on MIG device 1 takes 500 MiB (and a context) there, and its allocation of
+/// 20000 MiB fails; it holds its memory while the second server starts, which is told less.
+#[test]
+fn two_mig_devices_of_one_gpu_in_every_command() {
+    let (mut sim, out) = machine_of("devices_mig_commands", 1);
+    sim.env("FAKECUDA_MIG", "0:2").env("FAKECUDA_TOTAL_MIB", "32768");
+    let seen = sim.scratch().join("seen");
+    let mut all = sim.python("devices.py");
+    all.args(["10", "none", "0.1", "all"]).env("CULEDGER_OUT", &seen);
+    sim.run_ok(&mut all);
+    let migs: Vec<String> =
+        reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
+    assert_eq!(migs.len(), 2, "{migs:?}");
+    let server = |mig: &str| {
+        let mut server = sim.python("engines/sglang_server.py");
+        server.args(["--tp", "1", "--model-mib", "4096", "--layers", "4", "--mem-fraction-static", "0.80"]);
+        sim.run_ok(server.env("CUDA_VISIBLE_DEVICES", mig));
+    };
+    server(&migs[0]);
+    let mut job = sim.python("devices.py");
+    job.args(["500", "none", "-1", "0", "20000"]).env("CUDA_VISIBLE_DEVICES", &migs[1]);
+    let mut job = job.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("the job");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(job.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("RESULT ptr="), "{line}");
+    server(&migs[1]);
+    drop(job.stdin.take());
+    wait_all(vec![job]);
+    let dir = out.to_str().unwrap();
+
+    // report: two rows under GPU 0, each with its own figures; the failure is MIG device 1's.
+    let r = report_json(&out);
+    let overview: Vec<(i64, Option<i64>, i64, i64)> = r["overview"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (o["index"].as_i64().unwrap(), o["mig_index"].as_i64(), o["tracked_bytes"].as_i64().unwrap(), o["failures"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(overview.len(), 2, "{overview:?}");
+    assert_eq!((overview[0].0, overview[0].1, overview[0].3), (0, Some(0), 0), "{overview:?}");
+    assert_eq!((overview[1].0, overview[1].1, overview[1].3), (0, Some(1), 1), "{overview:?}");
+    let tracked = [overview[0].2, overview[1].2];
+    assert!(tracked[1] > 500 * MIB && tracked[0] != tracked[1], "{overview:?}");
+    let (code, text) = culedger(&["report", dir]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("GPU 0 MIG 0") && text.contains("GPU 0 MIG 1"), "{text}");
+
+    // explain: the failure on MIG device 1, told what that device had free; the sizing rows one
+    // per MIG device, with their own pools.
+    let (code, out_json) = culedger(&["explain", dir, "--format", "json"]);
+    assert_eq!(code, 1, "{out_json}");
+    let v: Value = serde_json::from_str(&out_json).unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    let fail = findings.iter().find(|f| f["kind"] == "failed_allocation").expect("a failure");
+    assert_eq!((fail["device"].as_i64(), fail["mig_index"].as_i64()), (Some(0), Some(1)), "{fail:#}");
+    assert_eq!(fail["detail"]["bytes"].as_i64(), Some(20000 * MIB));
+    let free = fail["detail"]["free_bytes"].as_i64().expect("free at the failure");
+    assert!(free <= (16384 - 512 - 500) * MIB, "MIG device 1's free memory, not the GPU's: {fail:#}");
+    // The two servers' ranks, each on its MIG device, the second first told less (the job's
+    // context and 500 MiB).
+    let sizing = findings.iter().find(|f| f["kind"] == "sizing").expect("the sizing rows");
+    let rows: Vec<(Option<i64>, i64)> = sizing["detail"]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["mig_index"].as_i64(), r["first_told_bytes"].as_i64().expect("a first query")))
+        .collect();
+    assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), vec![Some(0), Some(1)], "{sizing:#}");
+    assert_eq!(rows[0].1 - rows[1].1, (512 + 500) * MIB, "{rows:?}");
+    let (_, text) = culedger(&["explain", dir]);
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("20000 (GPUs ...) could not allocate 19.53 GiB on GPU 0 MIG 1"), "{text}");
+    assert!(words.contains("rank 0 (pid ") && words.contains(" 0 MIG 0 ") && !text.contains("Impossible"), "{text}");
+
+    // check: one budget outcome per MIG device, each its own figure.
+    let (code, o) = culedger(&["check", dir, "--budget", "live<=100GiB", "--format", "json"]);
+    assert_eq!(code, 0, "{o}");
+    let v: Value = serde_json::from_str(&o).unwrap();
+    let outcomes: Vec<(String, i64)> = v["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["device"].as_str().unwrap().to_string(), o["value_bytes"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(outcomes.len(), 2, "{o}");
+    assert!(outcomes[0].0.ends_with("GPU 0 MIG 0") && outcomes[1].0.ends_with("GPU 0 MIG 1"), "{outcomes:?}");
+    assert_eq!((outcomes[0].1, outcomes[1].1), (tracked[0], tracked[1]), "{outcomes:?}");
+
+    // diff (the run against itself): two devices.
+    let (code, o) = culedger(&["diff", dir, dir, "--format", "json"]);
+    assert_eq!(code, 0, "{o}");
+    let v: Value = serde_json::from_str(&o).unwrap();
+    let devs: Vec<&str> = v["devices"].as_array().unwrap().iter().map(|d| d["device"].as_str().unwrap()).collect();
+    assert_eq!(devs, vec!["GPU 0 MIG 0", "GPU 0 MIG 1"], "{o}");
+
+    // whatif: each server on its own MIG device, with its own pool.
+    let (_, o) = culedger(&["whatif", dir, "--set", "mem_fraction_static=0.80", "--format", "json"]);
+    let v: Value = serde_json::from_str(&o).unwrap_or_else(|e| panic!("{e}: {o}"));
+    let ranks: Vec<(Option<i64>, i64)> = v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["mig_index"].as_i64(), r["startup_left_bytes"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ranks.iter().map(|r| r.0).collect::<Vec<_>>(), vec![Some(0), Some(1)], "{o}");
+    assert!(ranks[0].1 > ranks[1].1, "MIG device 1 held the job's memory: {o}");
+
+    // top: one row each, with its own tracked figure.
+    let (code, frame) = culedger(&["top", "--once", dir]);
+    assert_eq!(code, 0, "{frame}");
+    let gib = |b: i64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    for (name, b) in [("GPU 0 MIG 0 ", tracked[0]), ("GPU 0 MIG 1 ", tracked[1])] {
+        assert!(frame.lines().any(|l| l.contains(name) && l.contains(&gib(b))), "{name} {} in\n{frame}", gib(b));
+    }
+
+    // metrics: two series per device figure, told apart by `mig`, with the DCGM exporter's MIG
+    // labels (the GPU's index and UUID, the GPU instance).
+    let (code, m) = culedger(&["metrics", dir]);
+    assert_eq!(code, 0, "{m}");
+    let gpu_uuid = reports(&seen)[0]["devices"][0]["parent_uuid"].as_str().unwrap().to_string();
+    for (i, b) in tracked.iter().enumerate() {
+        let series = format!(
+            "culedger_device_tracked_bytes{{host=\"{}\",device=\"0\",mig=\"{i}\",gpu=\"0\",UUID=\"{gpu_uuid}\",GPU_I_ID=\"{}\"}} {b}",
+            r["devices"][0]["host"].as_str().unwrap(),
+            i + 1
+        );
+        assert!(m.contains(&series), "{series} in\n{m}");
+    }
+    // The exposition as Prometheus' own checker reads it (`make test-deps` fetches it).
+    let promtool = culedger_scenarios::repo_root().join("target/test-deps/prometheus/usr/bin/promtool");
+    assert!(promtool.is_file(), "{} is missing: run `make test-deps`", promtool.display());
+    let mut check = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), m.as_bytes()).unwrap();
+    let o = check.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // html: the page's data has both devices' charts.
+    let page = sim.scratch().join("page.html");
+    let (code, o) = culedger(&["html", dir, "-o", page.to_str().unwrap()]);
+    assert_eq!(code, 0, "{o}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for i in 0..2 {
+        // The page's data is written with sorted keys: a chart's `index`, `mig_index`, `queries`.
+        assert!(html.contains(&format!("\"index\":0,\"mig_index\":{i},\"queries\"")), "chart of MIG device {i}");
+    }
 }

@@ -5,7 +5,7 @@
 use super::super::engines::{self, Sizing, Term};
 use super::super::recon::{reconcile, ItemKind};
 use culedger_analysis::steps::{self, burst_after, Kind, Step};
-use crate::analysis::{DeviceGroup, Member};
+use crate::analysis::{by_id, DeviceGroup, GpuId, Member};
 use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
@@ -33,6 +33,12 @@ pub struct RankSizing {
     pub process: String,
     pub host: String,
     pub device: i64,
+    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
+    /// Which device group of the run.
+    #[serde(skip)]
+    pub gpu: GpuId,
     /// The inputs as the engine used them (after the minimum over ranks, where it takes it).
     pub inputs: BTreeMap<String, i64>,
     /// The rank's own value of each input, before any minimum over ranks.
@@ -48,6 +54,18 @@ pub struct RankSizing {
     pub complete: bool,
     #[serde(skip)]
     pub query_index: usize,
+}
+
+impl RankSizing {
+    /// Whether this is `m`'s process (a pid alone names no process).
+    pub fn is(&self, m: Member) -> bool {
+        self.pid == m.pid() && self.start_us == m.report.process.start_us()
+    }
+
+    /// Its GPU's number as nvidia-smi gives it (`0 MIG 1` for a MIG device).
+    pub fn gpu_number(&self) -> String {
+        crate::analysis::gpu_number(self.device, self.mig_index)
+    }
 }
 
 /// The formula evaluated on a run.
@@ -213,6 +231,8 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 process: crate::words::who(m.report),
                 host: g.host.clone(),
                 device: g.index,
+                mig_index: g.mig_index,
+                gpu: g.id(),
                 inputs: own.clone(),
                 told_bytes: own.get(&s.sizing_query).copied().unwrap_or(0),
                 own_inputs: own,
@@ -388,6 +408,12 @@ pub struct Outlook {
     pub process: String,
     pub host: String,
     pub device: i64,
+    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
+    /// Which device group of the run.
+    #[serde(skip)]
+    pub gpu: GpuId,
     /// What its sizing query told it.
     pub told_bytes: i64,
     /// Whether an allocation failed after the sizing query.
@@ -414,7 +440,7 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
     let (fixed, _) = super::after_pool::fixed(run, &ev.sizing);
     let mut out = Vec::new();
     for r in &ev.ranks {
-        let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
+        let Some(g) = by_id(gs, &r.gpu) else { continue };
         let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
         let st = steps::steps(m);
         let q = r.query_index;
@@ -447,6 +473,8 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
             process: r.process.clone(),
             host: r.host.clone(),
             device: r.device,
+            mig_index: r.mig_index,
+            gpu: r.gpu.clone(),
             told_bytes: r.told_bytes,
             failed,
             arrivals_bytes: r.told_bytes - free - pool,

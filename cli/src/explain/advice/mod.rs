@@ -235,7 +235,7 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
 pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, String)> {
     let mut best: Option<(i64, String)> = None;
     for r in ev.ranks.iter().filter(|r| r.complete) {
-        let g = gs.iter().find(|g| g.host == r.host && g.index == r.device)?;
+        let g = crate::analysis::by_id(gs, &r.gpu)?;
         let m = g.member_at(r.pid, r.start_us)?;
         let st = steps::steps(m);
         if st.iter().any(|s| s.failure().is_some()) {
@@ -248,7 +248,7 @@ pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, 
         let Some(last) = (end + 1..st.len()).rev().find(|&j| st[j].told().is_some()) else { continue };
         let after = pool_end_free - st[last].told().and_then(|p| p.free_bytes).unwrap_or(pool_end_free);
         if best.as_ref().is_none_or(|b| after > b.0) {
-            best = Some((after, format!("{} on GPU {}", r.process, r.device)));
+            best = Some((after, format!("{} on GPU {}", r.process, r.gpu_number())));
         }
     }
     best.filter(|b| b.0 > 0)
@@ -280,7 +280,7 @@ pub fn advise_measured(
     };
     let mut bounds: Vec<Bound> = Vec::new();
     for (k, r) in ev.ranks.iter().enumerate() {
-        let Some(g) = gs.iter().find(|g| g.host == r.host && g.index == r.device) else { continue };
+        let Some(g) = crate::analysis::by_id(gs, &r.gpu) else { continue };
         let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
         let failed_exit = m.report.process.exit_code.is_some_and(|c| c != 0) || m.report.process.signal.is_some();
         // Every check of the engine bounds the parameter, whether or not the run broke it:
@@ -323,7 +323,7 @@ pub fn advise_measured(
         let free = findings
             .iter()
             .find_map(|x| match &x.detail {
-                Detail::Failure(d) if d.pid == r.pid && x.device == Some(r.device) => d.free_bytes,
+                Detail::Failure(d) if d.pid == r.pid && x.gpu.as_ref() == Some(&r.gpu) => d.free_bytes,
                 _ => None,
             })
             .unwrap_or(recon.free_bytes);
@@ -391,7 +391,7 @@ pub fn advise_measured(
     let (reserve_words, reserve_bytes) = ev.reserve(r, p0);
     let arr = deciding.recon.as_ref().map(arrivals).unwrap_or_default();
     let arrivals_bytes: i64 = arr.iter().map(|(_, b)| b).sum();
-    let g = gs.iter().find(|g| g.host == r.host && g.index == r.device)?;
+    let g = crate::analysis::by_id(gs, &r.gpu)?;
     let m = g.member_at(r.pid, r.start_us)?;
     let alts = match deciding.recon.as_ref() {
         Some(_) => deciding.alts.clone(),
@@ -679,7 +679,7 @@ pub fn advise_measured(
             "The reserve was {reserve_words} = {} GiB ({} on {}); after the sizing query ({}) {} GiB arrived{}",
             gib(reserve_bytes),
             r.process,
-            format_args!("GPU {}", r.device),
+            format_args!("GPU {}", r.gpu_number()),
             r.query_function.as_deref().unwrap_or("?"),
             gib(arrivals_bytes),
             if parts.is_empty() { String::new() } else { format!(": {}", parts.join(", ")) }
@@ -689,7 +689,7 @@ pub fn advise_measured(
             "The reserve was {reserve_words} = {} GiB ({} on GPU {})",
             gib(reserve_bytes),
             r.process,
-            r.device
+            r.gpu_number()
         ));
     }
     // Alternatives that do not make the start fit on their own are still named.
@@ -802,7 +802,7 @@ pub fn advise_measured(
         margin_what,
         alternatives: alts,
         choices,
-        deciding: format!("{} on GPU {}", r.process, r.device),
+        deciding: format!("{} on GPU {}", r.process, r.gpu_number()),
         lines,
     })
 }

@@ -92,6 +92,8 @@ pub(super) fn failed_start(
         text: String::new(),
         host: None,
         device: None,
+        mig_index: None,
+        gpu: None,
         pids: detail.processes.iter().map(|r| r.pid).collect(),
         callers,
         detail: Detail::Start(detail),
@@ -160,7 +162,7 @@ pub(super) fn failed_allocations(
                 // The engine sized every rank from the minimum over the ranks: the text says so
                 // where the rank's own query told more.
                 let minimum = ev.and_then(|e| {
-                    let r = e.ranks.iter().find(|r| r.pid == m.pid() && r.device == g.index)?;
+                    let r = e.ranks.iter().find(|r| r.is(*m) && g.is(&r.gpu))?;
                     let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
                     (used != r.told_bytes).then(|| Minimum { used, told: r.told_bytes, engine: e.engine.clone() })
                 });
@@ -169,7 +171,7 @@ pub(super) fn failed_allocations(
         }
     }
     // In device order: failures with the same mechanism fold under the first GPU's.
-    out.sort_by_key(|(t, f)| (f.host.clone(), f.device, *t));
+    out.sort_by_key(|(t, f)| (f.host.clone(), f.device, f.mig_index, *t));
     out.into_iter().map(|(_, f)| f).collect()
 }
 
@@ -266,6 +268,8 @@ fn failure_finding(
         text: String::new(),
         host: Some(g.host.clone()),
         device: Some(g.index),
+        mig_index: g.mig_index,
+        gpu: Some(g.id()),
         pids,
         callers: all_callers,
         detail: Detail::Failure(Box::new(detail)),

@@ -82,6 +82,8 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
         text: String::new(),
         host: Some(g.host.clone()),
         device: Some(g.index),
+        mig_index: g.mig_index,
+        gpu: Some(g.id()),
         pids,
         callers,
         detail: Detail::Growth(detail),

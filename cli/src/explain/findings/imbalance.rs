@@ -66,6 +66,8 @@ pub(super) fn imbalance(run: &Run) -> Option<Finding> {
         text: String::new(),
         host: None,
         device: None,
+        mig_index: None,
+        gpu: None,
         pids: detail.ranks.iter().map(|r| r.pid).collect(),
         callers: Vec::new(),
         detail: Detail::Imbalance(detail),

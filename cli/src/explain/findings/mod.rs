@@ -43,8 +43,7 @@ pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::evaluation:
                 let r = d.reconciliation.as_ref()?;
                 let end = r.closed_by.as_ref().map_or(d.at_us, |q| q.at_us);
                 Some(untracked::FailureWindow {
-                    host: f.host.clone()?,
-                    device: f.device?,
+                    gpu: f.gpu.clone()?,
                     from_us: r.query.at_us,
                     to_us: end,
                 })
@@ -54,8 +53,8 @@ pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::evaluation:
         .collect();
     let mut untracked: Vec<Finding> = gs.iter().filter_map(|g| untracked::untracked_growth(g, &windows, ev)).collect();
     untracked.sort_by_key(|f| match &f.detail {
-        Detail::Untracked(d) => (f.severity != Severity::Warning, std::cmp::Reverse(d.rise_bytes), f.device),
-        _ => (true, std::cmp::Reverse(0), None),
+        Detail::Untracked(d) => (f.severity != Severity::Warning, std::cmp::Reverse(d.rise_bytes), f.device, f.mig_index),
+        _ => (true, std::cmp::Reverse(0), None, None),
     });
     out.extend(untracked);
     out.extend(gs.iter().filter_map(growth::growth));

@@ -4,7 +4,7 @@
 use super::super::callers;
 use culedger_analysis::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
-use crate::analysis::{DeviceGroup, Member};
+use crate::analysis::{by_id, gpu_number, DeviceGroup, Member};
 use crate::units::fmt_bytes;
 use crate::words::join_and;
 use crate::words::who;
@@ -40,7 +40,7 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
     let more_less = if delta < 0 { "less" } else { "more" };
     let mut s = format!("it was told {} {more_less} free memory than the other ranks", fmt_bytes(delta.abs()));
     if !held.is_empty() && delta < 0 {
-        s.push_str(&format!(": {} also held {} at its query", format!("GPU {}", g.index), join_and(&held)));
+        s.push_str(&format!(": GPU {} also held {} at its query", gpu_number(g.index, g.mig_index), join_and(&held)));
     }
     s
 }
@@ -72,6 +72,8 @@ pub(super) fn sizing(
                     process: who(m.report),
                     host: g.host.clone(),
                     device: g.index,
+                    mig_index: g.mig_index,
+                    gpu: g.id(),
                     first_told_bytes: first.and_then(|i| st[i].told()).and_then(|p| p.free_bytes),
                     first_at_us: first.map(|i| g.clock.since(st[i].abs_us)),
                     told_bytes: sz.told,
@@ -96,7 +98,7 @@ pub(super) fn sizing(
     // computed, not the pool so far plus the part that failed.
     if let Some(e) = ev {
         for (r, _) in &mut rows {
-            if let Some(x) = e.ranks.iter().find(|x| x.pid == r.pid && x.device == r.device) {
+            if let Some(x) = e.ranks.iter().find(|x| x.pid == r.pid && x.start_us == r.start_us && x.gpu == r.gpu) {
                 r.told_bytes = x.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(r.told_bytes);
                 r.pool_bytes = x.pool_bytes.max(0);
                 r.fraction = r.pool_bytes as f64 / r.told_bytes.max(1) as f64;
@@ -112,7 +114,7 @@ pub(super) fn sizing(
         r.flagged = reference > 0 && !alike(r.pool_bytes);
         if r.flagged {
             let delta = r.told_bytes - ref_told;
-            let g = gs.iter().find(|g| g.host == r.host && g.index == r.device).expect("the row's device");
+            let g = by_id(gs, &r.gpu).expect("the row's device");
             let m = g.member_at(r.pid, r.start_us).expect("the row's process");
             r.why = Some(if (delta as f64).abs() * 2.0 >= ((r.pool_bytes - reference) as f64).abs() {
                 told_why(g, m, *abs, delta)
@@ -146,6 +148,8 @@ pub(super) fn sizing(
         text: String::new(),
         host: None,
         device: None,
+        mig_index: None,
+        gpu: None,
         pids: detail.ranks.iter().map(|r| r.pid).collect(),
         callers,
         detail: Detail::Sizing(detail),

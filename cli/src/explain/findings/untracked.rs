@@ -11,8 +11,7 @@ use culedger_analysis::thresholds::UNTRACKED_GROWTH;
 
 /// A failure's reconciliation, on the run's clock: a rise inside it is the failure's.
 pub(super) struct FailureWindow {
-    pub host: String,
-    pub device: i64,
+    pub gpu: crate::analysis::GpuId,
     pub from_us: i64,
     pub to_us: i64,
 }
@@ -64,7 +63,7 @@ pub(super) fn untracked_growth(
     }
     let (t0, t1) = (from.0.abs_us(from.1), to.0.abs_us(to.1));
     let (s0, s1) = (clock.since(t0), clock.since(t1));
-    if failure_windows.iter().any(|w| w.host == g.host && w.device == g.index && w.from_us <= s1 && s0 <= w.to_us) {
+    if failure_windows.iter().any(|w| g.is(&w.gpu) && w.from_us <= s1 && s0 <= w.to_us) {
         return None;
     }
     let items = hidden_in_window(g, t0, t1);
@@ -100,7 +99,7 @@ pub(super) fn untracked_growth(
             sized_before
                 .iter()
                 .filter_map(|&pid| {
-                    let r = ev.ranks.iter().find(|r| r.pid == pid && r.device == g.index && r.host == g.host)?;
+                    let r = ev.ranks.iter().find(|r| r.pid == pid && g.is(&r.gpu))?;
                     let (name, input) = ev.sizing.inputs.iter().find(|(_, i)| i.value == "drop")?;
                     let bytes = r.own_inputs.get(name).copied().filter(|&b| b > 0)?;
                     ev.sizing
@@ -137,6 +136,8 @@ pub(super) fn untracked_growth(
         text: String::new(),
         host: Some(g.host.clone()),
         device: Some(g.index),
+        mig_index: g.mig_index,
+        gpu: Some(g.id()),
         pids,
         callers,
         detail: Detail::Untracked(Box::new(detail)),
