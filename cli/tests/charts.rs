@@ -135,12 +135,8 @@ fn plot_draws_nothing_over_the_memory() {
     }
 }
 
-/// A process whose whole life is its first millisecond (its records stamped in µs, its end in
-/// truncated ms), as a program of a few milliseconds gives: `plot` draws it (it refused it,
-/// "--to (0.000s) must come after --from (0.001s)", with neither given), the window reaching
-/// its last record.
-#[test]
-fn plot_of_a_run_that_ends_within_its_first_millisecond() {
+/// `plot` of nccl's rank 0 made a process whose whole life is its first millisecond.
+fn plot_of_a_first_millisecond() -> String {
     let d = tempdir();
     let mut v: Value =
         serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
@@ -157,6 +153,16 @@ fn plot_of_a_run_that_ends_within_its_first_millisecond() {
     let o = culedger(&["plot", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let svg = std::fs::read_to_string(&out).unwrap();
+    svg
+}
+
+/// A process whose whole life is its first millisecond (its records stamped in µs, its end in
+/// truncated ms), as a program of a few milliseconds gives: `plot` draws it (it refused it,
+/// "--to (0.000s) must come after --from (0.001s)", with neither given), the window reaching
+/// its last record.
+#[test]
+fn plot_of_a_run_that_ends_within_its_first_millisecond() {
+    let svg = plot_of_a_first_millisecond();
     assert!(svg.contains("class=\"area other\""), "the memory is drawn");
 }
 
@@ -164,22 +170,7 @@ fn plot_of_a_run_that_ends_within_its_first_millisecond() {
 /// once (they all read `0.000s`, the axis's µs ticks written in milliseconds), in order.
 #[test]
 fn sub_millisecond_ticks_are_told_apart() {
-    let d = tempdir();
-    let mut v: Value =
-        serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
-    let start_ms = v["process"]["start_unix_ms"].as_i64().unwrap();
-    v["process"]["start_unix_us"] = (start_ms * 1000).into();
-    v["process"]["end_unix_ms"] = start_ms.into();
-    let sample = |t_us: i64, bytes: i64| {
-        serde_json::json!({"t_ms": 0, "t_us": t_us, "seq": t_us, "live_bytes": bytes, "other": bytes,
-                           "weights": 0, "kv_pool": 0, "ipc": 0, "graphs": 0, "comm": 0})
-    };
-    v["devices"][0]["timeline"] = serde_json::json!([sample(100, 1 << 20), sample(600, 2 << 20)]);
-    std::fs::write(d.path().join("culedger-4101.json"), serde_json::to_vec(&v).unwrap()).unwrap();
-    let out = d.path().join("p.svg");
-    let o = culedger(&["plot", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let svg = std::fs::read_to_string(&out).unwrap();
+    let svg = plot_of_a_first_millisecond();
     // The time axis's labels: centred texts that are a number of seconds.
     let labels: Vec<&str> = svg
         .split("</text>")

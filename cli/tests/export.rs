@@ -87,19 +87,7 @@ fn memory_viz_replays_the_category_totals() {
     let out = d.path().join("snap.pickle");
     let o = culedger(&["export", "tests/fixtures/nccl/culedger-4102.json", "--memory-viz", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let script = r#"
-import pickle, sys, json
-s = pickle.load(open(sys.argv[1], 'rb'))
-peak, live = {}, {}
-for e in s['device_traces'][1]:
-    sign = 1 if e['action'] == 'alloc' else -1
-    live[e['category']] = live.get(e['category'], 0) + sign * e['size']
-    peak[e['category']] = max(peak.get(e['category'], 0), live[e['category']])
-print(json.dumps(peak, sort_keys=True))
-"#;
-    let py = Command::new("python3").arg("-c").arg(script).arg(&out).output().expect("python3");
-    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
-    let peaks: Value = serde_json::from_slice(&py.stdout).unwrap();
+    let peaks = replay_peaks(&out, 1);
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("nccl/culedger-4102.json")).unwrap()).unwrap();
     // A category that never held memory has no events in the trace.
@@ -362,11 +350,19 @@ fn memory_viz_keeps_a_programs_own_category() {
     let out = d.path().join("snap.pickle");
     let o = culedger(&["export", report.to_str().unwrap(), "--memory-viz", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let peaks = replay_peaks(&out, 1);
+    assert_eq!(peaks["lora"].as_i64(), Some(6 << 20), "{peaks}");
+    assert!(peaks["kv_pool"].as_i64() > Some(0), "{peaks}");
+}
+
+/// The peak live bytes per category of device `device`'s trace in a memory_viz snapshot,
+/// replayed by Python from its allocs and frees.
+fn replay_peaks(snapshot: &std::path::Path, device: usize) -> Value {
     let script = r#"
 import pickle, sys, json
 s = pickle.load(open(sys.argv[1], 'rb'))
 peak, live = {}, {}
-for e in s['device_traces'][1]:
+for e in s['device_traces'][int(sys.argv[2])]:
     if e['action'] not in ('alloc', 'free_completed'):
         continue
     sign = 1 if e['action'] == 'alloc' else -1
@@ -374,9 +370,7 @@ for e in s['device_traces'][1]:
     peak[e['category']] = max(peak.get(e['category'], 0), live[e['category']])
 print(json.dumps(peak, sort_keys=True))
 "#;
-    let py = Command::new("python3").arg("-c").arg(script).arg(&out).output().expect("python3");
+    let py = Command::new("python3").arg("-c").arg(script).arg(snapshot).arg(device.to_string()).output().expect("python3");
     assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
-    let peaks: Value = serde_json::from_slice(&py.stdout).unwrap();
-    assert_eq!(peaks["lora"].as_i64(), Some(6 << 20), "{peaks}");
-    assert!(peaks["kv_pool"].as_i64() > Some(0), "{peaks}");
+    serde_json::from_slice(&py.stdout).unwrap()
 }
