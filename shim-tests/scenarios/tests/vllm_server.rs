@@ -421,7 +421,12 @@ fn vllm_tp2_graphs_serves_under_culedger() {
 /// device ... on startup is less than desired GPU memory utilization". explain names it and
 /// recommends a value; that value, applied to the real server, starts, and whatif agrees.
 #[test]
-#[ignore = "not yet run whole: `cargo test --release -p culedger-scenarios --test vllm_server -- --ignored refused`"]
+// First run (2026-12-04, 533 s to the refusal on a loaded 2-core machine): vLLM refused at 0.99
+// as it should, but both workers end by SIGTERM (MultiprocExecutor's shutdown after the
+// refusal; `vllm serve` exits 1), which explain took for a user's stop: no finding. explain
+// now counts such a start as failed (`failed_start`, a command that failed of itself with no
+// failed allocation anywhere); the whole test has not run since.
+#[ignore = "not yet run whole: `cargo test --release --workspace --test vllm_server -- --ignored refused`"]
 fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
     let Some(vllm) = vllm() else { return };
     let _one = ONE_SERVER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -26,8 +26,16 @@ pub(super) fn failed_start(
     gs: &[DeviceGroup],
     ev: Option<&super::super::advice::evaluation::Evaluation>,
 ) -> Vec<Finding> {
+    // The run's command failed of itself (an exit status other than 0, no signal) and no
+    // process has a failed allocation: the stop signals its processes got were its own
+    // cleanup, not a user's stop (vLLM 0.33: a worker whose `Worker.init_device` raises is
+    // terminated with the others by `MultiprocExecutor`'s shutdown, SIGTERM, and `vllm serve`
+    // exits 1).
+    let command_failed = run.summary.as_ref().is_some_and(|s| s.signal.is_none() && s.exit_code.is_some_and(|c| c != 0))
+        && !run.procs.iter().any(|p| p.devices.iter().any(|d| !d.failures.is_empty()));
     let failed = |r: &Report| {
-        (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some()) && !crate::runs::stopped(r, run)
+        (r.process.exit_code.is_some_and(|c| c != 0) || r.process.signal.is_some())
+            && (command_failed || !crate::runs::stopped(r, run))
     };
     let mut rows: Vec<StartRow> = Vec::new();
     for r in &run.procs {

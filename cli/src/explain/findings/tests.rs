@@ -225,6 +225,12 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
             .all(|f| f.kind != Kind::FailedStart),
         "rank 0's exit 1 is part of the stop"
     );
+    // The command exited 1 of itself and nobody's allocation failed: the ranks' SIGTERM was
+    // its cleanup (vLLM's executor after a worker's refusal), a failed start.
+    let refused = crate::load::SummaryMeta { pid: Some(1), signal: None, exit_code: Some(1), ..Default::default() };
+    assert_eq!(with(15, Some(refused.clone())), ["rank 1 (pid 101) was killed by SIGTERM without a failed allocation"]);
+    let clean = crate::load::SummaryMeta { pid: Some(1), signal: None, exit_code: Some(0), ..Default::default() };
+    assert!(with(15, Some(clean)).is_empty(), "a command that exited 0: a stop");
     // Rank 0 exited 1 a minute before the rest of the run ended by SIGINT: it failed, and
     // its launcher hung until the user's Ctrl-C.
     run.procs[1].process.end_unix_ms = 60_010;
