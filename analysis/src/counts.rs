@@ -9,6 +9,8 @@ pub enum Part {
     Groups,
     Evaluation,
     Findings,
+    /// Alike findings folded into one (`explain::fold`).
+    Fold,
     Advice,
     Explanation,
     Summary,

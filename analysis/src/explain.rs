@@ -203,6 +203,10 @@ pub struct FailDetail {
     /// Which part of what it was allocating.
     #[serde(skip)]
     pub part_of: Part,
+    /// What the request was for when it came after the process's KV pool in a phase of its
+    /// own (`its CUDA graph capture, after its KV cache`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_pool: Option<String>,
     /// The category of the burst's successful allocations (a failure records none).
     pub category: Option<String>,
     /// Attempts of the burst up to this failure, and their sum (what the process asked for).

@@ -13,6 +13,12 @@ use crate::model::{
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// Names the charts use for parts that are no category (`html`'s page and picture, `plot`'s
+/// legend, the memory_viz snapshot's unattributed memory): a category of a program's own by one
+/// of them is shown as `own:NAME` ([`DeviceGroup::shown_category`]).
+pub const CHART_PARTS: [&str; 8] =
+    ["untracked", "untracked_other", "driver_costs", "free", "capacity", "device used", "unknown", "asked"];
+
 /// One process's view of one device.
 #[derive(Clone, Copy)]
 pub struct Member<'a> {
@@ -378,6 +384,17 @@ impl<'a> DeviceGroup<'a> {
     /// changes (not a pass over the members per point: thousands of processes on one GPU).
     pub fn series(&self) -> Vec<Point> {
         self.series.get_or_init(|| self.sweep()).clone()
+    }
+
+    /// The name a chart shows for category `name` of the device's own: itself, unless it is a
+    /// name the charts give a part of their own ([`CHART_PARTS`]: the untracked band, the
+    /// driver costs, the free space...), then `own:NAME`, so that neither hides the other.
+    pub fn shown_category(name: &str) -> std::borrow::Cow<'_, str> {
+        if CHART_PARTS.contains(&name) {
+            std::borrow::Cow::Owned(format!("own:{name}"))
+        } else {
+            std::borrow::Cow::Borrowed(name)
+        }
     }
 
     /// The categories beyond the six that the members' timelines hold (a user's rules, a

@@ -217,12 +217,15 @@ fn moment(g: &DeviceGroup, explained: &Value, readings: &[analysis::Reading], se
     let tracked: i64 = live.iter().sum::<i64>() + others.iter().sum::<i64>();
     let used = used.unwrap_or(tracked).max(0);
     let untracked = (used - tracked).max(0);
+    // De-noised, as explain reconciles them: what another process did inside a call's window
+    // (its context created by its peer access) is not this call's cost.
+    let estimate = crate::costs::context_estimate(g);
     let costs: i64 = g
         .members
         .iter()
         .flat_map(|m| crate::costs::calls_of(*m))
         .filter(|call| call.end_us <= abs)
-        .map(|call| call.measured.max(0))
+        .map(|call| crate::costs::denoise(g, &call, estimate.as_ref()).0.max(0))
         .sum();
     let driver_costs = costs.min(untracked);
     Some(Moment {
@@ -233,7 +236,7 @@ fn moment(g: &DeviceGroup, explained: &Value, readings: &[analysis::Reading], se
             .iter()
             .map(|c| c.to_string())
             .zip(live)
-            .chain(names.into_iter().zip(others))
+            .chain(names.iter().map(|n| DeviceGroup::shown_category(n).into_owned()).zip(others))
             .filter(|(_, v)| *v != 0)
             .collect(),
         driver_costs,
@@ -292,7 +295,9 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
         .iter()
         .enumerate()
         .map(|(i, name)| (name.to_string(), series.iter().map(|p| p.cats[i]).collect()))
-        .chain(g.other_categories().into_iter().enumerate().map(|(i, name)| (name, series.iter().map(|p| p.others[i]).collect())))
+        .chain(g.other_categories().into_iter().enumerate().map(|(i, name)| {
+            (DeviceGroup::shown_category(&name).into_owned(), series.iter().map(|p| p.others[i]).collect())
+        }))
         .collect();
     // explain's sizing queries; without that finding (one rank), the query the pool's
     // reconciliation starts from (diff's "told free at the sizing query"); without a pool,

@@ -26,12 +26,13 @@ fn html_of_two_runs_computes_each_part_once_per_run() {
     use Part::*;
     assert_eq!(
         take_counts(),
-        counts(&[(Groups, 2), (Evaluation, 2), (Findings, 2), (Advice, 2), (Explanation, 2), (Summary, 2)])
+        counts(&[(Groups, 2), (Evaluation, 2), (Findings, 2), (Fold, 2), (Advice, 2), (Explanation, 2), (Summary, 2)])
     );
 }
 
 /// `diff` takes each side's recommendation, not a whole explanation; `export` with both
-/// outputs and `plot` group the devices once; `report --brief` explains once.
+/// outputs and `plot` group the devices once; `report --brief` explains once; the findings
+/// are folded once per run (not again by the explanation).
 #[test]
 fn every_command_computes_each_part_once() {
     use Part::*;
@@ -40,7 +41,7 @@ fn every_command_computes_each_part_once() {
     crate::diff::diff(&Analysis::new(&a), &Analysis::new(&b), false);
     let diff = take_counts();
     assert_eq!(diff.get(&Explanation), None, "{diff:?}");
-    assert_eq!(diff, counts(&[(Groups, 2), (Evaluation, 2), (Findings, 2), (Advice, 2)]));
+    assert_eq!(diff, counts(&[(Groups, 2), (Evaluation, 2), (Findings, 2), (Fold, 2), (Advice, 2)]));
 
     let analysis = Analysis::new(&a);
     crate::export::perfetto(&analysis);
@@ -51,6 +52,6 @@ fn every_command_computes_each_part_once() {
     analysis.explanation();
     assert_eq!(
         take_counts(),
-        counts(&[(Groups, 1), (Evaluation, 1), (Findings, 1), (Advice, 1), (Explanation, 1), (Summary, 1)])
+        counts(&[(Groups, 1), (Evaluation, 1), (Findings, 1), (Fold, 1), (Advice, 1), (Explanation, 1), (Summary, 1)])
     );
 }

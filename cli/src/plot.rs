@@ -95,6 +95,19 @@ fn time_ticks(from: i64, to: i64) -> Vec<i64> {
     (0..).map(|k| first + k * step).take_while(|t| *t <= to).collect()
 }
 
+/// A time tick's label: seconds with milliseconds (`0.350s`), or with as many more digits as
+/// ticks under a millisecond apart need to differ (`0.0004s`, `0.0006s`).
+fn tick_label(t_us: i64, step_us: i64) -> String {
+    if step_us >= 1000 {
+        return culedger_analysis::clock::fmt_secs(t_us);
+    }
+    let digits = if step_us >= 100 { 4 } else if step_us >= 10 { 5 } else { 6 };
+    let sign = if t_us < 0 { "-" } else { "" };
+    let us = t_us.unsigned_abs();
+    let frac = format!("{:06}", us % 1_000_000);
+    format!("{sign}{}.{}s", us / 1_000_000, &frac[..digits])
+}
+
 /// A round axis maximum: 1, 2 or 5 times a power of two of a binary unit.
 /// Saturates at `i64::MAX` (byte counts at the limit of the schema must not wrap into a loop).
 fn nice_max(v: i64) -> i64 {
@@ -337,7 +350,10 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         .other_categories()
         .into_iter()
         .enumerate()
-        .map(|(i, n)| (n, OWN_COLORS[i % OWN_COLORS.len()], series.iter().any(|p| p.others[i] != 0)))
+        .map(|(i, n)| {
+            let n = DeviceGroup::shown_category(&n).into_owned();
+            (n, OWN_COLORS[i % OWN_COLORS.len()], series.iter().any(|p| p.others[i] != 0))
+        })
         .collect();
     let s = Scale { t0, t1, ymax: nice_max(peak.max(used_max).max(capacity.unwrap_or(0)).max(1)), top };
     let id = format!("panel-{}-gpu-{}", g.host, g.index).replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
@@ -398,9 +414,11 @@ fn panel(g: &DeviceGroup, top: f64, t0: i64, t1: i64, shown: &[usize], causes: &
         let v = s.ymax / 4 * k;
         grp = grp.add(text(LEFT - 6.0, s.y(v) + 4.0, fmt_bytes(v), "end", 11));
     }
-    for t in time_ticks(c.since(t0), c.since(t1)) {
+    let ticks = time_ticks(c.since(t0), c.since(t1));
+    let step = ticks.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(1000);
+    for t in ticks {
         let at = c.t0_us + t;
-        grp = grp.add(text(s.x(at), y_bottom + 16.0, c.at(at), "middle", 11));
+        grp = grp.add(text(s.x(at), y_bottom + 16.0, tick_label(t, step), "middle", 11));
     }
     grp = grp.add(text(WIDTH - RIGHT, y_bottom + 32.0, "seconds since the run's first process started", "end", 10));
     // What follows each sizing query up to its failure, tinted behind the areas (drawn over

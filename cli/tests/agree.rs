@@ -130,3 +130,33 @@ fn ranks_in_order_repeats_folded_and_contexts_priced() {
     }
     assert!(text.contains("10 x 918.00 MiB"), "{text}");
 }
+
+/// The page's picture of each GPU at its failure names the driver costs explain reconciles
+/// (de-noised: what another process did inside a call's window is not the call's): on the
+/// 8-rank fixture GPU 2's IPC opens measured 1.03 GiB because rank 2's context window caught
+/// another rank's 1 GiB peer context, and the picture said 2.78 GiB where explain said 1.78.
+#[test]
+fn the_picture_and_explain_name_the_same_driver_costs() {
+    let dir = fixtures().join("custom-ar-tp8").display().to_string();
+    let data = page_data(&dir);
+    let explained: Value = serde_json::from_str(&stdout(&culedger(&["explain", &dir, "--format", "json"]))).unwrap();
+    let mut seen = 0;
+    for ch in data["runs"][0]["charts"].as_array().unwrap() {
+        let f = explained["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "failed_allocation" && f["device"] == ch["index"])
+            .expect("a failure on every GPU");
+        let costs: i64 = f["detail"]["reconciliation"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["kind"] == "driver_cost")
+            .map(|i| i["bytes"].as_i64().unwrap())
+            .sum();
+        assert_eq!(ch["at"]["driver_costs"].as_i64(), Some(costs), "GPU {}: the picture's driver costs", ch["index"]);
+        seen += 1;
+    }
+    assert_eq!(seen, 8);
+}

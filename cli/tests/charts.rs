@@ -135,12 +135,8 @@ fn plot_draws_nothing_over_the_memory() {
     }
 }
 
-/// A process whose whole life is its first millisecond (its records stamped in µs, its end in
-/// truncated ms), as a program of a few milliseconds gives: `plot` draws it (it refused it,
-/// "--to (0.000s) must come after --from (0.001s)", with neither given), the window reaching
-/// its last record.
-#[test]
-fn plot_of_a_run_that_ends_within_its_first_millisecond() {
+/// `plot` of nccl's rank 0 made a process whose whole life is its first millisecond.
+fn plot_of_a_first_millisecond() -> String {
     let d = tempdir();
     let mut v: Value =
         serde_json::from_slice(&std::fs::read(fixtures().join("nccl/culedger-4101.json")).unwrap()).unwrap();
@@ -157,5 +153,71 @@ fn plot_of_a_run_that_ends_within_its_first_millisecond() {
     let o = culedger(&["plot", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let svg = std::fs::read_to_string(&out).unwrap();
+    svg
+}
+
+/// A process whose whole life is its first millisecond (its records stamped in µs, its end in
+/// truncated ms), as a program of a few milliseconds gives: `plot` draws it (it refused it,
+/// "--to (0.000s) must come after --from (0.001s)", with neither given), the window reaching
+/// its last record.
+#[test]
+fn plot_of_a_run_that_ends_within_its_first_millisecond() {
+    let svg = plot_of_a_first_millisecond();
     assert!(svg.contains("class=\"area other\""), "the memory is drawn");
+}
+
+/// A run within its first millisecond gets time ticks that say where they are: each label
+/// once (they all read `0.000s`, the axis's µs ticks written in milliseconds), in order.
+#[test]
+fn sub_millisecond_ticks_are_told_apart() {
+    let svg = plot_of_a_first_millisecond();
+    // The time axis's labels: centred texts that are a number of seconds.
+    let labels: Vec<&str> = svg
+        .split("</text>")
+        .filter_map(|t| t.rsplit_once("text-anchor=\"middle\""))
+        .filter_map(|(_, t)| t.split_once('>').map(|(_, text)| text.trim()))
+        .filter(|t| t.ends_with('s') && t[..t.len() - 1].parse::<f64>().is_ok())
+        .collect();
+    assert!(labels.len() >= 3, "{labels:?}");
+    let secs: Vec<f64> = labels.iter().map(|t| t[..t.len() - 1].parse().unwrap()).collect();
+    assert!(secs.windows(2).all(|w| w[0] < w[1]), "each tick once, in order: {labels:?}");
+}
+
+/// A category of a program's own named like a part the charts draw themselves (`untracked`,
+/// `driver_costs`) is shown as `own:NAME` in the page's chart and picture and in `plot`'s
+/// legend: it was drawn under the untracked band's name (two `untracked` series, one
+/// overwriting the other's values on the page) and in the driver costs' colour.
+#[test]
+fn own_categories_named_like_chart_parts_stay_apart() {
+    let d = tempdir();
+    for e in std::fs::read_dir(fixtures().join("nccl")).unwrap().flatten() {
+        let mut v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        for dev in v["devices"].as_array_mut().unwrap() {
+            if dev["index"] != 1 {
+                continue;
+            }
+            for s in dev["timeline"].as_array_mut().unwrap().iter_mut().skip(1) {
+                s["untracked"] = (6 << 20).into();
+                s["driver_costs"] = (3 << 20).into();
+                s["live_bytes"] = (s["live_bytes"].as_i64().unwrap() + (9 << 20)).into();
+            }
+        }
+        std::fs::write(d.path().join(e.file_name()), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let page = d.path().join("p.html");
+    let o = culedger(&["html", d.path().to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let gpu1 = data["runs"][0]["charts"].as_array().unwrap().iter().find(|c| c["index"] == 1).unwrap();
+    for (own, bytes) in [("untracked", 6i64 << 20), ("driver_costs", 3 << 20)] {
+        assert!(gpu1["cats"].get(own).is_none(), "{own} among the chart's categories: {}", gpu1["cats"]);
+        let series = gpu1["cats"][format!("own:{own}")].as_array().unwrap_or_else(|| panic!("own:{own}: {}", gpu1["cats"]));
+        assert_eq!(series.iter().filter_map(Value::as_i64).max(), Some(bytes), "own:{own}");
+        assert!(gpu1["at"]["cats"].get(own).is_none(), "{own} in the picture: {}", gpu1["at"]);
+    }
+    let out = d.path().join("p.svg");
+    let o = culedger(&["plot", d.path().to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("own:untracked") && svg.contains("own:driver_costs"), "plot's legend");
 }

@@ -407,3 +407,39 @@ fn a_refused_start_says_by_which_check() {
         assert!(short > 0.0);
     }
 }
+
+/// vllm-project/vllm issue 7553's shape (recorded from the scenario explain_advice
+/// vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts: the simulated vLLM 0.33 at
+/// --gpu-memory-utilization 0.95 on two 24 GiB GPUs with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0,
+/// whose capture of the largest size, 3 GiB, runs out of memory after the KV cache): the failed
+/// request is named as the graph capture after the KV cache, the KV cache is the pool (not an
+/// arrival after the sizing query), the margin is vLLM's own estimate of its graphs (measured
+/// in profile_cudagraph_memory, not subtracted: the report's environment says so), and What
+/// to change has a value with both bounds and the levers ranked by the KV cache each keeps.
+/// Before: "No --gpu-memory-utilization starts" (the KV cache counted as 14.12 GiB arrived
+/// after the sizing query), where 0.76 starts when rerun (the scenario).
+#[test]
+fn vllm_graph_capture_after_the_kv_cache_gets_what_to_change() {
+    let v = json("tests/fixtures/vllm-graphs");
+    let f = findings(&v, "failed_allocation");
+    assert!(!f.is_empty(), "{v:#}");
+    let title = f[0]["title"].as_str().unwrap();
+    assert!(title.contains("3.00 GiB for its CUDA graph capture after its KV cache"), "{title}");
+    assert_eq!(f[0]["detail"]["after_pool"], "its CUDA graph capture after its KV cache", "{}", f[0]);
+    let a = &v["what_to_change"];
+    assert_eq!((a["direction"].as_str(), a["recommended"].as_f64()), (Some("lower"), Some(0.76)), "{a:#}");
+    let (lo, hi) = (a["interval"]["at_least"].as_f64().unwrap(), a["interval"]["at_most"].as_f64().unwrap());
+    assert!(lo < 0.76 && 0.76 <= hi && hi < 0.77, "{a:#}");
+    assert_eq!(a["arrivals_bytes"], 0, "the KV cache is the pool: {a:#}");
+    let flags: Vec<&str> = a["choices"].as_array().unwrap().iter().map(|c| c["flag"].as_str().unwrap()).collect();
+    assert_eq!(
+        flags,
+        ["--enforce-eager", "--max-cudagraph-capture-size", "--kv-cache-memory-bytes", "--gpu-memory-utilization"],
+        "{a:#}"
+    );
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines[0].starts_with("Disable the CUDA graphs (--enforce-eager): the pool keeps 14.01 GiB per rank"), "{lines:?}");
+    assert!(lines[2].starts_with("Or set the KV cache's size instead (--kv-cache-memory-bytes "), "{lines:?}");
+    assert!(lines[3].starts_with("Lower --gpu-memory-utilization from 0.95 to at most 0.76: the pool shrinks from 14.01 to"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("as vLLM estimated them in profile_cudagraph_memory") && l.contains("5.73 GiB in all")), "{lines:?}");
+}

@@ -641,7 +641,11 @@ fn the_page_shows_what_to_change_for_every_failure_shape() {
     }
     let out = tempdir();
     for (fixture, first_words) in
-        [("sglang-graphs", "No --mem-fraction-static starts: above "), ("vllm-refused", "Lower --gpu-memory-utilization from 0.95")]
+        [
+        ("sglang-graphs", "No --mem-fraction-static starts: above "),
+        ("vllm-refused", "Lower --gpu-memory-utilization from 0.95"),
+        ("vllm-graphs", "Disable the CUDA graphs (--enforce-eager): the pool keeps"),
+    ]
     {
         let dir = fixtures().join(fixture);
         let page = out.path().join(format!("{fixture}.html"));

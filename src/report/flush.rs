@@ -54,9 +54,12 @@ impl Reporter {
         loop {
             let seen = s.wake.load(Ordering::Acquire);
             // The devices are named and NVML opened here, never at the final write: first
-            // thing, unless a write was asked for already (a signal right after the start),
-            // which is served first.
-            if !prepared && seen == 0 {
+            // thing, unless a write that may not wait was asked for already (a signal right
+            // after the start, an exec, a failed allocation), which is served first. A
+            // normal exit's final write waits for it: a program that ends before this thread
+            // first ran would otherwise have its only report written without NVML (no
+            // `usage`, no `total_bytes` where it never queried).
+            if !prepared && (seen == 0 || self.only_a_normal_exit_asked(s)) {
                 prepared = true;
                 let _ = catch_unwind(AssertUnwindSafe(|| self.ledger.prepare_flush_thread()));
             }
@@ -107,6 +110,16 @@ impl Reporter {
         s.helper.store(false, Ordering::Release);
         restore_signal_mask(&program_mask);
         crate::debug!("the program's threads have all ended; ending the process");
+    }
+
+    /// Whether the only write asked for is the final one of a normal exit (which may ask the
+    /// driver and NVML).
+    fn only_a_normal_exit_asked(&self, s: &Session) -> bool {
+        s.exec_requested.load(Ordering::Acquire) == s.exec_served.load(Ordering::Acquire)
+            && s.urgent.requested.load(Ordering::Acquire) == s.urgent.served.load(Ordering::Acquire)
+            && !s.force.load(Ordering::Acquire)
+            && (s.final_request.load(Ordering::Acquire) == 0
+                || matches!(decode_final(s.final_code.load(Ordering::Acquire)), ExitState::Exited(_)))
     }
 
     /// Serve what other threads asked for: exec writes first (a final write asked at the

@@ -20,6 +20,13 @@ pub const ENV_RUN_ID: &str = "CULEDGER_RUN_ID";
 /// Environment variables kept as rank hints (values of these only, nothing else).
 pub const RANK_HINTS: [&str; 4] = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"];
 
+/// Environment switches of the engines that change how they size their pools, kept beside the
+/// rank hints (their values only) so that the CLI evaluates the formula the process ran:
+/// vLLM's VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (vllm 0.33 envs.py, read in
+/// vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: whether the CUDA-graph
+/// estimate is subtracted from the KV cache).
+pub const ENGINE_SWITCHES: [&str; 1] = ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"];
+
 /// Longest run id accepted from the environment, and longest hint value kept.
 const MAX_LEN: usize = 128;
 
@@ -28,7 +35,8 @@ const MAX_LEN: usize = 128;
 pub struct Identity {
     /// `CULEDGER_RUN_ID`, when set and well formed.
     pub run_id: Option<String>,
-    /// The allow-listed rank hints that are set, in [`RANK_HINTS`] order.
+    /// The allow-listed rank hints that are set, in [`RANK_HINTS`] order, then the
+    /// [`ENGINE_SWITCHES`] that are set.
     pub hints: Vec<(&'static str, String)>,
     /// One line per ignored value.
     pub warnings: Vec<String>,
@@ -59,6 +67,7 @@ impl Identity {
         });
         let hints = RANK_HINTS
             .iter()
+            .chain(ENGINE_SWITCHES.iter())
             .filter_map(|&k| {
                 let v = env(k)?;
                 (!v.is_empty()).then(|| (k, v.chars().take(MAX_LEN).collect()))
@@ -143,5 +152,7 @@ mod tests {
         assert_eq!(i.hints, [("RANK", "3".to_string()), ("WORLD_SIZE", "8".to_string())]);
         let long = parse(&[("CUDA_VISIBLE_DEVICES", &"7,".repeat(100))]);
         assert_eq!(long.hints[0].1.len(), 128);
+        let vllm = parse(&[("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0"), ("VLLM_USE_V1", "1"), ("RANK", "1")]);
+        assert_eq!(vllm.hints, [("RANK", "1".to_string()), ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0".to_string())]);
     }
 }

@@ -71,8 +71,8 @@ fn urgent_tick(r: &Reporter, s: &Session) -> bool {
 #[derive(Default)]
 pub(super) struct Urgent {
     /// Failed allocations asking for a write (a ticket each) / served up to (futex word).
-    requested: AtomicU32,
-    served: AtomicU32,
+    pub(super) requested: AtomicU32,
+    pub(super) served: AtomicU32,
     /// A wait found the writer stalled: later failures do not wait until it has served them all.
     stuck: AtomicBool,
     /// The flush thread's CPU-time clock (`pthread_getcpuclockid`), once it runs.

@@ -74,6 +74,7 @@ pub struct Explanation {
 /// (`folded_into`), under which every output shows it as one row; the first gets a title
 /// that names them all (`folded_title`).
 pub fn fold(mut found: Vec<Finding>) -> Vec<Finding> {
+    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Fold);
     let signature = |f: &Finding| match &f.detail {
         Detail::Failure(d) => Some(d.signature.clone()),
         Detail::Untracked(d) => Some(d.signature.clone()),
@@ -95,7 +96,8 @@ pub fn fold(mut found: Vec<Finding>) -> Vec<Finding> {
 }
 
 /// Explains a run from the parts of its analysis (`run_analysis::Analysis` computes them
-/// once): its device groups, its findings and the recommendation.
+/// once): its device groups, its findings (folded, by `Analysis::findings`) and the
+/// recommendation.
 pub fn explain(
     run: &Run,
     gs: &[DeviceGroup],
@@ -106,7 +108,6 @@ pub fn explain(
     let clock = Clock::of(&run.procs);
     let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible_lines()).collect();
 
-    let found = fold(found);
     let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
     let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
     // Observations with the same mechanism on several GPUs are one (as they are shown).

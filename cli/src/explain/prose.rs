@@ -107,6 +107,10 @@ pub fn failed_allocation(d: &FailDetail, device: &str, skipped: bool, minimum: O
         Part::Allocation => (fmt_bytes(d.bytes), String::new()),
         _ => (part.clone(), format!("{}, ", fmt_bytes(d.bytes))),
     };
+    let part = match &d.after_pool {
+        Some(a) => format!("{part} for {a}"),
+        None => part,
+    };
     let title = format!(
         "{name} could not allocate {part} on {} ({size}{}{}{})",
         gpu(device),
@@ -571,6 +575,10 @@ pub fn group_title(fs: &[&Finding]) -> Option<String> {
             let (part, size) = match d0.part_of {
                 Part::Allocation => (span(&bytes), String::new()),
                 _ => (d0.part.replace(" its ", " their "), format!("{}, ", span(&bytes))),
+            };
+            let part = match &d0.after_pool {
+                Some(a) => format!("{part} for {}", a.replace("its ", "their ")),
+                None => part,
             };
             Some(format!(
                 "{} could not allocate {part} on {where_} ({size}{}{}{})",

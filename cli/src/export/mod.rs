@@ -319,22 +319,32 @@ impl Synth {
 
 /// A category's new live bytes for one owner: (time in µs, member, record order within the
 /// member, owner, category, live bytes).
-type Step = (i64, usize, (i64, i64), String, &'static str, i64);
+type Step<'c> = (i64, usize, (i64, i64), String, &'c str, i64);
 
 fn synthesize(g: &DeviceGroup) -> Synth {
     let mut s = Synth::new(g.index);
     let us = |abs_us: i64| g.clock.since(abs_us);
+    // The six, then the device's own categories (a user's rules, a program's tags): none is
+    // folded away.
+    // (name in the report, name in the snapshot: one of the program's own called `unknown` is
+    // not the viewer's unattributed memory).
+    let others = g.other_categories();
+    let cats: Vec<(&str, std::borrow::Cow<str>)> = CATEGORIES
+        .iter()
+        .map(|c| (*c, std::borrow::Cow::Borrowed(*c)))
+        .chain(others.iter().map(|c| (c.as_str(), DeviceGroup::shown_category(c))))
+        .collect();
     let mut steps: Vec<Step> = Vec::new();
     for (order, m) in g.members.iter().enumerate() {
         let owner = format!("pid {}", m.pid());
         for sample in &m.dev.timeline {
-            for c in CATEGORIES {
-                steps.push((us(m.abs_us(sample)), order, sample.stamp().key(), owner.clone(), c, sample.cat(c)));
+            for (c, shown) in &cats {
+                steps.push((us(m.abs_us(sample)), order, sample.stamp().key(), owner.clone(), shown, sample.cat(c)));
             }
         }
         if let Some(end) = m.ended_us() {
-            for c in CATEGORIES {
-                steps.push((us(end), order, (i64::MAX, 0), owner.clone(), c, 0));
+            for (_, shown) in &cats {
+                steps.push((us(end), order, (i64::MAX, 0), owner.clone(), shown, 0));
             }
         }
     }

@@ -43,6 +43,11 @@ pub struct Input {
     /// `--enforce-eager`): no matching query means 0, and the rank's inputs are still complete.
     #[serde(default)]
     pub optional: bool,
+    /// An environment switch of the engine (kept in the report's `process.env`) that, set to
+    /// 0, makes the engine measure the input without applying it: it counts 0 then (vLLM's
+    /// VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; unset means on).
+    #[serde(default)]
+    pub applied_unless_env_zero: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -71,6 +76,37 @@ pub struct Margin {
     /// for (the first that applies).
     #[serde(default)]
     pub without: Vec<MarginWithout>,
+    /// What follows the pool as the engine estimated it before the pool, when the engine
+    /// measured its estimate without applying it (vLLM's CUDA graphs with
+    /// VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): everything after the pool, the failed
+    /// request included, instead of `mib`.
+    #[serde(default)]
+    pub estimate: Option<Estimate>,
+}
+
+/// An estimate the engine measures from samples: the free memory across the first of the
+/// input's matching query pairs, plus the second pair's (at least `min_per_item_mib`) for each
+/// further item, the items counted from the command line (`count`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Estimate {
+    /// The formula input (`cudagraph_estimate`) whose queries bracket the samples.
+    pub input: String,
+    pub what: String,
+    pub min_per_item_mib: i64,
+    pub count: ItemCount,
+    pub source: String,
+}
+
+/// How many items (CUDA graphs) the engine makes: the values of `list_flag` (comma-separated),
+/// else `small` up to the largest (`max_flag`, default `default_max`) and each range
+/// `[start, end, step]` (end exclusive, 0: none) below the largest plus one.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ItemCount {
+    pub list_flag: String,
+    pub max_flag: String,
+    pub default_max: i64,
+    pub small: Vec<i64>,
+    pub ranges: Vec<[i64; 3]>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -154,6 +190,18 @@ pub struct Sizing {
     /// When the weights alone leave too little: the flags that split them over more GPUs.
     #[serde(default)]
     pub weights_split: Option<WeightsSplit>,
+    /// A flag that sets the pool's bytes instead of the formula (vLLM's
+    /// `--kv-cache-memory-bytes`).
+    #[serde(default)]
+    pub pool_bytes_flag: Option<PoolBytesFlag>,
+}
+
+/// The flag that sizes the pool in bytes, what it costs, and the engine's code.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct PoolBytesFlag {
+    pub flag: String,
+    pub cost: String,
+    pub source: String,
 }
 
 /// The tensor-parallel size that divides the weights among the ranks (`--tp-size`, `--tp`).

@@ -484,10 +484,15 @@ fn sglang_symmetric_memory_window_after_the_pool_is_comm_and_lower_works_when_ap
     choices(a);
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={rec:.2}")), 0);
     assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
-    let (_s1, _d1, code) = sglang_symm("advice_symm_rec", rec, &[]);
+    let (_s1, d1, code) = sglang_symm("advice_symm_rec", rec, &[]);
     assert_eq!(code, 0, "the recommended {rec:.2} starts");
-    let (_s2, _d2, code) = sglang_symm("advice_symm_beyond", rec + 0.02, &[]);
+    let (_s2, d2, code) = sglang_symm("advice_symm_beyond", rec + 0.02, &[]);
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+    // whatif on the reruns agrees with each rerun.
+    for d in [&d1, &d2] {
+        assert_eq!(whatif(d, &format!("mem_fraction_static={rec:.2}")), 0, "{}", d.display());
+        assert_eq!(whatif(d, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1, "{}", d.display());
+    }
     every_alternative_starts(a, "advice_symm", |n, v, extra| sglang_symm(n, v, extra).2);
 }
 
@@ -537,10 +542,15 @@ fn sglang_draft_named_on_disk_gets_a_value_that_starts() {
     eprintln!("draft on disk: explain recommends {rec:.2}: {lines:?}");
     // Without the draft's size the value was 0.94, which fails: this one is below it.
     assert!(rec < 0.94 && rec > 0.80, "{a:#}");
-    let (_s1, _d1, code) = sglang_draft_on_disk("advice_draft_disk_rec", rec, &draft, &[]);
+    let (_s1, d1, code) = sglang_draft_on_disk("advice_draft_disk_rec", rec, &draft, &[]);
     assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
-    let (_s2, _d2, code) = sglang_draft_on_disk("advice_draft_disk_beyond", rec + 0.02, &draft, &[]);
+    let (_s2, d2, code) = sglang_draft_on_disk("advice_draft_disk_beyond", rec + 0.02, &draft, &[]);
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+    // whatif on the rerun that started (its draft loaded whole after the pool) agrees with
+    // both reruns.
+    assert_eq!(whatif(&d1, &format!("mem_fraction_static={rec:.2}")), 0);
+    assert_eq!(whatif(&d1, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
+    let _ = d2;
     every_alternative_starts(a, "advice_draft_disk", |n, v, extra| sglang_draft_on_disk(n, v, &draft, extra).2);
 }
 
@@ -615,4 +625,103 @@ fn sglang_draft_weights_after_sizing_are_named_and_0_5_23_counts_them() {
     // sglang 0.5.23's order: the draft weights are loaded before the sizing query and counted.
     let (_s3, _d3, code) = sglang_draft("advice_draft_counted", 0.95, &["--draft-before-sizing"]);
     assert_eq!(code, 0, "with the draft weights counted (0.5.23), 0.95 starts");
+}
+
+/// vllm-project/vllm issue 7553's shape: CUDA graphs captured after the KV cache, outside the
+/// `--gpu-memory-utilization` budget. vLLM 0.33's order (vllm/v1/worker/gpu_worker.py): the
+/// profile run inside memory_profiling, the CUDA-graph estimate (profile_cudagraph_memory,
+/// the two largest sizes captured into a throwaway pool), the KV cache sized in
+/// Worker.determine_available_memory and allocated, then compile_or_warm_up_model ->
+/// capture_model. With VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 the estimate is measured but
+/// not subtracted (as before 0.21), so the capture of the largest size (its graph workspace:
+/// 3 GiB at --max-cudagraph-capture-size 128) runs out of memory after the KV cache. Two
+/// ranks on two simulated 24 GiB GPUs, 8 GiB of weights each, NCCL's all-reduce.
+fn vllm_graphs(name: &str, utilization: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
+    let mut sim = Sim::new(name);
+    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+    let truth = sim.scratch().join("truth");
+    sim.env("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0").env("ENGINE_SIM_TRUTH_DIR", &truth);
+    let mut args: Vec<String> = [
+        "--tp",
+        "2",
+        "--model-mib",
+        "8192",
+        "--layers",
+        "8",
+        "--disable-custom-all-reduce",
+        "--graph-workspace-mib",
+        "12288",
+        "--gpu-memory-utilization",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(format!("{utilization:.2}"));
+    // The largest capture size: the run's own unless an alternative sets it.
+    if !extra.contains(&"--max-cudagraph-capture-size") {
+        args.extend(["--max-cudagraph-capture-size".to_string(), "128".to_string()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (out, code) = start(&sim, "run", "vllm_server.py", &args);
+    (sim, out, code)
+}
+
+#[test]
+fn vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts() {
+    let (s, dir, code) = vllm_graphs("advice_vllm_graphs95", 0.95, &[]);
+    assert_eq!(code, 1, "the graph capture after the KV cache fails at 0.95");
+    // The failed run's categories are the truth's: the KV cache whole, the failed capture no
+    // part of it.
+    categories_match_the_truth(&dir, &s.scratch().join("truth"), &["kv_pool", "weights", "graphs"]);
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1);
+    let fails: Vec<&Value> = v["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "failed_allocation").collect();
+    assert!(!fails.is_empty(), "{v:#}");
+    for f in &fails {
+        let title = f["title"].as_str().unwrap();
+        assert_eq!(f["detail"]["category"], "graphs", "{f:#}");
+        assert!(title.contains("CUDA graph capture after its KV cache"), "{title}");
+        assert!(!f["text"].as_str().unwrap().contains("the pool so far"), "{f:#}");
+    }
+    let a = &v["what_to_change"];
+    eprintln!("{:#}", a["lines"]);
+    assert_eq!((a["engine"].as_str(), a["flag"].as_str()), (Some("vLLM"), Some("--gpu-memory-utilization")), "{a:#}");
+    assert_eq!(a["direction"], "lower", "{a:#}");
+    let rec = a["recommended"].as_f64().unwrap();
+    // Both bounds: the KV cache stays positive above the one, the graphs fit below the other.
+    let (lo, hi) = (a["interval"]["at_least"].as_f64().unwrap(), a["interval"]["at_most"].as_f64().unwrap());
+    assert!(lo < rec && rec <= hi && hi < 0.95, "{a:#}");
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines.iter().any(|l| l.starts_with(&format!("Lower --gpu-memory-utilization from 0.95 to at most {rec:.2}"))), "{lines:?}");
+    // The sizing query is the one vLLM sized from (memory_profiling's after the profile run),
+    // and the KV cache is the pool, not an arrival.
+    assert!(lines.iter().any(|l| l.contains("after the sizing query (memory_profiling)")), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("kv_pool allocations")), "{lines:?}");
+    // The alternatives, each with the KV cache it leaves, ranked by it: the graphs off and the
+    // largest capture size lowered keep the whole KV cache, the KV cache's size set directly
+    // keeps what the failure leaves room for, the lower utilization a little less.
+    let ch = choices(a);
+    let flags: Vec<&str> = ch.iter().map(|c| c.0.as_str()).collect();
+    for want in ["--enforce-eager", "--max-cudagraph-capture-size", "--kv-cache-memory-bytes", "--gpu-memory-utilization"] {
+        assert!(flags.contains(&want), "{want}: {a:#}");
+    }
+    assert_eq!(flags.last(), Some(&"--gpu-memory-utilization"), "the parameter keeps the least: {a:#}");
+    let n = ch.iter().find(|c| c.0 == "--max-cudagraph-capture-size").and_then(|c| c.4).unwrap();
+    assert!((1..128).contains(&n), "{a:#}");
+    for l in &lines[..ch.len()] {
+        assert!(l.contains("the pool keeps") || l.contains("the pool shrinks from"), "{l}");
+    }
+    // Applied: it starts; 0.02 beyond, it still fails; whatif says the same of both, on the
+    // failed run and on the reruns.
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={:.2}", rec + 0.02)), 1);
+    let (_s1, d1, code) = vllm_graphs("advice_vllm_graphs_rec", rec, &[]);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
+    let (_s2, d2, code) = vllm_graphs("advice_vllm_graphs_beyond", rec + 0.02, &[]);
+    assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
+    for d in [&d1, &d2] {
+        assert_eq!(whatif(d, &format!("gpu_memory_utilization={rec:.2}")), 0, "{}", d.display());
+        assert_eq!(whatif(d, &format!("gpu_memory_utilization={:.2}", rec + 0.02)), 1, "{}", d.display());
+    }
+    every_alternative_starts(a, "advice_vllm_graphs", |n, v, extra| vllm_graphs(n, v, extra).2);
 }

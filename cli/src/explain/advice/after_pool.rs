@@ -39,6 +39,71 @@ pub fn flag_number(run: &Run, flag: &str) -> Option<f64> {
         .or_else(|| run.summary.as_ref().and_then(|m| engines::flag_value(&m.command, flag)))
 }
 
+/// The number of items `c` counts on the run's command line (a process's, or the command
+/// `culedger run` recorded).
+fn item_count(run: &Run, c: &engines::ItemCount) -> i64 {
+    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|m| &m.command[..]));
+    for argv in lines {
+        let mut it = argv.iter();
+        while let Some(a) = it.next() {
+            let list = if *a == c.list_flag { it.next().cloned() } else { a.strip_prefix(&format!("{}=", c.list_flag)).map(String::from) };
+            if let Some(list) = list {
+                let mut v: Vec<i64> = list.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                v.sort_unstable();
+                v.dedup();
+                return v.len() as i64;
+            }
+        }
+    }
+    let top = flag_number(run, &c.max_flag).map_or(c.default_max, |n| n as i64);
+    count_up_to(c, top)
+}
+
+/// The number of items `c` counts up to the largest `top`.
+pub fn count_up_to(c: &engines::ItemCount, top: i64) -> i64 {
+    let small = c.small.iter().filter(|&&n| n <= top).count() as i64;
+    let ranges: i64 = c
+        .ranges
+        .iter()
+        .map(|&[start, end, step]| {
+            let end = if end > 0 { end.min(top + 1) } else { top + 1 };
+            if end <= start || step <= 0 {
+                0
+            } else {
+                (end - start + step - 1) / step
+            }
+        })
+        .sum();
+    small + ranges
+}
+
+/// What follows the pool on member `m` as the engine estimated it before the pool, when the
+/// pack has such an estimate and the process measured it without applying it (its input's
+/// switch is 0 in the report's environment): the first sample plus the second (at least the
+/// pack's minimum) for each further item, as vLLM 0.33's profile_cudagraph_memory computes it.
+pub fn estimate(run: &Run, s: &Sizing, m: Member) -> Option<i64> {
+    estimate_parts(run, s, m).map(|(first, per, n)| first + (n - 1) * per)
+}
+
+/// The parts of [`estimate`]: the first sample, the per-item sample and the item count.
+pub fn estimate_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64)> {
+    let e = s.after_pool.estimate.as_ref()?;
+    let input = s.inputs.get(&e.input)?;
+    let switch = input.applied_unless_env_zero.as_ref()?;
+    let off = m.report.process.env.get(switch).and_then(|x| x.trim().parse::<i64>().ok()) == Some(0);
+    if !off {
+        return None;
+    }
+    let st = culedger_analysis::steps::steps(m);
+    let q = super::evaluation::matching_queries(m, &st, &input.callers);
+    let free = |j: usize| st[j].told().and_then(|p| p.free_bytes).unwrap_or(0);
+    let sample = |k: usize| q.get(2 * k + 1).map(|&b| (free(q[2 * k]) - free(b)).max(0));
+    let first = sample(0)?;
+    let per = sample(1).unwrap_or(0).max(e.min_per_item_mib << 20);
+    let n = item_count(run, &e.count).max(1);
+    Some((first, per, n))
+}
+
 /// What follows the pool per token, on one rank at the run's value.
 #[derive(Debug, Clone, Copy)]
 pub struct Growth {

@@ -105,7 +105,7 @@ fn param_value(run: &Run, s: &Sizing) -> (f64, String) {
 }
 
 /// The process's queries on `m`'s device whose frames match `callers`, as step indices.
-fn matching_queries(m: Member, st: &[Step], callers: &[String]) -> Vec<usize> {
+pub(super) fn matching_queries(m: Member, st: &[Step], callers: &[String]) -> Vec<usize> {
     (0..st.len())
         .filter(|&i| match st[i].kind {
             Kind::Query(p) => p.error == 0 && engines::matching_frame(m.report, p.site, callers).is_some(),
@@ -219,12 +219,29 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                     }
                     _ => p.free_bytes.unwrap_or(0),
                 };
-                own.insert(name.clone(), v);
+                // Measured but not applied: the engine's switch is off in this process.
+                let off = input.applied_unless_env_zero.as_ref().is_some_and(|k| {
+                    m.report.process.env.get(k).and_then(|x| x.trim().parse::<i64>().ok()) == Some(0)
+                });
+                own.insert(name.clone(), if off { 0 } else { v });
             }
             let q = idx.get(&s.sizing_query).copied().unwrap_or_else(|| idx.values().copied().max().unwrap_or(0));
             let function = probe_of(&st[q])
                 .and_then(|p| engines::matching_frame(m.report, p.site, &s.inputs[&s.sizing_query].callers))
                 .map(|f| f.function.clone());
+            // A span the engine brackets with queries after its sizing query and before its
+            // pool (vLLM 0.33's CUDA-graph estimate: profile_cudagraph_memory captures into a
+            // throwaway pool between the profile run and the KV cache, and gives it back): the
+            // pool follows the span's last query, and what arrived after sizing is counted from
+            // there.
+            let q = s
+                .inputs
+                .values()
+                .filter(|i| i.value == "drop")
+                .flat_map(|i| matching_queries(*m, &st, &i.callers))
+                .filter(|&j| j > q && st[j].told().is_some())
+                .max()
+                .unwrap_or(q);
             ranks.push(RankSizing {
                 pid: m.pid(),
                 start_us: m.report.process.start_us(),
@@ -447,6 +464,9 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
         let pool_burst = burst_after(&st, q);
         let growth = super::after_pool::growth(&ev.sizing, m, r.query_function.as_ref(), r.pool_bytes);
         let per_pool_byte = growth.map_or(0.0, |g| g.per_pool_byte);
+        // The engine's own estimate of what follows the pool, measured and not applied.
+        let estimate = super::after_pool::estimate(run, &ev.sizing, m);
+        let growth = growth.or(estimate.map(|b| super::after_pool::Growth { tokens: 0, bytes: b, per_pool_byte: 0.0 }));
         let fail = (q + 1..st.len()).find(|&i| st[i].failure().is_some()).filter(|_| r.complete);
         // (failed, free at the end, the pool so far, still needed, margin)
         let (failed, free, pool, still, margin_bytes) = match fail {

@@ -219,6 +219,8 @@ struct Bound {
     /// A draft model's weights still loading when the start failed, counted whole: the draft,
     /// what the rank had loaded of it, and what it still needed (`draft`).
     draft: Option<(draft::Draft, i64, i64)>,
+    /// The engine's estimate of what follows the pool, when it stood for the margin.
+    estimate: Option<i64>,
 }
 
 /// The recommendation for a run whose start failed, from the engine's formula evaluated on
@@ -303,6 +305,7 @@ pub fn advise_measured(
                 alts: Vec::new(),
                 failed_after_pool: None,
                 draft: None,
+                estimate: None,
             });
         }
         let st = steps::steps(m);
@@ -331,6 +334,10 @@ pub fn advise_measured(
         // what grows with the pool's tokens is on top of the fixed margin and shrinks with it.
         // A measured margin holds what grew with the pool's tokens already.
         let growth = after_pool::growth(s, m, r.query_function.as_ref(), r.pool_bytes).filter(|_| from_rules);
+        // The engine's own estimate of what follows the pool, measured and not applied: all of
+        // what follows, the failed request included (like the per-token part).
+        let estimate = after_pool::estimate(run, s, m).filter(|_| from_rules && after_pool.is_some());
+        let growth = growth.or(estimate.map(|b| after_pool::Growth { tokens: 0, bytes: b, per_pool_byte: 0.0 }));
         // A measured margin is everything that followed the pool in the run that started, the
         // request that failed here included (it succeeded there): like the rules' margin with
         // its per-token part, it is not added again on top of the failed request.
@@ -346,7 +353,16 @@ pub fn advise_measured(
         }
         // A failure inside the pool: the rest of the pool is not something a lever removes.
         let failed = if after_pool.is_some() { Some((f, need)) } else { None };
-        let alts = alternatives(s, m, Some(&recon.items), failed);
+        let mut alts = alternatives(s, m, Some(&recon.items), failed);
+        // The levers of the graphs take away the rest of the engine's estimate of them too.
+        if estimate.is_some() {
+            for a in alts.iter_mut() {
+                if s.alternatives.iter().any(|x| x.flag == a.flag && x.categories.iter().any(|c| c == "graphs")) {
+                    a.bytes += margin;
+                    a.apis.push("the rest of vLLM's estimate of them".to_string());
+                }
+            }
+        }
         bounds.push(Bound {
             at_most: true,
             at: p0 - after_pool::lowering(deficit, ev.scale_bytes, growth),
@@ -359,6 +375,7 @@ pub fn advise_measured(
             alts,
             failed_after_pool: after_pool.map(|_| (need, f.category.clone())),
             draft,
+            estimate,
         });
     }
     if !bounds.iter().any(|b| b.broken) {
@@ -386,6 +403,10 @@ pub fn advise_measured(
     };
     let r = &ev.ranks[deciding.rank];
     let margin = deciding.margin;
+    let margin_what = match (deciding.estimate, s.after_pool.estimate.as_ref()) {
+        (Some(b), Some(e)) => format!("{} ({} GiB in all, the failed request included)", e.what, gib(b)),
+        _ => margin_what,
+    };
     let pool_before = r.pool_bytes;
     let pool_after = recommended.map(|v| ev.pool_at(r, v));
     let (reserve_words, reserve_bytes) = ev.reserve(r, p0);
@@ -460,7 +481,29 @@ pub fn advise_measured(
         let cap = bounds.iter().filter(|b| b.at_most && b.recon.is_none()).map(|b| floor2(b.at)).fold(floor2(p0), f64::min);
         let mut v = cap.min(s.parameter.max);
         let mut found = None;
-        while v >= lo - 1e-9 {
+        // The engine's estimate of the graphs stood for what follows the pool: at a largest
+        // size n its first sample (the largest capture) scales with n and every further graph
+        // costs the per-graph sample, the graphs counted as the engine chooses its sizes.
+        let parts = s
+            .after_pool
+            .estimate
+            .as_ref()
+            .filter(|_| fails.iter().any(|b| b.estimate.is_some()))
+            .and_then(|e| after_pool::estimate_parts(run, s, m).map(|p| (e, p)));
+        if let Some((e, (first, per, count))) = parts {
+            let est = first + (count - 1) * per;
+            while v >= lo - 1e-9 && found.is_none() {
+                let ok = |n: i64| {
+                    let at_n = first * n / n0 + (after_pool::count_up_to(&e.count, n).max(1) - 1) * per;
+                    fails.iter().all(|b| b.deficit as f64 - (p0 - v) * ev.scale_bytes as f64 <= (est - at_n) as f64)
+                };
+                found = (1..n0).rev().find(|&n| ok(n)).map(|n| (v, n));
+                if found.is_none() {
+                    v = floor2(v - 0.01 + 1e-9);
+                }
+            }
+        }
+        while found.is_none() && v >= lo - 1e-9 {
             // The share of what the feature took that must go on each rank.
             let share = fails
                 .iter()
@@ -489,10 +532,36 @@ pub fn advise_measured(
             parameter_only: false,
             value: v,
             pool_bytes: ev.pool_at(r, v),
-            removes_bytes: t - t * n / n0,
+            removes_bytes: match parts {
+                Some((e, (first, per, count))) => {
+                    (count - after_pool::count_up_to(&e.count, n).max(1)) * per + first - first * n / n0
+                }
+                None => t - t * n / n0,
+            },
             lever_value: Some(n),
             lever_was: Some(n0),
         });
+    }
+    // A flag that sizes the pool in bytes (vLLM's --kv-cache-memory-bytes): at the run's value
+    // (or the highest the refusal checks allow), the pool the failures leave room for: the
+    // run's pool less the largest deficit, in whole MiB.
+    if let Some(pb) = s.pool_bytes_flag.as_ref().filter(|_| !after_pool::on_command_line(run, &s.pool_bytes_flag.as_ref().map_or(String::new(), |x| x.flag.clone()))) {
+        let deficit = bounds.iter().filter(|b| b.at_most && b.recon.is_some()).map(|b| b.deficit).max();
+        let cap = bounds.iter().filter(|b| b.at_most && b.recon.is_none()).map(|b| floor2(b.at)).fold(p0, f64::min);
+        if let Some(d) = deficit {
+            let bytes = ((pool_before - d) >> 20) << 20;
+            if bytes > 0 && cap >= lo {
+                choices.push(Choice {
+                    flag: pb.flag.clone(),
+                    parameter_only: false,
+                    value: cap,
+                    pool_bytes: bytes,
+                    removes_bytes: 0,
+                    lever_value: Some(bytes),
+                    lever_was: None,
+                });
+            }
+        }
     }
     // No value starts and the weights are what leaves too little: split them over more GPUs
     // (the smallest doubling of the tensor-parallel size whose weights per rank leave the pool
@@ -660,6 +729,14 @@ pub fn advise_measured(
                     gib(c.pool_bytes)
                 ),
                 (Some(n), Some(n0)) => scale_line(c, n, n0),
+                (Some(b), None) => format!(
+                    "Or set the KV cache's size instead ({} {b}{}): the pool keeps {} GiB per rank, what the failures \
+                     leave room for; the cost: {}",
+                    c.flag,
+                    if (c.value - p0).abs() < 1e-9 { String::new() } else { format!(" with {flag} at most {:.2}", c.value) },
+                    gib(c.pool_bytes),
+                    s.pool_bytes_flag.as_ref().map_or("", |x| x.cost.as_str())
+                ),
                 _ => alt_line(c),
             };
             lines.push(match (l.strip_prefix("Or disable"), l.strip_prefix("Or lower")) {
@@ -753,7 +830,9 @@ pub fn advise_measured(
             "The value leaves a margin of {} GiB for {}, which the failed run never reached, so {}",
             gib(margin),
             margin_what,
-            if from_rules {
+            if deciding.estimate.is_some() {
+                format!("it is the engine's own estimate, measured before the pool (rules/{}.json, after_pool.estimate)", ev.pack)
+            } else if from_rules {
                 format!("the reports cannot size it (rules/{}.json, after_pool)", ev.pack)
             } else {
                 "its reports cannot size it".to_string()

@@ -255,6 +255,7 @@ fn failure_finding(
         // Written from `part_of` by the words (`prose::word`).
         part: String::new(),
         part_of: part,
+        after_pool: graph_capture_after_pool(st, i, category),
         category: category.map(str::to_string),
         burst_attempts: burst.len(),
         burst_bytes: burst.iter().map(|&j| st[j].bytes).sum(),
@@ -284,6 +285,16 @@ fn failure_finding(
         folded_into: None,
         folded_title: None,
     }
+}
+
+/// A failed request of the CUDA graphs' (its own call site's category) made after the process
+/// allocated its KV pool: the graph capture after the pool (vLLM's compile_or_warm_up_model ->
+/// capture_model after initialize_from_config; SGLang's init_cuda_graphs after
+/// init_memory_pool), named as such.
+fn graph_capture_after_pool(st: &[Step], i: usize, category: Option<&str>) -> Option<String> {
+    let kv = crate::model::CATEGORIES.iter().position(|c| *c == "kv_pool")?;
+    (category == Some("graphs") && st[..i].iter().any(|s| s.cats[kv] > 0))
+        .then(|| "its CUDA graph capture after its KV cache".to_string())
 }
 
 /// What failed of a pool: the call, its size and which part of the pool it was.

@@ -92,6 +92,44 @@ class GPUModelRunner:
     def _reshape_kv_cache_tensors(self, kv_cache_config, kv_cache_raw_tensors):
         return {name: t.view(-1) for name, t in kv_cache_raw_tensors.items()}
 
+    def _graph_workspace_bytes(self, num_tokens):
+        """Simulation: --graph-workspace-mib at a largest size of 512, in proportion to the
+        largest size captured (the first, `num_tokens`)."""
+        return (self.vllm_config.graph_workspace_mib << 20) * num_tokens // 512
+
+    def profile_cudagraph_memory(self):
+        """vllm 0.33 GPUModelRunner.profile_cudagraph_memory: the two largest sizes captured
+        into a throwaway pool, each between two free-memory queries; the first capture's cost
+        plus the second's (at least 1 MiB) for each further graph is the estimate. The pool
+        is given back afterwards."""
+        sizes = sorted(self.vllm_config.cudagraph_capture_sizes, reverse=True)
+        if not sizes:
+            return 0
+        wrapper = CUDAGraphWrapper(self._dummy_run, self._graph_workspace_bytes)
+        profiling_pool = wrapper.graph_pool
+        samples = []
+        # vLLM captures inside graph_capture(); the simulation captures on a side stream without
+        # the simulated custom all-reduce's buffer registration (its IPC opens of the peers'
+        # graph buffers, which the real capture after the KV cache makes).
+        with truth.category("graphs"), torch.cuda.stream(torch.cuda.Stream()):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            for num_tokens in sizes[:2]:
+                mem_before = torch.cuda.mem_get_info()[0]
+                wrapper(num_tokens)
+                torch.cuda.synchronize()
+                samples.append(mem_before - torch.cuda.mem_get_info()[0])
+        CUDAGraphWrapper.clear_all_graphs()
+        CUDAGraphWrapper._all_instances.remove(wrapper)
+        del wrapper
+        import torch._cuda_runtime as _crt
+        _crt.rt().c10.c10sim_release_pool(profiling_pool)
+        torch.cuda.empty_cache()
+        per_graph = max(samples[1] if len(samples) > 1 else 0, 1 << 20)
+        estimate = samples[0] + per_graph * (len(sizes) - 1)
+        say(f"[rank {get_tp_group().rank}] Estimated CUDA graph memory: {estimate / 2**30:.2f} GiB total")
+        return int(estimate)
+
     def capture_model(self):
         start_time = time.perf_counter()
         start_free_gpu_memory = torch.cuda.mem_get_info()[0]
@@ -102,6 +140,6 @@ class GPUModelRunner:
             f"secs, took {(start_free_gpu_memory - end_free_gpu_memory) / 2**30:.2f} GiB")
 
     def _capture_cudagraphs(self):
-        self.cudagraph_wrapper = CUDAGraphWrapper(self._dummy_run)
+        self.cudagraph_wrapper = CUDAGraphWrapper(self._dummy_run, self._graph_workspace_bytes)
         for num_tokens in sorted(self.vllm_config.cudagraph_capture_sizes, reverse=True):
             self.cudagraph_wrapper(num_tokens)

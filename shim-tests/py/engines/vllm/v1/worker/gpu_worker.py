@@ -8,6 +8,7 @@ import gc
 import torch
 from simtruth import say, truth
 
+from vllm import envs
 from vllm.distributed.parallel_state import ensure_model_parallel_initialized, init_distributed_environment
 from vllm.utils.mem_utils import MemorySnapshot, memory_profiling
 
@@ -48,15 +49,30 @@ class Worker:
 
     @torch.inference_mode()
     def determine_available_memory(self):
+        gib = 1 << 30
+        if self.vllm_config.kv_cache_memory_bytes:
+            # vllm 0.33: still a profile run (it compiles for max_num_batched_tokens), no
+            # memory profiling, and the KV cache is what the flag says.
+            self.model_runner.profile_run()
+            say(f"[rank {self.rank}] Initial free memory {self.init_snapshot.free_memory / gib:.2f} GiB, reserved "
+                f"{self.vllm_config.kv_cache_memory_bytes / gib:.2f} GiB memory for KV Cache as specified by "
+                f"kv_cache_memory_bytes config and skipped memory profiling.")
+            return int(self.vllm_config.kv_cache_memory_bytes)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         with memory_profiling(self.init_snapshot, weights_memory=int(self.model_runner.model_memory_usage)) as result:
             self.model_runner.profile_run()
-        self.available_kv_cache_memory_bytes = self.requested_memory - result.non_kv_cache_memory
-        gib = 1 << 30
+        # vllm 0.33: the CUDA graphs estimated after the profile run whenever graphs will be
+        # captured; subtracted only when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on.
+        cudagraph_memory_estimate = 0
+        if not self.vllm_config.enforce_eager:
+            cudagraph_memory_estimate = self.model_runner.profile_cudagraph_memory()
+        applied = cudagraph_memory_estimate if envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS else 0
+        self.available_kv_cache_memory_bytes = self.requested_memory - result.non_kv_cache_memory - applied
         say(f"[rank {self.rank}] Available KV cache memory: {self.available_kv_cache_memory_bytes / gib:.2f} GiB "
             f"(requested {self.requested_memory / gib:.2f}, weights {result.weights_memory / gib:.2f}, "
             f"peak activation {result.torch_peak_increase / gib:.2f}, non-torch {result.non_torch_increase / gib:.2f}, "
+            f"CUDA graph estimate {applied / gib:.2f} of {cudagraph_memory_estimate / gib:.2f}, "
             f"free after profiling {result.after_profile.free_memory / gib:.2f})")
         gc.collect()
         return int(self.available_kv_cache_memory_bytes)
