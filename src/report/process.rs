@@ -245,6 +245,7 @@ mod tests {
                 "exit": "running", "exit_code": null, "signal": null, "forked_from": 7,
                 "start_unix_us": 1_000_123, "run_id": "r1", "run_id_source": "env",
                 "title": null, "comm": "python3", "env": {"RANK": "0"},
+                "visible_devices": null,
             })
         );
     }
