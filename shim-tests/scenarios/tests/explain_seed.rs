@@ -125,7 +125,9 @@ fn nccl_starts_and_custom_allreduce_runs_out_of_memory_after_the_query() {
     assert!(head.contains("cudaDeviceEnablePeerAccess (+7.00 GiB), other processes' contexts (+3.50 GiB)"), "{head}");
 }
 
-/// `s` with what changes from one run to the next masked: pids (`27519`, `27520-27526`), times
+/// `s` with what changes from one run to the next masked: pids (the numbers after `pid` or
+/// `pids`: `27519`, `27520-27526`, `7099-7101, 7103`; a CI container's pids are small, so a pid
+/// is known by the word before it, never by its width), times
 /// on the run's clock (`4.222s`), the wall-clock start (`2026-12-04`, `01:31:28.151`) and table
 /// rules (their width follows the widest value). Every other token, the figures included,
 /// must be the same in every run.
@@ -134,14 +136,6 @@ fn mask(s: &str) -> Vec<String> {
         let digits = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit());
         if !core.is_empty() && core.chars().all(|c| "+-=|".contains(c)) {
             return Some("RULE");
-        }
-        if digits(core) && core.len() >= 4 {
-            return Some("PID");
-        }
-        if let Some((a, b)) = core.split_once('-') {
-            if digits(a) && digits(b) && a.len() >= 4 && b.len() >= 4 {
-                return Some("PID");
-            }
         }
         if let Some((a, b)) = core.strip_suffix('s').and_then(|t| t.split_once('.')) {
             if digits(a) && digits(b) && b.len() == 3 {
@@ -154,10 +148,21 @@ fn mask(s: &str) -> Vec<String> {
         }
         None
     };
+    let pid_like = |x: &str| {
+        let digits = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit());
+        digits(x) || x.split_once('-').is_some_and(|(a, b)| digits(a) && digits(b))
+    };
+    // After `pid`/`pids`, numbers are pids for as long as the list goes on (`7099-7101, 7103`).
+    let mut in_pids = false;
     s.split_whitespace()
         .map(|tok| {
             let core = tok.trim_matches(|c: char| "(),;".contains(c));
             let core = core.strip_suffix(':').unwrap_or(core);
+            if in_pids && pid_like(core) {
+                in_pids = tok.ends_with(',');
+                return tok.replace(core, "PID");
+            }
+            in_pids = core == "pid" || core == "pids";
             match class(core) {
                 Some(k) => tok.replace(core, k),
                 None => tok.to_string(),
@@ -216,4 +221,16 @@ fn the_readme_shows_what_the_demo_prints() {
     for cmd in ["culedger report target/demo/custom-ar ", "culedger explain target/demo/custom-ar "] {
         assert!(screen.contains(cmd), "Go further works from the repository root: {cmd}\n{screen}");
     }
+}
+
+/// The mask knows a pid by the word before it: a CI container's pids (`335`) and a busy
+/// machine's (`7098`, a list with gaps) read alike, and no figure or GPU number is masked.
+#[test]
+fn the_mask_hides_pids_of_any_width_and_nothing_else() {
+    let small = "rank 0 (pid 335) GPU 0 84.44 GiB at 2.074s; 7 processes\n(pids 336-342) created";
+    let busy = "rank 0 (pid 7098) GPU 0 84.44 GiB at 2.869s; 7 processes\n(pids 7099-7101, 7103, 7105-7108) created";
+    assert_eq!(mask(small), mask(busy));
+    assert_ne!(mask(small), mask(&small.replace("GPU 0", "GPU 1")));
+    assert_ne!(mask(small), mask(&small.replace("84.44", "84.45")));
+    assert_ne!(mask(small), mask(&small.replace("7 processes", "6 processes")));
 }
