@@ -4,6 +4,7 @@
 //! (`title`, `text`, `process`, `what`, `part`, `status`) are filled by the CLI from the
 //! figures (`part` from [`FailDetail::part_of`], `status` from [`StartRow::ended`]).
 
+pub use crate::process::Who;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -409,28 +410,6 @@ impl ItemKind {
             ItemKind::DriverCost => "driver_cost",
             ItemKind::OtherProcesses => "other_processes",
             ItemKind::Context => "context",
-        }
-    }
-}
-
-/// How a process is named, as typed values: by its rank (`RANK`, else `LOCAL_RANK`) when it
-/// has one, else by its pid and label. The CLI words it (`rank 1 (pid 5102)`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Who {
-    Rank { rank: String, pid: i64 },
-    LocalRank { rank: String, pid: i64 },
-    Pid { pid: i64, label: String },
-}
-
-impl Who {
-    /// The name of the process of report `r`.
-    pub fn of(r: &crate::model::Report) -> Who {
-        let p = &r.process;
-        let get = |k: &str| p.env.get(k).filter(|v| !v.is_empty()).cloned();
-        match (get("RANK"), get("LOCAL_RANK")) {
-            (Some(rank), _) => Who::Rank { rank, pid: p.pid },
-            (None, Some(rank)) => Who::LocalRank { rank, pid: p.pid },
-            _ => Who::Pid { pid: p.pid, label: p.label() },
         }
     }
 }
