@@ -2,7 +2,7 @@
 //! as an engineer would write them, from the figures [`super::findings`] computed. Every
 //! time here is already on the run's clock.
 
-use super::callers;
+use culedger_analysis::callers;
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::findings::{
     Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
