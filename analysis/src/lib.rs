@@ -7,7 +7,8 @@
 //! ([`costs`]), two runs' figures side by side ([`compare`]), who allocated ([`sites`]: the
 //! callers' rows of a device, the callers that grew between two runs), how a process is named
 //! ([`process`]), how many times each part was computed ([`counts`]), and the thresholds the
-//! findings decide by ([`thresholds`]).
+//! findings decide by ([`thresholds`]), and the values of the CLI's JSON outputs (`explain`'s
+//! [`explain`], [`diff`], [`whatif`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
@@ -20,6 +21,7 @@ pub mod costs;
 pub mod engines;
 pub mod compare;
 pub mod counts;
+pub mod diff;
 pub mod explain;
 pub mod groups;
 pub mod load;
@@ -28,6 +30,7 @@ pub mod runs;
 pub mod sites;
 pub mod steps;
 pub mod thresholds;
+pub mod whatif;
 
 /// The report as the analysis reads it: the format crate the interposer writes it with.
 pub use culedger_format::report as model;

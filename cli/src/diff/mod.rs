@@ -12,83 +12,8 @@ use crate::model::CATEGORIES;
 use crate::run_analysis::Analysis;
 use crate::units::{fmt_bytes, fmt_delta};
 pub use culedger_analysis::compare::Row;
-use serde::Serialize;
+pub use culedger_analysis::diff::{DevDiff, Diff, ProbeDiff, ProbeSide, DIFF_SCHEMA};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The schema id of `culedger diff --format json` (docs/cli-json.md).
-pub const DIFF_SCHEMA: &str = "culedger-diff/1";
-
-#[derive(Debug, Serialize)]
-pub struct Diff {
-    /// Always [`DIFF_SCHEMA`].
-    pub schema: &'static str,
-    pub a: String,
-    pub b: String,
-    /// The run ids of each side.
-    pub a_run_ids: Vec<String>,
-    pub b_run_ids: Vec<String>,
-    /// The origin of each side's `at_us`: when its first process started (µs since the epoch).
-    pub a_t0_unix_us: i64,
-    pub b_t0_unix_us: i64,
-    /// One sentence: what changed most.
-    pub headline: String,
-    /// When one side's start failed: the first line of `culedger explain`'s "What to change"
-    /// for it (null otherwise).
-    pub what_to_change: Option<String>,
-    /// When the other side started: the margin What to change keeps for what the failed side
-    /// never reached, as the side that started measured it after its pool, in words and bytes
-    /// (null otherwise: explain's, the engine pack's fixed one).
-    pub what_to_change_margin: Option<String>,
-    pub margin_bytes: Option<i64>,
-    /// The categories the text lists (non-empty on either side, or all with --all-categories).
-    pub categories_shown: Vec<String>,
-    pub devices: Vec<DevDiff>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct DevDiff {
-    pub device: String,
-    /// Present in only one run: "a" or "b"; null when in both.
-    pub only_in: Option<String>,
-    /// Per category, sorted by absolute delta.
-    pub categories: Vec<Row>,
-    /// Tracked live, peak, untracked, driver costs, IPC imported.
-    pub totals: Vec<Row>,
-    pub probes: Vec<ProbeDiff>,
-    pub failures_a: Vec<String>,
-    pub failures_b: Vec<String>,
-    pub driver_costs: Vec<Row>,
-    /// Callers whose live bytes grew (`culedger_analysis::sites`).
-    pub sites: Vec<Row>,
-    /// Each side's pool reconciled from its sizing query (`culedger explain`), side by side;
-    /// null when neither side sized a pool on this device.
-    pub since_sizing: Option<since::SinceSizing>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ProbeDiff {
-    /// `first`, `sizing` (the last query before the largest allocation) or `last`.
-    pub which: String,
-    pub a: Option<ProbeSide>,
-    pub b: Option<ProbeSide>,
-    pub free_delta: Option<i64>,
-}
-
-#[derive(Debug, Serialize, Clone)]
-pub struct ProbeSide {
-    pub pid: i64,
-    pub label: String,
-    /// On that side's run clock (µs since its first process started).
-    pub at_us: i64,
-    pub t_ms: i64,
-    pub api: String,
-    pub free_bytes: Option<i64>,
-    pub total_bytes: Option<i64>,
-    /// For `sizing`: the allocation that followed.
-    pub before: Option<String>,
-    /// Category of the allocation that followed, when known.
-    pub before_category: Option<String>,
-}
 
 /// A short name for a run in sentences: the last path component (`custom-ar/`).
 pub(super) fn short(label: &str) -> String {

@@ -7,84 +7,8 @@ use crate::analysis::DeviceGroup;
 use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
 use crate::explain::recon::ItemKind;
 use crate::words::part as part_words;
-use culedger_analysis::explain::Part;
+pub use culedger_analysis::diff::{LineKind, SideFailure, SinceRow, SinceSizing};
 use crate::units::{fmt_bytes, fmt_delta};
-use serde::Serialize;
-
-/// One line of the side-by-side reconciliation: bytes on each side (null where that side
-/// has no such line or no sized pool) and B - A.
-#[derive(Debug, Clone, Serialize)]
-pub struct SinceRow {
-    pub name: String,
-    pub kind: LineKind,
-    pub a: Option<i64>,
-    pub b: Option<i64>,
-    pub delta: Option<i64>,
-}
-
-/// What a line of the reconciliation is (its `kind` in the JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LineKind {
-    /// Told free at the sizing query.
-    Told,
-    /// What was taken after it: the pool so far, allocations, hidden driver costs, other
-    /// processes, memory no report explains.
-    Pool,
-    Allocated,
-    DriverCost,
-    OtherProcesses,
-    Unexplained,
-    /// Free after the pool, or when it failed; what the failed attempt asked for; by how much
-    /// it was short.
-    Free,
-    Requested,
-    ShortBy,
-}
-
-impl LineKind {
-    /// Told first, then what was taken, then free, requested and short by.
-    fn rank(self) -> u8 {
-        match self {
-            LineKind::Told => 0,
-            LineKind::Free => 2,
-            LineKind::Requested => 3,
-            LineKind::ShortBy => 4,
-            _ => 1,
-        }
-    }
-
-    /// Memory taken after the sizing query.
-    pub fn taken(self) -> bool {
-        self.rank() == 1
-    }
-}
-
-/// What failed on one side: which part of the pool, its size, the category of the pool and
-/// the call.
-#[derive(Debug, Clone)]
-pub struct SideFailure {
-    pub part: Part,
-    pub bytes: i64,
-    pub category: Option<String>,
-    pub api: String,
-}
-
-/// The reconciliations of one device in A and in B.
-#[derive(Debug, Clone, Serialize)]
-pub struct SinceSizing {
-    /// The process reconciled on each side, and what failed there (`part (size, api)`).
-    pub a_process: Option<String>,
-    pub b_process: Option<String>,
-    pub a_failed: Option<String>,
-    pub b_failed: Option<String>,
-    /// What failed, in parts.
-    #[serde(skip)]
-    pub a_failure: Option<SideFailure>,
-    #[serde(skip)]
-    pub b_failure: Option<SideFailure>,
-    pub rows: Vec<SinceRow>,
-}
 
 /// (key, kind, bytes) lines of a window, amounts taken as positive.
 fn lines(w: &PoolWindow) -> Vec<(String, LineKind, i64)> {

@@ -1,0 +1,56 @@
+//! The values of `culedger whatif --format json` (`culedger-whatif/1`, docs/cli-json.md): the
+//! recorded start replayed through the engine's sizing formula with another value of its
+//! parameter, per rank. The CLI computes them and fills the fields that hold words
+//! (`process`, `formula`, `refused`, `never_reached`).
+
+use serde::Serialize;
+
+/// The schema id of `culedger whatif --format json`.
+pub const WHATIF_SCHEMA: &str = "culedger-whatif/1";
+
+#[derive(Debug, Serialize)]
+pub struct RankResult {
+    pub pid: i64,
+    pub process: String,
+    pub host: String,
+    pub device: i64,
+    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
+    pub pool_bytes: i64,
+    pub recorded_pool_bytes: i64,
+    pub arrivals_bytes: i64,
+    /// Free memory left at the point the recorded run reached, minus what was still needed
+    /// there and the margin (negative: it does not fit). Never more than the sizing query
+    /// told the rank (the free memory after the weights) less the pool.
+    pub left_bytes: i64,
+    pub margin_bytes: i64,
+    /// `left_bytes` before the margin: what the start-up itself leaves.
+    pub startup_left_bytes: i64,
+    /// The start-up fits (no refusal, nothing short) without counting what the run never
+    /// reached.
+    pub fits_at_startup: bool,
+    /// The start-up fits and leaves the margin for what the run never reached.
+    pub fits: bool,
+    /// The engine's own check that would refuse the start, if one does.
+    pub refused: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WhatIf {
+    pub schema: &'static str,
+    pub label: String,
+    pub engine: String,
+    pub function: String,
+    pub formula: String,
+    pub parameter: String,
+    pub recorded_value: f64,
+    pub value: f64,
+    pub ranks: Vec<RankResult>,
+    /// Every rank's start-up fits (the margin aside).
+    pub fits_at_startup: bool,
+    /// What the margin stands for: what comes after the pool, which a failed run never reached.
+    pub never_reached: String,
+    pub fits: bool,
+    pub exit_code: i32,
+}
