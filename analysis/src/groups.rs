@@ -382,8 +382,10 @@ impl<'a> DeviceGroup<'a> {
     /// frees an exited process's memory: the drop shows), each the sum of
     /// [`Member::live_at`] over the members, computed in one sweep over every member's
     /// changes (not a pass over the members per point: thousands of processes on one GPU).
-    pub fn series(&self) -> Vec<Point> {
-        self.series.get_or_init(|| self.sweep()).clone()
+    /// Computed once per group and lent, not copied: a timeline-heavy device has hundreds of
+    /// thousands of points.
+    pub fn series(&self) -> &[Point] {
+        self.series.get_or_init(|| self.sweep())
     }
 
     /// The name a chart shows for category `name` of the device's own: itself, unless it is a
@@ -419,8 +421,11 @@ impl<'a> DeviceGroup<'a> {
         let n = 6 + others.len();
         // (time, where in `flat` the member's change per category starts); a zero change
         // keeps a time a point. One flat buffer: no allocation per sample.
-        let mut changes: Vec<(i64, usize)> = Vec::new();
-        let mut flat: Vec<i64> = Vec::new();
+        // Sized once: grown by doubling, a timeline-heavy device's buffers held up to twice
+        // what they needed while the points were built.
+        let samples: usize = self.members.iter().map(|m| m.dev.timeline.len() + 1).sum();
+        let mut changes: Vec<(i64, usize)> = Vec::with_capacity(samples);
+        let mut flat: Vec<i64> = Vec::with_capacity(samples * n);
         let mut last = vec![0i64; n];
         for m in &self.members {
             let end = m.ended_us();
@@ -448,7 +453,7 @@ impl<'a> DeviceGroup<'a> {
             }
         }
         changes.sort_by_key(|c| c.0);
-        let mut out: Vec<Point> = Vec::new();
+        let mut out: Vec<Point> = Vec::with_capacity(changes.len());
         let mut cats = vec![0i64; n];
         for (t, at) in changes {
             for k in 0..n {
