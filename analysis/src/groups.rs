@@ -37,18 +37,27 @@ impl Member<'_> {
 
     /// Absolute time (µs since the epoch) of one of this process's records.
     pub fn abs_us(&self, rec: &dyn Stamped) -> i64 {
+        crate::counts::step();
         crate::clock::abs_us(self.report, rec)
     }
 
     /// Absolute time of a process-relative microsecond count.
     pub fn abs_of(&self, rel_us: i64) -> i64 {
+        crate::counts::step();
         self.report.process.start_us() + rel_us
+    }
+
+    /// The process's last report (absolute µs), as [`Report`]'s process tells it.
+    pub fn end_us(&self) -> i64 {
+        crate::counts::step();
+        self.report.process.end_us()
     }
 
     /// When the process ended (its final report), or None while it runs or was killed: the
     /// end of the millisecond `end_unix_ms` names (it is truncated while records are stamped
     /// in microseconds, and a record of the last millisecond is not after the end).
     pub fn ended_us(&self) -> Option<i64> {
+        crate::counts::step();
         let p = &self.report.process;
         p.ended().then(|| p.end_unix_ms.saturating_mul(1000).saturating_add(999).max(p.end_us()))
     }
@@ -373,7 +382,7 @@ impl<'a> DeviceGroup<'a> {
     pub fn end_us(&self) -> i64 {
         *self
             .end
-            .get_or_init(|| self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us))
+            .get_or_init(|| self.members.iter().map(|m| m.end_us()).max().unwrap_or(self.clock.t0_us))
     }
 
     /// The device timeline: every member's samples summed as step functions.
