@@ -4,8 +4,8 @@
 //! with its bursts and sizing queries ([`steps`]), the processes of each physical GPU together
 //! ([`groups`]), the hidden driver costs de-noised ([`costs`]), two runs' figures side by
 //! side ([`compare`]), who allocated ([`sites`]: the callers' rows of a device, the callers
-//! that grew between two runs), how many times each part was computed ([`counts`]), and the thresholds the findings
-//! decide by ([`thresholds`]).
+//! that grew between two runs), how a process is named ([`process`]), how many times each
+//! part was computed ([`counts`]), and the thresholds the findings decide by ([`thresholds`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
@@ -19,6 +19,7 @@ pub mod counts;
 pub mod explain;
 pub mod groups;
 pub mod load;
+pub mod process;
 pub mod runs;
 pub mod sites;
 pub mod steps;

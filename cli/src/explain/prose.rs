@@ -7,7 +7,8 @@ use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::findings::{
     Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
-use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
+use super::recon::{api_words, Item, ItemKind, Recon};
+use crate::words::pid_list;
 use crate::clock::fmt_secs;
 use crate::units::fmt_bytes;
 use crate::words::join_and;
