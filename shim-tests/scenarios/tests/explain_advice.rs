@@ -695,7 +695,7 @@ fn vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts() {
     assert!(lines.iter().any(|l| l.starts_with(&format!("Lower --gpu-memory-utilization from 0.95 to at most {rec:.2}"))), "{lines:?}");
     // The sizing query is the one vLLM sized from (memory_profiling's after the profile run),
     // and the KV cache is the pool, not an arrival.
-    assert!(lines.iter().any(|l| l.contains("after the sizing query (memory_profiling)")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("after the sizing query (memory_profiling in Worker.determine_available_memory)")), "{lines:?}");
     assert!(!lines.iter().any(|l| l.contains("kv_pool allocations")), "{lines:?}");
     // The alternatives, each with the KV cache it leaves, ranked by it: the graphs off and the
     // largest capture size lowered keep the whole KV cache, the KV cache's size set directly

@@ -54,6 +54,12 @@ pub struct RankSizing {
     pub complete: bool,
     #[serde(skip)]
     pub query_index: usize,
+    /// The step of the query the engine sized its pool from (the formula's `sizing_query`:
+    /// SGLang's profile_max_num_token, vLLM's memory_profiling after the profile run); the
+    /// findings start from it. `query_index` may lie after it (a span the engine brackets with
+    /// queries before its pool).
+    #[serde(skip)]
+    pub sizing_index: usize,
 }
 
 impl RankSizing {
@@ -226,6 +232,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 own.insert(name.clone(), if off { 0 } else { v });
             }
             let q = idx.get(&s.sizing_query).copied().unwrap_or_else(|| idx.values().copied().max().unwrap_or(0));
+            let sizing_index = q;
             let function = probe_of(&st[q])
                 .and_then(|p| engines::matching_frame(m.report, p.site, &s.inputs[&s.sizing_query].callers))
                 .map(|f| f.function.clone());
@@ -257,6 +264,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 query_function: function,
                 complete,
                 query_index: q,
+                sizing_index,
             });
         }
     }

@@ -200,6 +200,27 @@ fn alternatives(
     out
 }
 
+/// The sizing query's function as the lines name it: the engine's sizing function too when the
+/// query is made inside it under another name (vLLM 0.33: `memory_profiling in
+/// Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py); SGLang's query is its
+/// sizing function's own (`ModelRunner.profile_max_num_token`).
+fn sizing_query_words(ev: &Evaluation, r: &RankSizing, m: Member) -> String {
+    let q = r.query_function.as_deref().unwrap_or("?");
+    let f = &ev.sizing.function;
+    let st = steps::steps(m);
+    let inside = match st.get(r.sizing_index).map(|x| &x.kind) {
+        Some(steps::Kind::Query(p)) => engines::frames(m.report, p.site)
+            .iter()
+            .any(|x| x.function == *f || x.function.ends_with(&format!(".{f}"))),
+        _ => false,
+    };
+    if inside && !(q == f || q.ends_with(&format!(".{f}")) || f.ends_with(&format!(".{q}"))) {
+        format!("{q} in {f}")
+    } else {
+        q.to_string()
+    }
+}
+
 struct Bound {
     /// The value must be at most `at` (else at least `at`).
     at_most: bool,
@@ -757,7 +778,7 @@ pub fn advise_measured(
             gib(reserve_bytes),
             r.process,
             format_args!("GPU {}", r.gpu_number()),
-            r.query_function.as_deref().unwrap_or("?"),
+            sizing_query_words(ev, r, m),
             gib(arrivals_bytes),
             if parts.is_empty() { String::new() } else { format!(": {}", parts.join(", ")) }
         ));
