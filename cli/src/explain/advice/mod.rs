@@ -332,15 +332,7 @@ pub fn advise_measured(
         let st = steps::steps(m);
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
         let f = st[i].failure().expect("a failure");
-        let need = needed(m, f);
-        // Weights failing after the sizing query, with the draft model named and readable: the
-        // rest of the draft's load is still to come, not only the failed request (`draft`).
-        let weights = culedger_format::category::CATEGORIES.iter().position(|c| *c == "weights");
-        let seen: i64 = weights.map_or(0, |w| st[r.query_index + 1..i].iter().map(|x| x.cats[w].max(0)).sum());
-        let draft = (f.category.as_deref() == Some("weights"))
-            .then(|| draft::named(run))
-            .flatten()
-            .and_then(|d| draft::rest(&d, seen, need).map(|rest| (d, seen, rest)));
+        let (need, draft) = evaluation::still_needed(run, m, &st, r, i);
         let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
         // The free memory at the failure: as the failure finding measured it, else as the
         // reconciliation from the sizing query estimates it.
@@ -366,7 +358,7 @@ pub fn advise_measured(
         // The draft's weights are no part of what follows the pool: what it loaded after the
         // pool and the failed request (part of it) leave the margin as it was.
         let (margin, deficit) = match &draft {
-            Some(_) => after_pool::margin_and_deficit(margin, whole, still, 0, after_pool.map(|fp| fp - seen), free),
+            Some((_, seen, _)) => after_pool::margin_and_deficit(margin, whole, still, 0, after_pool.map(|fp| fp - seen), free),
             None => after_pool::margin_and_deficit(margin, whole, still, need, after_pool, free),
         };
         if deficit <= 0 || ev.scale_bytes <= 0 {
