@@ -219,7 +219,7 @@ fn causes(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Vec<Cause> {
             .map(|i| {
                 let what = match (&i.api, i.kind) {
                     (Some(api), ItemKind::DriverCost) => api_words(api),
-                    _ if i.what.contains("context") => "other processes' contexts".to_string(),
+                    _ if i.subject.holds_context() => "other processes' contexts".to_string(),
                     _ => "other processes".to_string(),
                 };
                 format!("{what} {}{}", if i.estimated { "~" } else { "" }, fmt_bytes(i.bytes))

@@ -1,5 +1,5 @@
 //! `culedger whatif PATH --set NAME=VALUE...`: the recorded start replayed through the
-//! engine's sizing formula (the rule packs' `sizing`, `explain::engines`) with other values
+//! engine's sizing formula (the rule packs' `sizing`, `culedger_analysis::engines`) with other values
 //! of its parameter. Per rank: the pool it would get, what arrived after its sizing query in
 //! the recorded run, the free memory left, and whether it fits: the pool changes by the
 //! formula, everything else is taken as the run recorded it, and for a rank whose start
@@ -8,7 +8,8 @@
 
 use crate::doc::{Block, Doc, Table};
 use crate::error::{Fail, Result};
-use crate::explain::{advice, engines};
+use crate::explain::advice;
+use culedger_analysis::engines;
 use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 use serde::Serialize;

@@ -2,12 +2,13 @@
 //! as an engineer would write them, from the figures [`super::findings`] computed. Every
 //! time here is already on the run's clock.
 
-use super::callers;
+use culedger_analysis::callers;
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::findings::{
     Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
-use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
+use super::recon::{api_words, Item, ItemKind, Recon};
+use crate::words::pid_list;
 use crate::clock::fmt_secs;
 use crate::units::fmt_bytes;
 use crate::words::join_and;

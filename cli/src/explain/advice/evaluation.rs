@@ -2,7 +2,7 @@
 //! inputs as its call sites name them, its pool at the run's parameter value and at others,
 //! the formula's checks, and where a failure leaves the free memory (`outlook`).
 
-use super::super::engines::{self, Sizing, Term};
+use culedger_analysis::engines::{self, Sizing, Term};
 use super::super::recon::{reconcile, ItemKind};
 use culedger_analysis::steps::{self, burst_after, Kind, Step};
 use crate::analysis::{by_id, DeviceGroup, GpuId, Member};

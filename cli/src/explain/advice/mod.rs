@@ -23,7 +23,7 @@ pub(crate) mod draft;
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
-use super::engines::{self, Sizing};
+use culedger_analysis::engines::{self, Sizing};
 use super::findings::{Detail, Finding};
 use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};

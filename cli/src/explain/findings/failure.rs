@@ -2,7 +2,7 @@
 //! attempts of one burst are one finding), and starts that failed without one; and for
 //! `culedger diff`, the reconciliation a device's pool went through.
 
-use super::super::callers;
+use culedger_analysis::callers;
 use super::super::recon::{reconcile, Recon};
 use culedger_analysis::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
 use super::types::{

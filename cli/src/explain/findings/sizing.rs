@@ -1,7 +1,7 @@
 //! The sizing formula: what each rank was told by the query it sized its pool from, and
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
-use super::super::callers;
+use culedger_analysis::callers;
 use culedger_analysis::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
 use crate::analysis::{by_id, gpu_number, DeviceGroup, Member};
