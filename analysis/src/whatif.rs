@@ -1,7 +1,7 @@
 //! The values of `culedger whatif --format json` (`culedger-whatif/1`, docs/cli-json.md): the
 //! recorded start replayed through the engine's sizing formula with another value of its
 //! parameter, per rank. The CLI computes them and fills the fields that hold words
-//! (`process`, `formula`, `refused`, `never_reached`).
+//! (`process`, `formula`, `refused`, `never_reached`, `notes`).
 
 use serde::Serialize;
 
@@ -34,6 +34,10 @@ pub struct RankResult {
     pub fits: bool,
     /// The engine's own check that would refuse the start, if one does.
     pub refused: Option<String>,
+    /// The reports cannot size what the start still needed (weights still loading after the
+    /// pool): neither fit is claimed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cannot_tell: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -53,4 +57,9 @@ pub struct WhatIf {
     pub never_reached: String,
     pub fits: bool,
     pub exit_code: i32,
+    /// What the replay could not see, or how it differs from the formula's (the KV cache set
+    /// in bytes, the draft model counted whole, weights whose load the reports cannot size);
+    /// absent when nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }

@@ -27,7 +27,7 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
     let mut cats: Vec<CatGrowth> = Vec::new();
     for (c, name) in CATEGORIES.iter().enumerate() {
         let (mut peak, mut peak_at) = (0i64, start);
-        for p in &points {
+        for p in points {
             if p.cats[c] > peak {
                 (peak, peak_at) = (p.cats[c], p.t_unix_us);
             }
