@@ -139,6 +139,22 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    let finish = |ranks: Vec<RankResult>, notes: Vec<String>, fits: bool| WhatIf {
+        schema: WHATIF_SCHEMA,
+        label: run.label.clone(),
+        engine: s.engine.clone(),
+        function: s.function.clone(),
+        formula: s.formula.clone(),
+        parameter: s.parameter.name.clone(),
+        recorded_value: ev.value,
+        value,
+        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
+        never_reached: advice::after_pool::fixed(run, &s).1,
+        ranks,
+        fits,
+        exit_code: i32::from(!fits),
+        notes,
+    };
     let mut notes: Vec<String> = Vec::new();
     // The KV cache set in bytes (vLLM's --kv-cache-memory-bytes): the engine skips the
     // profiling the formula reads and the parameter no longer sizes the pool; it is left with
@@ -199,22 +215,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             notes.push("The recorded run failed with this KV cache size: it fails at any value".to_string());
         }
         let fits = !ranks.is_empty() && ranks.iter().all(|r| r.fits);
-        return Ok(WhatIf {
-            schema: WHATIF_SCHEMA,
-            label: run.label.clone(),
-            engine: s.engine.clone(),
-            function: s.function.clone(),
-            formula: s.formula.clone(),
-            parameter: s.parameter.name.clone(),
-            recorded_value: ev.value,
-            value,
-            fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-            never_reached: advice::after_pool::fixed(run, &s).1,
-            ranks,
-            fits,
-            exit_code: i32::from(!fits),
-            notes,
-        });
+        return Ok(finish(ranks, notes, fits));
     }
     let mut ranks = Vec::new();
     for o in advice::outlook(run, gs, &ev) {
@@ -273,22 +274,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         });
     }
     let fits = ranks.iter().all(|r| r.fits);
-    Ok(WhatIf {
-        schema: WHATIF_SCHEMA,
-        label: run.label.clone(),
-        engine: s.engine.clone(),
-        function: s.function.clone(),
-        formula: s.formula.clone(),
-        parameter: s.parameter.name.clone(),
-        recorded_value: ev.value,
-        value,
-        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: advice::after_pool::fixed(run, &s).1,
-        ranks,
-        fits,
-        exit_code: i32::from(!fits),
-        notes,
-    })
+    Ok(finish(ranks, notes, fits))
 }
 
 pub fn document(w: &WhatIf) -> Doc {
