@@ -236,6 +236,11 @@ pub struct FailDetail {
     /// query told more (the text says so).
     #[serde(skip)]
     pub minimum: Option<Minimum>,
+    /// When the reconciliation starts from the query the engine sized its pool from (not the
+    /// last query before the request): the engine's sizing function, in words
+    /// (`vLLM's Worker.determine_available_memory`).
+    #[serde(skip)]
+    pub sized_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

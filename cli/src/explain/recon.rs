@@ -17,7 +17,7 @@
 //!   (or whose report could not be read), allocation rounding, unmeasured driver memory.
 
 use culedger_analysis::steps::{Kind, Step};
-use super::callers;
+use culedger_analysis::callers;
 use crate::words::who;
 use crate::analysis::{DeviceGroup, Member};
 use crate::costs::{self, Call, CostNote};

@@ -1,6 +1,6 @@
 //! Peaks, and categories that kept growing at the end of the run.
 
-use super::super::callers;
+use culedger_analysis::callers;
 use super::types::{CatGrowth, Detail, Finding, GrowthDetail, Kind, Severity};
 use crate::analysis::{DeviceGroup, Point};
 use crate::model::CATEGORIES;
