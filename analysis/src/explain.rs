@@ -76,6 +76,12 @@ pub struct Finding {
     /// the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folded_title: Option<String>,
+    /// For a finding about one GPU whose host's numbering is not known (no NVML, and no
+    /// process saw every GPU there): the GPU's name, its UUID's (`GPU-8f2e1a0b`), which the
+    /// text names it by; `device` is then its place in PCI bus order among the GPUs seen.
+    /// Left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

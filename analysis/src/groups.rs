@@ -268,6 +268,8 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
 /// (one visible GPU per worker) would share a name, and every look-up by it. There, the
 /// host's physical GPUs are numbered in PCI bus order (then UUID), as nvidia-smi numbers
 /// them: its own numbers when the run saw every GPU of the host, and distinct names always.
+/// Where no process saw every GPU there, nvidia-smi's numbers are not known: each GPU gets
+/// its UUID's name (`uuid_name`), which every output names it by.
 fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
     let hosts: std::collections::BTreeSet<String> = gs.iter().map(|g| g.host.clone()).collect();
     for host in hosts {
@@ -296,15 +298,18 @@ fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
             }
             numbers.push((*i, n));
         }
-        if numbers.iter().all(|&(i, n)| gs[i].index == n) {
-            continue;
-        }
         // A process that saw every device of the host (`CUDA_VISIBLE_DEVICES` unset) saw as
         // many as the run's groups there when the run touched each of them.
         let seen = gs.iter().filter(|g| on_host(g)).count() as i64;
         let every = gs.iter().filter(|g| on_host(g)).flat_map(|g| &g.members).any(|m| {
             !m.report.process.env.contains_key("CUDA_VISIBLE_DEVICES") && m.report.process.visible_devices == Some(seen)
         });
+        // The ordinals already are the PCI bus order: nothing to say, where that order is
+        // nvidia-smi's. Where no process saw every GPU, the numbers are not known, however
+        // the ordinals fell: the GPUs are named by UUID.
+        if every && numbers.iter().all(|&(i, n)| gs[i].index == n) {
+            continue;
+        }
         let uuids: Vec<String> = gs.iter().filter(|g| on_host(g)).filter_map(|g| g.uuid.clone()).collect();
         for (i, n) in numbers {
             gs[i].index = n;

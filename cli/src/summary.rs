@@ -60,8 +60,9 @@ pub struct OverviewRow {
     /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
-    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`).
-    #[serde(skip)]
+    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`);
+    /// left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid_name: Option<String>,
     pub processes: usize,
     /// Tracked live bytes (at each process's last report).
@@ -118,8 +119,9 @@ pub struct DeviceSummary {
     /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
-    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`).
-    #[serde(skip)]
+    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`);
+    /// left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid_name: Option<String>,
     /// The physical GPU (absent for reports written before culedger recorded it).
     #[serde(skip_serializing_if = "Option::is_none")]

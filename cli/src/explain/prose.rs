@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 /// Writes a finding's title and conclusion from its figures. `skipped`: a report of the
 /// run could not be read.
 pub fn word(f: &mut Finding, skipped: bool) {
+    f.gpu_name = f.gpu.as_ref().and_then(|g| g.uuid_name.clone());
     match &mut f.detail {
         Detail::Start(d) => {
             for r in &mut d.processes {

@@ -547,6 +547,22 @@ fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
         assert!(trace.contains(&format!("\"name\":\"{u}\"")), "the track of {u}");
         assert!(trace.contains(&format!("{u} (its device 0)")), "the events on {u}");
     }
+    // The JSON keeps the numbers and adds the names; the page (html) names the GPUs by them.
+    let named: Vec<&str> = r["overview"].as_array().unwrap().iter().map(|o| o["uuid_name"].as_str().unwrap_or("-")).collect();
+    assert_eq!(named, vec![uuids[0].as_str(), uuids[1].as_str()], "report --format json overview");
+    let (_, ex) = culedger(&["explain", dir, "--format", "json"]);
+    let ex: Value = serde_json::from_str(&ex).unwrap();
+    let imbalance = ex["findings"].as_array().unwrap().iter().find(|f| f["device"].is_i64()).map(|f| f["gpu_name"].clone());
+    if let Some(name) = imbalance {
+        assert!(uuids.iter().any(|u| name == u.as_str()), "a finding about one GPU names it: {ex:#}");
+    }
+    let page = sim.scratch().join("page.html");
+    let (code, _) = culedger(&["html", dir, "-o", page.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let html = std::fs::read_to_string(&page).unwrap();
+    for u in &uuids {
+        assert!(html.contains(&format!("\"uuid_name\":\"{u}\"")), "the page's data names {u}");
+    }
 
     // A process that saw every GPU (CUDA_VISIBLE_DEVICES unset, all four) and a worker seeing
     // GPU 3 as its ordinal 0: the run saw the host's every GPU, so its PCI bus order is
@@ -572,6 +588,30 @@ fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
     let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
     let note = notes.iter().find(|n| n.contains("numbered in PCI bus order")).unwrap_or_else(|| panic!("{notes:?}"));
     assert!(note.contains("nvidia-smi's numbers, since a process there saw every GPU"), "{note}");
+
+    // One process with CUDA_VISIBLE_DEVICES=0,1 on the four GPUs: its ordinals are the PCI bus
+    // order of what it saw, but nvidia-smi's numbers are not known (it saw only some GPUs): the
+    // GPUs are named by UUID, not "GPU 0" and "GPU 1" (which they were, the order being unchanged).
+    let (sim, out) = machine("devices_no_nvml_some_seen");
+    let mut two = sim.python("devices.py");
+    two.args(["100", "none", "0.1", "all"]).env("CUDA_VISIBLE_DEVICES", "0,1");
+    sim.run_ok(&mut two);
+    for e in std::fs::read_dir(&out).unwrap().flatten() {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+        for d in v["devices"].as_array_mut().unwrap() {
+            let d = d.as_object_mut().unwrap();
+            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
+                d.remove(k);
+            }
+        }
+        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let (_, report) = culedger(&["report", out.to_str().unwrap()]);
+    let r = report_json(&out);
+    let named: Vec<&str> = r["overview"].as_array().unwrap().iter().map(|o| o["uuid_name"].as_str().unwrap_or("-")).collect();
+    let uuids: Vec<&str> = r["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap()).collect();
+    assert_eq!(named, uuids, "{report}");
+    assert!(!report.contains("GPU 0") && !report.contains("GPU 1"), "{report}");
 }
 
 /// Two processes on the two MIG devices of one GPU, each with figures of its own, are two

@@ -107,6 +107,7 @@ pub(super) fn failed_start(
         detail: Detail::Start(detail),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     }]
 }
 
@@ -284,6 +285,7 @@ fn failure_finding(
         detail: Detail::Failure(Box::new(detail)),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     }
 }
 

@@ -156,6 +156,7 @@ pub(super) fn sizing(
         detail: Detail::Sizing(detail),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     })
 }
 
