@@ -181,6 +181,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
                 host: o.host,
                 device: o.device,
                 mig_index: o.mig_index,
+                gpu: o.gpu.clone(),
                 pool_bytes: bytes,
                 recorded_pool_bytes: bytes,
                 arrivals_bytes: 0,
