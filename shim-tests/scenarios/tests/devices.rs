@@ -482,6 +482,37 @@ fn mig_devices_are_devices_of_their_own() {
     assert!(top.contains("GPU 0 MIG 1"), "{top}");
 }
 
+/// A machine of one GPU of 32 GiB split into two MIG devices, writing into `out`: (the
+/// machine, `out`, the directory of the process that listed them, their UUIDs).
+fn mig_machine(name: &str) -> (Sim, PathBuf, PathBuf, Vec<String>) {
+    let (mut sim, out) = machine_of(name, 1);
+    sim.env("FAKECUDA_MIG", "0:2").env("FAKECUDA_TOTAL_MIB", "32768");
+    let seen = sim.scratch().join("seen");
+    let mut all = sim.python("devices.py");
+    all.args(["10", "none", "0.1", "all"]).env("CULEDGER_OUT", &seen);
+    sim.run_ok(&mut all);
+    let migs: Vec<String> =
+        reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
+    assert_eq!(migs.len(), 2, "{migs:?}");
+    (sim, out, seen, migs)
+}
+
+/// Rewrites every report in `dir` as written without NVML (no `host_index`, `usage`, nor the
+/// untracked figure's NVML source and time); `check` sees each report first.
+fn strip_nvml(dir: &Path, check: impl Fn(&Value)) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+        check(&v);
+        for d in v["devices"].as_array_mut().unwrap() {
+            let d = d.as_object_mut().unwrap();
+            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
+                d.remove(k);
+            }
+        }
+        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+}
+
 /// Without NVML (no report has nvidia-smi's number for its GPU), two workers each seeing one
 /// GPU as their ordinal 0 are still two GPUs, named apart (they were both "GPU 0" once, and
 /// every look-up by that name found the first): as nvidia-smi names a GPU, by its UUID when
@@ -492,17 +523,10 @@ fn mig_devices_are_devices_of_their_own() {
 fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
     let (sim, out) = machine("devices_no_nvml");
     wait_all(vec![start(&sim, "2", &["100", "none", "0.3"]), start(&sim, "3", &["300", "none", "0.3"])]);
-    for e in std::fs::read_dir(&out).unwrap().flatten() {
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
-        for d in v["devices"].as_array_mut().unwrap() {
-            let d = d.as_object_mut().unwrap();
-            assert!(d.get("uuid").is_some_and(|u| u.is_string()), "the driver named it");
-            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
-                d.remove(k);
-            }
-        }
-        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
-    }
+    strip_nvml(&out, |v| {
+        let named = v["devices"].as_array().unwrap().iter().all(|d| d.get("uuid").is_some_and(|u| u.is_string()));
+        assert!(named, "the driver named it");
+    });
     let r = report_json(&out);
     assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 300)], "two GPUs in PCI bus order");
     let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
@@ -572,17 +596,7 @@ fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
     let mut all = sim.python("devices.py");
     all.args(["100", "none", "0.3", "all"]);
     sim.run_ok(&mut all);
-    for e in std::fs::read_dir(&out).unwrap().flatten() {
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
-        assert!(v["process"]["visible_devices"].as_i64().is_some(), "the writer asked the driver");
-        for d in v["devices"].as_array_mut().unwrap() {
-            let d = d.as_object_mut().unwrap();
-            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
-                d.remove(k);
-            }
-        }
-        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
-    }
+    strip_nvml(&out, |v| assert!(v["process"]["visible_devices"].as_i64().is_some(), "the writer asked the driver"));
     let r = report_json(&out);
     assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 100), (2, 1, 100), (3, 2, 400)], "nvidia-smi's numbers");
     let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
@@ -596,16 +610,7 @@ fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
     let mut two = sim.python("devices.py");
     two.args(["100", "none", "0.1", "all"]).env("CUDA_VISIBLE_DEVICES", "0,1");
     sim.run_ok(&mut two);
-    for e in std::fs::read_dir(&out).unwrap().flatten() {
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
-        for d in v["devices"].as_array_mut().unwrap() {
-            let d = d.as_object_mut().unwrap();
-            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
-                d.remove(k);
-            }
-        }
-        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
-    }
+    strip_nvml(&out, |_| {});
     let (_, report) = culedger(&["report", out.to_str().unwrap()]);
     let r = report_json(&out);
     let named: Vec<&str> = r["overview"].as_array().unwrap().iter().map(|o| o["uuid_name"].as_str().unwrap_or("-")).collect();
@@ -622,15 +627,7 @@ fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
 /// 20000 MiB fails; it holds its memory while the second server starts, which is told less.
 #[test]
 fn two_mig_devices_of_one_gpu_in_every_command() {
-    let (mut sim, out) = machine_of("devices_mig_commands", 1);
-    sim.env("FAKECUDA_MIG", "0:2").env("FAKECUDA_TOTAL_MIB", "32768");
-    let seen = sim.scratch().join("seen");
-    let mut all = sim.python("devices.py");
-    all.args(["10", "none", "0.1", "all"]).env("CULEDGER_OUT", &seen);
-    sim.run_ok(&mut all);
-    let migs: Vec<String> =
-        reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
-    assert_eq!(migs.len(), 2, "{migs:?}");
+    let (sim, out, seen, migs) = mig_machine("devices_mig_commands");
     sglang_tp1(&sim, &migs[0]);
     let mut job = holding(&sim, &migs[1], &["500", "none", "-1", "0", "20000"]);
     sglang_tp1(&sim, &migs[1]);
@@ -787,14 +784,9 @@ fn two_mig_devices_of_one_gpu_in_every_command() {
 /// it, and exits with status 1.
 #[test]
 fn a_failed_start_on_a_mig_device_names_it() {
-    let (mut sim, out) = machine_of("devices_mig_failed_start", 1);
-    sim.env("FAKECUDA_MIG", "0:2").env("FAKECUDA_TOTAL_MIB", "32768");
-    let seen = sim.scratch().join("seen");
-    let mut all = sim.python("devices.py");
-    all.args(["10", "none", "0", "all"]).env("CULEDGER_OUT", &seen);
-    sim.run_ok(&mut all);
-    let mig1 = reports(&seen)[0]["devices"][1]["uuid"].as_str().unwrap().to_string();
-    let o = sim.python("devices.py").args(["10", "none", "0", "0", "1"]).env("CUDA_VISIBLE_DEVICES", &mig1).output().unwrap();
+    let (sim, out, _, migs) = mig_machine("devices_mig_failed_start");
+    let mig1 = &migs[1];
+    let o = sim.python("devices.py").args(["10", "none", "0", "0", "1"]).env("CUDA_VISIBLE_DEVICES", mig1).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     let (code, text) = culedger(&["explain", out.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
