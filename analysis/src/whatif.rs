@@ -17,6 +17,9 @@ pub struct RankResult {
     /// For a MIG device: its index under its GPU (`device`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
+    /// Which device group of the run (how the text names its GPU).
+    #[serde(skip)]
+    pub gpu: crate::groups::GpuId,
     pub pool_bytes: i64,
     pub recorded_pool_bytes: i64,
     pub arrivals_bytes: i64,

@@ -80,6 +80,22 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    let finish = |ranks: Vec<RankResult>, notes: Vec<String>, fits: bool| WhatIf {
+        schema: WHATIF_SCHEMA,
+        label: run.label.clone(),
+        engine: s.engine.clone(),
+        function: s.function.clone(),
+        formula: s.formula.clone(),
+        parameter: s.parameter.name.clone(),
+        recorded_value: ev.value,
+        value,
+        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
+        never_reached: advice::after_pool::fixed(run, &s).1,
+        ranks,
+        fits,
+        exit_code: i32::from(!fits),
+        notes,
+    };
     let mut notes: Vec<String> = Vec::new();
     // The KV cache set in bytes (vLLM's --kv-cache-memory-bytes): the engine skips the
     // profiling the formula reads and the parameter no longer sizes the pool; it is left with
@@ -119,6 +135,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
                 host: o.host,
                 device: o.device,
                 mig_index: o.mig_index,
+                gpu: o.gpu.clone(),
                 pool_bytes: bytes,
                 recorded_pool_bytes: bytes,
                 arrivals_bytes: 0,
@@ -140,22 +157,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             notes.push("The recorded run failed with this KV cache size: it fails at any value".to_string());
         }
         let fits = !ranks.is_empty() && ranks.iter().all(|r| r.fits);
-        return Ok(WhatIf {
-            schema: WHATIF_SCHEMA,
-            label: run.label.clone(),
-            engine: s.engine.clone(),
-            function: s.function.clone(),
-            formula: s.formula.clone(),
-            parameter: s.parameter.name.clone(),
-            recorded_value: ev.value,
-            value,
-            fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-            never_reached: advice::after_pool::fixed(run, &s).1,
-            ranks,
-            fits,
-            exit_code: i32::from(!fits),
-            notes,
-        });
+        return Ok(finish(ranks, notes, fits));
     }
     let mut ranks = Vec::new();
     for o in advice::outlook(run, gs, &ev) {
@@ -201,6 +203,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             host: o.host,
             device: o.device,
             mig_index: o.mig_index,
+            gpu: o.gpu.clone(),
             pool_bytes: pool,
             recorded_pool_bytes: pool0,
             arrivals_bytes: o.arrivals_bytes,
@@ -214,22 +217,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         });
     }
     let fits = ranks.iter().all(|r| r.fits);
-    Ok(WhatIf {
-        schema: WHATIF_SCHEMA,
-        label: run.label.clone(),
-        engine: s.engine.clone(),
-        function: s.function.clone(),
-        formula: s.formula.clone(),
-        parameter: s.parameter.name.clone(),
-        recorded_value: ev.value,
-        value,
-        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: advice::after_pool::fixed(run, &s).1,
-        ranks,
-        fits,
-        exit_code: i32::from(!fits),
-        notes,
-    })
+    Ok(finish(ranks, notes, fits))
 }
 
 pub fn document(w: &WhatIf) -> Doc {
@@ -286,7 +274,7 @@ pub fn document(w: &WhatIf) -> Doc {
     for r in &w.ranks {
         t.row(vec![
             r.process.clone(),
-            crate::analysis::gpu_number(r.device, r.mig_index),
+            crate::analysis::id_token(r.device, r.mig_index, Some(&r.gpu)),
             if r.pool_bytes > 0 { fmt_bytes(r.pool_bytes) } else { "none".into() },
             fmt_bytes(r.arrivals_bytes),
             crate::units::fmt_delta(r.startup_left_bytes),

@@ -114,6 +114,13 @@ fn check_bad_input_exits_2() {
         (vec!["check", nccl, "--budget", "ipc<=64"], "`64` needs a unit: B, KiB, MiB"),
         (vec!["check", nccl, "--budget", "vram<=1GiB"], "unknown key `vram`"),
         (vec!["check", nccl, "--budget", "ipc<=64 parsecs"], "unknown unit"),
+        // A unit in the wrong case gets the spelling it means ([24] item 6).
+        (
+            vec!["check", nccl, "--budget", "untracked<=2 gib"],
+            "budget `untracked<=2 gib`: unknown unit `gib` in `2gib`: did you mean `GiB`? (units are case-sensitive)",
+        ),
+        (vec!["check", nccl, "--budget", "peak:other<=1.5mib"], "did you mean `MiB`?"),
+        (vec!["check", nccl, "--budget", "kv_pool>=40gb"], "did you mean `GB`?"),
         (vec!["check", "/nonexistent", "--budget", "ipc<=64MiB"], "no such file or directory"),
         (vec!["check", nccl], "nothing to check"),
         (vec!["check", nccl, "--budgets", "/nonexistent/budgets.txt"], "cannot read"),
@@ -145,6 +152,13 @@ fn check_budgets_file() {
     let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("budgets.txt:2: budget `kv_pool => 1GiB`"), "{}", stderr(&o));
+    // A unit in the wrong case in a budgets file: its line and the spelling it means.
+    std::fs::write(&f, "ipc <= 64MiB\nuntracked <= 2 gib\n").unwrap();
+    let o = culedger(&["check", "tests/fixtures/nccl", "--budgets", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("budgets.txt:2: budget `untracked <= 2 gib`: unknown unit `gib`"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("did you mean `GiB`?"), "{}", stderr(&o));
 }
 
 /// A report file is untrusted input: terminal control sequences in a process's argv, title,
