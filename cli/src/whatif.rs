@@ -26,6 +26,9 @@ pub struct RankResult {
     /// For a MIG device: its index under its GPU (`device`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
+    /// Which device group of the run (how the text names its GPU).
+    #[serde(skip)]
+    pub gpu: crate::analysis::GpuId,
     pub pool_bytes: i64,
     pub recorded_pool_bytes: i64,
     pub arrivals_bytes: i64,
@@ -81,6 +84,7 @@ fn row(o: &advice::Outlook) -> RankResult {
         host: o.host.clone(),
         device: o.device,
         mig_index: o.mig_index,
+        gpu: o.gpu.clone(),
         pool_bytes: 0,
         recorded_pool_bytes: 0,
         arrivals_bytes: 0,
@@ -344,7 +348,7 @@ pub fn document(w: &WhatIf) -> Doc {
     for r in &w.ranks {
         t.row(vec![
             r.process.clone(),
-            crate::analysis::gpu_number(r.device, r.mig_index),
+            crate::analysis::id_token(r.device, r.mig_index, Some(&r.gpu)),
             if r.pool_bytes > 0 { fmt_bytes(r.pool_bytes) } else { "none".into() },
             fmt_bytes(r.arrivals_bytes),
             crate::units::fmt_delta(r.startup_left_bytes),
