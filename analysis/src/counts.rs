@@ -30,3 +30,23 @@ pub fn computed(part: Part) {
 pub fn take_counts() -> std::collections::BTreeMap<Part, usize> {
     COMPUTED.with(|c| std::mem::take(&mut *c.borrow_mut()))
 }
+
+thread_local! {
+    /// Elementary steps of a device group's analysis on this thread: a member's record
+    /// placed in time ([`crate::groups::Member::abs_us`], `abs_of`) or its end looked up
+    /// (`ended_us`, and once per member for the group's end). Every per-reading,
+    /// per-sample or per-member loop of the analysis goes through these, so a test sees
+    /// the cost grow with the square of the processes (read by the tests).
+    static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one elementary step on this thread.
+#[inline]
+pub fn step() {
+    STEPS.with(|s| s.set(s.get().wrapping_add(1)));
+}
+
+/// The steps counted on this thread so far, and the count reset (for tests).
+pub fn take_steps() -> u64 {
+    STEPS.with(|s| s.replace(0))
+}

@@ -4,6 +4,7 @@
 //! (`title`, `text`, `process`, `what`, `part`, `status`) are filled by the CLI from the
 //! figures (`part` from [`FailDetail::part_of`], `status` from [`StartRow::ended`]).
 
+pub use crate::process::Who;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -235,6 +236,11 @@ pub struct FailDetail {
     /// query told more (the text says so).
     #[serde(skip)]
     pub minimum: Option<Minimum>,
+    /// When the reconciliation starts from the query the engine sized its pool from (not the
+    /// last query before the request): the engine's sizing function, in words
+    /// (`vLLM's Worker.determine_available_memory`).
+    #[serde(skip)]
+    pub sized_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -413,12 +419,64 @@ impl ItemKind {
     }
 }
 
+/// A context a process created on the device: by peer access (else by starting to use the
+/// GPU), and whether its size is known (estimated from a process's first query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextOf {
+    pub peer: bool,
+    pub size_known: bool,
+}
+
+/// What a line of a reconciliation is about, as typed values; the CLI words it (the item's
+/// `what`) and decides by it, never by the words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// The burst's successful attempts so far: their main category and how many.
+    Pool { category: String, allocations: usize },
+    /// The reconciled process's other allocations of one category, net (negative: freed).
+    Allocated { category: String, by: Who, net: i64 },
+    /// The hidden cost of one API's calls by one process.
+    DriverCost { api: String, calls: i64, by: Who },
+    /// What another process did: its tracked allocations (net), its own driver costs (bytes,
+    /// APIs in order, repeats next to each other once) and the context it created, if any.
+    Process { who: Who, tracked: i64, costs: Option<(i64, Vec<String>)>, context: Option<ContextOf> },
+    /// The context one process created (its size known), alone.
+    Context { who: Who, peer: bool },
+    /// The contexts of several processes (their pids are the item's), all by peer access or not.
+    Contexts { count: usize, peer: bool },
+}
+
+impl Subject {
+    /// A context or contexts alone.
+    pub fn contexts_only(&self) -> bool {
+        matches!(self, Subject::Context { .. } | Subject::Contexts { .. })
+    }
+
+    /// Contexts alone, or a process's figures with its context among them.
+    pub fn holds_context(&self) -> bool {
+        self.contexts_only() || matches!(self, Subject::Process { context: Some(_), .. })
+    }
+}
+
+/// A note on a line of a reconciliation, as typed values; the CLI words it (the item's
+/// `notes`, each sentence once).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// What de-noising a measured call subtracted or left uncertain.
+    Cost(crate::costs::CostNote),
+    /// A context's size is unknown: no process queried free memory alone on this GPU.
+    ContextSizeUnknown,
+}
+
 /// One line of a reconciliation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Item {
     pub kind: ItemKind,
-    /// What it is, in words.
+    /// What it is, in words: the CLI's wording of `subject`.
     pub what: String,
+    /// What it is, as typed values.
+    #[serde(skip)]
+    pub subject: Subject,
     pub pids: Vec<i64>,
     pub category: Option<String>,
     pub api: Option<String>,
@@ -436,7 +494,11 @@ pub struct Item {
     pub expected: bool,
     /// Call sites involved (short forms).
     pub callers: Vec<String>,
+    /// The notes in words: the CLI's wording of `noted`, each sentence once.
     pub notes: Vec<String>,
+    /// The notes as typed values, in order (repeats kept).
+    #[serde(skip)]
+    pub noted: Vec<Note>,
 }
 
 #[derive(Debug, Clone, Serialize)]

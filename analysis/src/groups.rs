@@ -37,18 +37,27 @@ impl Member<'_> {
 
     /// Absolute time (µs since the epoch) of one of this process's records.
     pub fn abs_us(&self, rec: &dyn Stamped) -> i64 {
+        crate::counts::step();
         crate::clock::abs_us(self.report, rec)
     }
 
     /// Absolute time of a process-relative microsecond count.
     pub fn abs_of(&self, rel_us: i64) -> i64 {
+        crate::counts::step();
         self.report.process.start_us() + rel_us
+    }
+
+    /// The process's last report (absolute µs), as [`Report`]'s process tells it.
+    pub fn end_us(&self) -> i64 {
+        crate::counts::step();
+        self.report.process.end_us()
     }
 
     /// When the process ended (its final report), or None while it runs or was killed: the
     /// end of the millisecond `end_unix_ms` names (it is truncated while records are stamped
     /// in microseconds, and a record of the last millisecond is not after the end).
     pub fn ended_us(&self) -> Option<i64> {
+        crate::counts::step();
         let p = &self.report.process;
         p.ended().then(|| p.end_unix_ms.saturating_mul(1000).saturating_add(999).max(p.end_us()))
     }
@@ -373,7 +382,7 @@ impl<'a> DeviceGroup<'a> {
     pub fn end_us(&self) -> i64 {
         *self
             .end
-            .get_or_init(|| self.members.iter().map(|m| m.report.process.end_us()).max().unwrap_or(self.clock.t0_us))
+            .get_or_init(|| self.members.iter().map(|m| m.end_us()).max().unwrap_or(self.clock.t0_us))
     }
 
     /// The device timeline: every member's samples summed as step functions.
@@ -382,8 +391,10 @@ impl<'a> DeviceGroup<'a> {
     /// frees an exited process's memory: the drop shows), each the sum of
     /// [`Member::live_at`] over the members, computed in one sweep over every member's
     /// changes (not a pass over the members per point: thousands of processes on one GPU).
-    pub fn series(&self) -> Vec<Point> {
-        self.series.get_or_init(|| self.sweep()).clone()
+    /// Computed once per group and lent, not copied: a timeline-heavy device has hundreds of
+    /// thousands of points.
+    pub fn series(&self) -> &[Point] {
+        self.series.get_or_init(|| self.sweep())
     }
 
     /// The name a chart shows for category `name` of the device's own: itself, unless it is a
@@ -419,8 +430,11 @@ impl<'a> DeviceGroup<'a> {
         let n = 6 + others.len();
         // (time, where in `flat` the member's change per category starts); a zero change
         // keeps a time a point. One flat buffer: no allocation per sample.
-        let mut changes: Vec<(i64, usize)> = Vec::new();
-        let mut flat: Vec<i64> = Vec::new();
+        // Sized once: grown by doubling, a timeline-heavy device's buffers held up to twice
+        // what they needed while the points were built.
+        let samples: usize = self.members.iter().map(|m| m.dev.timeline.len() + 1).sum();
+        let mut changes: Vec<(i64, usize)> = Vec::with_capacity(samples);
+        let mut flat: Vec<i64> = Vec::with_capacity(samples * n);
         let mut last = vec![0i64; n];
         for m in &self.members {
             let end = m.ended_us();
@@ -448,7 +462,7 @@ impl<'a> DeviceGroup<'a> {
             }
         }
         changes.sort_by_key(|c| c.0);
-        let mut out: Vec<Point> = Vec::new();
+        let mut out: Vec<Point> = Vec::with_capacity(changes.len());
         let mut cats = vec![0i64; n];
         for (t, at) in changes {
             for k in 0..n {

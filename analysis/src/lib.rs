@@ -1,24 +1,29 @@
 //! The analysis of a culedger run, shared by every command of the CLI: what it reads
 //! ([`load`]), which processes form one run and which part of it a command asked for
-//! ([`runs`]), the run's clock ([`clock`]), one process's records on one device as steps,
-//! with its bursts and sizing queries ([`steps`]), the processes of each physical GPU together
-//! ([`groups`]), the hidden driver costs de-noised ([`costs`]), two runs' figures side by
-//! side ([`compare`]), who allocated ([`sites`]: the callers' rows of a device, the callers
-//! that grew between two runs), how many times each part was computed ([`counts`]), and the thresholds the findings
-//! decide by ([`thresholds`]).
+//! ([`runs`]), the run's clock ([`clock`]), the engines' sizing formulas read from the rule
+//! packs ([`engines`]), call sites and the frames that explain them ([`callers`]), one
+//! process's records on one device as steps, with its bursts and sizing queries ([`steps`]),
+//! the processes of each physical GPU together ([`groups`]), the hidden driver costs de-noised
+//! ([`costs`]), two runs' figures side by side ([`compare`]), who allocated ([`sites`]: the
+//! callers' rows of a device, the callers that grew between two runs), how a process is named
+//! ([`process`]), how many times each part was computed ([`counts`]), and the thresholds the
+//! findings decide by ([`thresholds`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
 //! The layers only call down: `culedger-format` (the report's types) <- this crate <- the
 //! CLI's commands and renderers.
 
+pub mod callers;
 pub mod clock;
 pub mod costs;
+pub mod engines;
 pub mod compare;
 pub mod counts;
 pub mod explain;
 pub mod groups;
 pub mod load;
+pub mod process;
 pub mod runs;
 pub mod sites;
 pub mod steps;

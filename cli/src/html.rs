@@ -102,9 +102,9 @@ impl Node {
 
 /// Keeps at most [`MAX_POINTS`] of a step series: evenly spaced, plus each bucket's highest
 /// total so that peaks survive.
-fn thin(points: Vec<analysis::Point>) -> Vec<analysis::Point> {
+fn thin(points: &[analysis::Point]) -> Vec<analysis::Point> {
     if points.len() <= MAX_POINTS {
-        return points;
+        return points.to_vec();
     }
     let per = points.len().div_ceil(MAX_POINTS / 2);
     let mut out = Vec::new();

@@ -21,6 +21,8 @@ mod flags;
 mod html;
 mod layout;
 mod load;
+#[cfg(test)]
+mod linear_cost;
 mod metrics;
 #[cfg(test)]
 mod once_per_run;

@@ -118,9 +118,9 @@ fn number(v: f64) -> String {
     }
 }
 
-/// The rank of a process, from its rank hints (RANK, else LOCAL_RANK), or "".
+/// The rank of a process, from its rank hint (`culedger_analysis::process::rank_hint`), or "".
 fn rank(env: &std::collections::BTreeMap<String, String>) -> String {
-    env.get("RANK").or_else(|| env.get("LOCAL_RANK")).cloned().unwrap_or_default()
+    culedger_analysis::process::rank_hint(env).map_or_else(String::new, |(r, _)| r.to_string())
 }
 
 /// The exposition of `snap` at `now_us` (µs since the epoch).

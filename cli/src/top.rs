@@ -325,8 +325,7 @@ fn detail(s: &RunSummary, d: &DeviceSummary, members: &[usize], now_us: i64, inn
     ));
     for p in &d.processes {
         let proc = s.processes.iter().find(|x| x.pid == p.pid);
-        let rank =
-            proc.and_then(|x| x.env.get("RANK").or_else(|| x.env.get("LOCAL_RANK"))).cloned().unwrap_or_default();
+        let rank = proc.and_then(|x| culedger_analysis::process::rank_hint(&x.env)).map_or("", |(r, _)| r);
         let status = proc.map(|x| x.status.clone()).unwrap_or_default();
         let name = crate::layout::shorten(&clean(proc.and_then(|x| x.title.clone()).as_deref().unwrap_or(&p.label)), name_w);
         let style = if status.starts_with("running") { Style::default() } else { dim };

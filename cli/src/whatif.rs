@@ -1,5 +1,5 @@
 //! `culedger whatif PATH --set NAME=VALUE...`: the recorded start replayed through the
-//! engine's sizing formula (the rule packs' `sizing`, `explain::engines`) with other values
+//! engine's sizing formula (the rule packs' `sizing`, `culedger_analysis::engines`) with other values
 //! of its parameter. Per rank: the pool it would get, what arrived after its sizing query in
 //! the recorded run, the free memory left, and whether it fits: the pool changes by the
 //! formula, everything else is taken as the run recorded it, and for a rank whose start
@@ -8,7 +8,8 @@
 
 use crate::doc::{Block, Doc, Table};
 use crate::error::{Fail, Result};
-use crate::explain::{advice, engines};
+use crate::explain::advice;
+use culedger_analysis::engines;
 use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 use serde::Serialize;
@@ -42,6 +43,10 @@ pub struct RankResult {
     pub fits: bool,
     /// The engine's own check that would refuse the start, if one does.
     pub refused: Option<String>,
+    /// The reports cannot size what the start still needed (weights still loading after the
+    /// pool): neither fit is claimed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cannot_tell: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,6 +66,11 @@ pub struct WhatIf {
     pub never_reached: String,
     pub fits: bool,
     pub exit_code: i32,
+    /// What the replay could not see, or how it differs from the formula's (the KV cache set
+    /// in bytes, the draft model counted whole, weights whose load the reports cannot size);
+    /// absent when nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 fn known() -> String {
@@ -129,8 +139,108 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    let mut notes: Vec<String> = Vec::new();
+    // The KV cache set in bytes (vLLM's --kv-cache-memory-bytes): the engine skips the
+    // profiling the formula reads and the parameter no longer sizes the pool; it is left with
+    // the engine's start-up check (Worker.init_device: the free memory must hold total x
+    // utilization), which the run's first query replays.
+    let pool_flag = s.pool_bytes_flag.as_ref().and_then(|p| Some((p.flag.clone(), advice::after_pool::flag_number(run, &p.flag)? as i64)));
+    if let Some((flag, bytes)) = pool_flag {
+        notes.push(format!(
+            "The run set {flag} {bytes}: {} skips the profiling its formula reads and the KV cache is {} at any {}; \
+             the value changes only the start-up check (\"{}\"), which is replayed; everything else is as the run \
+             recorded it ({})",
+            s.engine,
+            fmt_bytes(bytes),
+            s.parameter.name,
+            s.refusals.first().map_or("", |x| x.message.as_str()),
+            s.pool_bytes_flag.as_ref().map_or("", |p| p.source.as_str())
+        ));
+        let mut ranks = Vec::new();
+        for o in advice::outlook(run, gs, &ev) {
+            let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.gpu == o.gpu) else { continue };
+            let g = crate::analysis::by_id(gs, &r.gpu);
+            let m = g.and_then(|g| g.member_at(r.pid, r.start_us));
+            let failed = m.is_some_and(|m| {
+                m.report.process.exit_code.is_some_and(|c| c != 0)
+                    || m.report.process.signal.is_some()
+                    || !m.dev.failures.is_empty()
+            });
+            let refused = ev.refusals(r, value).into_iter().find(|x| !x.3).map(|x| x.0);
+            // Refused by the check at its own value, the run never got past it: what follows at
+            // a value the check lets through is unseen.
+            let stopped = ev.refusals(r, ev.value).iter().any(|x| !x.3);
+            let cannot_tell = stopped && refused.is_none();
+            let left = if failed { -1 } else { o.free_end_bytes };
+            ranks.push(RankResult {
+                pid: o.pid,
+                process: o.process,
+                host: o.host,
+                device: o.device,
+                mig_index: o.mig_index,
+                pool_bytes: bytes,
+                recorded_pool_bytes: bytes,
+                arrivals_bytes: 0,
+                left_bytes: left,
+                margin_bytes: 0,
+                startup_left_bytes: left,
+                fits_at_startup: !failed && refused.is_none(),
+                fits: !failed && refused.is_none(),
+                refused,
+                cannot_tell,
+            });
+        }
+        if ranks.iter().any(|r| r.cannot_tell) {
+            notes.push(format!(
+                "The recorded run stopped at that check at {}: what the start does past it is unseen",
+                ev.value
+            ));
+        } else if ranks.iter().any(|r| r.startup_left_bytes < 0 && r.refused.is_none()) {
+            notes.push("The recorded run failed with this KV cache size: it fails at any value".to_string());
+        }
+        let fits = !ranks.is_empty() && ranks.iter().all(|r| r.fits);
+        return Ok(WhatIf {
+            schema: WHATIF_SCHEMA,
+            label: run.label.clone(),
+            engine: s.engine.clone(),
+            function: s.function.clone(),
+            formula: s.formula.clone(),
+            parameter: s.parameter.name.clone(),
+            recorded_value: ev.value,
+            value,
+            fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
+            never_reached: advice::after_pool::fixed(run, &s).1,
+            ranks,
+            fits,
+            exit_code: i32::from(!fits),
+            notes,
+        });
+    }
     let mut ranks = Vec::new();
     for o in advice::outlook(run, gs, &ev) {
+        if let Some(b) = o.draft_bytes {
+            let n = format!(
+                "The failed request was part of the draft model's weights ({} {}): counted whole, {} a rank, as \
+                 explain counts them",
+                advice::draft::FLAG,
+                advice::draft::named(run).map(|d| d.path).unwrap_or_default(),
+                fmt_bytes(b)
+            );
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+        }
+        if o.unsized_weights {
+            let n = format!(
+                "What failed was part of weights still loading after the pool (a speculative-decoding draft model, \
+                 say): the reports do not show how much more that load needed, so whatif cannot tell whether any \
+                 value fits ({} names a draft model whose weight files, readable here, let it count them whole)",
+                advice::draft::FLAG
+            );
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+        }
         let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.gpu == o.gpu) else { continue };
         let pool0 = r.pool_bytes;
         let pool = ev.pool_at(r, value);
@@ -142,6 +252,8 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         let margin = (o.margin_bytes as f64 + o.margin_per_pool_byte * (taken - pool0) as f64).max(0.0) as i64;
         let left = startup_left - margin;
         let refused = ev.refusals(r, value).into_iter().next().map(|x| x.0);
+        // Weights whose load the reports cannot size: no value can be said to fit.
+        let seen = !o.unsized_weights;
         ranks.push(RankResult {
             pid: o.pid,
             process: o.process,
@@ -154,9 +266,10 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             left_bytes: left,
             margin_bytes: margin,
             startup_left_bytes: startup_left,
-            fits_at_startup: startup_left >= 0 && refused.is_none(),
-            fits: left >= 0 && refused.is_none(),
+            fits_at_startup: seen && startup_left >= 0 && refused.is_none(),
+            fits: seen && left >= 0 && refused.is_none(),
             refused,
+            cannot_tell: !seen,
         });
     }
     let fits = ranks.iter().all(|r| r.fits);
@@ -174,6 +287,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         ranks,
         fits,
         exit_code: i32::from(!fits),
+        notes,
     })
 }
 
@@ -185,8 +299,11 @@ pub fn document(w: &WhatIf) -> Doc {
     let uncovered = w.ranks.iter().filter(|r| r.fits_at_startup && !r.fits).count();
     let margin = w.ranks.iter().map(|r| r.margin_bytes).max().unwrap_or(0);
     let at = format!("{} = {}", w.parameter, w.value);
+    let unseen = w.ranks.iter().filter(|r| r.cannot_tell).count();
     d.push(Block::Verdict {
-        text: if short > 0 {
+        text: if unseen > 0 {
+            format!("whatif cannot tell whether {unseen} of {n} ranks fit at {} = {}: see below", w.parameter, w.value)
+        } else if short > 0 {
             format!("{short} of {n} ranks do not fit at start-up at {at}")
         } else if uncovered > 0 {
             format!(
@@ -202,7 +319,7 @@ pub fn document(w: &WhatIf) -> Doc {
         } else {
             format!("every rank fits at {at} (the run had {})", w.recorded_value)
         },
-        bad: short + uncovered > 0,
+        bad: short + uncovered + unseen > 0,
     });
     d.para(format!(
         "{} sizes its pool in {}: {}. The pool changes by the formula; what arrived after the sizing query is \
@@ -210,6 +327,9 @@ pub fn document(w: &WhatIf) -> Doc {
          weights.",
         w.engine, w.function, w.formula
     ));
+    for n in &w.notes {
+        d.para(format!("{n}."));
+    }
     if margin > 0 {
         d.para(format!(
             "Margin: {} for {}, which the failed run never reached, so the reports cannot show it; \
@@ -232,6 +352,7 @@ pub fn document(w: &WhatIf) -> Doc {
             fmt_bytes(r.margin_bytes),
             crate::units::fmt_delta(r.left_bytes),
             match (&r.refused, r.fits_at_startup, r.fits) {
+                _ if r.cannot_tell => "cannot tell".into(),
                 (Some(m), _, _) => format!("no: refused (\"{m}\")"),
                 (None, _, true) => "yes".into(),
                 (None, true, false) => "no margin".into(),

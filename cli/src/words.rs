@@ -1,20 +1,118 @@
 //! Words shared by the renderers: a process in a sentence, lists, sizes that need a gloss.
 //! Everything here turns figures into words; nothing here computes a figure.
 
+use crate::clock::Clock;
 use crate::model::Report;
-use culedger_analysis::explain::{Ended, Part};
-use crate::units::fmt_bytes;
+use crate::units::{count, fmt_bytes};
+use culedger_analysis::explain::{Ended, Item, Note, Part, Subject, Who};
 
 /// The process in words for sentences: `rank 1 (pid 5102)` when it has a rank, else
 /// `pid 5100 (its label)`.
 pub fn who(r: &Report) -> String {
-    let p = &r.process;
-    let get = |k: &str| p.env.get(k).map(String::as_str).filter(|v| !v.is_empty());
-    match (get("RANK"), get("LOCAL_RANK")) {
-        (Some(rank), _) => format!("rank {rank} (pid {})", p.pid),
-        (None, Some(local)) => format!("local rank {local} (pid {})", p.pid),
-        _ => format!("pid {} ({})", p.pid, words_upto(&p.label(), 40)),
+    who_is(&Who::of(r))
+}
+
+/// A process's name in words: `rank 1 (pid 5102)`, `local rank 0 (pid 5102)`, `pid 5100 (its
+/// label)`.
+pub fn who_is(w: &Who) -> String {
+    match w {
+        Who::Rank { rank, pid } => format!("rank {rank} (pid {pid})"),
+        Who::LocalRank { rank, pid } => format!("local rank {rank} (pid {pid})"),
+        Who::Pid { pid, label } => format!("pid {pid} ({})", words_upto(label, 40)),
     }
+}
+
+/// What a line of a reconciliation is, in words (its `what`); `pids` are the item's.
+pub fn subject(s: &Subject, pids: &[i64]) -> String {
+    match s {
+        Subject::Pool { category, allocations } => {
+            format!("the pool so far ({category}, {})", count(*allocations, "allocation", "allocations"))
+        }
+        Subject::Allocated { category, by, net } => {
+            format!("{category} {} by {}", if *net > 0 { "allocated" } else { "freed" }, who_is(by))
+        }
+        Subject::DriverCost { api, calls, by } => {
+            format!("{api} ({}) by {}", count(*calls as usize, "call", "calls"), who_is(by))
+        }
+        Subject::Process { who, tracked, costs: None, context: None } if *tracked > 0 => {
+            format!("allocations of {}", who_is(who))
+        }
+        Subject::Process { who, tracked, costs, context } => {
+            let mut parts: Vec<String> = Vec::new();
+            if *tracked != 0 {
+                parts.push(format!(
+                    "{} {}",
+                    if *tracked > 0 { "allocated" } else { "freed" },
+                    fmt_bytes(tracked.abs())
+                ));
+            }
+            if let Some((bytes, apis)) = costs {
+                parts.push(format!("{} in its own driver costs ({})", fmt_bytes(*bytes), apis.join(", ")));
+            }
+            if let Some(c) = context {
+                let how = if c.peer { "its context, created by its peer access" } else { "its context" };
+                parts.push(if c.size_known { how.to_string() } else { format!("{how} (size unknown)") });
+            }
+            format!("{}: {}", who_is(who), parts.join(", "))
+        }
+        Subject::Context { who, peer: true } => {
+            format!("the context that {} created here by its peer access", who_is(who))
+        }
+        Subject::Context { who, peer: false } => format!("the context of {}", who_is(who)),
+        Subject::Contexts { count, peer: true } => {
+            format!("the contexts that {count} processes (pids {}) created here by their peer access", pid_list(pids))
+        }
+        Subject::Contexts { count, peer: false } => {
+            format!("the contexts of {count} processes (pids {})", pid_list(pids))
+        }
+    }
+}
+
+/// A note on a line of a reconciliation, in words; times on the run's clock.
+pub fn recon_note(n: &Note, c: &Clock) -> String {
+    match n {
+        Note::Cost(n) => crate::costs::note(n, c),
+        Note::ContextSizeUnknown => {
+            "a context's size is unknown here: no process queried free memory alone on this GPU".into()
+        }
+    }
+}
+
+/// Words the lines of a reconciliation: each item's `what` from its subject, its `notes` from
+/// its typed notes (each sentence once, in order).
+pub fn recon_items(items: &mut [Item], c: &Clock) {
+    for it in items {
+        it.what = subject(&it.subject, &it.pids);
+        it.notes.clear();
+        for n in &it.noted {
+            let s = recon_note(n, c);
+            if !it.notes.contains(&s) {
+                it.notes.push(s);
+            }
+        }
+    }
+}
+
+/// `6101, 6103-6108`: pids, consecutive ones as ranges.
+pub fn pid_list(pids: &[i64]) -> String {
+    let mut v = pids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j >= i + 2 {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i..=j].iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+        });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// The words of `text` that fit in `width` columns, then `...` when some were left out.
@@ -69,5 +167,53 @@ pub fn ended(e: Ended) -> String {
         Ended::Killed(sig) => format!("was killed by {}", crate::runs::signal_name(sig)),
         Ended::Exited(c) => format!("exited with status {c}"),
         Ended::Failed => "failed".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_lists() {
+        assert_eq!(pid_list(&[6103, 6101, 6104, 6105]), "6101, 6103-6105");
+        assert_eq!(pid_list(&[1, 2]), "1, 2");
+        assert_eq!(pid_list(&[]), "");
+    }
+
+    /// The words of a reconciliation line come from its typed subject alone.
+    #[test]
+    fn subjects_in_words() {
+        use culedger_analysis::explain::ContextOf;
+        let r1 = Who::Rank { rank: "1".into(), pid: 5102 };
+        let ctx = |peer, size_known| Some(ContextOf { peer, size_known });
+        let process = |tracked, costs, context| Subject::Process { who: r1.clone(), tracked, costs, context };
+        assert_eq!(subject(&process(1 << 20, None, None), &[5102]), "allocations of rank 1 (pid 5102)");
+        assert_eq!(
+            subject(&process(-(1 << 20), Some((2 << 20, vec!["cuCtxCreate".into()])), ctx(true, true)), &[5102]),
+            "rank 1 (pid 5102): freed 1.00 MiB, 2.00 MiB in its own driver costs (cuCtxCreate), its context, created \
+             by its peer access"
+        );
+        assert_eq!(
+            subject(&process(0, None, ctx(false, false)), &[5102]),
+            "rank 1 (pid 5102): its context (size unknown)"
+        );
+        assert_eq!(
+            subject(&Subject::Context { who: r1.clone(), peer: true }, &[5102]),
+            "the context that rank 1 (pid 5102) created here by its peer access"
+        );
+        assert_eq!(
+            subject(&Subject::Contexts { count: 3, peer: false }, &[7, 5, 6]),
+            "the contexts of 3 processes (pids 5-7)"
+        );
+        let pid = Who::Pid { pid: 9, label: "python3 train.py".into() };
+        assert_eq!(
+            subject(&Subject::Allocated { category: "weights".into(), by: pid, net: -1 }, &[9]),
+            "weights freed by pid 9 (python3 train.py)"
+        );
+        assert_eq!(
+            subject(&Subject::Pool { category: "kv_cache".into(), allocations: 1 }, &[9]),
+            "the pool so far (kv_cache, 1 allocation)"
+        );
     }
 }

@@ -443,3 +443,42 @@ fn vllm_graph_capture_after_the_kv_cache_gets_what_to_change() {
     assert!(lines[3].starts_with("Lower --gpu-memory-utilization from 0.95 to at most 0.76: the pool shrinks from 14.01 to"), "{lines:?}");
     assert!(lines.iter().any(|l| l.contains("as vLLM estimated them in profile_cudagraph_memory") && l.contains("5.73 GiB in all")), "{lines:?}");
 }
+
+/// [19]: one sizing query, the evaluation's, everywhere. On vllm-project/vllm issue 7553's shape
+/// the failure's reconciliation started from capture_model's query (1010 MiB at 0.695 s, "its
+/// last query before the request") and the Sizing finding's "at" showed that query's time too,
+/// while both tell the free memory vLLM sized its KV cache from (memory_profiling's after the
+/// profile run, in Worker.determine_available_memory): now both start from that query, the KV
+/// cache is named as the pool the engine allocated after it, the Sizing row's pool did not fail
+/// (the graph capture after it did), and What to change names vLLM's sizing function. On
+/// SGLang's graph-capture shape the capture after the pool was called "its pool".
+#[test]
+fn the_failure_and_the_sizing_finding_start_from_the_engines_sizing_query() {
+    let v = json("tests/fixtures/vllm-graphs");
+    let f = findings(&v, "failed_allocation");
+    let s = findings(&v, "sizing");
+    let rows = s[0]["detail"]["ranks"].as_array().unwrap();
+    for f in &f {
+        let q = &f["detail"]["reconciliation"]["query"];
+        assert_eq!(q["caller"], "mem_utils.py:memory_profiling", "{f:#}");
+        let row = rows.iter().find(|r| r["pid"] == q["pid"]).unwrap();
+        assert_eq!(row["at_us"], q["at_us"], "one sizing query: {row} vs {q}");
+        assert_eq!(row["told_bytes"], q["free_bytes"], "{row} vs {q}");
+        assert_eq!(row["failed"], false, "the KV cache did not fail: {row}");
+        let text = f["text"].as_str().unwrap();
+        assert!(text.contains("(the sizing query, in vLLM's Worker.determine_available_memory)"), "{text}");
+        assert!(text.contains("to its KV pool"), "{text}");
+        assert!(!text.contains("its own other allocations (kv_pool"), "{text}");
+    }
+    let lines: Vec<&str> = v["what_to_change"]["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(
+        lines.iter().any(|l| l.contains("after the sizing query (memory_profiling in Worker.determine_available_memory)")),
+        "{lines:?}"
+    );
+    let v = json("tests/fixtures/sglang-graphs");
+    for f in findings(&v, "failed_allocation") {
+        let d = &f["detail"];
+        assert_ne!(d["part"], "its pool", "the capture after the pool is no part of it: {f:#}");
+        assert_eq!(d["reconciliation"]["query"]["caller"], "model_runner.py:ModelRunner.profile_max_num_token", "{f:#}");
+    }
+}

@@ -91,7 +91,7 @@ fn lines(w: &PoolWindow) -> Vec<(String, LineKind, i64)> {
     let r = &w.recon;
     let mut out = vec![("told free at the sizing query".to_string(), LineKind::Told, r.query.free_bytes)];
     let contexts_only =
-        r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses).all(|i| i.what.starts_with("the context"));
+        r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses).all(|i| i.subject.contexts_only());
     let others = if contexts_only { "other processes' contexts" } else { "other processes' memory" };
     let mut add = |key: String, kind: LineKind, bytes: i64| match out.iter_mut().find(|(k, _, _)| *k == key) {
         Some(l) => l.2 += bytes,

@@ -21,8 +21,6 @@
 //! other commands (a process in a sentence, lists) are in `crate::words`.
 
 pub mod advice;
-pub mod callers;
-pub mod engines;
 pub mod findings;
 pub mod prose;
 pub mod recon;
@@ -32,6 +30,7 @@ use crate::analysis::{DeviceGroup, GroupWords};
 use crate::clock::Clock;
 use crate::load::Run;
 use crate::words::who;
+use culedger_analysis::callers;
 use serde::Serialize;
 
 pub use findings::{Detail, FailDetail, Finding, Kind, Severity};

@@ -2,12 +2,13 @@
 //! as an engineer would write them, from the figures [`super::findings`] computed. Every
 //! time here is already on the run's clock.
 
-use super::callers;
+use culedger_analysis::callers;
 use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
 use super::findings::{
     Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
-use super::recon::{api_words, pid_list, Item, ItemKind, Recon};
+use super::recon::{api_words, Item, ItemKind, Recon};
+use crate::words::pid_list;
 use crate::clock::fmt_secs;
 use crate::units::fmt_bytes;
 use crate::words::join_and;
@@ -119,7 +120,14 @@ pub fn failed_allocation(d: &FailDetail, device: &str, skipped: bool, minimum: O
         d.caller.as_deref().map(|c| format!(", from {}", callers::function(c))).unwrap_or_default()
     );
     let text = match &d.reconciliation {
-        Some(r) => conclusion(name, d.part_of, (d.bytes, d.needed_bytes, &d.api), r, d.short_by_bytes.unwrap_or(0), skipped),
+        Some(r) => conclusion(
+            name,
+            d.part_of,
+            (d.bytes, d.needed_bytes, &d.api),
+            r,
+            d.short_by_bytes.unwrap_or(0),
+            (skipped, d.sized_by.as_deref()),
+        ),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
              sized the request from. The process held {} on the GPU at that moment.",
@@ -164,12 +172,15 @@ fn conclusion(
     (requested, needed, api): (i64, i64, &str),
     r: &Recon,
     short_by: i64,
-    skipped: bool,
+    (skipped, sized_by): (bool, Option<&str>),
 ) -> String {
     let pool = if part.kv() { "its KV pool" } else { "its pool" };
     let sized = if part.is_pool() { "sized" } else { "sized its request" };
     let mut s = if sized == "sized" {
         format!("{name} sized {pool} from {} free at {}", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
+    } else if let Some(by) = sized_by {
+        // A request after the pool, counted from the query the engine sized its pool from.
+        format!("{name} sized its KV pool from {} free at {} (the sizing query, in {by})", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
     } else {
         // A request no query sized: the last query before it is only where the count starts.
         format!("{name} was told {} free at {} (its last query before the request)", fmt_bytes(r.query.free_bytes), fmt_secs(r.query.at_us))
@@ -193,12 +204,19 @@ fn conclusion(
     for i in r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses && i.bytes > 0) {
         clauses.push((i.bytes, i.what.clone()));
     }
-    let own: i64 = r.sum(ItemKind::Allocated);
+    // Counted from the engine's sizing query, the KV pool the engine allocated after it is
+    // its pool, not one of its other allocations.
+    let is_kv = |i: &&Item| sized_by.is_some() && i.category.as_deref() == Some("kv_pool");
+    let kv: i64 = r.items.iter().filter(|i| i.kind == ItemKind::Allocated && i.bytes > 0).filter(is_kv).map(|i| i.bytes).sum();
+    if kv > 0 {
+        clauses.push((kv, "its KV pool".into()));
+    }
+    let own: i64 = r.sum(ItemKind::Allocated) - kv;
     if own > 0 {
         let cats: Vec<String> = r
             .items
             .iter()
-            .filter(|i| i.kind == ItemKind::Allocated && i.bytes > 0)
+            .filter(|i| i.kind == ItemKind::Allocated && i.bytes > 0 && !is_kv(i))
             .filter_map(|i| i.category.clone())
             .collect();
         clauses.push((own, format!("its own other allocations ({})", cats.join(", "))));

@@ -17,14 +17,13 @@
 //!   (or whose report could not be read), allocation rounding, unmeasured driver memory.
 
 use culedger_analysis::steps::{Kind, Step};
-use super::callers;
+use culedger_analysis::callers;
 use crate::words::who;
 use crate::analysis::{DeviceGroup, Member};
-use crate::costs::{self, Call};
+use crate::costs::{self, Call, CostNote};
 use crate::model::{Probe, CATEGORIES};
-use crate::units::fmt_bytes;
 
-pub use culedger_analysis::explain::{Item, ItemKind, QueryRef, Recon};
+pub use culedger_analysis::explain::{ContextOf, Item, ItemKind, Note, QueryRef, Recon, Subject, Who};
 
 /// A free-memory query of `m` as the reconciliation shows it.
 pub fn query_ref(g: &DeviceGroup, m: Member, p: &Probe) -> QueryRef {
@@ -40,11 +39,13 @@ pub fn query_ref(g: &DeviceGroup, m: Member, p: &Probe) -> QueryRef {
     }
 }
 
-/// A reconciliation line with nothing but its kind, words and bytes.
-fn item(kind: ItemKind, what: String, bytes: i64) -> Item {
+/// A reconciliation line with nothing but its kind, subject and bytes (its words come last,
+/// from the subject: `crate::words::recon_item`).
+fn item(kind: ItemKind, subject: Subject, bytes: i64) -> Item {
     Item {
         kind,
-        what,
+        what: String::new(),
+        subject,
         pids: Vec::new(),
         category: None,
         api: None,
@@ -56,6 +57,7 @@ fn item(kind: ItemKind, what: String, bytes: i64) -> Item {
         expected: false,
         callers: Vec::new(),
         notes: Vec::new(),
+        noted: Vec::new(),
     }
 }
 
@@ -85,7 +87,7 @@ struct Measured<'a> {
     call: Call<'a>,
     bytes: i64,
     uncertain: bool,
-    notes: Vec<String>,
+    notes: Vec<CostNote>,
 }
 
 /// Every member's measured calls on the device that ended in `(t0, t1]`, de-noised.
@@ -99,7 +101,7 @@ fn measured_calls<'a>(g: &DeviceGroup<'a>, t0: i64, t1: i64) -> Vec<(Member<'a>,
                 .filter(|c| c.end_us > t0 && c.end_us <= t1)
                 .map(|call| {
                     let (bytes, uncertain, notes) = costs::denoise(g, &call, est.as_ref());
-                    Measured { call, bytes, uncertain, notes: costs::notes(&notes, &g.clock) }
+                    Measured { call, bytes, uncertain, notes }
                 })
                 .collect();
             (*m, calls)
@@ -119,17 +121,15 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
         .map(|api| {
             let mine: Vec<&Measured> = calls.iter().filter(|c| c.call.api == api).collect();
             let calls: i64 = mine.iter().map(|c| c.call.calls).sum();
-            let n = crate::units::count(calls as usize, "call", "calls");
-            let mut it = item(ItemKind::DriverCost, format!("{api} ({n}) by {}", who(m.report)), 0);
+            let by = Who::of(m.report);
+            let mut it = item(ItemKind::DriverCost, Subject::DriverCost { api: api.to_string(), calls, by }, 0);
             it.bytes = mine.iter().map(|c| c.bytes).sum();
             it.api = Some(api.to_string());
             it.calls = calls;
             it.pids = vec![m.pid()];
             it.measured_bytes = Some(mine.iter().map(|c| c.call.measured).sum());
             it.uncertain = mine.iter().any(|c| c.uncertain);
-            for n in mine.iter().flat_map(|c| &c.notes) {
-                push_unique(&mut it.notes, Some(n.clone()));
-            }
+            it.noted.extend(mine.iter().flat_map(|c| &c.notes).map(|n| Note::Cost(n.clone())));
             let sites =
                 m.dev.driver_costs.iter().filter(|d| costs::cost_label(d) == api).flat_map(|d| d.sites.iter().copied());
             for s in sites {
@@ -144,11 +144,16 @@ fn cost_items(m: Member, calls: &[Measured]) -> Vec<Item> {
 struct ContextPart {
     /// Its estimated size, when it is counted here (not inside another figure).
     bytes: Option<i64>,
-    text: String,
     uncertain: bool,
-    note: Option<String>,
+    note: Option<Note>,
     /// Created by peer access (else by the process starting to use the GPU).
     peer: bool,
+}
+
+impl ContextPart {
+    fn of(&self) -> ContextOf {
+        ContextOf { peer: self.peer, size_known: self.bytes.is_some() }
+    }
 }
 
 /// The window of a context process `o` created on the device: its first record there (a
@@ -166,20 +171,13 @@ fn context_window(o: Member) -> Option<(i64, i64)> {
 /// estimated context size (`costs::context_estimate`); of unknown size without an estimate.
 fn context_part(g: &DeviceGroup, o: Member, t0: i64, t1: i64) -> Option<ContextPart> {
     let ctx = context_window(o).filter(|(first, _)| *first > t0 && *first <= t1)?;
-    let how = if ctx.1 > ctx.0 { "its context, created by its peer access" } else { "its context" };
     // With an estimate, `costs::denoise` subtracts a context from the one measured call
     // that holds it, if any: it belongs to `o` either way. Without one, a call whose window
     // holds it is marked uncertain: that figure may include it.
     let peer = ctx.1 > ctx.0;
     Some(match costs::context_estimate(g) {
-        Some(est) => ContextPart { bytes: Some(est.bytes), text: how.to_string(), uncertain: false, note: None, peer },
-        None => ContextPart {
-            bytes: None,
-            text: format!("{how} (size unknown)"),
-            uncertain: true,
-            note: Some("a context's size is unknown here: no process queried free memory alone on this GPU".into()),
-            peer,
-        },
+        Some(est) => ContextPart { bytes: Some(est.bytes), uncertain: false, note: None, peer },
+        None => ContextPart { bytes: None, uncertain: true, note: Some(Note::ContextSizeUnknown), peer },
     })
 }
 
@@ -198,44 +196,30 @@ fn other_item(
     let total = |at: i64| o.live_at(at).iter().sum::<i64>();
     let tracked = total(t1) - total(t0);
     let cost: i64 = calls.iter().map(|c| c.bytes).sum();
-    let mut parts: Vec<String> = Vec::new();
-    let mut it = item(ItemKind::OtherProcesses, String::new(), tracked + cost);
-    it.pids = vec![o.pid()];
-    if tracked != 0 {
-        let verb = if tracked > 0 { "allocated" } else { "freed" };
-        parts.push(format!("{verb} {}", fmt_bytes(tracked.abs())));
-    }
-    if !calls.is_empty() {
-        let mut apis: Vec<&str> = calls.iter().map(|c| c.call.api).collect();
+    let costs = (!calls.is_empty()).then(|| {
+        let mut apis: Vec<String> = calls.iter().map(|c| c.call.api.to_string()).collect();
         apis.dedup();
-        parts.push(format!("{} in its own driver costs ({})", fmt_bytes(cost), apis.join(", ")));
-        it.uncertain |= calls.iter().any(|c| c.uncertain);
-    }
-    let mut context_only = tracked == 0 && calls.is_empty();
-    match context_part(g, o, t0, t1) {
-        Some(c) => {
-            if let Some(b) = c.bytes {
-                it.bytes += b;
-                it.estimated = true;
-            } else {
-                context_only = false;
-            }
-            it.uncertain |= c.uncertain;
-            it.notes.extend(c.note);
-            parts.push(c.text);
-        }
-        None => context_only = false,
-    }
-    if parts.is_empty() {
-        return None;
-    }
-    it.what = if context_only {
-        context_what(o, parts[0].contains("peer access"))
-    } else if parts.len() == 1 && tracked > 0 {
-        format!("allocations of {}", who(o.report))
-    } else {
-        format!("{}: {}", who(o.report), parts.join(", "))
+        (cost, apis)
+    });
+    let context = context_part(g, o, t0, t1);
+    let who = Who::of(o.report);
+    let context_only = tracked == 0 && costs.is_none() && context.as_ref().is_some_and(|c| c.bytes.is_some());
+    let subject = match &context {
+        Some(c) if context_only => Subject::Context { who, peer: c.peer },
+        None if tracked == 0 && costs.is_none() => return None,
+        _ => Subject::Process { who, tracked, costs, context: context.as_ref().map(ContextPart::of) },
     };
+    let mut it = item(ItemKind::OtherProcesses, subject, tracked + cost);
+    it.pids = vec![o.pid()];
+    it.uncertain = calls.iter().any(|c| c.uncertain);
+    if let Some(c) = context {
+        if let Some(b) = c.bytes {
+            it.bytes += b;
+            it.estimated = true;
+        }
+        it.uncertain |= c.uncertain;
+        it.noted.extend(c.note);
+    }
     Some((it, context_only))
 }
 
@@ -271,30 +255,13 @@ fn merge_contexts(contexts: Vec<Item>) -> Vec<Item> {
         out.extend(merge_contexts(expected));
         return out;
     }
-    let mut it = item(contexts[0].kind, String::new(), contexts.iter().map(|c| c.bytes).sum());
+    let peer = contexts.iter().all(|c| matches!(c.subject, Subject::Context { peer: true, .. }));
+    let subject = Subject::Contexts { count: contexts.len(), peer };
+    let mut it = item(contexts[0].kind, subject, contexts.iter().map(|c| c.bytes).sum());
     it.pids = contexts.iter().flat_map(|c| c.pids.clone()).collect();
     it.estimated = true;
     it.expected = contexts[0].expected;
-    let peer = contexts.iter().all(|c| c.what.contains("peer access"));
-    it.what = if peer {
-        format!(
-            "the contexts that {} processes (pids {}) created here by their peer access",
-            contexts.len(),
-            pid_list(&it.pids)
-        )
-    } else {
-        format!("the contexts of {} processes (pids {})", contexts.len(), pid_list(&it.pids))
-    };
     vec![it]
-}
-
-/// `the context rank 1 (pid 5102) created here by its peer access`, `the context of rank 1 (pid 5102)`.
-fn context_what(o: Member, peer: bool) -> String {
-    if peer {
-        format!("the context that {} created here by its peer access", who(o.report))
-    } else {
-        format!("the context of {}", who(o.report))
-    }
 }
 
 /// The changes per category of the steps `[from, to)` (rises and falls of the timeline).
@@ -363,8 +330,8 @@ pub fn reconcile<'a>(
     });
     if !pool_idx.is_empty() {
         let main = (0..6).max_by_key(|&i| pool_cats[i]).unwrap_or(5);
-        let n = crate::units::count(pool_idx.len(), "allocation", "allocations");
-        let mut it = item(ItemKind::Pool, format!("the pool so far ({}, {n})", CATEGORIES[main]), 0);
+        let subject = Subject::Pool { category: CATEGORIES[main].to_string(), allocations: pool_idx.len() };
+        let mut it = item(ItemKind::Pool, subject, 0);
         it.bytes = pool_idx.iter().map(|&i| steps[i].bytes).sum();
         it.category = Some(CATEGORIES[main].to_string());
         it.calls = pool_idx.len() as i64;
@@ -382,8 +349,8 @@ pub fn reconcile<'a>(
         if bytes == 0 {
             continue;
         }
-        let verb = if bytes > 0 { "allocated" } else { "freed" };
-        let mut it = item(ItemKind::Allocated, format!("{cat} {verb} by {}", who(m.report)), bytes);
+        let subject = Subject::Allocated { category: cat.to_string(), by: Who::of(m.report), net: bytes };
+        let mut it = item(ItemKind::Allocated, subject, bytes);
         it.category = Some(cat.to_string());
         it.pids = vec![m.pid()];
         for i in (query + 1..last.min(steps.len())).filter(|&i| !in_pool(i)) {
@@ -399,6 +366,7 @@ pub fn reconcile<'a>(
         items.extend(cost_items(m, mine));
     }
     items.extend(others_items(g, Some(m), t0, t1, &measured));
+    crate::words::recon_items(&mut items, &g.clock);
 
     let explained: i64 = items.iter().map(|i| i.bytes).sum();
     let (free_bytes, closed_by, unexplained) = match closing {
@@ -420,13 +388,17 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
     let mut contexts = Vec::new();
     for o in &g.members {
         let Some(c) = context_part(g, *o, t0, t1) else { continue };
-        let what = if c.bytes.is_some() { context_what(*o, c.peer) } else { format!("{}: {}", who(o.report), c.text) };
+        let who = Who::of(o.report);
+        let what = match c.bytes {
+            Some(_) => Subject::Context { who, peer: c.peer },
+            None => Subject::Process { who, tracked: 0, costs: None, context: Some(c.of()) },
+        };
         let mut it = item(ItemKind::Context, what, c.bytes.unwrap_or(0));
         it.pids = vec![o.pid()];
         it.expected = !c.peer;
         it.estimated = c.bytes.is_some();
         it.uncertain = c.uncertain;
-        it.notes.extend(c.note);
+        it.noted.extend(c.note);
         if c.bytes.is_some() {
             contexts.push(it);
         } else {
@@ -434,41 +406,13 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
         }
     }
     items.extend(merge_contexts(contexts));
+    crate::words::recon_items(&mut items, &g.clock);
     items
-}
-
-/// `6101, 6103-6108`: pids, consecutive ones as ranges.
-pub fn pid_list(pids: &[i64]) -> String {
-    let mut v = pids.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(if j >= i + 2 {
-            format!("{}-{}", v[i], v[j])
-        } else {
-            v[i..=j].iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
-        });
-        i = j + 1;
-    }
-    out.join(", ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pid_lists() {
-        assert_eq!(pid_list(&[6103, 6101, 6104, 6105]), "6101, 6103-6105");
-        assert_eq!(pid_list(&[1, 2]), "1, 2");
-        assert_eq!(pid_list(&[]), "");
-    }
 
     #[test]
     fn api_words_for_sentences() {

@@ -549,8 +549,16 @@ fn sglang_draft_named_on_disk_gets_a_value_that_starts() {
     // whatif on the rerun that started (its draft loaded whole after the pool) agrees with
     // both reruns.
     assert_eq!(whatif(&d1, &format!("mem_fraction_static={rec:.2}")), 0);
-    assert_eq!(whatif(&d1, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
+    assert_eq!(whatif(&d1, &format!("mem_fraction_static={rec:.2}")), 0);
     let _ = d2;
+    // whatif on the failed run counts the draft whole too (its files, as explain reads them),
+    // and agrees with both reruns (before, it counted only the failed request); 0.94, the value
+    // without the draft's size, does not fit.
+    let (code, out) = culedger(&["whatif", dir.to_str().unwrap(), "--set", &format!("mem_fraction_static={rec:.2}")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("counted whole, 3.00 GiB a rank"), "{out}");
+    assert_eq!(whatif(&dir, &format!("mem_fraction_static={:.2}", rec + 0.02)), 1);
+    assert_eq!(whatif(&dir, "mem_fraction_static=0.94"), 1);
     every_alternative_starts(a, "advice_draft_disk", |n, v, extra| sglang_draft_on_disk(n, v, &draft, extra).2);
 }
 
@@ -622,9 +630,20 @@ fn sglang_draft_weights_after_sizing_are_named_and_0_5_23_counts_them() {
         lines.iter().any(|l| l.contains("was part of weights still loading after the sizing query")),
         "{lines:?}"
     );
+    // whatif on the failed run cannot size the rest of the load either: it claims no fit at
+    // explain's value (the rerun there fails) and says what it cannot see.
+    let rec = a["recommended"].as_f64().unwrap();
+    let (_s4, _d4, code) = sglang_draft("advice_draft_value", rec, &[]);
+    assert_eq!(code, 1, "explain's value {rec:.2} covers only what was seen: the rerun still fails");
+    let (code, out) = culedger(&["whatif", dir.to_str().unwrap(), "--set", &format!("mem_fraction_static={rec:.2}"), "--format", "json"]);
+    let w: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(code, 1, "{w:#}");
+    assert!(w["ranks"].as_array().unwrap().iter().any(|r| r["cannot_tell"] == true && r["fits"] == false), "{w:#}");
+    assert!(w["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("cannot tell whether any value fits")), "{w:#}");
     // sglang 0.5.23's order: the draft weights are loaded before the sizing query and counted.
-    let (_s3, _d3, code) = sglang_draft("advice_draft_counted", 0.95, &["--draft-before-sizing"]);
+    let (_s3, d3, code) = sglang_draft("advice_draft_counted", 0.95, &["--draft-before-sizing"]);
     assert_eq!(code, 0, "with the draft weights counted (0.5.23), 0.95 starts");
+    assert_eq!(whatif(&d3, "mem_fraction_static=0.95"), 0, "whatif on the start that counted them agrees");
 }
 
 /// vllm-project/vllm issue 7553's shape: CUDA graphs captured after the KV cache, outside the
@@ -695,7 +714,7 @@ fn vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts() {
     assert!(lines.iter().any(|l| l.starts_with(&format!("Lower --gpu-memory-utilization from 0.95 to at most {rec:.2}"))), "{lines:?}");
     // The sizing query is the one vLLM sized from (memory_profiling's after the profile run),
     // and the KV cache is the pool, not an arrival.
-    assert!(lines.iter().any(|l| l.contains("after the sizing query (memory_profiling)")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("after the sizing query (memory_profiling in Worker.determine_available_memory)")), "{lines:?}");
     assert!(!lines.iter().any(|l| l.contains("kv_pool allocations")), "{lines:?}");
     // The alternatives, each with the KV cache it leaves, ranked by it: the graphs off and the
     // largest capture size lowered keep the whole KV cache, the KV cache's size set directly
@@ -724,4 +743,27 @@ fn vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts() {
         assert_eq!(whatif(d, &format!("gpu_memory_utilization={:.2}", rec + 0.02)), 1, "{}", d.display());
     }
     every_alternative_starts(a, "advice_vllm_graphs", |n, v, extra| vllm_graphs(n, v, extra).2);
+
+    // whatif on a rerun that set the KV cache's size (the --kv-cache-memory-bytes choice): vLLM
+    // skips the profiling the formula reads, and the parameter changes only Worker.init_device's
+    // check, which whatif replays; tested against reruns at the choice's value (starts) and at
+    // 0.99 (refused: 0.99 x 24 GiB is more than the 23.49 GiB free at start-up).
+    let kv = ch.iter().find(|c| c.0 == "--kv-cache-memory-bytes").unwrap();
+    let bytes = kv.4.unwrap().to_string();
+    let (_s3, d3, code) = vllm_graphs("advice_vllm_kvb", kv.1, &["--kv-cache-memory-bytes", &bytes]);
+    assert_eq!(code, 0);
+    let (_s4, d4, code) = vllm_graphs("advice_vllm_kvb99", 0.99, &["--kv-cache-memory-bytes", &bytes]);
+    assert_eq!(code, 1, "refused at 0.99");
+    let (code, out) = culedger(&["whatif", d3.to_str().unwrap(), "--set", &format!("gpu_memory_utilization={:.2}", kv.1)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("The run set --kv-cache-memory-bytes"), "{out}");
+    assert_eq!(whatif(&d3, "gpu_memory_utilization=0.99"), 1);
+    assert_eq!(whatif(&d4, "gpu_memory_utilization=0.99"), 1);
+    // The refused rerun never got past the check: at a value the check lets through whatif
+    // cannot tell, and claims no fit.
+    let (code, out) =
+        culedger(&["whatif", d4.to_str().unwrap(), "--set", &format!("gpu_memory_utilization={:.2}", kv.1), "--format", "json"]);
+    let w: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(code, 1, "{w:#}");
+    assert!(w["ranks"].as_array().unwrap().iter().all(|r| r["cannot_tell"] == true), "{w:#}");
 }

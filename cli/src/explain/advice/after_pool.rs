@@ -8,7 +8,7 @@
 //! 8 bytes) and the EagerRunner's input buffers (48 bytes); on a small model that is a tenth of
 //! the pool, so a fixed margin cannot stand for it.
 
-use super::super::engines::{self, Sizing};
+use culedger_analysis::engines::{self, Sizing};
 use culedger_format::glob::{Glob, Plain};
 use crate::analysis::Member;
 use crate::load::Run;

@@ -2,7 +2,7 @@
 //! inputs as its call sites name them, its pool at the run's parameter value and at others,
 //! the formula's checks, and where a failure leaves the free memory (`outlook`).
 
-use super::super::engines::{self, Sizing, Term};
+use culedger_analysis::engines::{self, Sizing, Term};
 use super::super::recon::{reconcile, ItemKind};
 use culedger_analysis::steps::{self, burst_after, Kind, Step};
 use crate::analysis::{by_id, DeviceGroup, GpuId, Member};
@@ -54,6 +54,12 @@ pub struct RankSizing {
     pub complete: bool,
     #[serde(skip)]
     pub query_index: usize,
+    /// The step of the query the engine sized its pool from (the formula's `sizing_query`:
+    /// SGLang's profile_max_num_token, vLLM's memory_profiling after the profile run); the
+    /// findings start from it. `query_index` may lie after it (a span the engine brackets with
+    /// queries before its pool).
+    #[serde(skip)]
+    pub sizing_index: usize,
 }
 
 impl RankSizing {
@@ -226,6 +232,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 own.insert(name.clone(), if off { 0 } else { v });
             }
             let q = idx.get(&s.sizing_query).copied().unwrap_or_else(|| idx.values().copied().max().unwrap_or(0));
+            let sizing_index = q;
             let function = probe_of(&st[q])
                 .and_then(|p| engines::matching_frame(m.report, p.site, &s.inputs[&s.sizing_query].callers))
                 .map(|f| f.function.clone());
@@ -257,6 +264,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 query_function: function,
                 complete,
                 query_index: q,
+                sizing_index,
             });
         }
     }
@@ -418,6 +426,28 @@ pub(super) fn deficit_at(
     (still.0, recon, still.1)
 }
 
+/// What rank `r`'s failure at step `i` needed: the failed request (`needed`); and, for weights
+/// failing after the sizing query with the draft model named and readable, the draft, what
+/// the rank had loaded of it after the sizing query and the rest of its load still to come
+/// (`draft::rest`), which `explain` and `whatif` count instead of the failed request.
+pub(super) fn still_needed(
+    run: &Run,
+    m: Member,
+    st: &[Step],
+    r: &RankSizing,
+    i: usize,
+) -> (i64, Option<(super::draft::Draft, i64, i64)>) {
+    let f = st[i].failure().expect("a failure");
+    let need = needed(m, f);
+    let weights = culedger_format::category::CATEGORIES.iter().position(|c| *c == "weights");
+    let seen: i64 = weights.map_or(0, |w| st[r.query_index + 1..i].iter().map(|x| x.cats[w].max(0)).sum());
+    let draft = (f.category.as_deref() == Some("weights"))
+        .then(|| super::draft::named(run))
+        .flatten()
+        .and_then(|d| super::draft::rest(&d, seen, need).map(|rest| (d, seen, rest)));
+    (need, draft)
+}
+
 /// One rank's start as the run recorded it, for replaying the formula at other values.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outlook {
@@ -448,6 +478,14 @@ pub struct Outlook {
     /// The part of the margin that grows with the pool, per byte of pool (`after_pool.per_token`).
     #[serde(skip)]
     pub margin_per_pool_byte: f64,
+    /// What failed was part of weights still loading after the pool whose total the reports
+    /// cannot size (a draft model not named, or its files not readable here): what the rest of
+    /// that load needs is unseen, so no value can be said to fit.
+    #[serde(skip)]
+    pub unsized_weights: bool,
+    /// A draft model named and readable, counted whole (`still_needed`): its per-rank bytes.
+    #[serde(skip)]
+    pub draft_bytes: Option<i64>,
 }
 
 /// Every rank of the evaluation, as the run went. The margin is `explain`'s: the pack's fixed
@@ -468,14 +506,27 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
         let estimate = super::after_pool::estimate(run, &ev.sizing, m);
         let growth = growth.or(estimate.map(|b| super::after_pool::Growth { tokens: 0, bytes: b, per_pool_byte: 0.0 }));
         let fail = (q + 1..st.len()).find(|&i| st[i].failure().is_some()).filter(|_| r.complete);
+        let (mut unsized_weights, mut draft_bytes) = (false, None);
         // (failed, free at the end, the pool so far, still needed, margin)
         let (failed, free, pool, still, margin_bytes) = match fail {
             Some(i) => {
                 let f = st[i].failure().expect("a failure");
-                let need = needed(m, f);
-                let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, need);
+                // The draft's weights, named and readable, count whole, as `explain` counts them.
+                let (need, draft) = still_needed(run, m, &st, r, i);
+                let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
                 let free = recon.free_bytes;
-                let (margin, _) = super::after_pool::margin_and_deficit(fixed, growth, still, need, after_pool, free);
+                let (margin, _) = match &draft {
+                    Some((_, seen, _)) => {
+                        super::after_pool::margin_and_deficit(fixed, growth, still, 0, after_pool.map(|fp| fp - seen), free)
+                    }
+                    None => super::after_pool::margin_and_deficit(fixed, growth, still, need, after_pool, free),
+                };
+                // Unsized: no draft named and readable here (with one, a rank whose failed request
+                // was the rest of its load is sized by it).
+                let readable = super::draft::named(run).is_some_and(|d| d.per_rank_bytes.is_some());
+                unsized_weights =
+                    draft.is_none() && !readable && after_pool.is_some() && f.category.as_deref() == Some("weights");
+                draft_bytes = draft.as_ref().and_then(|d| d.0.per_rank_bytes);
                 (true, free, recon.sum(ItemKind::Pool), still, margin)
             }
             None => {
@@ -502,6 +553,8 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
             still_bytes: still,
             margin_bytes,
             margin_per_pool_byte: if failed { per_pool_byte } else { 0.0 },
+            unsized_weights,
+            draft_bytes,
         };
         out.push(o);
     }

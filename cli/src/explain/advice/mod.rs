@@ -23,7 +23,7 @@ pub(crate) mod draft;
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, gib};
 
-use super::engines::{self, Sizing};
+use culedger_analysis::engines::{self, Sizing};
 use super::findings::{Detail, Finding};
 use crate::words::join_and;
 use super::recon::{api_words, Item, ItemKind};
@@ -200,6 +200,27 @@ fn alternatives(
     out
 }
 
+/// The sizing query's function as the lines name it: the engine's sizing function too when the
+/// query is made inside it under another name (vLLM 0.33: `memory_profiling in
+/// Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py); SGLang's query is its
+/// sizing function's own (`ModelRunner.profile_max_num_token`).
+fn sizing_query_words(ev: &Evaluation, r: &RankSizing, m: Member) -> String {
+    let q = r.query_function.as_deref().unwrap_or("?");
+    let f = &ev.sizing.function;
+    let st = steps::steps(m);
+    let inside = match st.get(r.sizing_index).map(|x| &x.kind) {
+        Some(steps::Kind::Query(p)) => engines::frames(m.report, p.site)
+            .iter()
+            .any(|x| x.function == *f || x.function.ends_with(&format!(".{f}"))),
+        _ => false,
+    };
+    if inside && !(q == f || q.ends_with(&format!(".{f}")) || f.ends_with(&format!(".{q}"))) {
+        format!("{q} in {f}")
+    } else {
+        q.to_string()
+    }
+}
+
 struct Bound {
     /// The value must be at most `at` (else at least `at`).
     at_most: bool,
@@ -311,15 +332,7 @@ pub fn advise_measured(
         let st = steps::steps(m);
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
         let f = st[i].failure().expect("a failure");
-        let need = needed(m, f);
-        // Weights failing after the sizing query, with the draft model named and readable: the
-        // rest of the draft's load is still to come, not only the failed request (`draft`).
-        let weights = culedger_format::category::CATEGORIES.iter().position(|c| *c == "weights");
-        let seen: i64 = weights.map_or(0, |w| st[r.query_index + 1..i].iter().map(|x| x.cats[w].max(0)).sum());
-        let draft = (f.category.as_deref() == Some("weights"))
-            .then(|| draft::named(run))
-            .flatten()
-            .and_then(|d| draft::rest(&d, seen, need).map(|rest| (d, seen, rest)));
+        let (need, draft) = evaluation::still_needed(run, m, &st, r, i);
         let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
         // The free memory at the failure: as the failure finding measured it, else as the
         // reconciliation from the sizing query estimates it.
@@ -345,7 +358,7 @@ pub fn advise_measured(
         // The draft's weights are no part of what follows the pool: what it loaded after the
         // pool and the failed request (part of it) leave the margin as it was.
         let (margin, deficit) = match &draft {
-            Some(_) => after_pool::margin_and_deficit(margin, whole, still, 0, after_pool.map(|fp| fp - seen), free),
+            Some((_, seen, _)) => after_pool::margin_and_deficit(margin, whole, still, 0, after_pool.map(|fp| fp - seen), free),
             None => after_pool::margin_and_deficit(margin, whole, still, need, after_pool, free),
         };
         if deficit <= 0 || ev.scale_bytes <= 0 {
@@ -757,7 +770,7 @@ pub fn advise_measured(
             gib(reserve_bytes),
             r.process,
             format_args!("GPU {}", r.gpu_number()),
-            r.query_function.as_deref().unwrap_or("?"),
+            sizing_query_words(ev, r, m),
             gib(arrivals_bytes),
             if parts.is_empty() { String::new() } else { format!(": {}", parts.join(", ")) }
         ));

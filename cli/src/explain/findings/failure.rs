@@ -2,7 +2,7 @@
 //! attempts of one burst are one finding), and starts that failed without one; and for
 //! `culedger diff`, the reconciliation a device's pool went through.
 
-use super::super::callers;
+use culedger_analysis::callers;
 use super::super::recon::{reconcile, Recon};
 use culedger_analysis::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
 use super::types::{
@@ -174,7 +174,19 @@ pub(super) fn failed_allocations(
                     let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
                     (used != r.told_bytes).then(|| Minimum { used, told: r.told_bytes, engine: e.engine.clone() })
                 });
-                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, minimum)));
+                // The query the engine sized its pool from (one value, the evaluation's), when
+                // it precedes the failed burst: the reconciliation starts there.
+                let sized = ev.and_then(|e| {
+                    let r = e.ranks.iter().find(|r| r.is(*m) && g.is(&r.gpu) && r.complete)?;
+                    let q = r.sizing_index;
+                    // Whether the engine's pool (the burst after the formula's last query) was
+                    // allocated whole before this burst: then what failed is no part of it.
+                    let pool = steps::burst_after(&st, r.query_index);
+                    let after = pool.last().is_some_and(|&l| l < burst[0]) && !pool.iter().any(|&j| st[j].failure().is_some());
+                    (q < burst[0] && st[q].told().is_some())
+                        .then(|| (q, format!("{}'s {}", e.engine, e.sizing.function), after))
+                });
+                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, minimum, sized)));
             }
         }
     }
@@ -192,13 +204,16 @@ fn failure_finding(
     burst: &[usize],
     f: &crate::model::Failure,
     minimum: Option<Minimum>,
+    sized: Option<(usize, String, bool)>,
 ) -> Finding {
     let clock = g.clock;
-    let q = query_before(st, burst[0]);
+    let q = sized.as_ref().map(|x| x.0).or_else(|| query_before(st, burst[0]));
     let recon = q.map(|q| reconcile(g, m, st, q, i, burst));
     let told = recon.as_ref().map(|r| r.query.free_bytes);
     let (category, own) = burst_category(st, burst);
-    let part = part_of(st, burst, told, category, own);
+    // After the engine's whole pool, a request is no part of it, whatever its size.
+    let after_engine_pool = sized.as_ref().is_some_and(|x| x.2);
+    let part = part_of(st, burst, told.filter(|_| !after_engine_pool), category, own);
     let caller = callers::caller(m.report, f.site);
     let caller_chain = callers::explaining(m.report, f.site, false).map(|e| e.chain);
     let (free, measured) = match &recon {
@@ -268,6 +283,7 @@ fn failure_finding(
         held_bytes: f.live_bytes,
         signature,
         minimum,
+        sized_by: sized.map(|x| x.1),
     };
     Finding {
         kind: Kind::FailedAllocation,

@@ -1,6 +1,6 @@
 //! Peaks, and categories that kept growing at the end of the run.
 
-use super::super::callers;
+use culedger_analysis::callers;
 use super::types::{CatGrowth, Detail, Finding, GrowthDetail, Kind, Severity};
 use crate::analysis::{DeviceGroup, Point};
 use crate::model::CATEGORIES;
@@ -27,7 +27,7 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
     let mut cats: Vec<CatGrowth> = Vec::new();
     for (c, name) in CATEGORIES.iter().enumerate() {
         let (mut peak, mut peak_at) = (0i64, start);
-        for p in &points {
+        for p in points {
             if p.cats[c] > peak {
                 (peak, peak_at) = (p.cats[c], p.t_unix_us);
             }

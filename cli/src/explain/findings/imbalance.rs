@@ -7,8 +7,7 @@ use crate::words::who;
 use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE};
 
 fn is_rank(r: &Report) -> bool {
-    let e = &r.process.env;
-    e.contains_key("RANK") || e.contains_key("LOCAL_RANK")
+    culedger_analysis::process::rank_hint(&r.process.env).is_some()
 }
 
 fn allocates(r: &Report) -> bool {

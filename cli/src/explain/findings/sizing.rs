@@ -1,7 +1,7 @@
 //! The sizing formula: what each rank was told by the query it sized its pool from, and
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
-use super::super::callers;
+use culedger_analysis::callers;
 use culedger_analysis::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
 use crate::analysis::{by_id, gpu_number, DeviceGroup, Member};
@@ -97,11 +97,27 @@ pub(super) fn sizing(
     // inputs as the engine took them (SGLang: the minimum over the ranks) and the pool it
     // computed, not the pool so far plus the part that failed.
     if let Some(e) = ev {
-        for (r, _) in &mut rows {
+        for (r, abs) in &mut rows {
             if let Some(x) = e.ranks.iter().find(|x| x.pid == r.pid && x.start_us == r.start_us && x.gpu == r.gpu) {
                 r.told_bytes = x.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(r.told_bytes);
                 r.pool_bytes = x.pool_bytes.max(0);
                 r.fraction = r.pool_bytes as f64 / r.told_bytes.max(1) as f64;
+                // When and where: the query the formula sized from (the evaluation's), and
+                // whether the pool allocated after it failed (not a later burst's failure).
+                let g = by_id(gs, &r.gpu).expect("the row's device");
+                let m = g.member_at(r.pid, r.start_us).expect("the row's process");
+                let st = steps::steps(m);
+                if x.complete && st.get(x.sizing_index).is_some_and(|q| q.told().is_some()) {
+                    *abs = st[x.sizing_index].abs_us;
+                    r.at_us = g.clock.since(*abs);
+                    let pool = steps::burst_after(&st, x.query_index);
+                    r.failed = pool.iter().any(|&i| st[i].failure().is_some());
+                    if let Some(c) = pool.iter().find_map(|&i| {
+                        st[i].top().and_then(|a| a.caller.clone().or_else(|| callers::caller(m.report, a.site)))
+                    }) {
+                        r.caller = Some(c);
+                    }
+                }
             }
         }
     }

@@ -45,8 +45,8 @@ pub fn explaining(report: &Report, id: Option<i64>, query: bool) -> Option<Expla
     let id = id.filter(|&i| i != 0)?;
     let site = report.sites.iter().find(|s| s.id == id)?;
     let frames: Vec<&PyFrameRec> = site.python.iter().filter(|f| user_frame(*f)).collect();
-    let named = super::engines::query_functions();
-    let anchor = frames.iter().position(|f| super::engines::frame_matches(named, f));
+    let named = crate::engines::query_functions();
+    let anchor = frames.iter().position(|f| crate::engines::frame_matches(named, f));
     let first = frames.iter().position(|f| !api_wrapper(&f.function))?;
     let explains = match anchor {
         Some(a) if query => a,

@@ -7,7 +7,7 @@
 //! query feeds which input is decided by its call site, not by its position.
 //!
 //! A run is taken to be an engine's when a frame of one of its reports' call sites lies in the
-//! engine's package (`recognize`). The evaluation is in `advice`.
+//! engine's package (`recognize`). The evaluation is in the CLI's `explain::advice`.
 
 use culedger_format::glob::{Glob, Plain};
 use culedger_format::rules;
