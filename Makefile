@@ -103,7 +103,8 @@ $(SIM)/min-sparse/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
 $(SIM)/min-noresolver/libcuda.so.1: shim-tests/mincuda/mincuda.c $(HDR)/cuda.h
 	$(MIN_CC) -DMINCUDA_NO_RESOLVER -o $@ $< -lpthread
 
-# Helper shared libraries for the interposer tests (e.g. a second LD_PRELOAD interposer).
+# Helper shared libraries for the scenario tests (a second LD_PRELOAD interposer, a library
+# whose constructor allocates).
 $(SIM)/lib/lib%.so: shim-tests/interposers/%.c $(HDR)/cuda.h
 	$(CC) $(CFLAGS) -fPIC -shared -I$(HDR) -o $@ $< -ldl
 

@@ -14,6 +14,28 @@ use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 pub use culedger_analysis::whatif::{RankResult, WhatIf, WHATIF_SCHEMA};
 
+/// A rank's row with its process's identity from the replay's outlook, nothing else filled.
+fn row(o: &advice::Outlook) -> RankResult {
+    RankResult {
+        pid: o.pid,
+        process: o.process.clone(),
+        host: o.host.clone(),
+        device: o.device,
+        mig_index: o.mig_index,
+        gpu: o.gpu.clone(),
+        pool_bytes: 0,
+        recorded_pool_bytes: 0,
+        arrivals_bytes: 0,
+        left_bytes: 0,
+        margin_bytes: 0,
+        startup_left_bytes: 0,
+        fits_at_startup: false,
+        fits: false,
+        refused: None,
+        cannot_tell: false,
+    }
+}
+
 fn known() -> String {
     engines::all()
         .iter()
@@ -130,12 +152,6 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             let cannot_tell = stopped && refused.is_none();
             let left = if failed { -1 } else { o.free_end_bytes };
             ranks.push(RankResult {
-                pid: o.pid,
-                process: o.process,
-                host: o.host,
-                device: o.device,
-                mig_index: o.mig_index,
-                gpu: o.gpu.clone(),
                 pool_bytes: bytes,
                 recorded_pool_bytes: bytes,
                 arrivals_bytes: 0,
@@ -146,6 +162,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
                 fits: !failed && refused.is_none(),
                 refused,
                 cannot_tell,
+                ..row(&o)
             });
         }
         if ranks.iter().any(|r| r.cannot_tell) {
@@ -198,12 +215,6 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         // Weights whose load the reports cannot size: no value can be said to fit.
         let seen = !o.unsized_weights;
         ranks.push(RankResult {
-            pid: o.pid,
-            process: o.process,
-            host: o.host,
-            device: o.device,
-            mig_index: o.mig_index,
-            gpu: o.gpu.clone(),
             pool_bytes: pool,
             recorded_pool_bytes: pool0,
             arrivals_bytes: o.arrivals_bytes,
@@ -214,6 +225,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             fits: seen && left >= 0 && refused.is_none(),
             refused,
             cannot_tell: !seen,
+            ..row(&o)
         });
     }
     let fits = ranks.iter().all(|r| r.fits);

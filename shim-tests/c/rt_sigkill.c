@@ -7,6 +7,9 @@
  *   fail-wait  the same, but prints FAILED and waits for its parent's SIGKILL.
  *   ipc        weights, then cudaIpcOpenMemHandle on a handle nobody exported fails; prints
  *              FAILED and SIGKILLs itself.
+ *   dlopen     weights and the free-memory query, then dlopen of libctor_oom.so, whose
+ *              constructor fails an allocation of 1 PiB and SIGKILLs the process as soon as
+ *              the failing call has returned (inside dlopen: the loader's lock held).
  *   pool       weights, the free-memory query, the pool; prints POOL and waits for its parent's
  *              SIGKILL (the parent gives it tens of milliseconds).
  *   storm N    what a server's worker does before its launcher kills it: weights, the
@@ -20,6 +23,7 @@
  *              1 MiB, one per millisecond, all freed; the process's CPU time.
  * RESULT keys: told pool error (fail*, ipc), failures ns_per_call (loop: the loop's wall time
  * per call, after one failure outside it), cpu_ns (window). */
+#include <dlfcn.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -55,7 +59,7 @@ static void say(const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) FAIL("usage: rt_sigkill fail|fail-wait|ipc|pool|storm N|loop N|window N Q");
+    if (argc < 2) FAIL("usage: rt_sigkill fail|fail-wait|ipc|dlopen|pool|storm N|loop N|window N Q");
     const char *mode = argv[1];
     if (!strcmp(mode, "fail") || !strcmp(mode, "fail-wait")) {
         weights_and_query();
@@ -92,6 +96,11 @@ int main(int argc, char **argv) {
         cudaError_t e = cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess);
         if (e != cudaSuccess) kill(getpid(), SIGKILL);
         FAIL("opening a handle nobody exported succeeded");
+    }
+    if (!strcmp(mode, "dlopen")) {
+        weights_and_query();
+        void *lib = dlopen("libctor_oom.so", RTLD_NOW);
+        FAIL("dlopen of libctor_oom.so returned (%p: %s)", lib, lib ? "its constructor did not end the process" : dlerror());
     }
     if (!strcmp(mode, "pool")) {
         weights_and_query();

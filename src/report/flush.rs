@@ -147,6 +147,18 @@ impl Reporter {
     /// NVML reads it. Returns true if written.
     pub(super) fn flush_tick(&self, s: &Session) -> bool {
         let _guard = s.write_lock.lock();
+        self.tick_locked(s)
+    }
+
+    /// [`Reporter::flush_tick`] for a thread that must not wait long for the write lock:
+    /// None when it was not had within `wait`.
+    pub(super) fn try_flush_tick(&self, s: &Session, wait: Duration) -> Option<bool> {
+        let _guard = s.write_lock.try_lock_for(wait)?;
+        Some(self.tick_locked(s))
+    }
+
+    /// A periodic write's body, the write lock held.
+    fn tick_locked(&self, s: &Session) -> bool {
         if s.finished.load(Ordering::Acquire) || s.exec_pending.load(Ordering::Acquire) != 0 {
             return false;
         }

@@ -294,6 +294,21 @@ fn final_write_without_flush_thread_writes_in_the_caller() {
 }
 
 #[test]
+fn a_failure_without_flush_thread_is_written_by_the_failing_thread() {
+    // The flush thread could not start, so no periodic write will come: the failed allocation
+    // is on disk when the failing call returns, written by its own thread (it was deferred to
+    // that write, and lost to a SIGKILL: no file at all here).
+    let h = Harness::new("urgentnohelper", "o", 3_600_000, &[]);
+    h.reporter.activate();
+    h.session().helper.store(false, Ordering::SeqCst); // as if the thread could not start
+    h.ledger.generation.store(7, Ordering::SeqCst); // the failure recorded
+    h.reporter.urgent_failure();
+    assert_eq!(h.report()["health"]["lost_events"], 7, "the report holding the failure");
+    let counts = h.session().urgent.counts();
+    assert_eq!((counts.writes, counts.deferred), (1, 0), "{counts:?}");
+}
+
+#[test]
 fn final_write_in_another_process_is_refused() {
     let h = Harness::new("vfork", "o", 0, &[]);
     // A session opened by a different pid: what a vfork child sees in our memory.

@@ -10,7 +10,10 @@
 //!   (its CPU time moves: a loaded machine makes a write slow, never lost), at most
 //!   [`URGENT_WAIT_MAX`]. A writer that has used no CPU for [`URGENT_WAIT`] is stalled: the
 //!   call returns, the miss is counted, and no later failure waits until the writer has
-//!   caught up. No budget ever defers a failure: a failing call costs one report write.
+//!   caught up. No budget ever defers a failure: a failing call costs one report write. A
+//!   failure inside `dlopen` (a library constructor, the loader's lock held, which the flush
+//!   thread may be waiting for) and a failure in a process whose flush thread could not
+//!   start are written by the failing thread itself before it returns.
 //! - **A free-memory query** (the sizing query: the engine sizes its pool from it and
 //!   allocates the pool next) opens a window of [`SIZING_WINDOW`] during which the flush
 //!   thread writes every [`WINDOW_PERIOD`] whenever the ledger changed, so the query and the
@@ -219,21 +222,45 @@ impl Reporter {
         let u = &s.urgent;
         u.annotate();
         // Inside bookkeeping (a signal handler): this thread may hold a lock the write needs.
-        if !s.helper.load(Ordering::Acquire) || crate::rt::thread::in_bookkeeping() || u.stuck.load(Ordering::Acquire) {
+        if crate::rt::thread::in_bookkeeping() {
             u.defer();
             // The periodic write (or an open window) takes it.
             return;
         }
-        let ticket = u.requested.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        self.wake(s);
-        // Inside dlopen the loader's lock is held: the write is asked for, never waited on
-        // (the writer may need that lock).
-        if crate::rt::dlopen::in_dlopen() {
+        // No flush thread (it could not start): no periodic write either. Inside dlopen (a
+        // library constructor) the loader's lock is held, and the flush thread may be waiting
+        // for it (its first moments open NVML): waiting for it would wait URGENT_WAIT for
+        // nothing. Either way this thread writes, as the final write does without a flush
+        // thread (`exit.rs`): an urgent write takes no loader lock (it names no frame, asks
+        // nothing of the driver or NVML, only writes and renames a file).
+        if !s.helper.load(Ordering::Acquire) || crate::rt::dlopen::in_dlopen() {
+            self.urgent_write_here(s);
             return;
         }
+        if u.stuck.load(Ordering::Acquire) {
+            u.defer();
+            return;
+        }
+        let ticket = u.requested.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        self.wake(s);
         if !u.wait_served(ticket) {
             u.stuck.store(true, Ordering::Release);
             u.defer();
+        }
+    }
+
+    /// An urgent write on the calling thread (not the flush thread), waiting at most
+    /// [`URGENT_WAIT`] for the write lock (a periodic write holding it may itself wait for a
+    /// lock the caller holds); past that the failure is left to the next write (counted).
+    fn urgent_write_here(&self, s: &Session) {
+        let u = &s.urgent;
+        let (t0, c0) = (now_ns(), clock_ns(libc::CLOCK_THREAD_CPUTIME_ID));
+        let _ = WRITING.try_with(|w| w.set(true));
+        let wrote = catch_unwind(AssertUnwindSafe(|| self.try_flush_tick(s, URGENT_WAIT))).unwrap_or(Some(false));
+        let _ = WRITING.try_with(|w| w.set(false));
+        match wrote {
+            Some(wrote) => u.spent(t0, c0, wrote),
+            None => u.defer(),
         }
     }
 

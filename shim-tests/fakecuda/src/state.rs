@@ -233,6 +233,10 @@ pub struct Ctx {
     pub primary: bool,
     /// `FAKECUDA_CTX_EXTRA_MIB` charged for this context (not the first on its device).
     pub extra: u64,
+    /// Its memory is committed (the context cost charged). A primary context the runtime's
+    /// private table handed out ([`Proc::inactive_primary`]) is not, until it is retained or
+    /// made current ([`Proc::activate`]).
+    pub active: bool,
 }
 
 /// A VMM physical allocation (`cuMemCreate` / `cuMemImportFromShareableHandle`).
@@ -326,9 +330,10 @@ pub struct Proc {
     pub visible: Vec<usize>,
     next_id: u64,
     pub ctxs: HashMap<u64, Ctx>,
-    /// Primary context per device: (handle if active, reference count).
+    /// Primary context per device: (handle while retained, reference count); whether its memory
+    /// is committed is the context's own `active`.
     pub primary: Vec<(Option<u64>, u32)>,
-    /// Live contexts per device (the hidden context cost is held while > 0).
+    /// Active contexts per device (the hidden context cost is held while > 0).
     pub ctx_count: Vec<u32>,
     pub allocs: BTreeMap<u64, Alloc>,
     pub host: BTreeMap<u64, HostRange>,
@@ -615,6 +620,38 @@ impl Proc {
 
     /// Creates a context on `dev` (charging the hidden context cost if it is the device's first).
     pub fn create_ctx(&mut self, dev: usize, primary: bool) -> R<u64> {
+        let extra = self.charge_ctx(dev)?;
+        let h = self.new_handle(tag::CTX);
+        self.ctxs.insert(h, Ctx { dev, primary, extra, active: true });
+        Ok(h)
+    }
+
+    /// The primary context of `dev` as a handle only: nothing committed on the device. What the
+    /// runtime's private table gives it for every device when it initialises; the memory is
+    /// committed when the context is retained or first made current ([`Proc::activate`]).
+    pub fn inactive_primary(&mut self, dev: usize) -> u64 {
+        let h = self.new_handle(tag::CTX);
+        self.ctxs.insert(h, Ctx { dev, primary: true, extra: 0, active: false });
+        h
+    }
+
+    /// Commits context `h`'s memory if it is not yet (the context cost, as [`Proc::create_ctx`]).
+    pub fn activate(&mut self, h: u64) -> R {
+        let c = self.ctxs.get(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if c.active {
+            return Ok(());
+        }
+        let extra = self.charge_ctx(c.dev)?;
+        if let Some(c) = self.ctxs.get_mut(&h) {
+            c.extra = extra;
+            c.active = true;
+        }
+        Ok(())
+    }
+
+    /// Charges a context on `dev`: the hidden context cost for the device's first, the extra
+    /// cost for each other; returns the extra charged.
+    fn charge_ctx(&mut self, dev: usize) -> R<u64> {
         let extra = if self.ctx_count[dev] == 0 {
             self.charge(dev, Config::get().ctx_cost)?;
             0
@@ -624,9 +661,7 @@ impl Proc {
             extra
         };
         self.ctx_count[dev] += 1;
-        let h = self.new_handle(tag::CTX);
-        self.ctxs.insert(h, Ctx { dev, primary, extra });
-        Ok(h)
+        Ok(extra)
     }
 
     /// Destroys a context and everything it owns (allocations, host memory, streams, graph execs,
@@ -668,10 +703,12 @@ impl Proc {
                 self.uncharge(c.dev, c.charged);
             }
         }
-        self.uncharge(ctx.dev, ctx.extra);
-        self.ctx_count[ctx.dev] -= 1;
-        if self.ctx_count[ctx.dev] == 0 {
-            self.uncharge(ctx.dev, Config::get().ctx_cost);
+        if ctx.active {
+            self.uncharge(ctx.dev, ctx.extra);
+            self.ctx_count[ctx.dev] -= 1;
+            if self.ctx_count[ctx.dev] == 0 {
+                self.uncharge(ctx.dev, Config::get().ctx_cost);
+            }
         }
         let _ = CTX_STACK.try_with(|s| s.borrow_mut().retain(|c| *c != h));
         Ok(())

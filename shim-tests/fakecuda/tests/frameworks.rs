@@ -38,17 +38,30 @@ fn export_tables() {
             assert_eq!(r, 0);
             assert_eq!(*t as usize, slots * 8, "size slot");
         }
-        // CUDART_INTERFACE slot 2 retains the primary context.
+        // CUDART_INTERFACE slot 2 gives the primary context, retained but not active (nothing
+        // committed on the device) until it is retained through the API or made current.
         let (_, cudart) = table(&export::CUDART_INTERFACE);
         let retain: unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult = std::mem::transmute(*cudart.add(2));
+        let state = |dev| {
+            let (mut flags, mut active) = (0, 0);
+            assert_eq!(cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active), 0);
+            active
+        };
         let mut ctx = null_mut();
         assert_eq!(retain(&mut ctx, 1), 0);
+        assert_eq!(state(1), 0, "not active after the private table's retain");
         let mut again = null_mut();
         assert_eq!(cuDevicePrimaryCtxRetain(&mut again, 1), 0);
         assert_eq!(ctx, again, "the same primary context");
-        let (mut flags, mut active) = (0, 0);
-        assert_eq!(cuDevicePrimaryCtxGetState(1, &mut flags, &mut active), 0);
-        assert_eq!(active, 1);
+        assert_eq!(state(1), 1);
+        let mut ctx0 = null_mut();
+        assert_eq!(retain(&mut ctx0, 0), 0);
+        assert_eq!(state(0), 0);
+        assert_eq!(cuCtxSetCurrent(ctx0), 0);
+        assert_eq!(state(0), 1, "active once made current");
+        let (mut free, mut total) = (0usize, 0usize);
+        assert_eq!(cuMemGetInfo_v2(&mut free, &mut total), 0);
+        assert_eq!(total - free, 512 << 20, "the context's memory, committed when made current");
         assert_eq!(retain(&mut ctx, 7), CUDA_ERROR_INVALID_DEVICE);
         // Context-local storage: put, get, delete; NULL means the current context.
         let (_, cls) = table(&export::CONTEXT_LOCAL_STORAGE);

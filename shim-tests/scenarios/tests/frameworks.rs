@@ -413,6 +413,33 @@ fn torch_topk_sizes_its_grid_from_the_device() {
     assert_eq!(run.value("topk"), "256x5");
 }
 
+/// A runtime holds memory only on the devices it used: PyTorch's own test_cuda_primary_ctx.py
+/// (no primary context active after `torch.cuda.device_count()`; a tensor on `cuda:1` activates
+/// `cuda:1`'s only), with what the simulated machine charged each device (the fake's trace of
+/// every change of usage). NVIDIA's runtime 13.2 asks the driver for every device's primary
+/// context as it initialises (CUDART_INTERFACE slot 2); the fake committed 512 MiB on each
+/// there, so every process of the real SGLang --tp 8 server held a context on all eight GPUs
+/// (4.00 GiB unnamed on each, from processes that never used the device).
+#[test]
+fn torch_holds_a_context_only_on_the_device_it_uses() {
+    let Some(site) = frameworks() else { return };
+    let mut sim = bare_machine("fw_torch_primary_ctx", &site);
+    let trace = sim.scratch().join("trace");
+    sim.env("FAKECUDA_TRACE", &trace).env("FAKECUDA_TRACE_CHARGES", "1");
+    let run = sim.run_ok(&mut sim.python("frameworks/torch_primary_ctx.py"));
+    assert_eq!(run.u64("devices"), 2);
+    assert_eq!(run.value("after_init"), "0,0", "no context after device_count");
+    assert_eq!(run.value("after_tensor"), "0,1", "a context on cuda:1 only");
+    // usage +<bytes>|-<bytes> dev <ordinal> by <entry point> ...: charged per device.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut charged = [0u64; 2];
+    for w in text.lines().filter(|l| l.starts_with("usage +")).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+        charged[w[3].parse::<usize>().unwrap()] += w[1][1..].parse::<u64>().unwrap();
+    }
+    assert_eq!(charged[0], 0, "nothing on the device never used:\n{text}");
+    assert!(charged[1] >= 512 << 20, "cuda:1's context: {charged:?}");
+}
+
 /// The lines of NCCL's INFO log (`host:pid:tid [rank] NCCL INFO ...`) written by one process.
 fn nccl_lines_of(log: &str, pid: u64) -> impl Iterator<Item = &str> {
     log.lines().filter(move |l| {

@@ -1,6 +1,7 @@
 //! Nothing that matters is lost to SIGKILL (docs/reliability.md, "Urgent writes"): a failed
-//! allocation is on disk before the failing call returns, and the free-memory query an engine
-//! sizes its pool from, with the pool, within tens of milliseconds, with the default
+//! allocation is on disk before the failing call returns (inside `dlopen` too), and the
+//! free-memory query an engine sizes its pool from, with the pool, within tens of
+//! milliseconds, with the default
 //! `CULEDGER_FLUSH_MS` (1 s), whatever kills the process next. A launcher kills its tree that
 //! way (SGLang's `kill_process_tree` within a second of a scheduler's exception). So too when
 //! many workers fail at once on busy cores, where every write is slow; and a program failing
@@ -126,6 +127,23 @@ fn a_failed_ipc_open_is_on_disk_when_the_call_returns() {
     let fails = failures(&doc);
     assert_eq!(fails.len(), 1, "{doc:#}");
     assert_eq!(fails[0]["api"], "cudaIpcOpenMemHandle");
+}
+
+#[test]
+fn a_failed_allocation_in_a_library_constructor_is_on_disk_when_the_call_returns() {
+    // Inside dlopen (a library's constructor, the loader's lock held) the failing call waits
+    // for its write like any other: the constructor SIGKILLs the process the instant
+    // cudaMalloc returns. (Before, the write was asked for and not waited on: the report
+    // held the weights and the query, not the failure.)
+    let (sim, out) = lab("sigkill_dlopen");
+    let run = sim.run(&mut cmd(&sim, &["dlopen"]));
+    killed_by_sigkill(&run);
+    let doc = report(&out);
+    let fails = failures(&doc);
+    assert_eq!(fails.len(), 1, "{doc:#}");
+    assert_eq!(fails[0]["api"], "cudaMalloc");
+    assert_eq!(fails[0]["bytes"].as_u64(), Some(1 << 50));
+    assert_eq!(doc["devices"][0]["live_bytes"].as_u64(), Some(512 * MIB), "the weights with it");
 }
 
 #[test]

@@ -414,14 +414,20 @@ fn vllm_tp2_graphs_serves_under_culedger() {
     }
 }
 
-/// A failure of vLLM's own: `--gpu-memory-utilization 0.99` asks for more than the GPU has free
-/// when the worker takes its initial snapshot (the contexts of the API server process and of
-/// the other rank, NCCL and the custom all-reduce are there already), and `request_memory`
+/// A failure of vLLM's own: `--gpu-memory-utilization 0.995` asks for more than the GPU has free
+/// when the worker takes its initial snapshot (its context, NCCL and the custom all-reduce are
+/// there already), and `request_memory`
 /// (vllm/v1/worker/utils.py, 0.33.0, called from Worker.init_device) refuses: "Free memory on
 /// device ... on startup is less than desired GPU memory utilization". explain names it and
 /// recommends a value; that value, applied to the real server, starts, and whatif agrees.
 #[test]
-// Whole on 2026-12-04 (892 s at a load of about 12 on 2 cores): refused at 0.99; explain
+// 0.995: refused whatever else is on GPU 0 (the worker's own context, 512 MiB, is more than
+// the 0.5% it leaves). Whole on 2026-12-04 with each process's context on its own GPU only
+// (the fake driver gave the API server process and the other rank one on every GPU before):
+// 1.12 GiB used at the worker's snapshot, explain's bound 0.986, recommended 0.98; whatif: 0.98
+// starts, 1.00 does not; 0.98 applied: ready in 304 s, kv_pool 77.4961 GiB per GPU where vLLM
+// logged 77.50; 795 s in all.
+// Earlier at 0.99 (892 s at a load of about 12 on 2 cores): refused at 0.99; explain
 // recommends 0.97 (needed 93839c3: both workers end by SIGTERM, MultiprocExecutor's shutdown
 // after the refusal, and `vllm serve` exits 1, which explain had taken for a user's stop);
 // whatif: 0.97 starts, 0.99 does not; 0.97 applied: ready in 211 s, kv_pool 76.6953 GiB per
@@ -436,18 +442,18 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
         &sim,
         &vllm,
         &model,
-        &["--enforce-eager", "--gpu-memory-utilization", "0.99"],
+        &["--enforce-eager", "--gpu-memory-utilization", "0.995"],
         Some(&out),
         "refused",
     );
-    let why = run.wait_ready("refused at 0.99").expect_err("0.99 must not start");
-    let status = run.wait_exit(Duration::from_secs(180), "refused at 0.99");
+    let why = run.wait_ready("refused at 0.995").expect_err("0.995 must not start");
+    let status = run.wait_exit(Duration::from_secs(180), "refused at 0.995");
     let log = run.log();
     drop(run);
-    assert!(!status.success(), "0.99: {status}");
+    assert!(!status.success(), "0.995: {status}");
     assert!(
         log.contains("is less than desired GPU memory utilization"),
-        "0.99 failed otherwise than by vLLM's refusal: {why}"
+        "0.995 failed otherwise than by vLLM's refusal: {why}"
     );
     let (code, e) = culedger_scenarios::cli::explain(&out);
     assert_eq!(code, 1, "explain of the refused start: {e:#}");
@@ -459,7 +465,7 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
     let text = e.to_string();
     assert!(text.contains("Worker.init_device"), "explain does not name vLLM's function: {e:#}");
     let rec = a["recommended"].as_f64().unwrap();
-    assert!(rec < 0.99 && rec > 0.5, "{a:#}");
+    assert!(rec < 0.995 && rec > 0.5, "{a:#}");
     let (code, w) = whatif_pools(&out, rec);
     assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
     let (code, w) = whatif_pools(&out, rec + 0.02);

@@ -92,19 +92,31 @@ unsafe fn create_ctx(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> stat
     Ok(())
 }
 
-/// Retains `dev`'s primary context (creating it on first retain) and writes its handle.
+/// Retains `dev`'s primary context and writes its handle: `cuDevicePrimaryCtxRetain` ("Retains
+/// the primary context on the device, creating it if necessary"), which commits the context's
+/// memory (`activate`), or the runtime's private table, which the runtime calls for every device
+/// as it initialises and which commits nothing (`activate` false: the context is committed when
+/// first made current or retained). A real runtime holds no memory on a device it never made
+/// current: PyTorch's test/test_cuda_primary_ctx.py checks that after `torch.cuda.device_count()`
+/// no device's primary context is active (`cuDevicePrimaryCtxGetState`), and that `set_device(0)`
+/// (CUDA 12's eager `cudaSetDevice`) or a tensor on `cuda:1` activates that device's only.
 ///
 /// # Safety
 /// `pctx` is the caller's C out-pointer (NULL or writable).
-pub unsafe fn retain_primary(pctx: *mut CUcontext, dev: CUdevice) -> state::R {
+pub unsafe fn retain_primary(pctx: *mut CUcontext, dev: CUdevice, activate: bool) -> state::R {
     if pctx.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let h = with_init(|p| {
         let d = p.device(dev)?;
-        let h = match p.primary[d].0 {
-            Some(h) => h,
-            None => p.create_ctx(d, true)?,
+        let h = match (p.primary[d].0, activate) {
+            (Some(h), true) => {
+                p.activate(h)?;
+                h
+            }
+            (Some(h), false) => h,
+            (None, true) => p.create_ctx(d, true)?,
+            (None, false) => p.inactive_primary(d),
         };
         p.primary[d] = (Some(h), p.primary[d].1 + 1);
         Ok(h)
@@ -214,8 +226,10 @@ fn destroy_ctx(ctx: CUcontext) -> state::R {
     })
 }
 
+/// Making a context current commits its memory if it was not yet (a primary context the
+/// runtime's private table handed out).
 fn push_ctx(ctx: CUcontext) -> state::R {
-    with_init(|p| p.ctx(ctx as u64).map(|_| ()))?;
+    with_init(|p| p.activate(ctx as u64))?;
     state::push_current(ctx as u64);
     Ok(())
 }
@@ -308,7 +322,7 @@ entry! {
     }
 
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
-        retain_primary(pctx, dev)
+        retain_primary(pctx, dev, true)
     }
 
     fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
@@ -324,7 +338,10 @@ entry! {
         if flags.is_null() || active.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let on = with_init(|p| p.device(dev).map(|d| p.primary[d].0.is_some()))?;
+        let on = with_init(|p| {
+            let d = p.device(dev)?;
+            Ok(p.primary[d].0.is_some_and(|h| p.ctxs.get(&h).is_some_and(|c| c.active)))
+        })?;
         flags.write(0);
         active.write(on as c_int);
         Ok(())
@@ -387,7 +404,7 @@ entry! {
 
     fn cuCtxSetCurrent(ctx: CUcontext) {
         if !ctx.is_null() {
-            with_init(|p| p.ctx(ctx as u64).map(|_| ()))?;
+            with_init(|p| p.activate(ctx as u64))?;
         } else {
             with_init(|_| Ok(()))?;
         }

@@ -8,7 +8,8 @@
 //! table's size in bytes. Slots the runtime never calls stay NULL, as ZLUDA leaves them.
 //! What is implemented, by table:
 //! * CUDART_INTERFACE: module loading from a fat binary (slots 1, 6, 8: a module of the current
-//!   context, like `cuModuleLoadData`), retaining a device's primary context (slot 2), and two
+//!   context, like `cuModuleLoadData`), a device's primary context, retained with nothing
+//!   committed until it is made current (slot 2), and two
 //!   calls with nothing to do here (7, and 12 which loads the JIT compilers).
 //! * TOOLS_RUNTIME_CALLBACK_HOOKS: two zeroed buffers of tools' state (slots 2 and 6).
 //! * TOOLS_TLS: the calling thread's current context (slot 2).
@@ -110,9 +111,13 @@ unsafe extern "C" fn module_from_fatbin(module: *mut CUmodule, wrapper: *const c
     guarded(|| crate::api::stream::module_load(module, !wrapper.is_null()))
 }
 
-/// Slot 2: retains `dev`'s primary context (the runtime's `cudaSetDevice` path).
+/// Slot 2: `dev`'s primary context, retained (as ZLUDA's `cudart_interface_fn2` does, through
+/// its `primary_context_retain`). NVIDIA's runtime 13.x calls it for every device while it
+/// initialises (PyTorch 2.15's `torch.cuda.is_available()`: eight calls on eight devices, before
+/// any device is set), so it commits nothing: the context's memory is charged when it is first
+/// made current or retained through `cuDevicePrimaryCtxRetain` (`ctx::retain_primary`).
 unsafe extern "C" fn primary_ctx(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    guarded(|| retain_primary(pctx, dev))
+    guarded(|| retain_primary(pctx, dev, false))
 }
 
 /// Slot 6: slot 1 with three extra arguments the runtime passes as NULL/0.
