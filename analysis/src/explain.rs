@@ -77,6 +77,12 @@ pub struct Finding {
     /// the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folded_title: Option<String>,
+    /// For a finding about one GPU whose host's numbering is not known (no NVML, and no
+    /// process saw every GPU there): the GPU's name, its UUID's (`GPU-8f2e1a0b`), which the
+    /// text names it by; `device` is then its place in PCI bus order among the GPUs seen.
+    /// Left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,9 +115,10 @@ pub struct StartRow {
     /// Its last free-memory query (on the run's clock) and the function that made it.
     pub last_query_at_us: Option<i64>,
     pub last_query_function: Option<String>,
-    /// The device of that query.
+    /// The device of that query: its group (a MIG device is a device of its own), named as
+    /// the CLI names it from the group's number, MIG index and UUID name.
     #[serde(skip)]
-    pub last_query_device: Option<i64>,
+    pub last_query_device: Option<(i64, Option<i64>, crate::groups::GpuId)>,
     /// The engine's own check that refused the start, when its formula shows one failing at
     /// the run's value (vLLM 0.33 `request_memory` from `Worker.init_device`).
     #[serde(skip_serializing_if = "Option::is_none")]

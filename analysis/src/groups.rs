@@ -161,6 +161,11 @@ pub struct DeviceGroup<'a> {
     /// nvidia-smi's; else they are only the order of the GPUs the run saw, and the GPU is named
     /// by its UUID beside its number.
     pub every_gpu_seen: bool,
+    /// Where the host's numbering is not known (`numbered_by_pci` without `every_gpu_seen`):
+    /// the GPU's name, its UUID as nvidia-smi writes it (`GPU-...`, a MIG device's `MIG-...`),
+    /// cut to its first group (8 hex digits) where that tells it from the run's other GPUs of
+    /// its host, else whole. Every form is a prefix `CUDA_VISIBLE_DEVICES` accepts.
+    pub uuid_name: Option<String>,
     pub members: Vec<Member<'a>>,
     /// The run's clock (shared by every device of the run).
     pub clock: Clock,
@@ -184,6 +189,9 @@ pub struct GpuId {
     pub uuid: Option<String>,
     /// The ordinal, for a group without a UUID (0 otherwise).
     pub ordinal: i64,
+    /// The group's `uuid_name`: how the CLI names the GPU where the host's numbering is not
+    /// known (the same for every id of one group).
+    pub uuid_name: Option<String>,
 }
 
 impl DeviceGroup<'_> {
@@ -193,6 +201,7 @@ impl DeviceGroup<'_> {
             host: self.host.clone(),
             uuid: self.uuid.clone(),
             ordinal: if self.uuid.is_some() { 0 } else { self.index },
+            uuid_name: self.uuid_name.clone(),
         }
     }
 
@@ -249,6 +258,7 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
                 mig_index,
                 numbered_by_pci: false,
                 every_gpu_seen: false,
+                uuid_name: None,
                 members,
                 clock,
                 totals: Default::default(),
@@ -267,6 +277,8 @@ pub fn groups(run: &Run) -> Vec<DeviceGroup<'_>> {
 /// (one visible GPU per worker) would share a name, and every look-up by it. There, the
 /// host's physical GPUs are numbered in PCI bus order (then UUID), as nvidia-smi numbers
 /// them: its own numbers when the run saw every GPU of the host, and distinct names always.
+/// Where no process saw every GPU there, nvidia-smi's numbers are not known: each GPU gets
+/// its UUID's name (`uuid_name`), which every output names it by.
 fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
     let hosts: std::collections::BTreeSet<String> = gs.iter().map(|g| g.host.clone()).collect();
     for host in hosts {
@@ -295,20 +307,38 @@ fn number_by_pci_without_nvml(gs: &mut [DeviceGroup]) {
             }
             numbers.push((*i, n));
         }
-        if numbers.iter().all(|&(i, n)| gs[i].index == n) {
-            continue;
-        }
         // A process that saw every device of the host (`CUDA_VISIBLE_DEVICES` unset) saw as
         // many as the run's groups there when the run touched each of them.
         let seen = gs.iter().filter(|g| on_host(g)).count() as i64;
         let every = gs.iter().filter(|g| on_host(g)).flat_map(|g| &g.members).any(|m| {
             !m.report.process.env.contains_key("CUDA_VISIBLE_DEVICES") && m.report.process.visible_devices == Some(seen)
         });
+        // The ordinals already are the PCI bus order: nothing to say, where that order is
+        // nvidia-smi's. Where no process saw every GPU, the numbers are not known, however
+        // the ordinals fell: the GPUs are named by UUID.
+        if every && numbers.iter().all(|&(i, n)| gs[i].index == n) {
+            continue;
+        }
+        let uuids: Vec<String> = gs.iter().filter(|g| on_host(g)).filter_map(|g| g.uuid.clone()).collect();
         for (i, n) in numbers {
             gs[i].index = n;
             gs[i].numbered_by_pci = true;
             gs[i].every_gpu_seen = every;
+            if !every {
+                gs[i].uuid_name = gs[i].uuid.as_deref().map(|u| short_uuid(u, &uuids));
+            }
         }
+    }
+}
+
+/// A UUID (`GPU-8f2e1a0b-...`) cut to its first group (`GPU-8f2e1a0b`) where no other of
+/// `all` starts with that, else whole.
+pub fn short_uuid(uuid: &str, all: &[String]) -> String {
+    let cut = uuid.match_indices('-').nth(1).map_or(uuid, |(i, _)| &uuid[..i]);
+    if all.iter().filter(|u| u.starts_with(cut)).count() == 1 {
+        cut.to_string()
+    } else {
+        uuid.to_string()
     }
 }
 
@@ -942,3 +972,18 @@ pub fn is_retry(report: &Report, prev: &Failure, f: &Failure, prev_us: i64, f_us
 /// failure of its own, so the demo's verdict read "(12 failed allocations)" one run in a few.
 pub const RETRY_WINDOW_US: i64 = 10_000_000;
 
+#[cfg(test)]
+mod uuid_name_tests {
+    use super::short_uuid;
+
+    /// A UUID's first group names it where that tells it from the host's others (real GPUs'
+    /// UUIDs are random); the simulated machine's share it, and are named whole.
+    #[test]
+    fn short_where_unambiguous_else_whole() {
+        let real = ["GPU-8f2e1a0b-1111-2222-3333-444455556666".to_string(), "GPU-03c1d2e4-aaaa-bbbb-cccc-ddddeeeeffff".into()];
+        assert_eq!(short_uuid(&real[0], &real), "GPU-8f2e1a0b");
+        let sim = ["GPU-676f7437-a054-cfb0-face-000000000002".to_string(), "GPU-676f7437-a054-cfb0-face-000000000003".into()];
+        assert_eq!(short_uuid(&sim[1], &sim), sim[1]);
+        assert_eq!(short_uuid("MIG-12345678-aaaa-bbbb-cccc-ddddeeeeffff", &["MIG-12345678-aaaa-bbbb-cccc-ddddeeeeffff".into()]), "MIG-12345678");
+    }
+}

@@ -36,6 +36,10 @@ struct Chart {
     /// For a MIG device: its index under its GPU (`index`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     mig_index: Option<i64>,
+    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`);
+    /// left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uuid_name: Option<String>,
     capacity: Option<i64>,
     /// Seconds on the run's clock, and per category the live bytes at each time.
     t: Vec<f64>,
@@ -394,6 +398,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
         host: g.host.clone(),
         index: g.index,
         mig_index: g.mig_index,
+        uuid_name: g.uuid_name.clone(),
         capacity: g.total_bytes(),
         t,
         cats,

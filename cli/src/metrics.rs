@@ -11,7 +11,7 @@ use crate::error::{Fail, Result};
 use crate::load::{self, Run};
 use crate::model::CATEGORIES;
 use crate::runs;
-use crate::summary::RunSummary;
+use crate::summary::{DeviceSummary, RunSummary};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -123,6 +123,36 @@ fn rank(env: &std::collections::BTreeMap<String, String>) -> String {
     culedger_analysis::process::rank_hint(env).map_or_else(String::new, |(r, _)| r.to_string())
 }
 
+/// A device's processes as its per-process series key them, by what a restart keeps (their
+/// rank and comm, with the device's labels), never by pid or start, which would make every
+/// restart a new series: ((rank, comm), (live bytes, peak bytes)). The processes that share a
+/// key and were alive when the last of them started stand for it (a restart replaces the
+/// ended process; processes that ran together, such as one program's workers without a
+/// rank, are all there): their live bytes added up, and the largest of their peaks.
+fn per_process_on_device(s: &RunSummary, d: &DeviceSummary) -> Vec<((String, String), (i64, i64))> {
+    type Key = (String, String);
+    // (key, start, end, live, peak); the end is the last report's for a process that runs.
+    let mut rows: Vec<(Key, i64, i64, i64, i64)> = Vec::new();
+    for dp in &d.processes {
+        let p = s.processes.iter().find(|p| p.host == d.host && p.pid == dp.pid && p.start_unix_us == dp.start_unix_us);
+        let key = p.map_or_else(Default::default, |p| (rank(&p.env), p.comm.clone().unwrap_or_default()));
+        let end = p.map_or(i64::MAX, |p| p.start_unix_us.saturating_add(p.duration_us));
+        rows.push((key, dp.start_unix_us, end, dp.live_bytes, dp.peak_bytes));
+    }
+    let mut keys: Vec<Key> = rows.iter().map(|r| r.0.clone()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| {
+            let of: Vec<_> = rows.iter().filter(|r| r.0 == k).collect();
+            let last_start = of.iter().map(|r| r.1).max().unwrap_or(0);
+            let now: Vec<_> = of.iter().filter(|r| r.2 >= last_start).collect();
+            let figures = (now.iter().map(|r| r.3).sum(), now.iter().map(|r| r.4).max().unwrap_or(0));
+            (k, figures)
+        })
+        .collect()
+}
+
 /// The exposition of `snap` at `now_us` (µs since the epoch).
 pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
     let mut e = Exposition::default();
@@ -160,11 +190,13 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
         s.verdict.failed_ranks as f64,
     );
 
-    // A process's series carry its identity only: host, pid and start (ms since the epoch:
-    // processes in containers share a host and a pid). A process is found by all three,
-    // never by its pid alone. What describes it (title, comm, rank), which can change while
-    // it runs (setproctitle) and would split its series, is on `culedger_process_info`
-    // alone, joined `on(host, pid, start_ms)`, as kube-state-metrics' `*_info` series are.
+    // A process's own series (how it runs and ended) carry its identity only: host, pid and
+    // start (ms since the epoch: processes in containers share a host and a pid). A process is
+    // found by all three, never by its pid alone. What describes it (title, comm, rank), which
+    // can change while it runs (setproctitle) and would split its series, is on
+    // `culedger_process_info` alone, joined `on(host, pid, start_ms)`, as kube-state-metrics'
+    // `*_info` series are. Its memory on a device is keyed by what a restart keeps instead
+    // (`per_process_on_device`), as the DCGM exporter keys a GPU's.
     let who = |host: &str, pid: i64, start_us: i64| {
         (host.to_string(), pid.to_string(), start_us.div_euclid(1000).to_string())
     };
@@ -379,23 +411,22 @@ pub fn render(snap: &Snapshot, opts: &Options, now_us: i64) -> String {
             &l,
             d.ipc.imported_live_bytes as f64,
         );
-        for p in &d.processes {
-            let (_, pid, start) = who(&d.host, p.pid, p.start_unix_us);
+        for ((rank, comm), (live, peak)) in per_process_on_device(s, d) {
             let mut lp = l.to_vec();
-            lp.extend([("pid", pid.as_str()), ("start_ms", start.as_str())]);
+            lp.extend([("rank", rank.as_str()), ("comm", comm.as_str())]);
             e.sample(
                 "culedger_process_live_bytes",
                 "gauge",
-                "Tracked device memory a process holds on the device.",
+                "Tracked device memory the process of a rank (and comm) holds on the device (a restart's replaces the ended one's; processes that ran together are added up).",
                 &lp,
-                p.live_bytes as f64,
+                live as f64,
             );
             e.sample(
                 "culedger_process_peak_bytes",
                 "gauge",
-                "The peak of a process's tracked memory on the device.",
+                "The peak of that process's tracked memory on the device (of processes that ran together, the largest).",
                 &lp,
-                p.peak_bytes as f64,
+                peak as f64,
             );
         }
         if opts.sites {

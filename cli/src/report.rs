@@ -25,14 +25,20 @@ fn at(us: i64) -> String {
     fmt_secs(us)
 }
 
-/// `GPU 3` (`GPU 0 MIG 1` for a MIG device), or `host GPU 3` when the run spans several hosts.
-fn gpu_name(host: &str, index: i64, mig_index: Option<i64>, hosts: usize) -> String {
-    let n = crate::analysis::gpu_number(index, mig_index);
+/// `GPU 3` (`GPU 0 MIG 1` for a MIG device; `GPU-8f2e1a0b` where the host's numbering is not
+/// known), or `host GPU 3` when the run spans several hosts.
+fn gpu_name(host: &str, index: i64, mig_index: Option<i64>, uuid_name: Option<&str>, hosts: usize) -> String {
+    let n = crate::analysis::gpu_words(&crate::analysis::gpu_token(index, mig_index, uuid_name));
     if hosts > 1 {
-        format!("{host} GPU {n}")
+        format!("{host} {n}")
     } else {
-        format!("GPU {n}")
+        n
     }
+}
+
+/// [`crate::analysis::gpu_token`] of a device.
+fn token(dev: &DeviceSummary) -> String {
+    crate::analysis::gpu_token(dev.index, dev.mig_index, dev.uuid_name.as_deref())
 }
 
 /// Builds the report document of a run.
@@ -130,7 +136,7 @@ fn overview(rows: &[OverviewRow], hosts: usize) -> Table {
     );
     for r in rows {
         t.row(vec![
-            gpu_name(&r.host, r.index, r.mig_index, hosts),
+            gpu_name(&r.host, r.index, r.mig_index, r.uuid_name.as_deref(), hosts),
             fmt_bytes(r.tracked_bytes),
             fmt_opt(r.untracked_bytes),
             fmt_opt(r.used_bytes),
@@ -183,9 +189,9 @@ pub fn reading_sentence(r: &Reading, max: Option<&Reading>) -> String {
 fn device_section(d: &mut Doc, dev: &DeviceSummary, shown: &[&str]) {
     let total = dev.total_bytes.unwrap_or(0);
     d.push(Block::Heading(format!(
-        "{} GPU {} ({} total)",
+        "{} {} ({} total)",
         dev.host,
-        crate::analysis::gpu_number(dev.index, dev.mig_index),
+        crate::analysis::gpu_words(&token(dev)),
         fmt_opt(dev.total_bytes)
     )));
     if dev.processes.len() > 1 {
@@ -470,15 +476,14 @@ fn with_delta(value: Option<i64>, first: Option<i64>) -> String {
 /// The devices folded under `first`: one row each with its figures, and their difference
 /// from `first` in parentheses where they differ.
 fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts: usize) {
-    let names: Vec<String> =
-        others.iter().map(|o| format!("GPU {}", crate::analysis::gpu_number(o.index, o.mig_index))).collect();
+    let names: Vec<String> = others.iter().map(|o| crate::analysis::gpu_words(&token(o))).collect();
     d.push(Block::Heading(
         format!(
-            "{} {} (folded: alike {}; differences from GPU {} in parentheses)",
+            "{} {} (folded: alike {}; differences from {} in parentheses)",
             if hosts > 1 { first.host.as_str() } else { "" },
             names.join(", "),
             if others.len() == 1 { "GPU" } else { "GPUs" },
-            crate::analysis::gpu_number(first.index, first.mig_index)
+            crate::analysis::gpu_words(&token(first))
         )
         .trim_start()
         .to_string(),
@@ -498,7 +503,7 @@ fn folded(d: &mut Doc, first: &DeviceSummary, others: Vec<&DeviceSummary>, hosts
             procs.push(format!("+{}", count(contexts, "context", "contexts")));
         }
         t.row(vec![
-            crate::analysis::gpu_number(o.index, o.mig_index),
+            token(o),
             procs.join(" "),
             with_delta(Some(o.live_bytes), Some(first.live_bytes)),
             with_delta(untracked(o), untracked(first)),

@@ -85,8 +85,17 @@ pub fn shell_word(path: &str) -> String {
     }
 }
 
-/// `GPU 1-7`, `GPU 1, 3, 5`, `host GPU 0` with several hosts.
+/// `GPU 1-7`, `GPU 1, 3, 5`, `host GPU 0` with several hosts; MIG devices and GPUs named by
+/// UUID (`GPU 0 MIG 1, GPU-8f2e1a0b`) one by one.
 fn gpus_name(rows: &[&OverviewRow], hosts: usize) -> String {
+    let host = if hosts > 1 { format!("{} ", rows[0].host) } else { String::new() };
+    if rows.iter().any(|r| r.mig_index.is_some() || r.uuid_name.is_some()) {
+        let each: Vec<String> = rows
+            .iter()
+            .map(|r| crate::analysis::gpu_words(&crate::analysis::gpu_token(r.index, r.mig_index, r.uuid_name.as_deref())))
+            .collect();
+        return format!("{host}{}", each.join(", "));
+    }
     let idx: Vec<i64> = rows.iter().map(|r| r.index).collect();
     let contiguous = idx.windows(2).all(|w| w[1] == w[0] + 1);
     let list = match idx.as_slice() {
@@ -94,7 +103,6 @@ fn gpus_name(rows: &[&OverviewRow], hosts: usize) -> String {
         [first, .., last] if contiguous => format!("{first}-{last}"),
         _ => idx.iter().map(i64::to_string).collect::<Vec<_>>().join(", "),
     };
-    let host = if hosts > 1 { format!("{} ", rows[0].host) } else { String::new() };
     format!("{host}GPU {list}")
 }
 
@@ -172,6 +180,7 @@ mod tests {
             host: "h".into(),
             index: i,
             mig_index: None,
+            uuid_name: None,
             processes: 1,
             tracked_bytes: 0,
             peak_bytes: 0,
@@ -186,6 +195,10 @@ mod tests {
         assert_eq!(gpus_name(&[&a, &b, &c], 1), "GPU 1-3");
         assert_eq!(gpus_name(&[&a, &c], 1), "GPU 1, 3");
         assert_eq!(gpus_name(&[&b], 2), "h GPU 2");
+        // MIG devices and GPUs named by UUID one by one.
+        let mig = OverviewRow { index: 0, mig_index: Some(1), ..row(0) };
+        let named = OverviewRow { uuid_name: Some("GPU-8f2e1a0b".into()), ..row(1) };
+        assert_eq!(gpus_name(&[&mig, &named], 1), "GPU 0 MIG 1, GPU-8f2e1a0b");
         assert_eq!(shell_word("a b/c"), "'a b/c'");
         assert_eq!(shell_word("target/demo/custom"), "target/demo/custom");
     }

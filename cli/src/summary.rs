@@ -60,6 +60,10 @@ pub struct OverviewRow {
     /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
+    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`);
+    /// left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid_name: Option<String>,
     pub processes: usize,
     /// Tracked live bytes (at each process's last report).
     pub tracked_bytes: i64,
@@ -115,6 +119,10 @@ pub struct DeviceSummary {
     /// A MIG device's index among its GPU's MIG devices (`index` is its GPU's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
+    /// The GPU's name where its host's numbering is not known (`DeviceGroup::uuid_name`);
+    /// left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid_name: Option<String>,
     /// The physical GPU (absent for reports written before culedger recorded it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
@@ -450,6 +458,7 @@ pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSumm
                 host: g.host.clone(),
                 index: g.index,
                 mig_index: g.mig_index,
+                uuid_name: g.uuid_name.clone(),
                 processes: g.members.len(),
                 tracked_bytes: d.live_bytes,
                 peak_bytes: d.peak_bytes,
@@ -563,6 +572,7 @@ pub fn summarize_device(g: &DeviceGroup) -> DeviceSummary {
         host: g.host.clone(),
         index: g.index,
         mig_index: g.mig_index,
+        uuid_name: g.uuid_name.clone(),
         uuid: g.uuid.clone(),
         parent_uuid: g.members.iter().find_map(|m| m.dev.parent_uuid.clone()),
         gpu_instance_id: g.members.iter().find_map(|m| m.dev.gpu_instance_id),

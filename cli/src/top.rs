@@ -80,11 +80,11 @@ fn pct(part: i64, whole: Option<i64>) -> String {
 
 fn gpu_names(s: &RunSummary, members: &[usize]) -> String {
     let d = &s.devices[members[0]];
+    let token = |d: &crate::summary::DeviceSummary| crate::analysis::gpu_token(d.index, d.mig_index, d.uuid_name.as_deref());
     if members.len() == 1 {
-        return format!("{} GPU {}", clean(&d.host), crate::analysis::gpu_number(d.index, d.mig_index));
+        return format!("{} {}", clean(&d.host), crate::analysis::gpu_words(&token(d)));
     }
-    let idx: Vec<String> =
-        members.iter().map(|&i| crate::analysis::gpu_number(s.devices[i].index, s.devices[i].mig_index)).collect();
+    let idx: Vec<String> = members.iter().map(|&i| token(&s.devices[i])).collect();
     format!("{} GPUs {} ({} alike)", clean(&d.host), idx.join(","), members.len())
 }
 

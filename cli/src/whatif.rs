@@ -26,6 +26,9 @@ pub struct RankResult {
     /// For a MIG device: its index under its GPU (`device`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig_index: Option<i64>,
+    /// Which device group of the run (how the text names its GPU).
+    #[serde(skip)]
+    pub gpu: crate::analysis::GpuId,
     pub pool_bytes: i64,
     pub recorded_pool_bytes: i64,
     pub arrivals_bytes: i64,
@@ -71,6 +74,28 @@ pub struct WhatIf {
     /// absent when nothing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// A rank's row with its process's identity from the replay's outlook, nothing else filled.
+fn row(o: &advice::Outlook) -> RankResult {
+    RankResult {
+        pid: o.pid,
+        process: o.process.clone(),
+        host: o.host.clone(),
+        device: o.device,
+        mig_index: o.mig_index,
+        gpu: o.gpu.clone(),
+        pool_bytes: 0,
+        recorded_pool_bytes: 0,
+        arrivals_bytes: 0,
+        left_bytes: 0,
+        margin_bytes: 0,
+        startup_left_bytes: 0,
+        fits_at_startup: false,
+        fits: false,
+        refused: None,
+        cannot_tell: false,
+    }
 }
 
 fn known() -> String {
@@ -139,6 +164,22 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    let finish = |ranks: Vec<RankResult>, notes: Vec<String>, fits: bool| WhatIf {
+        schema: WHATIF_SCHEMA,
+        label: run.label.clone(),
+        engine: s.engine.clone(),
+        function: s.function.clone(),
+        formula: s.formula.clone(),
+        parameter: s.parameter.name.clone(),
+        recorded_value: ev.value,
+        value,
+        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
+        never_reached: advice::after_pool::fixed(run, &s).1,
+        ranks,
+        fits,
+        exit_code: i32::from(!fits),
+        notes,
+    };
     let mut notes: Vec<String> = Vec::new();
     // The KV cache set in bytes (vLLM's --kv-cache-memory-bytes): the engine skips the
     // profiling the formula reads and the parameter no longer sizes the pool; it is left with
@@ -173,11 +214,6 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             let cannot_tell = stopped && refused.is_none();
             let left = if failed { -1 } else { o.free_end_bytes };
             ranks.push(RankResult {
-                pid: o.pid,
-                process: o.process,
-                host: o.host,
-                device: o.device,
-                mig_index: o.mig_index,
                 pool_bytes: bytes,
                 recorded_pool_bytes: bytes,
                 arrivals_bytes: 0,
@@ -188,6 +224,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
                 fits: !failed && refused.is_none(),
                 refused,
                 cannot_tell,
+                ..row(&o)
             });
         }
         if ranks.iter().any(|r| r.cannot_tell) {
@@ -199,22 +236,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             notes.push("The recorded run failed with this KV cache size: it fails at any value".to_string());
         }
         let fits = !ranks.is_empty() && ranks.iter().all(|r| r.fits);
-        return Ok(WhatIf {
-            schema: WHATIF_SCHEMA,
-            label: run.label.clone(),
-            engine: s.engine.clone(),
-            function: s.function.clone(),
-            formula: s.formula.clone(),
-            parameter: s.parameter.name.clone(),
-            recorded_value: ev.value,
-            value,
-            fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-            never_reached: advice::after_pool::fixed(run, &s).1,
-            ranks,
-            fits,
-            exit_code: i32::from(!fits),
-            notes,
-        });
+        return Ok(finish(ranks, notes, fits));
     }
     let mut ranks = Vec::new();
     for o in advice::outlook(run, gs, &ev) {
@@ -255,11 +277,6 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         // Weights whose load the reports cannot size: no value can be said to fit.
         let seen = !o.unsized_weights;
         ranks.push(RankResult {
-            pid: o.pid,
-            process: o.process,
-            host: o.host,
-            device: o.device,
-            mig_index: o.mig_index,
             pool_bytes: pool,
             recorded_pool_bytes: pool0,
             arrivals_bytes: o.arrivals_bytes,
@@ -270,25 +287,11 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             fits: seen && left >= 0 && refused.is_none(),
             refused,
             cannot_tell: !seen,
+            ..row(&o)
         });
     }
     let fits = ranks.iter().all(|r| r.fits);
-    Ok(WhatIf {
-        schema: WHATIF_SCHEMA,
-        label: run.label.clone(),
-        engine: s.engine.clone(),
-        function: s.function.clone(),
-        formula: s.formula.clone(),
-        parameter: s.parameter.name.clone(),
-        recorded_value: ev.value,
-        value,
-        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: advice::after_pool::fixed(run, &s).1,
-        ranks,
-        fits,
-        exit_code: i32::from(!fits),
-        notes,
-    })
+    Ok(finish(ranks, notes, fits))
 }
 
 pub fn document(w: &WhatIf) -> Doc {
@@ -345,7 +348,7 @@ pub fn document(w: &WhatIf) -> Doc {
     for r in &w.ranks {
         t.row(vec![
             r.process.clone(),
-            crate::analysis::gpu_number(r.device, r.mig_index),
+            crate::analysis::id_token(r.device, r.mig_index, Some(&r.gpu)),
             if r.pool_bytes > 0 { fmt_bytes(r.pool_bytes) } else { "none".into() },
             fmt_bytes(r.arrivals_bytes),
             crate::units::fmt_delta(r.startup_left_bytes),

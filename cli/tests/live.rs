@@ -123,11 +123,23 @@ fn metrics_parse_and_agree_with_the_report() {
             assert_eq!(exported, costs, "{fixture} {l:?}: driver costs by API add up to the report's");
             let age = value(&families, "culedger_device_last_query_age_seconds", &l).unwrap();
             assert!(age > 0.0, "{age}");
+            // A process's memory on the device: keyed by its rank and comm (what a restart
+            // keeps), one process each in these fixtures.
+            let mut keys = Vec::new();
             for p in d["processes"].as_array().unwrap() {
-                let pid = p["pid"].to_string();
-                let lp = [l[0], l[1], ("pid", pid.as_str())];
-                assert_eq!(value(&families, "culedger_process_live_bytes", &lp), p["live_bytes"].as_f64());
+                let proc_ = r["processes"].as_array().unwrap().iter().find(|q| q["pid"] == p["pid"]).unwrap();
+                let env = &proc_["env"];
+                let rank = env["RANK"].as_str().or(env["LOCAL_RANK"].as_str()).unwrap_or("").to_string();
+                let comm = proc_["comm"].as_str().unwrap_or("").to_string();
+                let lp = [l[0], l[1], ("rank", rank.as_str()), ("comm", comm.as_str())];
+                assert_eq!(value(&families, "culedger_process_live_bytes", &lp), p["live_bytes"].as_f64(), "{lp:?}");
+                assert_eq!(value(&families, "culedger_process_peak_bytes", &lp), p["peak_bytes"].as_f64(), "{lp:?}");
+                keys.push((rank, comm));
             }
+            let n = keys.len();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), n, "{fixture}: one process per rank and comm on a device");
         }
         // A process's series carry its identity only (host, pid, start_ms); its rank and title
         // are on its info series, one per process.
@@ -135,11 +147,19 @@ fn metrics_parse_and_agree_with_the_report() {
         assert_eq!(info.len(), r["processes"].as_array().unwrap().len(), "{fixture}");
         let rank0 = info.into_iter().find(|s| s["labels"]["rank"] == "0").expect("rank 0");
         assert!(rank0["labels"]["title"].as_str().unwrap().starts_with("sglang::scheduler_TP0"), "{rank0}");
-        for name in ["culedger_process_running", "culedger_process_pinned_host_bytes", "culedger_process_live_bytes"] {
+        for name in ["culedger_process_running", "culedger_process_pinned_host_bytes"] {
             for s in samples(&families, name) {
                 let labels = s["labels"].as_object().unwrap();
                 assert!(!labels.contains_key("title") && !labels.contains_key("rank"), "{s}");
                 assert!(labels.contains_key("pid") && labels.contains_key("start_ms"), "{s}");
+            }
+        }
+        // A process's device memory: no pid, start or title, which a restart changes.
+        for name in ["culedger_process_live_bytes", "culedger_process_peak_bytes"] {
+            for s in samples(&families, name) {
+                let labels = s["labels"].as_object().unwrap();
+                assert!(!labels.contains_key("title") && !labels.contains_key("pid") && !labels.contains_key("start_ms"), "{s}");
+                assert!(labels.contains_key("rank") && labels.contains_key("comm"), "{s}");
             }
         }
         // How each process ended: its exit code (128 + the signal when one ended it).

@@ -94,5 +94,58 @@ fn metrics_series_are_one_per_process() {
     assert!(a.contains("rank=\"0\"") && a.contains("TP0"), "{a}");
     let live: Vec<&str> =
         out.lines().filter(|l| l.starts_with("culedger_process_live_bytes{host=\"host-b\"")).collect();
-    assert!(!live.is_empty() && live.iter().all(|l| l.contains("pid=\"7\"")), "{out}");
+    assert!(!live.is_empty() && live.iter().all(|l| l.contains("rank=\"1\"") && !l.contains("pid=")), "{out}");
+}
+
+/// A restart (the same rank and program, a new pid and start) continues its device memory's
+/// series instead of starting another ([20] 5: no per-pid label that multiplies series across
+/// restarts; the info metric carries the pid). Rank 0 of custom-ar twice, the second started a
+/// minute later (after the first ended): one live and one peak series on its GPU, the second's
+/// figures (not their sum), and two info series, one per process.
+#[test]
+fn a_restart_continues_its_device_memory_series() {
+    let d = tempdir();
+    let mut first: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("custom-ar").join("culedger-5101.json")).unwrap()).unwrap();
+    first["process"]["host"] = "sim-host".into();
+    std::fs::write(d.path().join("culedger-5101.json"), serde_json::to_vec(&first).unwrap()).unwrap();
+    let mut again = first.clone();
+    again["process"]["pid"] = 6101.into();
+    let start = again["process"]["start_unix_us"].as_i64().unwrap();
+    again["process"]["start_unix_us"] = (start + 60_000_000).into();
+    for k in ["start_unix_ms", "end_unix_ms"] {
+        again["process"][k] = (again["process"][k].as_i64().unwrap() + 60_000).into();
+    }
+    std::fs::write(d.path().join("culedger-6101.json"), serde_json::to_vec(&again).unwrap()).unwrap();
+    let dir = d.path().to_str().unwrap();
+    let (code, out, err) = run(&["metrics", dir]);
+    assert_eq!(code, 0, "{err}");
+    let (_, json, _) = run(&["report", dir, "--format", "json"]);
+    let r: Value = serde_json::from_str(&json).unwrap();
+    let procs = r["devices"][0]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{json}");
+    let second = procs.iter().find(|p| p["pid"] == 6101).unwrap();
+    for (name, key) in [("culedger_process_live_bytes{", "live_bytes"), ("culedger_process_peak_bytes{", "peak_bytes")] {
+        // (rank 0 also has a context on GPU 1, its peer's)
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(name) && l.contains("device=\"0\"")).collect();
+        assert_eq!(lines.len(), 1, "one series for the rank across its restart:\n{out}");
+        assert!(lines[0].contains("rank=\"0\"") && !lines[0].contains("pid="), "{}", lines[0]);
+        assert_eq!(lines[0].rsplit_once(' ').unwrap().1, second[key].to_string(), "the restart's figure: {}", lines[0]);
+    }
+    assert_eq!(out.lines().filter(|l| l.starts_with("culedger_process_info{")).count(), 2, "{out}");
+
+    // The same two processes running together (the second started 1 ms after the first, as
+    // one program's workers without a rank do): one series, holding what both held.
+    for k in ["start_unix_us", "start_unix_ms", "end_unix_ms"] {
+        let shift = if k == "start_unix_us" { 1000 } else { 1 };
+        again["process"][k] = (first["process"][k].as_i64().unwrap() + shift).into();
+    }
+    std::fs::write(d.path().join("culedger-6101.json"), serde_json::to_vec(&again).unwrap()).unwrap();
+    let (_, out, _) = run(&["metrics", dir]);
+    let lines: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("culedger_process_live_bytes{") && l.contains("device=\"0\"")).collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let live = second["live_bytes"].as_i64().unwrap();
+    assert!(live > 0);
+    assert_eq!(lines[0].rsplit_once(' ').unwrap().1, (2 * live).to_string(), "both, added up: {}", lines[0]);
 }

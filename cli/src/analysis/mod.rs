@@ -26,9 +26,31 @@ pub fn gpu_number(index: i64, mig_index: Option<i64>) -> String {
     }
 }
 
+/// A GPU's name after the word "GPU" where the host's numbering is known (`3`, `0 MIG 1`),
+/// else its UUID's (`GPU-8f2e1a0b`, a MIG device's `MIG-...`; [`DeviceGroup::uuid_name`]), as
+/// nvidia-smi names a GPU: by its number, or by its UUID where only some GPUs are seen.
+pub fn gpu_token(index: i64, mig_index: Option<i64>, uuid_name: Option<&str>) -> String {
+    uuid_name.map_or_else(|| gpu_number(index, mig_index), str::to_string)
+}
+
+/// A GPU in words: `GPU 3`, `GPU 0 MIG 1`, or a UUID name alone (`GPU-8f2e1a0b`), which says
+/// GPU already; `token` as [`gpu_token`] writes it.
+pub fn gpu_words(token: &str) -> String {
+    if token.starts_with("GPU-") || token.starts_with("MIG-") {
+        token.to_string()
+    } else {
+        format!("GPU {token}")
+    }
+}
+
+/// [`gpu_token`] of a group id (`None`: a finding about no one device group).
+pub fn id_token(index: i64, mig_index: Option<i64>, id: Option<&GpuId>) -> String {
+    gpu_token(index, mig_index, id.and_then(|id| id.uuid_name.as_deref()))
+}
+
 impl GroupWords for DeviceGroup<'_> {
     fn title(&self) -> String {
-        format!("{} GPU {}", self.host, gpu_number(self.index, self.mig_index))
+        format!("{} {}", self.host, gpu_words(&gpu_token(self.index, self.mig_index, self.uuid_name.as_deref())))
     }
 
     fn impossible_lines(&self) -> Vec<String> {
@@ -92,8 +114,8 @@ pub fn ordinal_fallback_note(run: &Run) -> Option<String> {
 
 /// The one line saying that a host's GPUs are numbered in PCI bus order of those the run saw,
 /// because no report there had NVML's number; None when none is. Where no process saw every
-/// GPU of the host, the numbers need not be nvidia-smi's: the line names each GPU by its UUID,
-/// as nvidia-smi and `CUDA_VISIBLE_DEVICES` do.
+/// GPU of the host, nvidia-smi's numbers are not known: the GPUs are named by their UUIDs, as
+/// nvidia-smi and `CUDA_VISIBLE_DEVICES` do, and the line says so.
 pub fn pci_numbering_note(groups: &[DeviceGroup]) -> Option<String> {
     let hosts: std::collections::BTreeSet<&str> =
         groups.iter().filter(|g| g.numbered_by_pci).map(|g| g.host.as_str()).collect();
@@ -101,12 +123,18 @@ pub fn pci_numbering_note(groups: &[DeviceGroup]) -> Option<String> {
         return None;
     }
     let on = hosts.iter().copied().collect::<Vec<_>>().join(", ");
+    // Each named by UUID, with its whole UUID where the name is its first group.
     let unsure: Vec<String> = groups
         .iter()
         .filter(|g| g.numbered_by_pci && !g.every_gpu_seen)
         .map(|g| {
             let host = if hosts.len() > 1 { format!("{} ", g.host) } else { String::new() };
-            format!("{host}GPU {} is {}", gpu_number(g.index, g.mig_index), g.uuid.as_deref().unwrap_or("?"))
+            let (name, uuid) = (g.uuid_name.as_deref().unwrap_or("?"), g.uuid.as_deref().unwrap_or("?"));
+            if name == uuid {
+                format!("{host}{name}")
+            } else {
+                format!("{host}{name} is {uuid}")
+            }
         })
         .collect();
     Some(if unsure.is_empty() {
@@ -116,8 +144,8 @@ pub fn pci_numbering_note(groups: &[DeviceGroup]) -> Option<String> {
         )
     } else {
         format!(
-            "GPUs on {on} are numbered in PCI bus order of those the run saw (no report had NVML's number, and no \
-             process saw every GPU there, so these need not be nvidia-smi's numbers): {}",
+            "GPUs on {on} are named by their UUIDs (no report had NVML's number, and no process saw every GPU \
+             there, so nvidia-smi's numbers are not known): {}",
             unsure.join(", ")
         )
     })

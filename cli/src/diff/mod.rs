@@ -229,7 +229,7 @@ pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
         .map(|(a, b)| {
             let g = a.or(b).expect("every key has a side");
             let label =
-                if by_index { format!("GPU {}", crate::analysis::gpu_number(g.index, g.mig_index)) } else { g.title() };
+                if by_index { crate::analysis::gpu_words(&crate::analysis::gpu_token(g.index, g.mig_index, g.uuid_name.as_deref())) } else { g.title() };
             dev_diff(label, a, b)
         })
         .collect();

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 /// Writes a finding's title and conclusion from its figures. `skipped`: a report of the
 /// run could not be read.
 pub fn word(f: &mut Finding, skipped: bool) {
+    f.gpu_name = f.gpu.as_ref().and_then(|g| g.uuid_name.clone());
     match &mut f.detail {
         Detail::Start(d) => {
             for r in &mut d.processes {
@@ -27,7 +28,7 @@ pub fn word(f: &mut Finding, skipped: bool) {
         Detail::Failure(d) => d.part = crate::words::part(d.part_of),
         _ => {}
     }
-    let device = crate::analysis::gpu_number(f.device.unwrap_or_default(), f.mig_index);
+    let device = crate::analysis::id_token(f.device.unwrap_or_default(), f.mig_index, f.gpu.as_ref());
     let device = device.as_str();
     let (title, text) = match &f.detail {
         Detail::Start(d) => failed_start(d),
@@ -42,9 +43,9 @@ pub fn word(f: &mut Finding, skipped: bool) {
     f.text = text;
 }
 
-/// `GPU 3`; `number` as [`crate::analysis::gpu_number`] writes it (`0 MIG 1`).
+/// `GPU 3`; `number` as [`crate::analysis::gpu_token`] writes it (`0 MIG 1`, `GPU-8f2e1a0b`).
 fn gpu(number: impl std::fmt::Display) -> String {
-    format!("GPU {number}")
+    crate::analysis::gpu_words(&number.to_string())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -54,11 +55,11 @@ fn gpu(number: impl std::fmt::Display) -> String {
 pub fn failed_start(d: &StartDetail) -> (String, String) {
     let n = d.processes.len();
     let r0 = &d.processes[0];
-    let where_ = match (r0.last_query_device, r0.last_query_at_us, &r0.last_query_function) {
-        (Some(device), Some(at), Some(function)) => {
+    let where_ = match (&r0.last_query_device, r0.last_query_at_us, &r0.last_query_function) {
+        (Some((index, mig_index, id)), Some(at), Some(function)) => {
             format!(
                 " after its last free-memory query (on {} at {}, from {function})",
-                gpu(device),
+                gpu(crate::analysis::id_token(*index, *mig_index, Some(id))),
                 crate::clock::fmt_secs(at)
             )
         }
@@ -538,17 +539,17 @@ pub fn gpus(fs: &[&Finding]) -> String {
     let hosts: Vec<&str> = fs.iter().filter_map(|f| f.host.as_deref()).collect();
     if hosts.windows(2).all(|w| w[0] == w[1]) {
         let idx: Vec<i64> = fs.iter().filter_map(|f| f.device).collect();
-        if fs.iter().any(|f| f.mig_index.is_some()) {
+        if fs.iter().any(|f| f.mig_index.is_some() || f.gpu.as_ref().is_some_and(|g| g.uuid_name.is_some())) {
             let each: Vec<String> =
-                fs.iter().map(|f| crate::analysis::gpu_number(f.device.unwrap_or(0), f.mig_index)).collect();
+                fs.iter().map(|f| crate::analysis::id_token(f.device.unwrap_or(0), f.mig_index, f.gpu.as_ref())).collect();
             return format!("{} {}", if each.len() == 1 { "GPU" } else { "GPUs" }, join_and(&each));
         }
         return format!("{} {}", if idx.len() == 1 { "GPU" } else { "GPUs" }, pid_list(&idx));
     }
     join_and(&fs.iter().map(|f| format!(
-        "{} GPU {}",
+        "{} {}",
         f.host.as_deref().unwrap_or("?"),
-        crate::analysis::gpu_number(f.device.unwrap_or(0), f.mig_index)
+        gpu(crate::analysis::id_token(f.device.unwrap_or(0), f.mig_index, f.gpu.as_ref()))
     )).collect::<Vec<_>>())
 }
 

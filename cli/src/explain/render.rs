@@ -10,7 +10,9 @@ use crate::doc::{Block, Doc, Table};
 use crate::units::{fmt_bytes, fmt_delta};
 
 fn gpu(f: &Finding) -> String {
-    f.device.map_or_else(String::new, |d| format!("GPU {}", crate::analysis::gpu_number(d, f.mig_index)))
+    f.device.map_or_else(String::new, |d| {
+        crate::analysis::gpu_words(&crate::analysis::id_token(d, f.mig_index, f.gpu.as_ref()))
+    })
 }
 
 /// A GPU among folded findings: with its host when they are on several.
@@ -145,7 +147,7 @@ fn sizing_table(f: &Finding) -> Option<Table> {
     }
     let mut t = Table::new(&headers, &(2..headers.len()).filter(|&i| i != 0).collect::<Vec<_>>());
     for r in &s.ranks {
-        let mut row = vec![r.process.clone(), crate::analysis::gpu_number(r.device, r.mig_index)];
+        let mut row = vec![r.process.clone(), crate::analysis::id_token(r.device, r.mig_index, Some(&r.gpu))];
         if firsts {
             row.push(r.first_told_bytes.map_or("-".into(), fmt_bytes));
         }

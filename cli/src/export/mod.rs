@@ -1,6 +1,6 @@
 //! `culedger export`: Chrome/Perfetto trace JSON and PyTorch memory_viz snapshots.
 
-use crate::analysis::DeviceGroup;
+use crate::analysis::{DeviceGroup, GroupWords};
 use crate::clock::Clock;
 use crate::error::{Fail, Result};
 use crate::model::{Stamped, CATEGORIES};
@@ -55,12 +55,15 @@ pub fn perfetto(a: &Analysis) -> Value {
         for d in &r.devices {
             let g = gs.iter().find(|g| g.has(r, d));
             let member = g.and_then(|g| g.members.iter().copied().find(|m| std::ptr::eq(m.report, r)));
-            let number = g.map_or_else(|| d.index.to_string(), |g| crate::analysis::gpu_number(g.index, g.mig_index));
-            let track = format!("GPU {number}");
+            let number = g.map_or_else(
+                || d.index.to_string(),
+                |g| crate::analysis::gpu_token(g.index, g.mig_index, g.uuid_name.as_deref()),
+            );
+            let track = crate::analysis::gpu_words(&number);
             // The physical GPU as every other view names it, and this process's own ordinal
             // where it differs (`CUDA_VISIBLE_DEVICES`).
             let gpu = if number != d.index.to_string() {
-                format!("GPU {number} (its device {})", d.index)
+                format!("{track} (its device {})", d.index)
             } else {
                 format!("GPU {}", d.index)
             };
@@ -321,8 +324,9 @@ impl Synth {
 /// member, owner, category, live bytes).
 type Step<'c> = (i64, usize, (i64, i64), String, &'c str, i64);
 
-fn synthesize(g: &DeviceGroup) -> Synth {
-    let mut s = Synth::new(g.index);
+/// The device's memory as a snapshot's segments and trace, at place `slot` of the snapshot.
+fn synthesize(g: &DeviceGroup, slot: i64) -> Synth {
+    let mut s = Synth::new(slot);
     let us = |abs_us: i64| g.clock.since(abs_us);
     // The six, then the device's own categories (a user's rules, a program's tags): none is
     // folded away.
@@ -382,15 +386,33 @@ fn free_at_failures(g: &DeviceGroup, findings: &[crate::explain::Finding]) -> Ve
         .collect()
 }
 
+/// Each device's place in a snapshot's `device_traces` (a list by device number), in the
+/// run's device order: its GPU's number, or where an earlier device took that place (the
+/// MIG devices of one GPU share its number, as do GPUs of different hosts) the next free
+/// one, so that every device of the run has a trace of its own.
+pub fn memory_viz_slots(gs: &[DeviceGroup]) -> Vec<i64> {
+    let mut slots: Vec<i64> = Vec::with_capacity(gs.len());
+    for g in gs {
+        let slot = match slots.iter().max() {
+            Some(&last) if g.index <= last => last + 1,
+            _ => g.index,
+        };
+        slots.push(slot);
+    }
+    slots
+}
+
 pub fn memory_viz(a: &Analysis) -> Snapshot {
     // Devices beyond the ordinals a snapshot can list are left out (`write_memory_viz`
     // refuses them first).
-    let gs: Vec<&DeviceGroup> = a.groups().iter().filter(|g| (0..=MAX_DEVICE_INDEX).contains(&g.index)).collect();
-    let max_index = gs.iter().map(|g| g.index).max().unwrap_or(-1);
-    let mut traces: Vec<Vec<TraceEntry>> = (0..=max_index).map(|_| Vec::new()).collect();
+    let slots = memory_viz_slots(a.groups());
+    let gs: Vec<(&DeviceGroup, i64)> =
+        a.groups().iter().zip(slots).filter(|(_, slot)| (0..=MAX_DEVICE_INDEX).contains(slot)).collect();
+    let max_slot = gs.iter().map(|(_, slot)| *slot).max().unwrap_or(-1);
+    let mut traces: Vec<Vec<TraceEntry>> = (0..=max_slot).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
-    for g in gs {
-        let s = synthesize(g);
+    for (g, slot) in gs {
+        let s = synthesize(g, slot);
         let mut segs = s.segments();
         frames::attach_frames(&mut segs, g);
         // A segment shows the frames of its first block (its call site, when known).
@@ -400,7 +422,7 @@ pub fn memory_viz(a: &Analysis) -> Snapshot {
             }
         }
         segments.extend(segs);
-        let slot = &mut traces[g.index as usize];
+        let slot = &mut traces[slot as usize];
         slot.extend(s.trace);
         // An `oom` entry at each failure with the free memory at the failure, as torch's
         // allocator records it (what cudaMemGetInfo says when cudaMalloc fails), not what
@@ -460,11 +482,11 @@ pub fn memory_viz(a: &Analysis) -> Snapshot {
 pub const MAX_DEVICE_INDEX: i64 = 1023;
 
 pub fn write_memory_viz(a: &Analysis, out: &Path) -> Result<String> {
-    if let Some(g) = a.groups().iter().find(|g| !(0..=MAX_DEVICE_INDEX).contains(&g.index)) {
+    let slots = memory_viz_slots(a.groups());
+    if let Some((g, slot)) = a.groups().iter().zip(&slots).find(|(_, slot)| !(0..=MAX_DEVICE_INDEX).contains(*slot)) {
         return Err(Fail::input(format!(
-            "export --memory-viz: {} device index {} is outside 0..{MAX_DEVICE_INDEX} (a snapshot lists devices by ordinal)",
+            "export --memory-viz: {} device index {slot} is outside 0..{MAX_DEVICE_INDEX} (a snapshot lists devices by ordinal)",
             crate::layout::printable(&g.host),
-            g.index
         )));
     }
     let snapshot = memory_viz(a);
@@ -472,7 +494,16 @@ pub fn write_memory_viz(a: &Analysis, out: &Path) -> Result<String> {
     let bytes = serde_pickle::to_vec(&snapshot, serde_pickle::SerOptions::new())
         .map_err(|e| Fail::input(format!("cannot encode the snapshot: {e}")))?;
     write(out, &as_protocol_4(bytes))?;
-    Ok(format!("memory_viz snapshot: {} ({n} trace entries; open in pytorch.org/memory_viz)", shown_path(out)))
+    // Where a device's place in the snapshot is not its GPU's number, which it is.
+    let moved: Vec<String> = a
+        .groups()
+        .iter()
+        .zip(&slots)
+        .filter(|(g, slot)| g.index != **slot)
+        .map(|(g, slot)| format!("device {slot} is {}", g.title()))
+        .collect();
+    let moved = if moved.is_empty() { String::new() } else { format!("; {}", moved.join(", ")) };
+    Ok(format!("memory_viz snapshot: {} ({n} trace entries; open in pytorch.org/memory_viz{moved})", shown_path(out)))
 }
 
 /// serde-pickle writes protocol 3. Protocol 4 (what `torch.cuda.memory._dump_snapshot`

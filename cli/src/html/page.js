@@ -15,6 +15,9 @@
   // A GPU's number as nvidia-smi gives it ("3"), a MIG device's with its place under its GPU
   // ("0 MIG 1"); and the key of a GPU in data attributes ("host:3", "host:0/1" for a MIG device).
   function gpuNo(index, mig) { return mig == null ? String(index) : index + " MIG " + mig; }
+  // A GPU in words: "GPU 3", "GPU 0 MIG 1", or its UUID's name ("GPU-8f2e1a0b") where its
+  // host's numbering is not known (`gpu_name` of a finding, `uuid_name` of a chart).
+  function gpuWords(index, mig, name) { return name ? name : "GPU " + gpuNo(index, mig); }
   function gpuKey(host, index, mig) { return host + ":" + index + (mig == null ? "" : "/" + mig); }
   function catsOf(map) { return CATS.concat(Object.keys(map || {}).filter(function (k) { return CATS.indexOf(k) < 0; }).sort()); }
   function catColor(c) {
@@ -56,7 +59,7 @@
   // what differs (the process, the request, what was free), as explain's text does.
   function foldedRows(head, all) {
     var hosts = {}; all.forEach(function (f) { hosts[f.host] = 1; });
-    var gpu = function (f) { return (Object.keys(hosts).length > 1 ? f.host + " " : "") + "GPU " + gpuNo(f.device, f.mig_index); };
+    var gpu = function (f) { return (Object.keys(hosts).length > 1 ? f.host + " " : "") + gpuWords(f.device, f.mig_index, f.gpu_name); };
     all.sort(function (a, b) { return a.host < b.host ? -1 : a.host > b.host ? 1 : a.device - b.device || (a.mig_index || 0) - (b.mig_index || 0); });
     if (head.kind === "failed_allocation") {
       var sizes = all.some(function (f) { return f.detail.bytes !== head.detail.bytes; });
@@ -89,7 +92,7 @@
       var div = el("div", { "class": "finding " + f.severity, "data-gpus": all.map(function (g) { return gpuKey(g.host, g.device, g.mig_index); }).join(" ") }, [head, el("div", { "class": "text", text: f.text })]);
       if (all.length > 1) {
         var many = all.some(function (g) { return g.host !== f.host; });
-        div.appendChild(el("p", { "class": "meta", text: "The text above is " + (many ? f.host + " " : "") + "GPU " + gpuNo(f.device, f.mig_index) + "'s; on each of the " + all.length + " GPUs:" }));
+        div.appendChild(el("p", { "class": "meta", text: "The text above is " + (many ? f.host + " " : "") + gpuWords(f.device, f.mig_index, f.gpu_name) + "'s; on each of the " + all.length + " GPUs:" }));
         div.appendChild(foldedRows(f, all));
       }
       if (f.callers && f.callers.length) div.appendChild(el("div", { "class": "callers", text: "call sites: " + f.callers.join(", ") }));
@@ -256,6 +259,9 @@
 
   // GPU names for a set of alike GPUs: "GPU 1-7", "GPU 1, 3".
   function gpuNames(chs, hosts) {
+    if (chs.some(function (c) { return c.uuid_name; })) {
+      return (hosts > 1 ? chs[0].host + " " : "") + chs.map(function (c) { return gpuWords(c.index, c.mig_index, c.uuid_name); }).join(", ");
+    }
     if (chs.some(function (c) { return c.mig_index != null; })) {
       return (hosts > 1 ? chs[0].host + " " : "") + "GPU " + chs.map(function (c) { return gpuNo(c.index, c.mig_index); }).join(", ");
     }
@@ -332,20 +338,20 @@
     sec.appendChild(findings(ex));
     sec.appendChild(el("h2", { text: "GPUs" }));
     sec.appendChild(table(["GPU", "processes", "tracked", "peak", "untracked at last query", "used at last query", "capacity", "failures", "biggest category"],
-      s.overview.map(function (o) { return [o.host + " GPU " + gpuNo(o.index, o.mig_index), o.processes, fmtBytes(o.tracked_bytes), fmtBytes(o.peak_bytes), fmtBytes(o.untracked_bytes), fmtBytes(o.used_bytes), fmtBytes(o.total_bytes), o.failures, o.biggest_category ? o.biggest_category + " " + fmtBytes(o.biggest_category_bytes) : "-"]; }),
+      s.overview.map(function (o) { return [o.host + " " + gpuWords(o.index, o.mig_index, o.uuid_name), o.processes, fmtBytes(o.tracked_bytes), fmtBytes(o.peak_bytes), fmtBytes(o.untracked_bytes), fmtBytes(o.used_bytes), fmtBytes(o.total_bytes), o.failures, o.biggest_category ? o.biggest_category + " " + fmtBytes(o.biggest_category_bytes) : "-"]; }),
       [0, 1, 1, 1, 1, 1, 1, 1, 0]));
     var end = 0;
     s.processes.forEach(function (p) { end = Math.max(end, (p.started_at_us + p.duration_us) / 1e6); });
     run.charts.forEach(function (ch, i) {
       var d = s.devices[i];
       var box = el("div", { "class": "gpu" + (d.failures_total > 0 ? " failed" : ""), "data-gpu": gpuKey(ch.host, ch.index, ch.mig_index) });
-      box.appendChild(el("h3", { text: ch.host + " GPU " + gpuNo(ch.index, ch.mig_index) + " — " + fmtBytes(d.live_bytes) + " tracked, peak " + fmtBytes(d.peak_bytes) + (d.total_bytes ? " of " + fmtBytes(d.total_bytes) : "") + (d.failed_requests ? " · " + d.failed_requests + " failed allocation(s)" : "") }));
+      box.appendChild(el("h3", { text: ch.host + " " + gpuWords(ch.index, ch.mig_index, ch.uuid_name) + " — " + fmtBytes(d.live_bytes) + " tracked, peak " + fmtBytes(d.peak_bytes) + (d.total_bytes ? " of " + fmtBytes(d.total_bytes) : "") + (d.failed_requests ? " · " + d.failed_requests + " failed allocation(s)" : "") }));
       timeline(ch, box, { end: end });
       if (d.driver_costs.length) {
         box.appendChild(el("h3", { text: "Hidden driver costs (de-noised)" }));
         box.appendChild(table(["pid", "process", "API", "calls", "bytes", "measured"], d.driver_costs.map(function (c) { return [c.pid, c.label, c.api, c.calls, fmtBytes(c.bytes), fmtBytes(c.measured_bytes)]; }), [1, 0, 0, 1, 1, 1]));
       }
-      var det = el("details", i === 0 ? { open: "" } : null, [el("summary", { text: "Call sites on GPU " + gpuNo(ch.index, ch.mig_index) }), icicle(ch.tree)]);
+      var det = el("details", i === 0 ? { open: "" } : null, [el("summary", { text: "Call sites on " + gpuWords(ch.index, ch.mig_index, ch.uuid_name) }), icicle(ch.tree)]);
       box.appendChild(det);
       sec.appendChild(box);
     });
@@ -362,7 +368,7 @@
         var key = [a.bytes, a.category, a.api, a.caller].join("\u0000");
         var r = byKey[key];
         if (!r) { r = byKey[key] = { a: a, gpus: [], pids: [], n: 0, first: a.at_us, last: a.last_at_us }; top.push(r); }
-        var g = d.host + " GPU " + gpuNo(d.index, d.mig_index);
+        var g = d.host + " " + gpuWords(d.index, d.mig_index, d.uuid_name);
         if (r.gpus.indexOf(g) < 0) r.gpus.push(g);
         if (r.pids.indexOf(a.pid) < 0) r.pids.push(a.pid);
         r.n += a.count; r.first = Math.min(r.first, a.at_us); r.last = Math.max(r.last, a.last_at_us);

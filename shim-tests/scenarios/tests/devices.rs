@@ -482,38 +482,111 @@ fn mig_devices_are_devices_of_their_own() {
     assert!(top.contains("GPU 0 MIG 1"), "{top}");
 }
 
-/// Without NVML (no report has nvidia-smi's number for its GPU), two workers each seeing one
-/// GPU as their ordinal 0 are still two GPUs, named apart: numbered in PCI bus order of the
-/// GPUs the run saw, with one line saying so (they were both "GPU 0" before, and every
-/// look-up by that name found the first).
-#[test]
-fn without_nvml_gpus_are_numbered_in_pci_order() {
-    let (sim, out) = machine("devices_no_nvml");
-    wait_all(vec![start(&sim, "2", &["100", "none", "0.3"]), start(&sim, "3", &["300", "none", "0.3"])]);
-    for e in std::fs::read_dir(&out).unwrap().flatten() {
+/// A machine of one GPU of 32 GiB split into two MIG devices, writing into `out`: (the
+/// machine, `out`, the directory of the process that listed them, their UUIDs).
+fn mig_machine(name: &str) -> (Sim, PathBuf, PathBuf, Vec<String>) {
+    let (mut sim, out) = machine_of(name, 1);
+    sim.env("FAKECUDA_MIG", "0:2").env("FAKECUDA_TOTAL_MIB", "32768");
+    let seen = sim.scratch().join("seen");
+    let mut all = sim.python("devices.py");
+    all.args(["10", "none", "0.1", "all"]).env("CULEDGER_OUT", &seen);
+    sim.run_ok(&mut all);
+    let migs: Vec<String> =
+        reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
+    assert_eq!(migs.len(), 2, "{migs:?}");
+    (sim, out, seen, migs)
+}
+
+/// Rewrites every report in `dir` as written without NVML (no `host_index`, `usage`, nor the
+/// untracked figure's NVML source and time); `check` sees each report first.
+fn strip_nvml(dir: &Path, check: impl Fn(&Value)) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
         let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+        check(&v);
         for d in v["devices"].as_array_mut().unwrap() {
             let d = d.as_object_mut().unwrap();
-            assert!(d.get("uuid").is_some_and(|u| u.is_string()), "the driver named it");
             for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
                 d.remove(k);
             }
         }
         std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
     }
+}
+
+/// Without NVML (no report has nvidia-smi's number for its GPU), two workers each seeing one
+/// GPU as their ordinal 0 are still two GPUs, named apart (they were both "GPU 0" once, and
+/// every look-up by that name found the first): as nvidia-smi names a GPU, by its UUID when
+/// only some GPUs are seen (no process saw every GPU, so nvidia-smi's numbers are not known),
+/// in every command, with one line saying so; by its number in PCI bus order when a process saw
+/// every GPU of the host.
+#[test]
+fn without_nvml_gpus_are_named_by_uuid_unless_every_gpu_is_seen() {
+    let (sim, out) = machine("devices_no_nvml");
+    wait_all(vec![start(&sim, "2", &["100", "none", "0.3"]), start(&sim, "3", &["300", "none", "0.3"])]);
+    strip_nvml(&out, |v| {
+        let named = v["devices"].as_array().unwrap().iter().all(|d| d.get("uuid").is_some_and(|u| u.is_string()));
+        assert!(named, "the driver named it");
+    });
     let r = report_json(&out);
     assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 300)], "two GPUs in PCI bus order");
     let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
     // No process saw every GPU of the host: the numbers need not be nvidia-smi's, and the
     // line names each GPU by its UUID (GPUs 2 and 3 of the machine).
     let uuids: Vec<String> = r["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
-    let note = notes.iter().find(|n| n.contains("numbered in PCI bus order")).unwrap_or_else(|| panic!("{notes:?}"));
-    assert!(note.contains("need not be nvidia-smi's"), "{note}");
-    assert!(note.ends_with(&format!("GPU 0 is {}, GPU 1 is {}", uuids[0], uuids[1])), "{note}");
+    let note = notes.iter().find(|n| n.contains("named by their UUIDs")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(note.contains("nvidia-smi's numbers are not known"), "{note}");
+    // The simulated machine's UUIDs share their first group (the machine's hash): whole.
+    assert!(note.ends_with(&format!(": {}, {}", uuids[0], uuids[1])), "{note}");
     let (code, text) = culedger(&["explain", out.to_str().unwrap()]);
     // One warning: the two workers hold 100 and 300 MiB (an imbalance, by design of this test).
     assert_eq!(code, 1, "{text}");
-    assert!(text.contains("numbered in PCI bus order") && !text.contains("Impossible"), "{text}");
+    assert!(text.contains("named by their UUIDs") && !text.contains("Impossible"), "{text}");
+    // Every command names the two GPUs by UUID, as nvidia-smi does when only some GPUs are
+    // seen, never by numbers that need not be nvidia-smi's ("GPU 0" and "GPU 1" here were the
+    // machine's GPUs 2 and 3).
+    let dir = out.to_str().unwrap();
+    let by_uuid = |what: &str, o: &str| {
+        let words = o.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains(&uuids[0]) && words.contains(&uuids[1]), "{what}: both UUIDs in\n{o}");
+        assert!(!words.contains("GPU 0") && !words.contains("GPU 1") && !words.contains("GPUs 0"), "{what}: no number in\n{o}");
+    };
+    let (_, report) = culedger(&["report", dir]);
+    by_uuid("report", &report);
+    assert!(report.contains(&format!("{} (8.00 GiB total)", uuids[1])), "{report}");
+    by_uuid("explain", &text);
+    let (_, check) = culedger(&["check", dir, "--budget", "live<=1GiB", "--format", "json"]);
+    let v: Value = serde_json::from_str(&check).unwrap_or_else(|e| panic!("{e}: {check}"));
+    let devices: Vec<&str> = v["outcomes"].as_array().unwrap().iter().map(|o| o["device"].as_str().unwrap()).collect();
+    by_uuid("check", &devices.join(" "));
+    let (_, top) = culedger(&["top", "--once", dir]);
+    by_uuid("top", &top);
+    let (_, diff) = culedger(&["diff", dir, dir]);
+    by_uuid("diff", &diff);
+    let trace = sim.scratch().join("trace.json");
+    let (code, _) = culedger(&["export", dir, "--perfetto", trace.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    for u in &uuids {
+        // Its counter track, and its events with the process's own ordinal.
+        assert!(trace.contains(&format!("\"name\":\"{u}\"")), "the track of {u}");
+        assert!(trace.contains(&format!("{u} (its device 0)")), "the events on {u}");
+    }
+    // The JSON keeps the numbers and adds the names; the page (html) names the GPUs by them.
+    let named: Vec<&str> = r["overview"].as_array().unwrap().iter().map(|o| o["uuid_name"].as_str().unwrap_or("-")).collect();
+    assert_eq!(named, vec![uuids[0].as_str(), uuids[1].as_str()], "report --format json overview");
+    let (_, ex) = culedger(&["explain", dir, "--format", "json"]);
+    let ex: Value = serde_json::from_str(&ex).unwrap();
+    let imbalance = ex["findings"].as_array().unwrap().iter().find(|f| f["device"].is_i64()).map(|f| f["gpu_name"].clone());
+    if let Some(name) = imbalance {
+        assert!(uuids.iter().any(|u| name == u.as_str()), "a finding about one GPU names it: {ex:#}");
+    }
+    let page = sim.scratch().join("page.html");
+    let (code, _) = culedger(&["html", dir, "-o", page.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let html = std::fs::read_to_string(&page).unwrap();
+    for u in &uuids {
+        assert!(html.contains(&format!("\"uuid_name\":\"{u}\"")), "the page's data names {u}");
+    }
 
     // A process that saw every GPU (CUDA_VISIBLE_DEVICES unset, all four) and a worker seeing
     // GPU 3 as its ordinal 0: the run saw the host's every GPU, so its PCI bus order is
@@ -523,22 +596,27 @@ fn without_nvml_gpus_are_numbered_in_pci_order() {
     let mut all = sim.python("devices.py");
     all.args(["100", "none", "0.3", "all"]);
     sim.run_ok(&mut all);
-    for e in std::fs::read_dir(&out).unwrap().flatten() {
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
-        assert!(v["process"]["visible_devices"].as_i64().is_some(), "the writer asked the driver");
-        for d in v["devices"].as_array_mut().unwrap() {
-            let d = d.as_object_mut().unwrap();
-            for k in ["host_index", "usage", "untracked_source", "untracked_t_us"] {
-                d.remove(k);
-            }
-        }
-        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
-    }
+    strip_nvml(&out, |v| assert!(v["process"]["visible_devices"].as_i64().is_some(), "the writer asked the driver"));
     let r = report_json(&out);
     assert_eq!(rows(&r), vec![(0, 1, 100), (1, 1, 100), (2, 1, 100), (3, 2, 400)], "nvidia-smi's numbers");
     let notes: Vec<&str> = r["notes"].as_array().expect("notes").iter().map(|n| n.as_str().unwrap()).collect();
     let note = notes.iter().find(|n| n.contains("numbered in PCI bus order")).unwrap_or_else(|| panic!("{notes:?}"));
     assert!(note.contains("nvidia-smi's numbers, since a process there saw every GPU"), "{note}");
+
+    // One process with CUDA_VISIBLE_DEVICES=0,1 on the four GPUs: its ordinals are the PCI bus
+    // order of what it saw, but nvidia-smi's numbers are not known (it saw only some GPUs): the
+    // GPUs are named by UUID, not "GPU 0" and "GPU 1" (which they were, the order being unchanged).
+    let (sim, out) = machine("devices_no_nvml_some_seen");
+    let mut two = sim.python("devices.py");
+    two.args(["100", "none", "0.1", "all"]).env("CUDA_VISIBLE_DEVICES", "0,1");
+    sim.run_ok(&mut two);
+    strip_nvml(&out, |_| {});
+    let (_, report) = culedger(&["report", out.to_str().unwrap()]);
+    let r = report_json(&out);
+    let named: Vec<&str> = r["overview"].as_array().unwrap().iter().map(|o| o["uuid_name"].as_str().unwrap_or("-")).collect();
+    let uuids: Vec<&str> = r["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap()).collect();
+    assert_eq!(named, uuids, "{report}");
+    assert!(!report.contains("GPU 0") && !report.contains("GPU 1"), "{report}");
 }
 
 /// Two processes on the two MIG devices of one GPU, each with figures of its own, are two
@@ -549,15 +627,7 @@ fn without_nvml_gpus_are_numbered_in_pci_order() {
 /// 20000 MiB fails; it holds its memory while the second server starts, which is told less.
 #[test]
 fn two_mig_devices_of_one_gpu_in_every_command() {
-    let (mut sim, out) = machine_of("devices_mig_commands", 1);
-    sim.env("FAKECUDA_MIG", "0:2").env("FAKECUDA_TOTAL_MIB", "32768");
-    let seen = sim.scratch().join("seen");
-    let mut all = sim.python("devices.py");
-    all.args(["10", "none", "0.1", "all"]).env("CULEDGER_OUT", &seen);
-    sim.run_ok(&mut all);
-    let migs: Vec<String> =
-        reports(&seen)[0]["devices"].as_array().unwrap().iter().map(|d| d["uuid"].as_str().unwrap().to_string()).collect();
-    assert_eq!(migs.len(), 2, "{migs:?}");
+    let (sim, out, seen, migs) = mig_machine("devices_mig_commands");
     sglang_tp1(&sim, &migs[0]);
     let mut job = holding(&sim, &migs[1], &["500", "none", "-1", "0", "20000"]);
     sglang_tp1(&sim, &migs[1]);
@@ -693,6 +763,57 @@ fn two_mig_devices_of_one_gpu_in_every_command() {
         // The page's data is written with sorted keys: a chart's `index`, `mig_index`, `queries`.
         assert!(html.contains(&format!("\"index\":0,\"mig_index\":{i},\"queries\"")), "chart of MIG device {i}");
     }
+
+    // export --memory-viz: a trace per MIG device (they shared GPU 0's place before, and one
+    // trace held both); the job's 500 MiB and its failed 20000 MiB in MIG device 1's.
+    let pickle = sim.scratch().join("snapshot.pickle");
+    let o = std::process::Command::new(culedger_scenarios::repo_root().join("target/release/culedger"))
+        .args(["export", dir, "--memory-viz", pickle.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let told = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{told}");
+    assert!(told.contains("device 1 is ") && told.contains(" GPU 0 MIG 1"), "which GPU the second trace is: {told}");
+    let per_trace = traces_with(&pickle, &[("alloc", 500), ("oom", 20000)]);
+    assert_eq!(per_trace, vec![vec![0, 0], vec![1, 1]], "MIG device 1's trace alone has the job's");
+}
+
+/// A start that failed without a failed allocation names the device of its last free-memory
+/// query as every other line does: on a MIG device, `GPU 0 MIG 1` (it said `GPU 0`, its GPU's
+/// number, which both MIG devices share). devices.py asks for 1 MiB it expects to fail, gets
+/// it, and exits with status 1.
+#[test]
+fn a_failed_start_on_a_mig_device_names_it() {
+    let (sim, out, _, migs) = mig_machine("devices_mig_failed_start");
+    let mig1 = &migs[1];
+    let o = sim.python("devices.py").args(["10", "none", "0", "0", "1"]).env("CUDA_VISIBLE_DEVICES", mig1).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let (code, text) = culedger(&["explain", out.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("after its last free-memory query (on GPU 0 MIG 1 at "), "{text}");
+}
+
+/// Per trace of a memory_viz snapshot: how many entries have each (action, MiB).
+fn traces_with(pickle: &Path, entries: &[(&str, i64)]) -> Vec<Vec<usize>> {
+    let want: Vec<String> = entries.iter().map(|(a, mib)| format!("('{a}', {})", mib * MIB)).collect();
+    let read = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import pickle, sys\ns = pickle.load(open(sys.argv[1], 'rb'))\nfor t in s['device_traces']:\n    \
+                 print(' '.join(str(sum((e['action'], e['size']) == w for e in t)) for w in [{}]))",
+                want.join(", ")
+            ),
+        ])
+        .arg(pickle)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    String::from_utf8_lossy(&read.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().map(|n| n.parse().unwrap()).collect())
+        .collect()
 }
 
 /// whatif and `export --memory-viz` on the layouts: (a) two SGLang-like servers (`--tp 1`), each

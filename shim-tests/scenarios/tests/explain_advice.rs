@@ -276,6 +276,32 @@ fn vllm_refused_start_lower_gpu_memory_utilization_works_when_applied() {
     assert_eq!(code, 1, "{:.2} still fails", rec + 0.02);
 }
 
+/// vLLM's second start-up failure ([19] What to build 3): at 0.35 on a 24 GiB GPU with 8 GiB
+/// of weights, total x utilization is less than the weights and the profile run took, the KV
+/// cache comes out negative and vLLM refuses ("No available memory for the cache blocks",
+/// vllm 0.33 v1/core/kv_cache_planning.py _check_enough_kv_cache_memory, before any KV cache
+/// is allocated): explain raises --gpu-memory-utilization; the value starts when applied and
+/// 0.02 below it still fails; whatif agrees.
+#[test]
+fn vllm_no_available_memory_for_the_cache_blocks_raise_works_when_applied() {
+    let (_s, dir, code) = vllm("advice_vllm35", 0.35);
+    assert_eq!(code, 1, "no KV cache at 0.35");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["findings"][0]["kind"], "failed_start", "{v:#}");
+    let a = &v["what_to_change"];
+    assert_eq!((a["engine"].as_str(), a["direction"].as_str()), (Some("vLLM"), Some("raise")), "{a:#}");
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines[0].contains("No available memory for the cache blocks"), "{lines:?}");
+    let rec = a["recommended"].as_f64().unwrap();
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={:.2}", rec - 0.02)), 1);
+    let (_s1, _d, code) = vllm("advice_vllm_raised", rec);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
+    let (_s2, _d, code) = vllm("advice_vllm_below", rec - 0.02);
+    assert_eq!(code, 1, "{:.2} still fails", rec - 0.02);
+}
+
 #[test]
 fn whatif_refuses_unknown_parameters_and_engines() {
     let (_s, dir, _) = vllm("advice_vllm_bad", 0.95);

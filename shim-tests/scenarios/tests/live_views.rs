@@ -290,12 +290,14 @@ fn prometheus_scrapes_the_kv_pool_of_a_running_server() {
         prom_log,
     );
     assert_eq!(dup[0]["value"][1], "0", "Prometheus dropped duplicate samples: {dup:?}");
+    // A process's device memory is keyed by its rank and comm, not its pid (a restart keeps
+    // its series): the info series joins on those.
     let joined = wait_for(
         Duration::from_secs(30),
         "the info join",
         || {
             query(&url_encode(
-                "culedger_process_live_bytes{job=\"pids\"} * on(host, pid, start_ms) group_left(title, rank) \
+                "culedger_process_live_bytes{job=\"pids\"} * on(host, rank, comm) group_left(title) \
                  culedger_process_info{job=\"pids\"}",
             ))
         },
@@ -303,10 +305,19 @@ fn prometheus_scrapes_the_kv_pool_of_a_running_server() {
     );
     let live = query(&url_encode("culedger_process_live_bytes{job=\"pids\"}")).unwrap();
     assert_eq!(joined.len(), live.len(), "{joined:?}");
+    assert!(live.iter().all(|s| s["metric"].get("pid").is_none() && s["metric"].get("start_ms").is_none()), "{live:?}");
     assert!(
         joined.iter().all(|s| s["metric"]["title"].as_str().unwrap().starts_with("sglang::scheduler_TP")),
         "{joined:?}"
     );
+    // docs/metrics.md's query: each rank's memory named by the title of the process running it
+    // now (the running server's processes).
+    let docs_query = "culedger_process_live_bytes{job=\"culedger\"} * on(host, rank, comm) group_left(title) \
+                      (culedger_process_info{job=\"culedger\"} and on(host, pid, start_ms) culedger_process_running == 1)";
+    let named = wait_for(Duration::from_secs(30), "docs/metrics.md's title join", || query(&url_encode(docs_query)), prom_log);
+    let live = query(&url_encode("culedger_process_live_bytes{job=\"culedger\"}")).unwrap();
+    assert_eq!(named.len(), live.len(), "{named:?}");
+    assert!(named.iter().all(|s| s["metric"]["title"].as_str().is_some_and(|t| !t.is_empty())), "{named:?}");
     let exits = query(&url_encode("culedger_process_exit_status{job=\"pids\"}")).unwrap();
     assert_eq!(exits.len(), 4, "{exits:?}");
     assert!(exits.iter().all(|s| s["value"][1] == "1"), "every rank exited with status 1: {exits:?}");

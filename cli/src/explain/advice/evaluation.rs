@@ -68,9 +68,15 @@ impl RankSizing {
         self.pid == m.pid() && self.start_us == m.report.process.start_us()
     }
 
-    /// Its GPU's number as nvidia-smi gives it (`0 MIG 1` for a MIG device).
+    /// Its GPU's number as nvidia-smi gives it (`0 MIG 1` for a MIG device), or its UUID's
+    /// name where the host's numbering is not known (`crate::analysis::gpu_token`).
     pub fn gpu_number(&self) -> String {
-        crate::analysis::gpu_number(self.device, self.mig_index)
+        crate::analysis::id_token(self.device, self.mig_index, Some(&self.gpu))
+    }
+
+    /// Its GPU in words: `GPU 3`, `GPU-8f2e1a0b`.
+    pub fn gpu_words(&self) -> String {
+        crate::analysis::gpu_words(&self.gpu_number())
     }
 }
 

@@ -271,7 +271,7 @@ pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, 
         let Some(last) = (end + 1..st.len()).rev().find(|&j| st[j].told().is_some()) else { continue };
         let after = pool_end_free - st[last].told().and_then(|p| p.free_bytes).unwrap_or(pool_end_free);
         if best.as_ref().is_none_or(|b| after > b.0) {
-            best = Some((after, format!("{} on GPU {}", r.process, r.gpu_number())));
+            best = Some((after, format!("{} on {}", r.process, r.gpu_words())));
         }
     }
     best.filter(|b| b.0 > 0)
@@ -769,17 +769,17 @@ pub fn advise_measured(
             "The reserve was {reserve_words} = {} GiB ({} on {}); after the sizing query ({}) {} GiB arrived{}",
             gib(reserve_bytes),
             r.process,
-            format_args!("GPU {}", r.gpu_number()),
+            r.gpu_words(),
             sizing_query_words(ev, r, m),
             gib(arrivals_bytes),
             if parts.is_empty() { String::new() } else { format!(": {}", parts.join(", ")) }
         ));
     } else {
         lines.push(format!(
-            "The reserve was {reserve_words} = {} GiB ({} on GPU {})",
+            "The reserve was {reserve_words} = {} GiB ({} on {})",
             gib(reserve_bytes),
             r.process,
-            r.gpu_number()
+            r.gpu_words()
         ));
     }
     // Alternatives that do not make the start fit on their own are still named.
@@ -894,7 +894,7 @@ pub fn advise_measured(
         margin_what,
         alternatives: alts,
         choices,
-        deciding: format!("{} on GPU {}", r.process, r.gpu_number()),
+        deciding: format!("{} on {}", r.process, r.gpu_words()),
         lines,
     })
 }

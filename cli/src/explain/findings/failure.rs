@@ -68,7 +68,7 @@ pub(super) fn failed_start(
             ended: Ended::of(r.process.exit_code, r.process.signal),
             last_query_at_us: last.map(|(g, m, p)| g.clock.since(m.abs_us(p))),
             last_query_function: function,
-            last_query_device: last.map(|(g, _, _)| g.index),
+            last_query_device: last.map(|(g, _, _)| (g.index, g.mig_index, g.id())),
             refused_by: ev.and_then(|ev| {
                 let rank = ev.ranks.iter().find(|k| k.pid == r.process.pid && k.start_us == r.process.start_us())?;
                 let (message, c0, c1, _) = ev.refusals(rank, ev.value).into_iter().next()?;
@@ -107,6 +107,7 @@ pub(super) fn failed_start(
         detail: Detail::Start(detail),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     }]
 }
 
@@ -300,6 +301,7 @@ fn failure_finding(
         detail: Detail::Failure(Box::new(detail)),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     }
 }
 

@@ -89,5 +89,6 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
         detail: Detail::Growth(detail),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     })
 }

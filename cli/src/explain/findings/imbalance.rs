@@ -72,5 +72,6 @@ pub(super) fn imbalance(run: &Run) -> Option<Finding> {
         detail: Detail::Imbalance(detail),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     })
 }

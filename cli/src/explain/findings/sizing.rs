@@ -4,7 +4,7 @@
 use culedger_analysis::callers;
 use culedger_analysis::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
-use crate::analysis::{by_id, gpu_number, DeviceGroup, Member};
+use crate::analysis::{by_id, gpu_token, gpu_words, DeviceGroup, Member};
 use crate::units::fmt_bytes;
 use crate::words::join_and;
 use crate::words::who;
@@ -40,7 +40,8 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
     let more_less = if delta < 0 { "less" } else { "more" };
     let mut s = format!("it was told {} {more_less} free memory than the other ranks", fmt_bytes(delta.abs()));
     if !held.is_empty() && delta < 0 {
-        s.push_str(&format!(": GPU {} also held {} at its query", gpu_number(g.index, g.mig_index), join_and(&held)));
+        let gpu = gpu_words(&gpu_token(g.index, g.mig_index, g.uuid_name.as_deref()));
+        s.push_str(&format!(": {gpu} also held {} at its query", join_and(&held)));
     }
     s
 }
@@ -171,6 +172,7 @@ pub(super) fn sizing(
         detail: Detail::Sizing(detail),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     })
 }
 

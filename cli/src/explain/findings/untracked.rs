@@ -143,5 +143,6 @@ pub(super) fn untracked_growth(
         detail: Detail::Untracked(Box::new(detail)),
         folded_into: None,
         folded_title: None,
+        gpu_name: None,
     })
 }

@@ -26,6 +26,12 @@ class WorkerProc:
             available = worker.determine_available_memory()
             everyone = [None] * vllm_config.tensor_parallel_size
             dist.all_gather_object(everyone, available)
+            # vllm 0.33 v1/core/kv_cache_planning.py get_kv_cache_configs ->
+            # _check_enough_kv_cache_memory: no KV cache (available <= 0) is refused before any
+            # is allocated.
+            if min(everyone) <= 0:
+                raise ValueError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                                 "when initializing the engine.")
             kv_cache_config = worker.model_runner.get_kv_cache_config(min(everyone))
             worker.initialize_from_config(kv_cache_config)
             worker.compile_or_warm_up_model()
