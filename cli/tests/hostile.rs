@@ -269,3 +269,77 @@ fn a_missing_directory_is_said_to_be_missing() {
     let out = stdout(&o);
     assert!(out.contains("culedger_reports_unreadable 0\n") && out.contains("culedger_paths_missing 1\n"), "{out}");
 }
+
+/// [23] 7, live: `top` on a terminal, beside a FIFO named like a report, draws its frame and
+/// ends on q, and on ^C (a key in raw mode, not a signal). The FIFO once left the screen blank
+/// with every key ignored. Waits are bounds on a hang, not timings.
+#[test]
+fn live_top_beside_a_fifo_draws_and_ends_on_q_and_ctrl_c() {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    let d = with_good_report();
+    mkfifo(&d.path().join("culedger-x.json"));
+    for key in [&b"q"[..], &b"\x03"[..]] {
+        // SAFETY: plain libc calls on descriptors this test owns.
+        let (master, slave) = unsafe {
+            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+            assert!(libc::grantpt(m) == 0 && libc::unlockpt(m) == 0, "{}", std::io::Error::last_os_error());
+            let mut name = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+            let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            assert!(s >= 0, "open the pty: {}", std::io::Error::last_os_error());
+            let ws = libc::winsize { ws_row: 30, ws_col: 100, ws_xpixel: 0, ws_ypixel: 0 };
+            assert_eq!(libc::ioctl(m, libc::TIOCSWINSZ, &ws), 0);
+            (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s))
+        };
+        let mut child = Command::new(culedger_bin())
+            .args(["top", d.path().to_str().unwrap()])
+            .env("NO_COLOR", "1")
+            .env_remove("COLUMNS")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(slave);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let mut reader = master.try_clone().unwrap();
+        let sink = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        let text = || String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+        // The frame names the readable report's GPU and the refused FIFO.
+        let start = Instant::now();
+        while !(text().contains("culedger top") && text().contains("GPU 0")) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let drawn = text();
+        assert!(drawn.contains("culedger top") && drawn.contains("GPU 0"), "no frame within 60 s: {drawn:?}");
+        assert!(drawn.contains("1 report file unreadable"), "the FIFO is said to be left out: {drawn:?}");
+        let mut m = &master;
+        m.write_all(key).unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "key {key:?} did not end top: {:?}", text());
+    }
+}
