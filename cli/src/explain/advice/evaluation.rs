@@ -370,7 +370,7 @@ impl Evaluation {
 
     /// The reserve at `p` in words (`(1 - 0.90) x 95.00 GiB`) and bytes, for rank `r`.
     pub fn reserve(&self, r: &RankSizing, p: f64) -> (String, i64) {
-        let mut words = self.sizing.reserve.replace("{parameter}", &format!("{p:.2}"));
+        let mut words = self.sizing.reserve.replace("{parameter}", &fraction(p));
         let mut bytes = 1.0 - p;
         for (name, v) in &r.inputs {
             let key = format!("{{{name}}}");
@@ -381,6 +381,14 @@ impl Evaluation {
         }
         (words, bytes as i64)
     }
+}
+
+/// A fraction as a run gave it: two decimals (`0.90`), more only where the value has them
+/// (`0.995`, not `1.00`), at most four.
+pub(super) fn fraction(p: f64) -> String {
+    let four = format!("{p:.4}");
+    let trimmed = four.trim_end_matches('0');
+    if trimmed.len() <= four.len() - 2 { format!("{p:.2}") } else { trimmed.to_string() }
 }
 
 pub(super) fn floor2(x: f64) -> f64 {
@@ -590,4 +598,19 @@ pub fn needed(m: Member, f: &crate::model::Failure) -> i64 {
         return each[each.len() / 2];
     }
     m.dev.driver_costs.iter().find(|c| c.api == f.api && c.calls > 0).map_or(0, |c| c.bytes / c.calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fraction;
+
+    /// A run at 0.995 is told its own value, not "1.00" (the vLLM refusal test runs at 0.995).
+    #[test]
+    fn a_fraction_is_shown_as_the_run_gave_it() {
+        assert_eq!(fraction(0.9), "0.90");
+        assert_eq!(fraction(0.86), "0.86");
+        assert_eq!(fraction(0.995), "0.995");
+        assert_eq!(fraction(0.9125), "0.9125");
+        assert_eq!(fraction(1.0), "1.00");
+    }
 }

@@ -21,7 +21,7 @@ pub(crate) mod after_pool;
 pub(crate) mod draft;
 
 pub use evaluation::*;
-use evaluation::{ceil2, deficit_at, floor2, gib};
+use evaluation::{ceil2, deficit_at, floor2, fraction, gib};
 
 use culedger_analysis::engines::{self, Sizing};
 use super::findings::{Detail, Finding};
@@ -296,6 +296,8 @@ pub fn advise_measured(
     });
     let s = &sizing;
     let p0 = ev.value;
+    // The value as the run gave it (0.995 stays 0.995); recommended values are hundredths.
+    let p0s = fraction(p0);
     let from_rules = measured.is_none();
     let (margin, margin_what) = match measured {
         Some((bytes, whom)) => (bytes, format!("what follows the pool, as the run that started measured it ({whom})")),
@@ -629,7 +631,7 @@ pub fn advise_measured(
     let mut lines = Vec::new();
     let param_line = match (direction, recommended) {
         ("lower", Some(v)) => format!(
-            "Lower {flag} from {p0:.2} to at most {v:.2}{}{}",
+            "Lower {flag} from {p0s} to at most {v:.2}{}{}",
             if pool_before > 0 {
                 format!(": the pool shrinks from {} to {} GiB per rank", gib(pool_before), gib(pool_after.unwrap_or(0)))
             } else {
@@ -658,7 +660,7 @@ pub fn advise_measured(
             }
         ),
         ("raise", Some(v)) => format!(
-            "Raise {flag} from {p0:.2} to at least {v:.2}: the formula gave a pool of {} GiB, and {} refused \
+            "Raise {flag} from {p0s} to at least {v:.2}: the formula gave a pool of {} GiB, and {} refused \
              (\"{}\"); at {v:.2} the pool gets {} GiB, and each 0.01 more adds {} GiB",
             gib(pool_before),
             s.engine,
@@ -734,7 +736,7 @@ pub fn advise_measured(
                 ),
                 (Some(w1), Some(w0)) if c.flag == "weights" => format!(
                     "Or a smaller model: weights of at most {} GiB per rank (they took {} GiB) with {flag} at most \
-                     {:.2}, and the pool gets about {} GiB per rank, what the run sized at {p0:.2}; the cost: a smaller \
+                     {:.2}, and the pool gets about {} GiB per rank, what the run sized at {p0s}; the cost: a smaller \
                      or more quantized model",
                     gib(w1),
                     gib(w0),
@@ -858,7 +860,7 @@ pub fn advise_measured(
         if direction == "lower" && deciding.refusal.is_none() {
             lines.push(format!(
                 "What follows the pool grows with its tokens ({}: {} B a token): {} GiB for the pool's {} tokens \
-                 at {p0:.2}{}; the margin counts it on top of the fixed {} GiB (rules/{}.json, after_pool.per_token)",
+                 at {p0s}{}; the margin counts it on top of the fixed {} GiB (rules/{}.json, after_pool.per_token)",
                 pt.what,
                 pt.bytes,
                 gib(g.bytes),
