@@ -56,7 +56,7 @@ fn sizing_probe_is_before_the_allocation_in_the_same_millisecond() {
 fn an_allocators_retry_folds_into_its_request() {
     // PyTorch's allocator retries a failed cudaMalloc once: the same size from the same Python
     // stack (another native return address: another site id), a millisecond later. A later
-    // failure of another size is a request of its own, and so is a retry more than 1 s later.
+    // failure of another size is a request of its own, and so is a retry more than 10 s later.
     let mut r = report(true);
     let frames = json!([{"file": "/srv/sglang/srt/mem_cache/memory_pool.py", "function": "f", "line": 3}]);
     r.sites = serde_json::from_value(json!([
@@ -75,7 +75,8 @@ fn an_allocators_retry_folds_into_its_request() {
         fail(101_000, 21, 900 * MIB, 2),
         fail(102_000, 22, 900 * MIB, 3),
         fail(103_000, 23, 100 * MIB, 3),
-        fail(2_000_000, 24, 100 * MIB, 3),
+        // Past the retry window (groups::RETRY_WINDOW_US, 10 s): a request of its own.
+        fail(12_000_000, 24, 100 * MIB, 3),
     ];
     r.devices[0].failures_total = 5;
     let run = run(r);
