@@ -414,18 +414,7 @@ fn json_outputs_have_schema_ids() {
 /// succeeded and what it wrote to the terminal (the line discipline turns "\n" into "\r\n").
 fn run_on_a_pty(mut cmd: std::process::Command) -> (bool, String) {
     use std::io::Read;
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain libc calls on descriptors this function owns.
-    let (master, slave) = unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert!(libc::grantpt(m) == 0 && libc::unlockpt(m) == 0, "{}", std::io::Error::last_os_error());
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
-        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(s >= 0, "open the pty: {}", std::io::Error::last_os_error());
-        (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s))
-    };
+    let (master, slave) = open_pty();
     let child = cmd.stdout(slave).stderr(std::process::Stdio::piped()).spawn().expect("run culedger");
     // The parent's copy of the slave went into `cmd`: drop it so the master sees EIO at the end.
     drop(cmd);

@@ -276,23 +276,13 @@ fn a_missing_directory_is_said_to_be_missing() {
 #[test]
 fn live_top_beside_a_fifo_draws_and_ends_on_q_and_ctrl_c() {
     use std::io::{Read, Write};
-    use std::os::fd::FromRawFd;
     let d = with_good_report();
     mkfifo(&d.path().join("culedger-x.json"));
     for key in [&b"q"[..], &b"\x03"[..]] {
-        // SAFETY: plain libc calls on descriptors this test owns.
-        let (master, slave) = unsafe {
-            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-            assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-            assert!(libc::grantpt(m) == 0 && libc::unlockpt(m) == 0, "{}", std::io::Error::last_os_error());
-            let mut name = [0 as libc::c_char; 128];
-            assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
-            let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-            assert!(s >= 0, "open the pty: {}", std::io::Error::last_os_error());
-            let ws = libc::winsize { ws_row: 30, ws_col: 100, ws_xpixel: 0, ws_ypixel: 0 };
-            assert_eq!(libc::ioctl(m, libc::TIOCSWINSZ, &ws), 0);
-            (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s))
-        };
+        let (master, slave) = open_pty();
+        let ws = libc::winsize { ws_row: 30, ws_col: 100, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCSWINSZ with a winsize that lives across the call.
+        assert_eq!(unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&master), libc::TIOCSWINSZ, &ws) }, 0);
         let mut child = Command::new(culedger_bin())
             .args(["top", d.path().to_str().unwrap()])
             .env("NO_COLOR", "1")

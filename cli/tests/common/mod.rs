@@ -111,3 +111,20 @@ pub fn run_cmd(out: &Path, lib: &Path) -> Command {
     c.args(["run", "-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--"]);
     c
 }
+
+/// A pseudo-terminal: (master, slave), both close-on-exec; the slave is not made anyone's
+/// controlling terminal.
+pub fn open_pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on descriptors this function owns.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert!(libc::grantpt(m) == 0 && libc::unlockpt(m) == 0, "{}", std::io::Error::last_os_error());
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(s >= 0, "open the pty: {}", std::io::Error::last_os_error());
+        (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s))
+    }
+}
