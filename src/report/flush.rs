@@ -164,8 +164,10 @@ impl Reporter {
         }
         let generation = self.ledger.generation();
         // An idle program changes nothing, but the device may: a write also when NVML's
-        // reading moved (`crate::gpu`), so the report's device usage stays current.
-        if !s.gate.should_write(generation) && !self.ledger.devices_changed() {
+        // reading moved (`crate::gpu`), so the report's device usage stays current. Not
+        // asked in an urgent write on a program thread (`urgent_write_here`), which asks
+        // nothing of NVML: nothing new in the ledger is nothing to write there.
+        if !s.gate.should_write(generation) && (super::urgent::writing() || !self.ledger.devices_changed()) {
             return false;
         }
         let written = self.write(s, ExitState::Running);

@@ -16,9 +16,15 @@ struct FakeLedger {
     /// Held by a test to make rendering block (like a ledger lock held by the exiting thread).
     render_gate: Mutex<()>,
     warnings: Mutex<Vec<String>>,
+    /// How often a write asked whether NVML's reading of a device moved.
+    devices_asked: AtomicU32,
 }
 
 impl LedgerAccess for FakeLedger {
+    fn devices_changed(&self) -> bool {
+        self.devices_asked.fetch_add(1, Ordering::SeqCst);
+        false
+    }
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
@@ -306,6 +312,10 @@ fn a_failure_without_flush_thread_is_written_by_the_failing_thread() {
     assert_eq!(h.report()["health"]["lost_events"], 7, "the report holding the failure");
     let counts = h.session().urgent.counts();
     assert_eq!((counts.writes, counts.deferred), (1, 0), "{counts:?}");
+    // A second failure whose state is already on disk: nothing to write, and NVML is not
+    // asked whether a device moved (an urgent write on a program thread asks nothing of it).
+    h.reporter.urgent_failure();
+    assert_eq!(h.ledger.devices_asked.load(Ordering::SeqCst), 0);
 }
 
 #[test]
