@@ -194,6 +194,39 @@ pub struct Sizing {
     /// `--kv-cache-memory-bytes`).
     #[serde(default)]
     pub pool_bytes_flag: Option<PoolBytesFlag>,
+    /// The engine's check that its pool holds one request of the longest length it serves
+    /// (vLLM's `--max-model-len`), sized from the model's own `config.json`.
+    #[serde(default)]
+    pub model_len: Option<ModelLen>,
+}
+
+/// A check of the pool against one request of the model's longest length: the pool less one
+/// block must hold `ceil(len / block_size)` blocks of every attention layer's page, where a
+/// page is `block_size` tokens of K and V for the rank's KV heads (the model's
+/// `num_key_value_heads` over the tensor-parallel size, at least one) at its head size and
+/// dtype. The model's directory is named by `model_flags` (or the argument after
+/// `model_after`), its `config.json` read there.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ModelLen {
+    /// The flag of the longest length (`--max-model-len`).
+    pub flag: String,
+    /// The flags that name the model's directory (`--model`).
+    pub model_flags: Vec<String>,
+    /// The word after which the model is the positional argument (`serve`).
+    #[serde(default)]
+    pub model_after: Option<String>,
+    /// The flags of the tensor-parallel size.
+    pub tp_flags: Vec<String>,
+    /// The flag of the tokens per block, and its default.
+    pub block_size_flag: String,
+    pub block_size_default: i64,
+    /// The flag of the KV cache's dtype; a value starting `fp8` is one byte.
+    pub kv_dtype_flag: String,
+    /// The start of the engine's refusal.
+    pub message: String,
+    /// What a shorter length costs, in words.
+    pub cost: String,
+    pub source: String,
 }
 
 /// The flag that sizes the pool in bytes, what it costs, and the engine's code.

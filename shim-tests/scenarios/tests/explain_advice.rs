@@ -78,11 +78,23 @@ fn choices(a: &Value) -> Vec<(String, f64, i64, bool, Option<i64>)> {
 fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
     demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
-    let args: Vec<String> =
-        ["--tp", "2", "--model-mib", "8192", "--layers", "8", "--gpu-memory-utilization", &format!("{utilization:.2}")]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    // The graphs' sizes named (1 to 32): the CUDA-graph estimate vLLM subtracts counts the
+    // graphs of its list, and without the flag the simulation shortens vLLM's default list.
+    let args: Vec<String> = [
+        "--tp",
+        "2",
+        "--model-mib",
+        "8192",
+        "--layers",
+        "8",
+        "--max-cudagraph-capture-size",
+        "32",
+        "--gpu-memory-utilization",
+        &format!("{utilization:.2}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let (out, code) = start(&sim, "run", "vllm_server.py", &args);
     (sim, out, code)
 }
@@ -792,4 +804,88 @@ fn vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts() {
     let w: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(code, 1, "{w:#}");
     assert!(w["ranks"].as_array().unwrap().iter().all(|r| r["cannot_tell"] == true), "{w:#}");
+}
+
+/// The model's directory of the --max-model-len shape: a Llama 3.1 8B config.json (32 layers,
+/// 8 KV heads of 128, bf16, 131072 positions): at --tp 2 about 7.5 GiB of weights a rank and
+/// 64 KiB of KV cache a token a rank, 8 GiB for one request of 131072 tokens.
+fn llama_8b_dir(sim: &Sim) -> PathBuf {
+    let dir = sim.scratch().join("Llama-3.1-8B");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0}, "torch_dtype": "bfloat16"
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+/// vLLM's third refusal before any KV cache: the KV cache, less the block vLLM holds back,
+/// cannot hold one request of the model's max_model_len (vllm 0.33 v1/core/kv_cache_planning.py
+/// get_kv_cache_configs -> _check_enough_kv_cache_memory, "To serve at least one request with
+/// the model's max seq len (131072), ... is larger than the available KV cache memory"). Two
+/// ranks on two simulated 24 GiB GPUs, the model named by --model.
+fn vllm_len(name: &str, utilization: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
+    let mut sim = Sim::new(name);
+    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+    let model = llama_8b_dir(&sim);
+    // The graphs' sizes named (1 to 32): without them vLLM captures its own default list, which
+    // the simulation shortens.
+    let mut args: Vec<String> = ["--tp", "2", "--disable-custom-all-reduce", "--max-cudagraph-capture-size", "32", "--model"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(model.to_str().unwrap().to_string());
+    args.extend(["--gpu-memory-utilization".to_string(), format!("{utilization:.2}")]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (out, code) = start(&sim, "run", "vllm_server.py", &args);
+    (sim, out, code)
+}
+
+/// The KV cache too small for one request of the model's length: explain raises
+/// --gpu-memory-utilization to where it holds one, and offers --max-model-len at the run's
+/// value with vLLM's own estimate of the longest length that fits; each applied starts, 0.02
+/// below the value and a length 2% longer still fail; every choice says its pool in bytes and
+/// tokens; whatif agrees with the reruns.
+#[test]
+fn vllm_max_model_len_larger_than_the_kv_cache_gets_both_levers() {
+    let (_s, dir, code) = vllm_len("advice_vllm_len65", 0.65, &[]);
+    assert_eq!(code, 1, "one request of 131072 tokens does not fit at 0.65");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1, "{v:#}");
+    let a = &v["what_to_change"];
+    eprintln!("{:#}", a["lines"]);
+    assert_eq!((a["engine"].as_str(), a["direction"].as_str()), (Some("vLLM"), Some("raise")), "{a:#}");
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines.iter().any(|l| l.contains("To serve at least one request with the model's max seq len (131072)")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("8.00 GiB per rank, 65536 B a token")), "{lines:?}");
+    let rec = a["recommended"].as_f64().unwrap();
+    let ch = choices(a);
+    for c in a["choices"].as_array().unwrap() {
+        let (b, t) = (c["pool_bytes"].as_i64().unwrap(), c["pool_tokens"].as_i64().unwrap());
+        assert_eq!(t, b / (1 << 20) * 16, "whole blocks of 16 tokens, 1 MiB each: {c}");
+    }
+    let len = ch.iter().find(|c| c.0 == "--max-model-len").unwrap_or_else(|| panic!("{a:#}"));
+    assert_eq!(len.1, 0.65, "at the run's own value: {a:#}");
+    let n = len.4.unwrap();
+    assert!(n > 0 && n < 131072, "{a:#}");
+    assert!(lines.iter().any(|l| l.contains(&format!("--max-model-len from 131072 (the model's config.json) to at most {n}"))), "{lines:?}");
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={:.2}", rec - 0.02)), 1);
+    let (_s1, _d, code) = vllm_len("advice_vllm_len_raised", rec, &[]);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
+    let (_s2, _d, code) = vllm_len("advice_vllm_len_below", rec - 0.02, &[]);
+    assert_eq!(code, 1, "{:.2} still fails", rec - 0.02);
+    let (_s3, _d, code) = vllm_len("advice_vllm_len_n", 0.65, &["--max-model-len", &n.to_string()]);
+    assert_eq!(code, 0, "--max-model-len {n} at 0.65 starts");
+    let longer = (n as f64 * 1.02).ceil() as i64;
+    let (_s4, d4, code) = vllm_len("advice_vllm_len_longer", 0.65, &["--max-model-len", &longer.to_string()]);
+    assert_eq!(code, 1, "--max-model-len {longer} at 0.65 still fails");
+    // The rerun that named a length too long is told the same of its own length.
+    let (_, v4) = explain(&d4);
+    let a4 = &v4["what_to_change"];
+    assert!(a4["lines"][0].as_str().unwrap().contains(&format!("max seq len ({longer})")), "{a4:#}");
+    assert_eq!(choices(a4).iter().find(|c| c.0 == "--max-model-len").and_then(|c| c.4), Some(n), "{a4:#}");
 }

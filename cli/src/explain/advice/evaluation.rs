@@ -98,6 +98,10 @@ pub struct Evaluation {
     pub ranks: Vec<RankSizing>,
     #[serde(skip)]
     pub sizing: Sizing,
+    /// The engine's check that the pool holds one request of the longest length (the pack's
+    /// `model_len`), where the model's config sizes it (`model_len::check`).
+    #[serde(skip)]
+    pub model_len: Option<super::model_len::Check>,
 }
 
 /// The recommendation.
@@ -220,6 +224,12 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                         let from = input.since.as_ref().and_then(|n| idx.get(n)).copied().unwrap_or(i);
                         peak_headroom(*m, &st, from, i)
                     }
+                    // The engine's own estimate from its samples (the pack's
+                    // after_pool.estimate: vLLM's first capture plus the per-graph sample for
+                    // each further graph), not the drop of the two it sampled.
+                    "drop" if s.after_pool.estimate.as_ref().is_some_and(|e| e.input == *name) => {
+                        super::after_pool::measured_parts(run, s, *m).map_or(0, |(first, per, n)| first + (n.max(1) - 1) * per)
+                    }
                     "drop" => {
                         // From the first of the matching queries to the last.
                         let found = matching_queries(*m, &st, &input.callers);
@@ -300,6 +310,10 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
         r.pool_bytes = 0;
     }
     let scale = ranks.iter().map(|r| linear(&s.pool, &r.inputs).1 as i64).min().unwrap_or(0);
+    // The length check sizes the pool the formula gives; a run that sets the pool's bytes
+    // itself (`pool_bytes_flag`) is not sized by the formula.
+    let pool_set = s.pool_bytes_flag.as_ref().is_some_and(|p| super::after_pool::on_command_line(run, &p.flag));
+    let model_len = s.model_len.as_ref().filter(|_| !pool_set).and_then(|m| super::model_len::check(run, m, ranks.len() as i64));
     Some(Evaluation {
         pack: pack.to_string(),
         engine: s.engine.clone(),
@@ -312,6 +326,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
         scale_bytes: scale,
         ranks,
         sizing: s.clone(),
+        model_len,
     })
 }
 
@@ -365,7 +380,21 @@ impl Evaluation {
                 out.push((f.message.clone(), c0, c1, strict));
             }
         }
+        // The pool must hold the block held back and one request of the longest length.
+        if let (Some(c), Some(m), true) = (&self.model_len, &self.sizing.model_len, r.complete) {
+            let (c0, c1) = linear(&self.sizing.pool, &r.inputs);
+            let c0 = c0 - c.pool_needed() as f64;
+            let v = c0 + c1 * p;
+            if v.is_nan() || v < 0.0 {
+                out.push((self.model_len_message(m, c), c0, c1, false));
+            }
+        }
         out
+    }
+
+    /// The length check's refusal, with the run's length in it.
+    pub fn model_len_message(&self, m: &engines::ModelLen, c: &super::model_len::Check) -> String {
+        m.message.replace("{max_len}", &c.max_len.to_string())
     }
 
     /// The reserve at `p` in words (`(1 - 0.90) x 95.00 GiB`) and bytes, for rank `r`.
