@@ -7,8 +7,8 @@
 //! ([`costs`]), two runs' figures side by side ([`compare`]), who allocated ([`sites`]: the
 //! callers' rows of a device, the callers that grew between two runs), how a process is named
 //! ([`process`]), how many times each part was computed ([`counts`]), and the thresholds the
-//! findings decide by ([`thresholds`]), and the values of the CLI's JSON outputs (`explain`'s
-//! [`explain`], [`diff`], [`whatif`]).
+//! findings decide by ([`thresholds`]), and the values of the CLI's JSON outputs (`report`'s
+//! [`summary`], `explain`'s [`explain`], [`diff`], [`whatif`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
@@ -29,6 +29,7 @@ pub mod process;
 pub mod runs;
 pub mod sites;
 pub mod steps;
+pub mod summary;
 pub mod thresholds;
 pub mod whatif;
 

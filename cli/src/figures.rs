@@ -105,10 +105,7 @@ impl Figure {
             Figure::UntrackedMax => return g.max_untracked().map(|r| r.untracked_bytes),
             Figure::DriverCosts => crate::costs::total(g),
             Figure::IpcImported => g.ipc().imported_bytes,
-            Figure::FailedRequests => {
-                let retries: usize = g.failed_requests().iter().map(|(_, _, r)| r.len()).sum();
-                g.failures_total() - retries as i64
-            }
+            Figure::FailedRequests => g.failed_request_count(),
         })
     }
 
