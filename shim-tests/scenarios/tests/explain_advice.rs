@@ -889,3 +889,38 @@ fn vllm_max_model_len_larger_than_the_kv_cache_gets_both_levers() {
     assert!(a4["lines"][0].as_str().unwrap().contains(&format!("max seq len ({longer})")), "{a4:#}");
     assert_eq!(choices(a4).iter().find(|c| c.0 == "--max-model-len").and_then(|c| c.4), Some(n), "{a4:#}");
 }
+
+/// explain on a run that set the KV cache's size (vLLM's --kv-cache-memory-bytes: vllm 0.33
+/// Worker.determine_available_memory skips memory_profiling, the KV cache is that many bytes)
+/// whose graph capture then failed (vllm-project/vllm issue 7553's shape, 14 GiB of KV cache at
+/// 0.90 on 24 GiB GPUs): --gpu-memory-utilization does not size the KV cache, so no value of it
+/// is recommended; the CUDA graphs off keep the KV cache as set and start; the flag's own value
+/// is only bounded (the rest of the capture is unseen), and at the bound it indeed still fails.
+#[test]
+fn vllm_kv_cache_memory_bytes_run_lowers_the_flag_not_the_utilization() {
+    let set = (14u64 << 30).to_string();
+    let (_s, dir, code) = vllm_graphs("advice_vllm_kvb14", 0.90, &["--kv-cache-memory-bytes", &set]);
+    assert_eq!(code, 1, "the graph capture after a 14 GiB KV cache fails");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1);
+    let a = &v["what_to_change"];
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(a["recommended"].is_null() && a["direction"] == "none", "{a:#}");
+    assert!(!lines.iter().any(|l| l.contains("Lower --gpu-memory-utilization")), "{lines:?}");
+    assert!(lines[0].starts_with("Disable the CUDA graphs (--enforce-eager): the pool keeps 14.00 GiB"), "{lines:?}");
+    let bound = lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("Or lower --kv-cache-memory-bytes from {set} to below ")))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(bound.contains("no value is claimed to start") && bound.contains("does not size the KV cache"), "{bound}");
+    let to: i64 = bound.split(':').next().unwrap().parse().unwrap();
+    let ch = choices(a);
+    assert!(ch.iter().all(|c| c.0 != "--kv-cache-memory-bytes" && c.2 == 14 << 30), "{a:#}");
+    every_alternative_starts(a, "advice_vllm_kvb14", |n, v, extra| {
+        let mut e: Vec<&str> = extra.to_vec();
+        e.extend(["--kv-cache-memory-bytes", set.as_str()]);
+        vllm_graphs(n, v, &e).2
+    });
+    let (_s2, _d, code) = vllm_graphs("advice_vllm_kvb_bound", 0.90, &["--kv-cache-memory-bytes", &to.to_string()]);
+    assert_eq!(code, 1, "at the bound {to} it still fails: a bound, not a value that starts");
+}

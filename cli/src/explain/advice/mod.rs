@@ -304,6 +304,11 @@ pub fn advise_measured(
     // The value as the run gave it (0.995 stays 0.995); recommended values are hundredths.
     let p0s = fraction(p0);
     let from_rules = measured.is_none();
+    // The run set the pool's bytes itself (vLLM's --kv-cache-memory-bytes): the parameter no
+    // longer sizes the pool, and an allocation that failed is made room for by that flag.
+    if let Some(a) = pool_bytes_set(run, findings, ev, &sizing) {
+        return Some(a);
+    }
     let (margin, margin_what) = match measured {
         Some((bytes, whom)) => (bytes, format!("what follows the pool, as the run that started measured it ({whom})")),
         None => after_pool::fixed(run, s),
@@ -1004,3 +1009,121 @@ pub fn advise_measured(
     })
 }
 
+
+/// What to change for a run that set the pool's bytes itself (the pack's `pool_bytes_flag`:
+/// vLLM's --kv-cache-memory-bytes; vllm 0.33 Worker.determine_available_memory skips
+/// memory_profiling and the KV cache is that many bytes) and failed to allocate: the parameter
+/// changes only the engine's start-up check. The levers that turn off at least the largest
+/// shortfall of what failed (the failed request's call site runs through them) keep the pool as
+/// set; the flag's own value is bounded by that shortfall and not recommended (what the failed
+/// step needed after the failed request is not in the reports). None
+/// when the flag is not set, or no allocation failed short of memory (a refusal by the
+/// start-up check is the parameter's, as without the flag).
+fn pool_bytes_set(run: &Run, findings: &[Finding], ev: &Evaluation, s: &Sizing) -> Option<Advice> {
+    let pb = s.pool_bytes_flag.as_ref()?;
+    let set = after_pool::flag_number(run, &pb.flag)? as i64;
+    // The largest shortfall, and the failed request on that rank.
+    let (short, fail) = findings
+        .iter()
+        .filter_map(|x| match &x.detail {
+            Detail::Failure(d) => d.short_by_bytes.filter(|b| *b > 0).map(|b| (b, d)),
+            _ => None,
+        })
+        .max_by_key(|(b, _)| *b)?;
+    let to = ((set - short) >> 20) << 20;
+    let p0 = ev.value;
+    let mut choices = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    // The flag's value is bounded, not recommended: what the failed step still needed after
+    // the failed request (the rest of a graph capture, say) is not in the reports.
+    lines.push(format!(
+        "Or lower {} from {set} to below {to}: the pool must shrink by more than the {} GiB the failed request \
+         ({} GiB{}) was short by, and what the step still needed after it is not in the reports, so no value is \
+         claimed to start; {} does not size the KV cache while {} is set ({} skips memory_profiling in {}), it \
+         changes only the start-up check (\"{}\")",
+        pb.flag,
+        gib(short),
+        gib(fail.needed_bytes),
+        fail.category.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+        s.parameter.flag,
+        pb.flag,
+        s.engine,
+        s.function,
+        s.refusals.first().map_or("", |x| x.message.as_str())
+    ));
+    // The levers whose call sites the failed request ran through: turned off, they remove it;
+    // one that scales removes its share.
+    let report = run.procs.iter().find(|r| r.process.pid == fail.pid)?;
+    let frames = report
+        .devices
+        .iter()
+        .flat_map(|d| d.failures.iter())
+        .find(|f| f.bytes == fail.bytes && f.api == fail.api)
+        .map(|f| engines::frames(report, f.site))
+        .unwrap_or_default();
+    let mut alts = Vec::new();
+    for a in s.alternatives.iter().filter(|a| frames.iter().any(|f| engines::frame_matches(&a.callers, f))) {
+        let took = fail.needed_bytes;
+        // A lever that scales (--max-cudagraph-capture-size) is not offered here: what else its
+        // smaller capture still takes (each graph's instantiation) is not sized on this path.
+        let (lever_value, lever_was, words): (Option<i64>, Option<i64>, String) = match &a.scales {
+            Some(_) => continue,
+            None if took >= short => (None, None, format!(
+                "Or disable {} ({}): the pool keeps {} GiB per rank as set; the failed request ({} GiB) was theirs",
+                a.what,
+                a.flag,
+                gib(set),
+                gib(took)
+            )),
+            None => continue,
+        };
+        choices.push(Choice {
+            flag: a.flag.clone(),
+            parameter_only: false,
+            value: p0,
+            pool_bytes: set,
+            removes_bytes: took,
+            lever_value,
+            lever_was,
+            pool_tokens: None,
+        });
+        alts.push(words);
+    }
+    if choices.is_empty() {
+        return None;
+    }
+    // Most pool kept first: the levers keep the pool as set.
+    choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
+    let mut all: Vec<String> = alts;
+    all.extend(lines);
+    if let Some(first) = all.first_mut() {
+        if let Some(rest) = first.strip_prefix("Or disable") {
+            *first = format!("Disable{rest}");
+        }
+    }
+    all.push(format!("The run set {} {set}: {}", pb.flag, pb.source));
+    let r = ev.ranks.iter().find(|r| r.pid == fail.pid).or(ev.ranks.first())?;
+    Some(Advice {
+        engine: s.engine.clone(),
+        parameter: s.parameter.name.clone(),
+        flag: s.parameter.flag.clone(),
+        value: p0,
+        value_source: ev.value_source.clone(),
+        direction: "none",
+        recommended: None,
+        bound: p0,
+        interval: Interval { at_least: None, at_most: None },
+        pool_before_bytes: set,
+        pool_after_bytes: None,
+        reserve_bytes: 0,
+        reserve_words: String::new(),
+        arrivals: Vec::new(),
+        arrivals_bytes: 0,
+        margin_bytes: 0,
+        margin_what: String::new(),
+        alternatives: Vec::new(),
+        choices,
+        deciding: format!("{} on {}", r.process, r.gpu_words()),
+        lines: all,
+    })
+}
