@@ -194,35 +194,45 @@ pub struct Sizing {
     /// `--kv-cache-memory-bytes`).
     #[serde(default)]
     pub pool_bytes_flag: Option<PoolBytesFlag>,
+    /// The bytes a token of the pool takes, from the model's own `config.json`.
+    #[serde(default)]
+    pub kv_cell: Option<KvCell>,
     /// The engine's check that its pool holds one request of the longest length it serves
-    /// (vLLM's `--max-model-len`), sized from the model's own `config.json`.
+    /// (vLLM's `--max-model-len`), sized with `kv_cell`.
     #[serde(default)]
     pub model_len: Option<ModelLen>,
 }
 
+/// Where the bytes a token of the pool takes come from: the model's directory (named by
+/// `model_flags`, or the argument after `model_after`), whose `config.json` gives the layers,
+/// the KV heads (over the tensor-parallel size of `tp_flags`, at least one a rank) and the head
+/// size; K and V at 2 bytes each (1 with an fp8 `kv_dtype_flag`); tokens counted in whole
+/// blocks of `block_size_flag` (default `block_size_default`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct KvCell {
+    pub model_flags: Vec<String>,
+    #[serde(default)]
+    pub model_after: Option<String>,
+    pub tp_flags: Vec<String>,
+    pub kv_dtype_flag: String,
+    #[serde(default)]
+    pub block_size_flag: Option<String>,
+    #[serde(default = "one")]
+    pub block_size_default: i64,
+    pub source: String,
+}
+
+fn one() -> i64 {
+    1
+}
+
 /// A check of the pool against one request of the model's longest length: the pool less one
-/// block must hold `ceil(len / block_size)` blocks of every attention layer's page, where a
-/// page is `block_size` tokens of K and V for the rank's KV heads (the model's
-/// `num_key_value_heads` over the tensor-parallel size, at least one) at its head size and
-/// dtype. The model's directory is named by `model_flags` (or the argument after
-/// `model_after`), its `config.json` read there.
+/// block must hold `ceil(len / block_size)` blocks of the pack's `kv_cell`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ModelLen {
     /// The flag of the longest length (`--max-model-len`).
     pub flag: String,
-    /// The flags that name the model's directory (`--model`).
-    pub model_flags: Vec<String>,
-    /// The word after which the model is the positional argument (`serve`).
-    #[serde(default)]
-    pub model_after: Option<String>,
-    /// The flags of the tensor-parallel size.
-    pub tp_flags: Vec<String>,
-    /// The flag of the tokens per block, and its default.
-    pub block_size_flag: String,
-    pub block_size_default: i64,
-    /// The flag of the KV cache's dtype; a value starting `fp8` is one byte.
-    pub kv_dtype_flag: String,
-    /// The start of the engine's refusal.
+    /// The start of the engine's refusal (`{max_len}`: the run's length).
     pub message: String,
     /// What a shorter length costs, in words.
     pub cost: String,

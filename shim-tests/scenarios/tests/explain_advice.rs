@@ -16,13 +16,19 @@ use std::process::Command;
 /// A start-up under `culedger run` (so that the run's summary records the command line, as a
 /// user's run does); its exit code and run directory.
 fn start(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32) {
+    let (out, code, _) = start_logged(sim, dir, engine, args);
+    (out, code)
+}
+
+/// `start`, with what the engine printed (stdout and stderr).
+fn start_logged(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32, String) {
     let out = sim.scratch().join(dir);
     let script = repo_root().join("shim-tests/py/engines").join(engine);
     let mut cmd = sim.cmd(built("target/release/culedger"));
     cmd.args(["run", "-o"]).arg(&out).arg("--lib").arg(built("target/release/libculedger.so"));
     cmd.args(["--", "python3"]).arg(script).args(args);
     let run = sim.run(&mut cmd);
-    (out, run.status.and_then(|s| s.code()).unwrap_or(-1))
+    (out, run.status.and_then(|s| s.code()).unwrap_or(-1), format!("{}{}", run.stdout, run.stderr))
 }
 
 fn sglang(name: &str, fraction: f64) -> (Sim, PathBuf, i32) {
@@ -923,4 +929,50 @@ fn vllm_kv_cache_memory_bytes_run_lowers_the_flag_not_the_utilization() {
     });
     let (_s2, _d, code) = vllm_graphs("advice_vllm_kvb_bound", 0.90, &["--kv-cache-memory-bytes", &to.to_string()]);
     assert_eq!(code, 1, "at the bound {to} it still fails: a bound, not a value that starts");
+}
+
+/// The demo's graph-capture shape on a model named by its directory (SGLang's --model-path, a
+/// Llama 3.1 8B config.json): every choice of What to change says its pool in tokens, as many
+/// as SGLang's own sizing gives that pool (pool_configurator.py: available bytes // cell_size),
+/// checked against the rerun's "KV Cache is allocated. #tokens: N" at the recommended value.
+#[test]
+fn sglang_choices_say_their_pool_in_tokens() {
+    let run = |name: &str, fraction: f64| {
+        let mut sim = Sim::new(name);
+        demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+        let model = llama_8b_dir(&sim);
+        let mut args: Vec<String> =
+            ["--tp", "2", "--graph-workspace-mib", "3072", "--cuda-graph-max-bs", "32", "--model-path"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        args.push(model.to_str().unwrap().to_string());
+        args.extend(["--mem-fraction-static".to_string(), format!("{fraction:.2}")]);
+        let (out, code, log) = start_logged(&sim, "run", "sglang_server.py", &args);
+        (sim, out, code, log)
+    };
+    let (_s, dir, code, _) = run("advice_sg_tokens90", 0.90);
+    assert_eq!(code, 1, "the graph capture after the pool fails at 0.90");
+    let (_, v) = explain(&dir);
+    let a = &v["what_to_change"];
+    let rec = a["recommended"].as_f64().unwrap_or_else(|| panic!("{a:#}"));
+    // 32 layers x 4 KV heads a rank x 128 x 2 (K and V) x 2 B: 64 KiB a token.
+    for c in a["choices"].as_array().unwrap() {
+        assert_eq!(c["pool_tokens"].as_i64().unwrap(), c["pool_bytes"].as_i64().unwrap() >> 16, "{c}");
+    }
+    let param = a["choices"].as_array().unwrap().iter().find(|c| c["parameter_only"] == true).unwrap();
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines.iter().any(|l| l.contains(&format!("GiB per rank ({} tokens)", param["pool_tokens"]))), "{lines:?}");
+    let (_s1, _d, code, log) = run("advice_sg_tokens_rec", rec);
+    assert_eq!(code, 0, "{rec:.2} starts: {log}");
+    let told: Vec<i64> = log
+        .lines()
+        .filter_map(|l| l.split("KV Cache is allocated. #tokens: ").nth(1))
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    assert_eq!(told.len(), 2, "{log}");
+    for t in told {
+        let want = param["pool_tokens"].as_i64().unwrap();
+        assert!((t - want).abs() <= want / 1000, "SGLang's {t} tokens vs explain's {want}");
+    }
 }

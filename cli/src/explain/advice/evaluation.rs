@@ -98,8 +98,12 @@ pub struct Evaluation {
     pub ranks: Vec<RankSizing>,
     #[serde(skip)]
     pub sizing: Sizing,
+    /// The bytes a token of the pool takes (the pack's `kv_cell`), where the model's config
+    /// gives them (`model_len::cell`).
+    #[serde(skip)]
+    pub cell: Option<super::model_len::Cell>,
     /// The engine's check that the pool holds one request of the longest length (the pack's
-    /// `model_len`), where the model's config sizes it (`model_len::check`).
+    /// `model_len`), where the cell is known (`model_len::check`).
     #[serde(skip)]
     pub model_len: Option<super::model_len::Check>,
 }
@@ -313,7 +317,11 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
     // The length check sizes the pool the formula gives; a run that sets the pool's bytes
     // itself (`pool_bytes_flag`) is not sized by the formula.
     let pool_set = s.pool_bytes_flag.as_ref().is_some_and(|p| super::after_pool::on_command_line(run, &p.flag));
-    let model_len = s.model_len.as_ref().filter(|_| !pool_set).and_then(|m| super::model_len::check(run, m, ranks.len() as i64));
+    let cell = s.kv_cell.as_ref().and_then(|kc| super::model_len::cell(run, kc, ranks.len() as i64));
+    let model_len = match (&s.model_len, &s.kv_cell, &cell) {
+        (Some(m), Some(kc), Some(c)) if !pool_set => super::model_len::check(run, &m.flag, kc, c),
+        _ => None,
+    };
     Some(Evaluation {
         pack: pack.to_string(),
         engine: s.engine.clone(),
@@ -326,6 +334,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
         scale_bytes: scale,
         ranks,
         sizing: s.clone(),
+        cell,
         model_len,
     })
 }

@@ -670,7 +670,7 @@ pub fn advise_measured(
         });
     }
     choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
-    if let Some(c) = &ev.model_len {
+    if let Some(c) = &ev.cell {
         for ch in &mut choices {
             ch.pool_tokens = Some(c.tokens(ch.pool_bytes));
         }
@@ -679,7 +679,7 @@ pub fn advise_measured(
     let flag = &s.parameter.flag;
     let mut lines = Vec::new();
     // The tokens a pool holds, where the model's config gives the bytes a token takes.
-    let tok = |pool: i64| ev.model_len.as_ref().map_or(String::new(), |c| format!(" ({} tokens)", c.tokens(pool)));
+    let tok = |pool: i64| ev.cell.as_ref().map_or(String::new(), |c| format!(" ({} tokens)", c.tokens(pool)));
     let param_line = match (direction, recommended) {
         ("lower", Some(v)) => format!(
             "Lower {flag} from {p0s} to at most {v:.2}{}{}",
@@ -881,12 +881,12 @@ pub fn advise_measured(
                 c.max_len,
                 if c.from_flag { format!("{} {}", ml.flag, c.max_len) } else { "the model's config.json".to_string() },
                 gib(c.needed(c.max_len)),
-                c.block_bytes / c.block_size.max(1),
-                c.layers,
-                c.kv_heads,
-                c.head_size,
-                c.dtype_bytes,
-                c.model.trim_end_matches('/'),
+                c.cell.token_bytes(),
+                c.cell.layers,
+                c.cell.kv_heads,
+                c.cell.head_size,
+                c.cell.dtype_bytes,
+                c.cell.model.trim_end_matches('/'),
                 gib(pool_before),
                 tok(pool_before)
             ));
@@ -1094,6 +1094,9 @@ fn pool_bytes_set(run: &Run, findings: &[Finding], ev: &Evaluation, s: &Sizing) 
     }
     // Most pool kept first: the levers keep the pool as set.
     choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
+    for c in &mut choices {
+        c.pool_tokens = ev.cell.as_ref().map(|x| x.tokens(c.pool_bytes));
+    }
     let mut all: Vec<String> = alts;
     all.extend(lines);
     if let Some(first) = all.first_mut() {

@@ -1,5 +1,11 @@
-//! The engine's check that its KV cache holds one request of the longest length it serves
-//! (the pack's `model_len`: vLLM's `--max-model-len`), sized from the model's `config.json`.
+//! The bytes a token of the pool takes (the pack's `kv_cell`), from the model's `config.json`,
+//! and the engine's check that its KV cache holds one request of the longest length it serves
+//! (the pack's `model_len`: vLLM's `--max-model-len`).
+//!
+//! sglang 0.5.23 sizes its pool in tokens of `cell_size` bytes
+//! (`model_executor/pool_configurator.py` `_compute_cell_size`: KV heads a rank x (head_dim +
+//! v_head_dim) x layers x the KV dtype's size; `calculate_pool_sizes`: available bytes //
+//! cell_size, whole pages); vLLM in blocks of `block_size` tokens of the same bytes.
 //!
 //! vllm 0.33.0 checks each worker's available KV cache memory before allocating any
 //! (`v1/core/kv_cache_planning.py` `get_kv_cache_configs` -> `_check_enough_kv_cache_memory`):
@@ -20,67 +26,87 @@
 //! other than full attention is not, and then nothing is said of the check.
 
 use super::draft::flag_text;
-use culedger_analysis::engines::ModelLen;
+use culedger_analysis::engines::KvCell;
 use crate::load::Run;
 use serde_json::Value;
 
-/// The check for one run: the bytes of a block per rank, the tokens per block, and the
-/// longest length the run asked for.
+/// The bytes a token of the pool takes on one rank, as the model's config gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub struct Cell {
     /// The model's directory, as the command line names it.
     pub model: String,
-    pub block_bytes: i64,
-    pub block_size: i64,
-    pub max_len: i64,
-    /// Whether `max_len` came from the flag (else from the model's config).
-    pub from_flag: bool,
-    /// The per-rank figures behind `block_bytes`, for the words.
     pub layers: i64,
+    /// KV heads a rank.
     pub kv_heads: i64,
     pub head_size: i64,
     pub dtype_bytes: i64,
+    /// Tokens per block (vLLM's `--block-size`, SGLang's `--page-size`).
+    pub block_size: i64,
+}
+
+impl Cell {
+    /// K and V of every layer for one token.
+    pub fn token_bytes(&self) -> i64 {
+        self.layers * self.kv_heads * self.head_size * 2 * self.dtype_bytes
+    }
+
+    pub fn block_bytes(&self) -> i64 {
+        self.token_bytes() * self.block_size
+    }
+
+    /// The tokens a pool of `pool` bytes holds: whole blocks.
+    pub fn tokens(&self, pool: i64) -> i64 {
+        let b = self.block_bytes();
+        if b <= 0 {
+            return 0;
+        }
+        pool.max(0) / b * self.block_size
+    }
+}
+
+/// The check for one run: the cell, and the longest length the run asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub cell: Cell,
+    pub max_len: i64,
+    /// Whether `max_len` came from the flag (else from the model's config).
+    pub from_flag: bool,
 }
 
 impl Check {
     /// The KV cache a request of `len` tokens needs per rank (whole blocks).
     pub fn needed(&self, len: i64) -> i64 {
-        (len + self.block_size - 1) / self.block_size * self.block_bytes
+        let bs = self.cell.block_size.max(1);
+        (len + bs - 1) / bs * self.cell.block_bytes()
     }
 
     /// Whether a pool of `pool` bytes passes the check (less the block held back, the run's
     /// length fits).
     #[cfg(test)]
     pub fn passes(&self, pool: i64) -> bool {
-        pool - self.block_bytes > 0 && self.needed(self.max_len) <= pool - self.block_bytes
+        let b = self.cell.block_bytes();
+        pool - b > 0 && self.needed(self.max_len) <= pool - b
     }
 
     /// The pool the check needs: one block held back and the run's length.
     pub fn pool_needed(&self) -> i64 {
-        self.needed(self.max_len) + self.block_bytes
+        self.needed(self.max_len) + self.cell.block_bytes()
     }
 
     /// vLLM's estimate of the longest length a pool of `pool` bytes holds (0: not one token).
     pub fn longest(&self, pool: i64) -> i64 {
-        let avail = pool - self.block_bytes;
-        if avail <= 0 || self.block_bytes <= 0 {
+        let b = self.cell.block_bytes();
+        let avail = pool - b;
+        if avail <= 0 || b <= 0 {
             return 0;
         }
-        ((avail / self.block_bytes) * self.block_size).min(self.max_len)
-    }
-
-    /// The tokens a pool of `pool` bytes holds: whole blocks of `block_size` tokens.
-    pub fn tokens(&self, pool: i64) -> i64 {
-        if self.block_bytes <= 0 {
-            return 0;
-        }
-        pool.max(0) / self.block_bytes * self.block_size
+        ((avail / b) * self.cell.block_size).min(self.max_len)
     }
 }
 
 /// The model's directory the command line names: a flag of `m`, else the argument after
 /// `m.model_after` (`vllm serve MODEL`).
-fn model_dir(run: &Run, m: &ModelLen) -> Option<String> {
+fn model_dir(run: &Run, m: &KvCell) -> Option<String> {
     if let Some(d) = m.model_flags.iter().find_map(|f| flag_text(run, f)) {
         return Some(d);
     }
@@ -133,15 +159,13 @@ fn derived_len(c: &Value, tokenizer: Option<&Value>) -> Option<i64> {
     Some(len)
 }
 
-/// The check for `run`, when the pack has one, the command line names the model's directory
-/// and its `config.json` there describes a plain decoder; None otherwise, and for a run that
-/// sets the pool's bytes itself or asks the engine to fit the length (`-1`).
-pub fn check(run: &Run, m: &ModelLen, tp_default: i64) -> Option<Check> {
-    let model = model_dir(run, m)?;
-    let dir = std::path::Path::new(&model);
-    let raw: Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).ok()?).ok()?;
+/// The model's config (its language part) in the directory the command line names, when it
+/// describes a plain decoder (one group of full-attention layers), and that directory.
+fn config(run: &Run, kc: &KvCell) -> Option<(String, Value)> {
+    let model = model_dir(run, kc)?;
+    let raw: Value = serde_json::from_slice(&std::fs::read(std::path::Path::new(&model).join("config.json")).ok()?).ok()?;
     // A multimodal model's language part (`hf_text_config`).
-    let c = raw.get("text_config").filter(|t| t.is_object()).unwrap_or(&raw);
+    let c = raw.get("text_config").filter(|t| t.is_object()).cloned().unwrap_or(raw);
     let sliding = c.get("sliding_window").is_some_and(|w| !w.is_null())
         || c.get("use_sliding_window").and_then(Value::as_bool) == Some(true);
     let other_layers = c
@@ -151,18 +175,24 @@ pub fn check(run: &Run, m: &ModelLen, tp_default: i64) -> Option<Check> {
     if c.get("kv_lora_rank").is_some_and(|v| !v.is_null()) || sliding || other_layers {
         return None;
     }
-    let layers = int(c, "num_hidden_layers")?;
-    let heads = int(c, "num_attention_heads")?;
-    let kv_total = int(c, "num_key_value_heads").unwrap_or(heads);
-    let head_size = int(c, "head_dim").or_else(|| Some(int(c, "hidden_size")? / heads))?;
-    let tp = m
+    Some((model, c))
+}
+
+/// The cell of `run`'s model, when the pack has `kv_cell`, the command line names the model's
+/// directory and its `config.json` there describes a plain decoder.
+pub fn cell(run: &Run, kc: &KvCell, tp_default: i64) -> Option<Cell> {
+    let (model, c) = config(run, kc)?;
+    let layers = int(&c, "num_hidden_layers")?;
+    let heads = int(&c, "num_attention_heads")?;
+    let kv_total = int(&c, "num_key_value_heads").unwrap_or(heads);
+    let head_size = int(&c, "head_dim").or_else(|| Some(int(&c, "hidden_size")? / heads))?;
+    let tp = kc
         .tp_flags
         .iter()
         .find_map(|f| super::after_pool::flag_number(run, f))
         .filter(|t| *t >= 1.0)
         .map_or(tp_default, |t| t as i64);
-    let kv_heads = (kv_total / tp).max(1);
-    let kv_dtype = flag_text(run, &m.kv_dtype_flag).unwrap_or_default();
+    let kv_dtype = flag_text(run, &kc.kv_dtype_flag).unwrap_or_default();
     let dtype_bytes = if kv_dtype.starts_with("fp8") {
         1
     } else if matches!(flag_text(run, "--dtype").as_deref(), Some("float32" | "float")) {
@@ -170,53 +200,46 @@ pub fn check(run: &Run, m: &ModelLen, tp_default: i64) -> Option<Check> {
     } else {
         2
     };
-    let block_size =
-        super::after_pool::flag_number(run, &m.block_size_flag).filter(|b| *b >= 1.0).map_or(m.block_size_default, |b| b as i64);
-    let (max_len, from_flag) = match super::after_pool::flag_number(run, &m.flag) {
+    let block_size = kc
+        .block_size_flag
+        .as_ref()
+        .and_then(|f| super::after_pool::flag_number(run, f))
+        .filter(|b| *b >= 1.0)
+        .map_or(kc.block_size_default.max(1), |b| b as i64);
+    Some(Cell { model, layers, kv_heads: (kv_total / tp).max(1), head_size, dtype_bytes, block_size })
+}
+
+/// The length check for `run`, when the pack has one and the cell is known; None for a run
+/// that asks the engine to fit the length (`-1`).
+pub fn check(run: &Run, flag: &str, kc: &KvCell, cell: &Cell) -> Option<Check> {
+    let (max_len, from_flag) = match super::after_pool::flag_number(run, flag) {
         Some(n) if n < 1.0 => return None,
         Some(n) => (n as i64, true),
         None => {
+            let (model, c) = config(run, kc)?;
+            let dir = std::path::Path::new(&model);
             let tok = std::fs::read(dir.join("tokenizer_config.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-            (derived_len(c, tok.as_ref())?, false)
+            (derived_len(&c, tok.as_ref())?, false)
         }
     };
-    Some(Check {
-        model,
-        block_bytes: layers * block_size * kv_heads * head_size * 2 * dtype_bytes,
-        block_size,
-        max_len,
-        from_flag,
-        layers,
-        kv_heads,
-        head_size,
-        dtype_bytes,
-    })
+    Some(Check { cell: cell.clone(), max_len, from_flag })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(block_bytes: i64, max_len: i64) -> Check {
-        Check {
-            model: "m".into(),
-            block_bytes,
-            block_size: 16,
-            max_len,
-            from_flag: false,
-            layers: 32,
-            kv_heads: 4,
-            head_size: 128,
-            dtype_bytes: 2,
-        }
+    fn check(max_len: i64) -> Check {
+        let cell = Cell { model: "m".into(), layers: 32, kv_heads: 4, head_size: 128, dtype_bytes: 2, block_size: 16 };
+        Check { cell, max_len, from_flag: false }
     }
 
     /// vLLM's figures: Llama 3.1 8B at --tp 2 (32 layers, 4 KV heads a rank, head size 128,
     /// bf16) takes 64 KiB a token a rank, 1 MiB a block of 16; 131072 tokens need 8 GiB.
     #[test]
     fn vllm_s_check_and_its_estimate() {
-        let c = check(32 * 16 * 4 * 128 * 2 * 2, 131072);
-        assert_eq!(c.block_bytes, 1 << 20);
+        let c = check(131072);
+        assert_eq!(c.cell.block_bytes(), 1 << 20);
         assert_eq!(c.needed(131072), 8 << 30);
         assert_eq!(c.needed(131057), 8 << 30, "whole blocks");
         assert!(c.passes((8 << 30) + (1 << 20)), "the block held back and the request's");
@@ -224,10 +247,10 @@ mod tests {
         assert_eq!(c.longest((8 << 30) + (1 << 20)), 131072);
         assert_eq!(c.longest(6 << 30), (6144 - 1) * 16, "one block held back");
         assert_eq!(c.longest(1 << 20), 0, "not one block after the one held back");
-        assert_eq!(c.tokens(6 << 30), 6144 * 16);
+        assert_eq!(c.cell.tokens(6 << 30), 6144 * 16);
         // vLLM's binary search over 1..max_model_len finds the same: the largest length whose
         // blocks fit in what is left after the block held back.
-        let avail = (6 << 30) - c.block_bytes;
+        let avail = (6 << 30) - c.cell.block_bytes();
         let (mut lo, mut hi, mut best) = (1, c.max_len, 0);
         while lo <= hi {
             let mid = (lo + hi) / 2;
