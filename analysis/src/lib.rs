@@ -23,6 +23,7 @@ pub mod compare;
 pub mod counts;
 pub mod diff;
 pub mod explain;
+pub mod figures;
 pub mod groups;
 pub mod load;
 pub mod process;
