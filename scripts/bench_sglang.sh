@@ -89,4 +89,4 @@ for i in $(seq "$ROUNDS"); do
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk -v tp="$TP" '{a[NR]=$1} END {
     printf "bench:   --tp %s start-up under culedger: x%.3f of the bare start (median of %d; min x%.3f, max x%.3f)\n",
-        tp, a[int((NR+1)/2)], NR, a[1], a[NR]}'
+        tp, (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2), NR, a[1], a[NR]}'

@@ -816,6 +816,13 @@ impl<'a> DeviceGroup<'a> {
         out
     }
 
+    /// Failed allocation requests: [`Self::failures_total`] less the retries folded into
+    /// [`Self::failed_requests`].
+    pub fn failed_request_count(&self) -> i64 {
+        let retries: usize = self.failed_requests().iter().map(|(_, _, r)| r.len()).sum();
+        self.failures_total() - retries as i64
+    }
+
     pub fn failures_total(&self) -> i64 {
         self.members.iter().map(|m| m.dev.failures_total.max(m.dev.failures.len() as i64)).sum()
     }

@@ -5,7 +5,6 @@
 use crate::clock::Clock;
 use crate::units::fmt_bytes;
 pub use culedger_analysis::costs::*;
-use serde::Serialize;
 
 /// One note of a de-noised call, in words; times on the run's clock.
 pub fn note(n: &CostNote, c: &Clock) -> String {
@@ -42,38 +41,4 @@ pub fn notes(ns: &[CostNote], c: &Clock) -> Vec<String> {
         }
     }
     out
-}
-
-/// Hidden driver costs of one process and API on one device, as `culedger report --format
-/// json` writes them.
-#[derive(Debug, Clone, Serialize)]
-pub struct CostLine {
-    pub pid: i64,
-    pub label: String,
-    pub api: String,
-    pub calls: i64,
-    /// After subtracting what other processes did inside the measurement windows.
-    pub bytes: i64,
-    /// As measured (free before minus free after, summed).
-    pub measured_bytes: i64,
-    /// Part of the measurement could not be attributed either way.
-    pub uncertain: bool,
-    /// What was subtracted or left uncertain, one sentence each.
-    pub notes: Vec<String>,
-}
-
-/// The de-noised rows of a device, in words.
-pub fn lines(rows: Vec<CostRow>, c: &Clock) -> Vec<CostLine> {
-    rows.into_iter()
-        .map(|r| CostLine {
-            notes: notes(&r.notes, c),
-            pid: r.pid,
-            label: r.label,
-            api: r.api,
-            calls: r.calls,
-            bytes: r.bytes,
-            measured_bytes: r.measured_bytes,
-            uncertain: r.uncertain,
-        })
-        .collect()
 }

@@ -7,7 +7,6 @@ use crate::clock::Clock;
 use crate::load::Run;
 use crate::units::fmt_bytes;
 pub use culedger_analysis::groups::*;
-use serde::Serialize;
 
 /// A device group's words.
 pub trait GroupWords {
@@ -182,45 +181,6 @@ pub fn whys(ws: &[Why], c: &Clock) -> String {
         }
     }
     out
-}
-
-/// A free-memory query and what the program was told, as `culedger report --format json`
-/// writes it.
-#[derive(Debug, Clone, Serialize)]
-pub struct QueryLine {
-    pub pid: i64,
-    pub label: String,
-    /// On the run's clock (µs since its first process started).
-    pub at_us: i64,
-    pub t_ms: i64,
-    pub seq: Option<i64>,
-    pub api: String,
-    pub why: String,
-    pub free_bytes: Option<i64>,
-    pub total_bytes: Option<i64>,
-    pub error: i64,
-    /// What this process had allocated on the device at that moment.
-    pub tracked_bytes: i64,
-}
-
-/// The queries that matter on a device, in words.
-pub fn query_lines(g: &DeviceGroup) -> Vec<QueryLine> {
-    g.key_probes()
-        .into_iter()
-        .map(|k| QueryLine {
-            why: whys(&k.why, &g.clock),
-            pid: k.pid,
-            label: k.label,
-            at_us: k.at_us,
-            t_ms: k.t_ms,
-            seq: k.seq,
-            api: k.api,
-            free_bytes: k.free_bytes,
-            total_bytes: k.total_bytes,
-            error: k.error,
-            tracked_bytes: k.tracked_bytes,
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ fn an_allocators_retry_folds_into_its_request() {
     let g = &groups(&run)[0];
     let req: Vec<(i64, usize)> = g.failed_requests().iter().map(|(_, f, rs)| (f.seq.unwrap(), rs.len())).collect();
     assert_eq!(req, [(20, 1), (22, 0), (23, 0), (24, 0)], "a retry from another stack is not folded");
-    let s = crate::summary::summarize_device(g);
+    let s = crate::summary::summarize_device(g, &crate::summary::ReportWords);
     assert_eq!((s.failures_total, s.failed_requests, s.failures.len()), (5, 4, 4));
     assert_eq!(s.failures[0].retried_at_us.len(), 1);
 }
@@ -136,7 +136,7 @@ fn two_probes_in_one_millisecond_stay_two_key_probes() {
         "last_probe": probe(7, Some(5), 300)}))
     .unwrap()];
     let run = run(r);
-    let keys = query_lines(&groups(&run)[0]);
+    let keys = crate::summary::query_lines(&groups(&run)[0], &crate::summary::ReportWords);
     let seqs: Vec<_> = keys.iter().map(|k| k.seq).collect();
     assert_eq!(seqs, [Some(2), Some(5)], "{keys:?}");
     assert!(keys[0].why.contains("first query") && keys[0].why.contains("largest allocation"));
