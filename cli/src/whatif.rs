@@ -101,8 +101,8 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
     // the pool when a rank measured it without applying it (vLLM's CUDA-graph estimate with
     // VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0), else the pack's fixed after_pool.
     let estimated = ev.ranks.iter().any(|r| {
-        crate::analysis::by_id(gs, &r.gpu)
-            .and_then(|g| g.member_at(r.pid, r.start_us))
+        crate::analysis::by_id(gs, &r.rank.gpu)
+            .and_then(|g| g.member_at(r.rank.pid, r.rank.start_us))
             .is_some_and(|m| advice::after_pool::estimate(run, &s, m).is_some())
     });
     let never_reached = match s.after_pool.estimate.as_ref() {
