@@ -1,11 +1,20 @@
 //! The values of `culedger diff --format json` (`culedger-diff/1`, docs/cli-json.md): two
 //! runs compared device by device, and each side's pool reconciled from its sizing query, side
-//! by side. The CLI gathers them and fills the fields that hold words (`headline`,
-//! `what_to_change`, `device`, the failures, the rows' names, the processes).
+//! by side. This crate gathers each device's comparison ([`devices`]: the devices of the two
+//! runs matched, each one's rows, queries, failures and grown call sites); the CLI writes the
+//! fields that hold words, those of a device through [`DiffWords`] (`device`, the failures,
+//! the totals' names, why the sizing query matters, and the side-by-side reconciliation,
+//! which the CLI's explanation still computes), and the rest of [`Diff`] (`headline`,
+//! `what_to_change`).
 
+use crate::clock::Clock;
 use crate::compare::Row;
 use crate::explain::Part;
+use crate::figures::{Figure, DIFF_TOTALS};
+use crate::groups::{DeviceGroup, Member, Why};
+use crate::model::{Failure, Probe, CATEGORIES};
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The schema id of `culedger diff --format json` (docs/cli-json.md).
 pub const DIFF_SCHEMA: &str = "culedger-diff/1";
@@ -155,4 +164,138 @@ pub struct SinceSizing {
     #[serde(skip)]
     pub b_failure: Option<SideFailure>,
     pub rows: Vec<SinceRow>,
+}
+
+/// The words of one device's comparison, written by the renderer (the CLI's `diff`).
+pub trait DiffWords {
+    /// The device's name: its GPU alone when every device was matched by index
+    /// (`by_index`), else with its host.
+    fn device(&self, g: &DeviceGroup, by_index: bool) -> String;
+    /// A device-wide figure's row name.
+    fn figure(&self, f: Figure) -> String;
+    /// One failed request of process `m`, an allocator's `retries` of it said on its line.
+    fn failure(&self, g: &DeviceGroup, m: Member, f: &Failure, retries: usize) -> String;
+    /// Why the sizing query matters (`before` of the `sizing` query).
+    fn why(&self, w: &Why, c: &Clock) -> String;
+    /// Each side's pool reconciled from its sizing query, side by side (None when neither
+    /// side sized a pool on this device).
+    fn since_sizing(&self, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<SinceSizing>;
+}
+
+/// A device's group in run A and in run B.
+pub type Pair<'g, 'a> = (Option<&'g DeviceGroup<'a>>, Option<&'g DeviceGroup<'a>>);
+
+/// The devices of two runs matched: by host, index and MIG device (two MIG devices of one GPU
+/// are two devices); when each run has a single host (the usual case: the same machine under
+/// two configurations, or two machines) by index and MIG device alone (`by_index`, the
+/// first value). In order of (host,) index and MIG device.
+pub fn pairs<'g, 'a>(ga: &'g [DeviceGroup<'a>], gb: &'g [DeviceGroup<'a>]) -> (bool, Vec<Pair<'g, 'a>>) {
+    let hosts = |g: &[DeviceGroup]| g.iter().map(|d| d.host.clone()).collect::<BTreeSet<_>>();
+    let by_index = hosts(ga).len() <= 1 && hosts(gb).len() <= 1;
+    let key = |g: &DeviceGroup| {
+        if by_index {
+            (String::new(), g.index, g.mig_index)
+        } else {
+            (g.host.clone(), g.index, g.mig_index)
+        }
+    };
+    let mut keys: BTreeMap<(String, i64, Option<i64>), Pair> = BTreeMap::new();
+    for g in ga {
+        keys.entry(key(g)).or_default().0 = Some(g);
+    }
+    for g in gb {
+        keys.entry(key(g)).or_default().1 = Some(g);
+    }
+    (by_index, keys.into_values().collect())
+}
+
+/// Each device of two runs compared ([`pairs`]), its words from `words`.
+pub fn devices(ga: &[DeviceGroup], gb: &[DeviceGroup], words: &dyn DiffWords) -> Vec<DevDiff> {
+    let (by_index, pairs) = pairs(ga, gb);
+    pairs
+        .into_iter()
+        .map(|(a, b)| {
+            let g = a.or(b).expect("every key has a side");
+            dev_diff(words.device(g, by_index), a, b, words)
+        })
+        .collect()
+}
+
+fn probe_side(g: &DeviceGroup, m: Member, p: &Probe) -> ProbeSide {
+    ProbeSide {
+        pid: m.pid(),
+        label: m.label(),
+        at_us: g.clock.since(m.abs_us(p)),
+        t_ms: p.t_ms,
+        api: p.api.clone(),
+        free_bytes: p.free_bytes,
+        total_bytes: p.total_bytes,
+        before: None,
+        before_category: None,
+    }
+}
+
+/// The first, sizing and last free-memory queries of a device ([`ProbeDiff::which`]).
+fn probe(g: &DeviceGroup, which: &str, words: &dyn DiffWords) -> Option<ProbeSide> {
+    match which {
+        "first" => g.probes().first().map(|(m, p)| probe_side(g, *m, p)),
+        "last" => g.probes().last().map(|(m, p)| probe_side(g, *m, p)),
+        _ => {
+            let big = g.largest_allocation();
+            g.sizing_probe().map(|(m, p, why)| ProbeSide {
+                before: Some(words.why(&why, &g.clock)),
+                before_category: big.and_then(|b| b.category),
+                ..probe_side(g, m, p)
+            })
+        }
+    }
+}
+
+/// One device of the two runs compared, named `label`.
+fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>, words: &dyn DiffWords) -> DevDiff {
+    let cat = |g: Option<&DeviceGroup>, c: &str| g.map_or(0, |g| g.cat_live(c));
+    let mut categories: Vec<Row> = CATEGORIES.iter().map(|c| Row::new(c, cat(a, c), cat(b, c))).collect();
+    categories.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
+    // Device-wide rows below the categories; a figure never measured counts as 0.
+    let total = |g: Option<&DeviceGroup>, f: Figure| g.and_then(|g| f.read(g)).unwrap_or(0);
+    let totals = DIFF_TOTALS.iter().map(|&f| Row::new(&words.figure(f), total(a, f), total(b, f))).collect();
+    let costs = |g: Option<&DeviceGroup>| g.map(crate::costs::by_api).unwrap_or_default();
+    let (ca, cb) = (costs(a), costs(b));
+    let apis: BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
+    let mut driver_costs: Vec<Row> = apis
+        .into_iter()
+        .map(|api| Row::new(api, ca.get(api).map_or(0, |c| c.1), cb.get(api).map_or(0, |c| c.1)))
+        .filter(|r| r.delta != 0)
+        .collect();
+    driver_costs.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
+    let probes = ["first", "sizing", "last"].map(|which| {
+        let (pa, pb) = (a.and_then(|g| probe(g, which, words)), b.and_then(|g| probe(g, which, words)));
+        let free_delta = match (&pa, &pb) {
+            (Some(x), Some(y)) => x.free_bytes.zip(y.free_bytes).map(|(x, y)| y - x),
+            _ => None,
+        };
+        ProbeDiff { which: which.into(), a: pa, b: pb, free_delta }
+    });
+    let failures = |g: Option<&DeviceGroup>| -> Vec<String> {
+        let Some(g) = g else { return Vec::new() };
+        g.failed_requests().iter().map(|(m, f, retries)| words.failure(g, *m, f, retries.len())).collect()
+    };
+    let (fa, fb) = (failures(a), failures(b));
+    DevDiff {
+        device: label,
+        only_in: match (a, b) {
+            (Some(_), None) => Some("a".into()),
+            (None, Some(_)) => Some("b".into()),
+            _ => None,
+        },
+        categories,
+        totals,
+        probes: probes.into(),
+        // Failures present on one side only: a device that failed in both runs lists both.
+        failures_a: if fb.is_empty() || !fa.is_empty() { fa } else { Vec::new() },
+        failures_b: fb,
+        driver_costs,
+        sites: crate::sites::grew(a, b),
+        since_sizing: words.since_sizing(a, b),
+    }
 }

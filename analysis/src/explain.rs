@@ -5,6 +5,7 @@
 //! figures (`part` from [`FailDetail::part_of`], `status` from [`StartRow::ended`]).
 
 pub use crate::process::Who;
+use crate::process::RankId;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -252,19 +253,9 @@ pub struct FailDetail {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SizingRow {
-    pub pid: i64,
-    /// With `pid`, which process (processes in containers share pids).
-    #[serde(skip)]
-    pub start_us: i64,
-    pub process: String,
-    pub host: String,
-    pub device: i64,
-    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mig_index: Option<i64>,
-    /// Which device group of the run.
-    #[serde(skip)]
-    pub gpu: crate::groups::GpuId,
+    /// Which process on which GPU (`pid`, `process`, `host`, `device`, `mig_index`).
+    #[serde(flatten)]
+    pub rank: RankId,
     /// The process's first query on the device, when it is not the sizing query.
     pub first_told_bytes: Option<i64>,
     pub first_at_us: Option<i64>,

@@ -6,9 +6,11 @@
 //! the processes of each physical GPU together ([`groups`]), the hidden driver costs de-noised
 //! ([`costs`]), two runs' figures side by side ([`compare`]), who allocated ([`sites`]: the
 //! callers' rows of a device, the callers that grew between two runs), how a process is named
-//! ([`process`]), how many times each part was computed ([`counts`]), and the thresholds the
-//! findings decide by ([`thresholds`]), and the values of the CLI's JSON outputs (`report`'s
-//! [`summary`], `explain`'s [`explain`], [`diff`], [`whatif`]).
+//! ([`process`]), the device figures the commands name ([`figures`]), a failure's or a
+//! window's reconciliation item by item ([`recon`]), how many times each part was computed
+//! ([`counts`]), and the thresholds the findings decide by ([`thresholds`]), and the values of
+//! the CLI's JSON outputs (`report`'s [`summary`], `explain`'s [`explain`], [`diff`],
+//! [`whatif`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
@@ -23,9 +25,11 @@ pub mod compare;
 pub mod counts;
 pub mod diff;
 pub mod explain;
+pub mod figures;
 pub mod groups;
 pub mod load;
 pub mod process;
+pub mod recon;
 pub mod runs;
 pub mod sites;
 pub mod steps;

@@ -56,4 +56,80 @@ mod tests {
         assert_eq!(rank_hint(&env(&[("LOCAL_RANK", "")])), None);
         assert_eq!(rank_hint(&env(&[])), None);
     }
+
+    /// Flattened into a row, the identity keeps its fields' place (the documented order) and
+    /// leaves out what it skips; `mig_index` only for a MIG device.
+    #[test]
+    fn a_flattened_rank_keeps_the_documented_order() {
+        #[derive(serde::Serialize)]
+        struct Row {
+            #[serde(flatten)]
+            rank: RankId,
+            pool_bytes: i64,
+        }
+        let rank = RankId {
+            pid: 7,
+            start_us: 1,
+            process: "rank 0 (pid 7)".into(),
+            host: "h".into(),
+            device: 3,
+            mig_index: Some(1),
+            gpu: Default::default(),
+        };
+        let json = |rank: RankId| serde_json::to_string(&Row { rank, pool_bytes: 5 }).unwrap();
+        assert_eq!(
+            json(rank.clone()),
+            r#"{"pid":7,"process":"rank 0 (pid 7)","host":"h","device":3,"mig_index":1,"pool_bytes":5}"#
+        );
+        let whole = RankId { mig_index: None, ..rank };
+        assert_eq!(json(whole), r#"{"pid":7,"process":"rank 0 (pid 7)","host":"h","device":3,"pool_bytes":5}"#);
+    }
+}
+
+/// Which process on which GPU a rank's row is about: the identity every per-rank row of the
+/// JSON outputs starts with (`explain`'s sizing rows and formula ranks, the recommendation's
+/// outlook, `whatif`'s ranks), flattened into each (`#[serde(flatten)]`) so its fields keep
+/// their place: `pid`, `process`, `host`, `device`, then `mig_index` for a MIG device.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RankId {
+    pub pid: i64,
+    /// With `pid`, which process (processes in containers share pids).
+    #[serde(skip)]
+    pub start_us: i64,
+    /// The process in words (the CLI's `words::who`).
+    pub process: String,
+    pub host: String,
+    /// Its GPU's number (the device group's index).
+    pub device: i64,
+    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<i64>,
+    /// Which device group of the run (how the text names its GPU).
+    #[serde(skip)]
+    pub gpu: crate::groups::GpuId,
+}
+
+impl RankId {
+    /// Member `m` of device group `g`, named `process`.
+    pub fn of(m: crate::groups::Member, g: &crate::groups::DeviceGroup, process: String) -> RankId {
+        RankId {
+            pid: m.pid(),
+            start_us: m.report.process.start_us(),
+            process,
+            host: g.host.clone(),
+            device: g.index,
+            mig_index: g.mig_index,
+            gpu: g.id(),
+        }
+    }
+
+    /// The same process (pid and start) on the same GPU.
+    pub fn same(&self, other: &RankId) -> bool {
+        (self.pid, self.start_us, &self.gpu) == (other.pid, other.start_us, &other.gpu)
+    }
+
+    /// Whether this is the process of report `r` (pid and start).
+    pub fn is_process(&self, r: &Report) -> bool {
+        (self.pid, self.start_us) == (r.process.pid, r.process.start_us())
+    }
 }

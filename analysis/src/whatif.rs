@@ -3,6 +3,7 @@
 //! parameter, per rank. The CLI computes them and fills the fields that hold words
 //! (`process`, `formula`, `refused`, `never_reached`, `notes`).
 
+use crate::process::RankId;
 use serde::Serialize;
 
 /// The schema id of `culedger whatif --format json`.
@@ -10,16 +11,9 @@ pub const WHATIF_SCHEMA: &str = "culedger-whatif/1";
 
 #[derive(Debug, Serialize)]
 pub struct RankResult {
-    pub pid: i64,
-    pub process: String,
-    pub host: String,
-    pub device: i64,
-    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mig_index: Option<i64>,
-    /// Which device group of the run (how the text names its GPU).
-    #[serde(skip)]
-    pub gpu: crate::groups::GpuId,
+    /// Which process on which GPU (`pid`, `process`, `host`, `device`, `mig_index`).
+    #[serde(flatten)]
+    pub rank: RankId,
     pub pool_bytes: i64,
     pub recorded_pool_bytes: i64,
     pub arrivals_bytes: i64,

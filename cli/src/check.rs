@@ -7,7 +7,7 @@
 
 use crate::analysis::{DeviceGroup, GroupWords};
 use crate::error::{Fail, Result};
-use crate::figures::Figure;
+use crate::figures::{Figure, FigureWords};
 use crate::layout::printable;
 use crate::load::load_run;
 use crate::model::CATEGORIES;

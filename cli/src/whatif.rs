@@ -17,12 +17,7 @@ pub use culedger_analysis::whatif::{RankResult, WhatIf, WHATIF_SCHEMA};
 /// A rank's row with its process's identity from the replay's outlook, nothing else filled.
 fn row(o: &advice::Outlook) -> RankResult {
     RankResult {
-        pid: o.pid,
-        process: o.process.clone(),
-        host: o.host.clone(),
-        device: o.device,
-        mig_index: o.mig_index,
-        gpu: o.gpu.clone(),
+        rank: o.rank.clone(),
         pool_bytes: 0,
         recorded_pool_bytes: 0,
         arrivals_bytes: 0,
@@ -102,6 +97,18 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    // What the margin stands for, in explain's words: the engine's own estimate of what follows
+    // the pool when a rank measured it without applying it (vLLM's CUDA-graph estimate with
+    // VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0), else the pack's fixed after_pool.
+    let estimated = ev.ranks.iter().any(|r| {
+        crate::analysis::by_id(gs, &r.rank.gpu)
+            .and_then(|g| g.member_at(r.rank.pid, r.rank.start_us))
+            .is_some_and(|m| advice::after_pool::estimate(run, &s, m).is_some())
+    });
+    let never_reached = match s.after_pool.estimate.as_ref() {
+        Some(e) if estimated => e.what.clone(),
+        _ => advice::after_pool::fixed(run, &s).1,
+    };
     let finish = |ranks: Vec<RankResult>, notes: Vec<String>, fits: bool| WhatIf {
         schema: WHATIF_SCHEMA,
         label: run.label.clone(),
@@ -112,7 +119,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         recorded_value: ev.value,
         value,
         fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: advice::after_pool::fixed(run, &s).1,
+        never_reached: never_reached.clone(),
         ranks,
         fits,
         exit_code: i32::from(!fits),
@@ -137,9 +144,10 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         ));
         let mut ranks = Vec::new();
         for o in advice::outlook(run, gs, &ev) {
-            let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.gpu == o.gpu) else { continue };
-            let g = crate::analysis::by_id(gs, &r.gpu);
-            let m = g.and_then(|g| g.member_at(r.pid, r.start_us));
+            let same = |r: &&advice::RankSizing| r.rank.pid == o.rank.pid && r.rank.gpu == o.rank.gpu;
+            let Some(r) = ev.ranks.iter().find(same) else { continue };
+            let g = crate::analysis::by_id(gs, &r.rank.gpu);
+            let m = g.and_then(|g| g.member_at(r.rank.pid, r.rank.start_us));
             let failed = m.is_some_and(|m| {
                 m.report.process.exit_code.is_some_and(|c| c != 0)
                     || m.report.process.signal.is_some()
@@ -201,7 +209,8 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
                 notes.push(n);
             }
         }
-        let Some(r) = ev.ranks.iter().find(|r| r.pid == o.pid && r.gpu == o.gpu) else { continue };
+        let same = |r: &&advice::RankSizing| r.rank.pid == o.rank.pid && r.rank.gpu == o.rank.gpu;
+        let Some(r) = ev.ranks.iter().find(same) else { continue };
         let pool0 = r.pool_bytes;
         let pool = ev.pool_at(r, value);
         // A pool the formula makes negative takes nothing (the engine refuses it); and nothing
@@ -285,8 +294,8 @@ pub fn document(w: &WhatIf) -> Doc {
     );
     for r in &w.ranks {
         t.row(vec![
-            r.process.clone(),
-            crate::analysis::id_token(r.device, r.mig_index, Some(&r.gpu)),
+            r.rank.process.clone(),
+            crate::analysis::id_token(r.rank.device, r.rank.mig_index, Some(&r.rank.gpu)),
             if r.pool_bytes > 0 { fmt_bytes(r.pool_bytes) } else { "none".into() },
             fmt_bytes(r.arrivals_bytes),
             crate::units::fmt_delta(r.startup_left_bytes),

@@ -1,19 +1,21 @@
-//! `culedger diff A B`: two runs compared device by device. This module gathers the
-//! figures ([`Diff`]); `render` writes them as a document; `since` reconciles each side's
-//! pool from its sizing query, side by side, and names the cause when one side failed.
+//! `culedger diff A B`: two runs compared device by device. The analysis crate gathers each
+//! device's figures (`culedger_analysis::diff::devices`); this module words them
+//! ([`DeviceWords`]) and writes the headline and what to change ([`Diff`]); `render` writes
+//! them as a document; `since` reconciles each side's pool from its sizing query, side by
+//! side, and names the cause when one side failed.
 
 pub mod render;
 pub mod since;
 
-use crate::analysis::{shown_categories, DeviceGroup, GroupWords};
+use crate::analysis::{shown_categories, DeviceGroup, GroupWords, Member, Why};
 use crate::clock::Clock;
-use crate::figures::{Figure, DIFF_TOTALS};
-use crate::model::CATEGORIES;
+use crate::figures::{Figure, FigureWords};
+use crate::model::{Failure, CATEGORIES};
 use crate::run_analysis::Analysis;
 use crate::units::{fmt_bytes, fmt_delta};
 pub use culedger_analysis::compare::Row;
-pub use culedger_analysis::diff::{DevDiff, Diff, ProbeDiff, ProbeSide, DIFF_SCHEMA};
-use std::collections::{BTreeMap, BTreeSet};
+use culedger_analysis::diff::DiffWords;
+pub use culedger_analysis::diff::{DevDiff, Diff, ProbeSide, SinceSizing, DIFF_SCHEMA};
 
 /// A short name for a run in sentences: the last path component (`custom-ar/`).
 pub(super) fn short(label: &str) -> String {
@@ -26,138 +28,55 @@ pub(super) fn short(label: &str) -> String {
     }
 }
 
-fn probe_side(g: &DeviceGroup, m: crate::analysis::Member, p: &crate::model::Probe) -> ProbeSide {
-    ProbeSide {
-        pid: m.pid(),
-        label: m.label(),
-        at_us: g.clock.since(m.abs_us(p)),
-        t_ms: p.t_ms,
-        api: p.api.clone(),
-        free_bytes: p.free_bytes,
-        total_bytes: p.total_bytes,
-        before: None,
-        before_category: None,
+/// A device's comparison in words (the analysis crate gathers it: `culedger_analysis::diff`).
+struct DeviceWords;
+
+impl DiffWords for DeviceWords {
+    fn device(&self, g: &DeviceGroup, by_index: bool) -> String {
+        if by_index {
+            crate::analysis::gpu_words(&crate::analysis::gpu_token(g.index, g.mig_index, g.uuid_name.as_deref()))
+        } else {
+            g.title()
+        }
+    }
+
+    fn figure(&self, f: Figure) -> String {
+        f.label()
+    }
+
+    /// `PID LABEL at TIME: API of SIZE (ERROR, failed again when retried)`.
+    fn failure(&self, g: &DeviceGroup, m: Member, f: &Failure, retries: usize) -> String {
+        format!(
+            "{} {} at {}: {} of {} ({}{})",
+            m.pid(),
+            m.label(),
+            g.clock.record(m.report, f),
+            f.api,
+            fmt_bytes(f.bytes),
+            f.error_name,
+            match retries {
+                0 => String::new(),
+                1 => ", failed again when retried".to_string(),
+                n => format!(", failed again in {n} retries"),
+            }
+        )
+    }
+
+    fn why(&self, w: &Why, c: &Clock) -> String {
+        crate::analysis::why(w, c)
+    }
+
+    fn since_sizing(&self, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<SinceSizing> {
+        since::since_sizing(a, b)
     }
 }
-
-fn first_probe(g: &DeviceGroup) -> Option<ProbeSide> {
-    g.probes().first().map(|(m, p)| probe_side(g, *m, p))
-}
-
-fn last_probe(g: &DeviceGroup) -> Option<ProbeSide> {
-    g.probes().last().map(|(m, p)| probe_side(g, *m, p))
-}
-
-fn sizing_probe(g: &DeviceGroup) -> Option<ProbeSide> {
-    let big = g.largest_allocation();
-    g.sizing_probe().map(|(m, p, why)| ProbeSide {
-        before: Some(crate::analysis::why(&why, &g.clock)),
-        before_category: big.and_then(|b| b.category),
-        ..probe_side(g, m, p)
-    })
-}
-
-/// One line per failed request (an allocator's retries of it are said on its line).
-fn failure_lines(g: &DeviceGroup) -> Vec<String> {
-    g.failed_requests()
-        .iter()
-        .map(|(m, f, retries)| {
-            format!(
-                "{} {} at {}: {} of {} ({}{})",
-                m.pid(),
-                m.label(),
-                g.clock.record(m.report, *f),
-                f.api,
-                fmt_bytes(f.bytes),
-                f.error_name,
-                match retries.len() {
-                    0 => String::new(),
-                    1 => ", failed again when retried".to_string(),
-                    n => format!(", failed again in {n} retries"),
-                }
-            )
-        })
-        .collect()
-}
-
-fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> DevDiff {
-    let cat = |g: Option<&DeviceGroup>, c: &str| g.map_or(0, |g| g.cat_live(c));
-    let mut categories: Vec<Row> = CATEGORIES.iter().map(|c| Row::new(c, cat(a, c), cat(b, c))).collect();
-    categories.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
-    // Device-wide rows below the categories; a figure never measured counts as 0.
-    let total = |g: Option<&DeviceGroup>, f: Figure| g.and_then(|g| f.read(g)).unwrap_or(0);
-    let totals = DIFF_TOTALS.iter().map(|&f| Row::new(&f.label(), total(a, f), total(b, f))).collect();
-    let costs = |g: Option<&DeviceGroup>| g.map(crate::costs::by_api).unwrap_or_default();
-    let (ca, cb) = (costs(a), costs(b));
-    let apis: BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
-    let mut driver_costs: Vec<Row> = apis
-        .into_iter()
-        .map(|api| Row::new(api, ca.get(api).map_or(0, |c| c.1), cb.get(api).map_or(0, |c| c.1)))
-        .filter(|r| r.delta != 0)
-        .collect();
-    driver_costs.sort_by_key(|r| std::cmp::Reverse(r.delta.abs()));
-    let probe = |which: &str, f: fn(&DeviceGroup) -> Option<ProbeSide>| {
-        let (pa, pb) = (a.and_then(f), b.and_then(f));
-        let free_delta = match (&pa, &pb) {
-            (Some(x), Some(y)) => x.free_bytes.zip(y.free_bytes).map(|(x, y)| y - x),
-            _ => None,
-        };
-        ProbeDiff { which: which.into(), a: pa, b: pb, free_delta }
-    };
-    let (fa, fb) = (a.map(failure_lines).unwrap_or_default(), b.map(failure_lines).unwrap_or_default());
-    DevDiff {
-        device: label,
-        only_in: match (a, b) {
-            (Some(_), None) => Some("a".into()),
-            (None, Some(_)) => Some("b".into()),
-            _ => None,
-        },
-        categories,
-        totals,
-        probes: vec![probe("first", first_probe), probe("sizing", sizing_probe), probe("last", last_probe)],
-        // Failures present on one side only: a device that failed in both runs lists both.
-        failures_a: if fb.is_empty() || !fa.is_empty() { fa } else { Vec::new() },
-        failures_b: fb,
-        driver_costs,
-        sites: culedger_analysis::sites::grew(a, b),
-        since_sizing: since::since_sizing(a, b),
-    }
-}
-
-/// A device's group in run A and in run B.
-type Pair<'a, 'b> = (Option<&'a DeviceGroup<'b>>, Option<&'a DeviceGroup<'b>>);
 
 /// Compares two runs. Devices are matched by host, index and MIG device (two MIG devices of
 /// one GPU are two devices); when each run has a single host (the usual case: the same
 /// machine under two configurations, or two machines) by index and MIG device alone.
 pub fn diff(a: &Analysis, b: &Analysis, all_categories: bool) -> Diff {
     let (ra, rb) = (a.run, b.run);
-    let (ga, gb) = (a.groups(), b.groups());
-    let hosts = |g: &[DeviceGroup]| g.iter().map(|d| d.host.clone()).collect::<BTreeSet<_>>();
-    let by_index = hosts(ga).len() <= 1 && hosts(gb).len() <= 1;
-    let key = |g: &DeviceGroup| {
-        if by_index {
-            (String::new(), g.index, g.mig_index)
-        } else {
-            (g.host.clone(), g.index, g.mig_index)
-        }
-    };
-    let mut keys: BTreeMap<(String, i64, Option<i64>), Pair> = BTreeMap::new();
-    for g in ga {
-        keys.entry(key(g)).or_default().0 = Some(g);
-    }
-    for g in gb {
-        keys.entry(key(g)).or_default().1 = Some(g);
-    }
-    let devices: Vec<DevDiff> = keys
-        .into_values()
-        .map(|(a, b)| {
-            let g = a.or(b).expect("every key has a side");
-            let label =
-                if by_index { crate::analysis::gpu_words(&crate::analysis::gpu_token(g.index, g.mig_index, g.uuid_name.as_deref())) } else { g.title() };
-            dev_diff(label, a, b)
-        })
-        .collect();
+    let devices = culedger_analysis::diff::devices(a.groups(), b.groups(), &DeviceWords);
     let (sa, sb) = (short(&ra.label), short(&rb.label));
     let sizing: Vec<(String, Option<&since::SinceSizing>)> =
         devices.iter().map(|d| (d.device.clone(), d.since_sizing.as_ref())).collect();

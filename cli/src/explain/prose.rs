@@ -302,7 +302,7 @@ pub fn sizing(d: &SizingDetail, flagged_any: bool) -> (String, String) {
             .map(|r| {
                 format!(
                     "{}'s pool ({}) is {:.1}% {} than the other ranks' ({}): {}",
-                    r.process,
+                    r.rank.process,
                     fmt_bytes(r.pool_bytes),
                     r.differs_pct.abs(),
                     if r.differs_pct < 0.0 { "smaller" } else { "larger" },
@@ -315,7 +315,7 @@ pub fn sizing(d: &SizingDetail, flagged_any: bool) -> (String, String) {
         format!(
             "{} from the other ranks' by more than {POOL_DIFF_PCT}%",
             if flagged.len() == 1 {
-                format!("{}'s pool differs", flagged[0].process)
+                format!("{}'s pool differs", flagged[0].rank.process)
             } else {
                 format!("{} ranks' pools differ", flagged.len())
             }

@@ -147,7 +147,8 @@ fn sizing_table(f: &Finding) -> Option<Table> {
     }
     let mut t = Table::new(&headers, &(2..headers.len()).filter(|&i| i != 0).collect::<Vec<_>>());
     for r in &s.ranks {
-        let mut row = vec![r.process.clone(), crate::analysis::id_token(r.device, r.mig_index, Some(&r.gpu))];
+        let gpu = crate::analysis::id_token(r.rank.device, r.rank.mig_index, Some(&r.rank.gpu));
+        let mut row = vec![r.rank.process.clone(), gpu];
         if firsts {
             row.push(r.first_told_bytes.map_or("-".into(), fmt_bytes));
         }

@@ -2,10 +2,11 @@
 //! inputs as its call sites name them, its pool at the run's parameter value and at others,
 //! the formula's checks, and where a failure leaves the free memory (`outlook`).
 
+use culedger_analysis::process::RankId;
 use culedger_analysis::engines::{self, Sizing, Term};
 use super::super::recon::{reconcile, ItemKind};
 use culedger_analysis::steps::{self, burst_after, Kind, Step};
-use crate::analysis::{by_id, DeviceGroup, GpuId, Member};
+use crate::analysis::{by_id, DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
 use serde::Serialize;
@@ -26,19 +27,9 @@ pub(super) fn gib(b: i64) -> String {
 /// One rank's formula inputs and its pool at the run's parameter value.
 #[derive(Debug, Clone, Serialize)]
 pub struct RankSizing {
-    pub pid: i64,
-    /// With `pid`, which process (processes in containers share pids).
-    #[serde(skip)]
-    pub start_us: i64,
-    pub process: String,
-    pub host: String,
-    pub device: i64,
-    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mig_index: Option<i64>,
-    /// Which device group of the run.
-    #[serde(skip)]
-    pub gpu: GpuId,
+    /// Which process on which GPU (`pid`, `process`, `host`, `device`, `mig_index`).
+    #[serde(flatten)]
+    pub rank: RankId,
     /// The inputs as the engine used them (after the minimum over ranks, where it takes it).
     pub inputs: BTreeMap<String, i64>,
     /// The rank's own value of each input, before any minimum over ranks.
@@ -65,13 +56,13 @@ pub struct RankSizing {
 impl RankSizing {
     /// Whether this is `m`'s process (a pid alone names no process).
     pub fn is(&self, m: Member) -> bool {
-        self.pid == m.pid() && self.start_us == m.report.process.start_us()
+        self.rank.pid == m.pid() && self.rank.start_us == m.report.process.start_us()
     }
 
     /// Its GPU's number as nvidia-smi gives it (`0 MIG 1` for a MIG device), or its UUID's
     /// name where the host's numbering is not known (`crate::analysis::gpu_token`).
     pub fn gpu_number(&self) -> String {
-        crate::analysis::id_token(self.device, self.mig_index, Some(&self.gpu))
+        crate::analysis::id_token(self.rank.device, self.rank.mig_index, Some(&self.rank.gpu))
     }
 
     /// Its GPU in words: `GPU 3`, `GPU-8f2e1a0b`.
@@ -270,13 +261,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 .max()
                 .unwrap_or(q);
             ranks.push(RankSizing {
-                pid: m.pid(),
-                start_us: m.report.process.start_us(),
-                process: crate::words::who(m.report),
-                host: g.host.clone(),
-                device: g.index,
-                mig_index: g.mig_index,
-                gpu: g.id(),
+                rank: RankId::of(*m, g, crate::words::who(m.report)),
                 inputs: own.clone(),
                 told_bytes: own.get(&s.sizing_query).copied().unwrap_or(0),
                 own_inputs: own,
@@ -503,16 +488,9 @@ pub(super) fn still_needed(
 /// One rank's start as the run recorded it, for replaying the formula at other values.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outlook {
-    pub pid: i64,
-    pub process: String,
-    pub host: String,
-    pub device: i64,
-    /// For a MIG device: its index under its GPU (`device`); left out otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mig_index: Option<i64>,
-    /// Which device group of the run.
-    #[serde(skip)]
-    pub gpu: GpuId,
+    /// Which process on which GPU (`pid`, `process`, `host`, `device`, `mig_index`).
+    #[serde(flatten)]
+    pub rank: RankId,
     /// What its sizing query told it.
     pub told_bytes: i64,
     /// Whether an allocation failed after the sizing query.
@@ -547,8 +525,8 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
     let (fixed, _) = super::after_pool::fixed(run, &ev.sizing);
     let mut out = Vec::new();
     for r in &ev.ranks {
-        let Some(g) = by_id(gs, &r.gpu) else { continue };
-        let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
+        let Some(g) = by_id(gs, &r.rank.gpu) else { continue };
+        let Some(m) = g.member_at(r.rank.pid, r.rank.start_us) else { continue };
         let st = steps::steps(m);
         let q = r.query_index;
         let pool_burst = burst_after(&st, q);
@@ -592,12 +570,7 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
             }
         };
         let o = Outlook {
-            pid: r.pid,
-            process: r.process.clone(),
-            host: r.host.clone(),
-            device: r.device,
-            mig_index: r.mig_index,
-            gpu: r.gpu.clone(),
+            rank: r.rank.clone(),
             told_bytes: r.told_bytes,
             failed,
             arrivals_bytes: r.told_bytes - free - pool,

@@ -263,8 +263,8 @@ pub fn advise_with(run: &Run, gs: &[DeviceGroup], findings: &[Finding], ev: &Eva
 pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, String)> {
     let mut best: Option<(i64, String)> = None;
     for r in ev.ranks.iter().filter(|r| r.complete) {
-        let g = crate::analysis::by_id(gs, &r.gpu)?;
-        let m = g.member_at(r.pid, r.start_us)?;
+        let g = crate::analysis::by_id(gs, &r.rank.gpu)?;
+        let m = g.member_at(r.rank.pid, r.rank.start_us)?;
         let st = steps::steps(m);
         if st.iter().any(|s| s.failure().is_some()) {
             return None;
@@ -276,7 +276,7 @@ pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, 
         let Some(last) = (end + 1..st.len()).rev().find(|&j| st[j].told().is_some()) else { continue };
         let after = pool_end_free - st[last].told().and_then(|p| p.free_bytes).unwrap_or(pool_end_free);
         if best.as_ref().is_none_or(|b| after > b.0) {
-            best = Some((after, format!("{} on {}", r.process, r.gpu_words())));
+            best = Some((after, format!("{} on {}", r.rank.process, r.gpu_words())));
         }
     }
     best.filter(|b| b.0 > 0)
@@ -315,8 +315,8 @@ pub fn advise_measured(
     };
     let mut bounds: Vec<Bound> = Vec::new();
     for (k, r) in ev.ranks.iter().enumerate() {
-        let Some(g) = crate::analysis::by_id(gs, &r.gpu) else { continue };
-        let Some(m) = g.member_at(r.pid, r.start_us) else { continue };
+        let Some(g) = crate::analysis::by_id(gs, &r.rank.gpu) else { continue };
+        let Some(m) = g.member_at(r.rank.pid, r.rank.start_us) else { continue };
         let failed_exit = m.report.process.exit_code.is_some_and(|c| c != 0) || m.report.process.signal.is_some();
         // Every check of the engine bounds the parameter, whether or not the run broke it:
         // a value that cures the failure must not break another check (a pool that is not
@@ -351,7 +351,7 @@ pub fn advise_measured(
         let free = findings
             .iter()
             .find_map(|x| match &x.detail {
-                Detail::Failure(d) if d.pid == r.pid && x.gpu.as_ref() == Some(&r.gpu) => d.free_bytes,
+                Detail::Failure(d) if d.pid == r.rank.pid && x.gpu.as_ref() == Some(&r.rank.gpu) => d.free_bytes,
                 _ => None,
             })
             .unwrap_or(recon.free_bytes);
@@ -437,8 +437,8 @@ pub fn advise_measured(
     let (reserve_words, reserve_bytes) = ev.reserve(r, p0);
     let arr = deciding.recon.as_ref().map(arrivals).unwrap_or_default();
     let arrivals_bytes: i64 = arr.iter().map(|(_, b)| b).sum();
-    let g = crate::analysis::by_id(gs, &r.gpu)?;
-    let m = g.member_at(r.pid, r.start_us)?;
+    let g = crate::analysis::by_id(gs, &r.rank.gpu)?;
+    let m = g.member_at(r.rank.pid, r.rank.start_us)?;
     let alts = match deciding.recon.as_ref() {
         Some(_) => deciding.alts.clone(),
         None => alternatives(s, m, None, None),
@@ -855,7 +855,7 @@ pub fn advise_measured(
         lines.push(format!(
             "The reserve was {reserve_words} = {} GiB ({} on {}); after the sizing query ({}) {} GiB arrived{}",
             gib(reserve_bytes),
-            r.process,
+            r.rank.process,
             r.gpu_words(),
             sizing_query_words(ev, r, m),
             gib(arrivals_bytes),
@@ -865,7 +865,7 @@ pub fn advise_measured(
         lines.push(format!(
             "The reserve was {reserve_words} = {} GiB ({} on {})",
             gib(reserve_bytes),
-            r.process,
+            r.rank.process,
             r.gpu_words()
         ));
     }
@@ -1004,7 +1004,7 @@ pub fn advise_measured(
         margin_what,
         alternatives: alts,
         choices,
-        deciding: format!("{} on {}", r.process, r.gpu_words()),
+        deciding: format!("{} on {}", r.rank.process, r.gpu_words()),
         lines,
     })
 }

@@ -70,7 +70,7 @@ pub(super) fn failed_start(
             last_query_function: function,
             last_query_device: last.map(|(g, _, _)| (g.index, g.mig_index, g.id())),
             refused_by: ev.and_then(|ev| {
-                let rank = ev.ranks.iter().find(|k| k.pid == r.process.pid && k.start_us == r.process.start_us())?;
+                let rank = ev.ranks.iter().find(|k| k.rank.is_process(r))?;
                 let (message, c0, c1, _) = ev.refusals(rank, ev.value).into_iter().next()?;
                 Some(StartRefusal {
                     engine: ev.engine.clone(),
@@ -171,14 +171,14 @@ pub(super) fn failed_allocations(
                 // The engine sized every rank from the minimum over the ranks: the text says so
                 // where the rank's own query told more.
                 let minimum = ev.and_then(|e| {
-                    let r = e.ranks.iter().find(|r| r.is(*m) && g.is(&r.gpu))?;
+                    let r = e.ranks.iter().find(|r| r.is(*m) && g.is(&r.rank.gpu))?;
                     let used = r.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(0);
                     (used != r.told_bytes).then(|| Minimum { used, told: r.told_bytes, engine: e.engine.clone() })
                 });
                 // The query the engine sized its pool from (one value, the evaluation's), when
                 // it precedes the failed burst: the reconciliation starts there.
                 let sized = ev.and_then(|e| {
-                    let r = e.ranks.iter().find(|r| r.is(*m) && g.is(&r.gpu) && r.complete)?;
+                    let r = e.ranks.iter().find(|r| r.is(*m) && g.is(&r.rank.gpu) && r.complete)?;
                     let q = r.sizing_index;
                     // Whether the engine's pool (the burst after the formula's last query) was
                     // allocated whole before this burst: then what failed is no part of it.

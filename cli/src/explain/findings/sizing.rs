@@ -1,6 +1,7 @@
 //! The sizing formula: what each rank was told by the query it sized its pool from, and
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
+use culedger_analysis::process::RankId;
 use culedger_analysis::callers;
 use culedger_analysis::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
@@ -68,13 +69,7 @@ pub(super) fn sizing(
             });
             rows.push((
                 SizingRow {
-                    pid: m.pid(),
-                    start_us: m.report.process.start_us(),
-                    process: who(m.report),
-                    host: g.host.clone(),
-                    device: g.index,
-                    mig_index: g.mig_index,
-                    gpu: g.id(),
+                    rank: RankId::of(*m, g, who(m.report)),
                     first_told_bytes: first.and_then(|i| st[i].told()).and_then(|p| p.free_bytes),
                     first_at_us: first.map(|i| g.clock.since(st[i].abs_us)),
                     told_bytes: sz.told,
@@ -99,14 +94,14 @@ pub(super) fn sizing(
     // computed, not the pool so far plus the part that failed.
     if let Some(e) = ev {
         for (r, abs) in &mut rows {
-            if let Some(x) = e.ranks.iter().find(|x| x.pid == r.pid && x.start_us == r.start_us && x.gpu == r.gpu) {
+            if let Some(x) = e.ranks.iter().find(|x| x.rank.same(&r.rank)) {
                 r.told_bytes = x.inputs.get(&e.sizing.sizing_query).copied().unwrap_or(r.told_bytes);
                 r.pool_bytes = x.pool_bytes.max(0);
                 r.fraction = r.pool_bytes as f64 / r.told_bytes.max(1) as f64;
                 // When and where: the query the formula sized from (the evaluation's), and
                 // whether the pool allocated after it failed (not a later burst's failure).
-                let g = by_id(gs, &r.gpu).expect("the row's device");
-                let m = g.member_at(r.pid, r.start_us).expect("the row's process");
+                let g = by_id(gs, &r.rank.gpu).expect("the row's device");
+                let m = g.member_at(r.rank.pid, r.rank.start_us).expect("the row's process");
                 let st = steps::steps(m);
                 if x.complete && st.get(x.sizing_index).is_some_and(|q| q.told().is_some()) {
                     *abs = st[x.sizing_index].abs_us;
@@ -131,8 +126,8 @@ pub(super) fn sizing(
         r.flagged = reference > 0 && !alike(r.pool_bytes);
         if r.flagged {
             let delta = r.told_bytes - ref_told;
-            let g = by_id(gs, &r.gpu).expect("the row's device");
-            let m = g.member_at(r.pid, r.start_us).expect("the row's process");
+            let g = by_id(gs, &r.rank.gpu).expect("the row's device");
+            let m = g.member_at(r.rank.pid, r.rank.start_us).expect("the row's process");
             r.why = Some(if (delta as f64).abs() * 2.0 >= ((r.pool_bytes - reference) as f64).abs() {
                 told_why(g, m, *abs, delta)
             } else {
@@ -167,7 +162,7 @@ pub(super) fn sizing(
         device: None,
         mig_index: None,
         gpu: None,
-        pids: detail.ranks.iter().map(|r| r.pid).collect(),
+        pids: detail.ranks.iter().map(|r| r.rank.pid).collect(),
         callers,
         detail: Detail::Sizing(detail),
         folded_into: None,

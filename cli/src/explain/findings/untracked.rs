@@ -99,7 +99,7 @@ pub(super) fn untracked_growth(
             sized_before
                 .iter()
                 .filter_map(|&pid| {
-                    let r = ev.ranks.iter().find(|r| r.pid == pid && g.is(&r.gpu))?;
+                    let r = ev.ranks.iter().find(|r| r.rank.pid == pid && g.is(&r.rank.gpu))?;
                     let (name, input) = ev.sizing.inputs.iter().find(|(_, i)| i.value == "drop")?;
                     let bytes = r.own_inputs.get(name).copied().filter(|&b| b > 0)?;
                     ev.sizing
