@@ -1105,7 +1105,7 @@ fn pool_bytes_set(run: &Run, findings: &[Finding], ev: &Evaluation, s: &Sizing) 
         }
     }
     all.push(format!("The run set {} {set}: {}", pb.flag, pb.source));
-    let r = ev.ranks.iter().find(|r| r.pid == fail.pid).or(ev.ranks.first())?;
+    let r = ev.ranks.iter().find(|r| r.rank.pid == fail.pid).or(ev.ranks.first())?;
     Some(Advice {
         engine: s.engine.clone(),
         parameter: s.parameter.name.clone(),
@@ -1126,7 +1126,7 @@ fn pool_bytes_set(run: &Run, findings: &[Finding], ev: &Evaluation, s: &Sizing) 
         margin_what: String::new(),
         alternatives: Vec::new(),
         choices,
-        deciding: format!("{} on {}", r.process, r.gpu_words()),
+        deciding: format!("{} on {}", r.rank.process, r.gpu_words()),
         lines: all,
     })
 }
