@@ -97,6 +97,18 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    // What the margin stands for, in explain's words: the engine's own estimate of what follows
+    // the pool when a rank measured it without applying it (vLLM's CUDA-graph estimate with
+    // VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0), else the pack's fixed after_pool.
+    let estimated = ev.ranks.iter().any(|r| {
+        crate::analysis::by_id(gs, &r.rank.gpu)
+            .and_then(|g| g.member_at(r.rank.pid, r.rank.start_us))
+            .is_some_and(|m| advice::after_pool::estimate(run, &s, m).is_some())
+    });
+    let never_reached = match s.after_pool.estimate.as_ref() {
+        Some(e) if estimated => e.what.clone(),
+        _ => advice::after_pool::fixed(run, &s).1,
+    };
     let finish = |ranks: Vec<RankResult>, notes: Vec<String>, fits: bool| WhatIf {
         schema: WHATIF_SCHEMA,
         label: run.label.clone(),
@@ -107,7 +119,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
         recorded_value: ev.value,
         value,
         fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: advice::after_pool::fixed(run, &s).1,
+        never_reached: never_reached.clone(),
         ranks,
         fits,
         exit_code: i32::from(!fits),

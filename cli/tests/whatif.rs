@@ -82,3 +82,18 @@ fn start_up_verdict_is_apart_from_what_the_run_never_reached() {
     assert_eq!(code, 1);
     assert_eq!(v["fits_at_startup"], Value::Bool(false), "{v}");
 }
+
+/// vLLM's CUDA graphs measured and not subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0,
+/// fixture vllm-graphs): the margin is vLLM's own estimate of them, as explain says; whatif
+/// named it with the pack's words for the estimate applied ("so no margin is added") beside a
+/// margin of 2.73 GiB (seen on the real vLLM server at 0.97: "Margin: 2.49 GiB for ... so no
+/// margin is added").
+#[test]
+fn the_margin_is_named_as_explain_names_it() {
+    let (code, v) = whatif_json("vllm-graphs", "gpu_memory_utilization=0.76");
+    assert_eq!(code, 0, "{v}");
+    let words = v["never_reached"].as_str().unwrap();
+    assert!(words.contains("as vLLM estimated them in profile_cudagraph_memory without subtracting"), "{words}");
+    assert!(!words.contains("no margin is added"), "{words}");
+    assert!(v["ranks"].as_array().unwrap().iter().all(|r| r["margin_bytes"].as_i64() > Some(0)), "{v}");
+}

@@ -486,3 +486,118 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
     drop(run);
     healthy_checks(&out, &log, "recommended");
 }
+
+/// vllm-project/vllm#7553's shape on vLLM 0.33: CUDA graphs captured after the KV cache, outside
+/// the budget. With `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0` (vllm/envs.py; the switch vLLM's
+/// own warning names) Worker.determine_available_memory (vllm/v1/worker/gpu_worker.py, 0.33.0)
+/// still measures the graphs (profile_cudagraph_memory, vllm/v1/worker/gpu/cudagraph_utils.py,
+/// before the KV cache) but does not subtract the estimate, so `requested_memory -
+/// non_kv_cache_memory` all goes to the KV cache; Worker._compile_or_warm_up_model then captures
+/// the graphs (GPUModelRunner.capture_model -> CudaGraphManager.capture) in what is left. At 0.97
+/// (init_device's `request_memory` check passes: 0.995 is refused) the capture runs out of
+/// memory on both ranks ("CUDA out of memory. Tried to allocate 20.00 MiB", from the warm-up
+/// forward of a size before its capture), the executor reports the worker's error and the
+/// engine core's start fails. explain names the capture after the KV cache and recommends a
+/// value; that value, applied to the real server (the same launch otherwise, the estimate still
+/// off), starts, and whatif agrees with the failed run at both the value and 0.02 beyond it.
+///
+/// Ignored in `make test` for its cost: 746 s here on 2 shared cores (the failed start 375 s,
+/// the recommended one 336 s), two starts with torch.compile and graph capture. Run it with
+/// `cargo test --release --workspace --test vllm_server -- --ignored`.
+///
+/// Seen on 2026-12-04 (twice, the same figures): vLLM logged "Available KV cache memory: 76.63
+/// GiB" at 0.97 (kv_pool 76.635 GiB in the reports); the capture failed with 0.94 GiB free at
+/// its start. explain: recommended 0.93 (bound 0.9388), margin 2.49 GiB of a CUDA-graph
+/// estimate of 3.57 GiB; whatif: 0.93 fits, 0.95 does not. 0.93 applied: ready in 336 s,
+/// "Available KV cache memory: 73.44 GiB" = kv_pool 73.4414 GiB per GPU, whatif at 0.93 73.421
+/// GiB; vLLM logged "CUDA graph pool memory: 3.24 GiB (actual), 2.77 GiB (estimated)". After
+/// the failure rank 1 also fails a cudaIpcOpenMemHandle in register_graph_buffers
+/// (CustomAllreduce.capture's `finally`, custom_all_reduce.py; "Failed: Cuda error
+/// custom_all_reduce.cuh:143 'invalid resource handle'", which exits the worker): later than
+/// its capture's failure, and not the cause.
+#[test]
+#[ignore = "746 s here: two real vLLM starts with torch.compile and CUDA-graph capture; run with --ignored"]
+fn vllm_tp2_graph_capture_after_the_kv_cache_fails_then_the_recommended_value_starts() {
+    let Some(vllm) = vllm() else { return };
+    let _one = ONE_SERVER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sim = machine("vllm_tp2_capture");
+    sim.env("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0");
+    let model = write_model(sim.scratch());
+    let high = "0.97";
+    let out = sim.scratch().join("capture-out");
+    let started = Instant::now();
+    let mut run = Server::start(&sim, &vllm, &model, &["--gpu-memory-utilization", high], Some(&out), "capture");
+    let why = run.wait_ready(&format!("graphs at {high}")).expect_err("the capture must not fit");
+    let status = run.wait_exit(Duration::from_secs(180), &format!("graphs at {high}"));
+    let log = run.log();
+    drop(run);
+    eprintln!("capture: failed at {high} in {:.0} s: {status}", started.elapsed().as_secs_f64());
+    for l in sizing_lines(&log) {
+        eprintln!("capture: vLLM: {l}");
+    }
+    for l in log.lines().filter(|l| l.contains("rror") || l.contains("CUDA graph memory profiling")) {
+        eprintln!("capture: log: {l}");
+    }
+    assert!(!status.success(), "{high}: {status}");
+    // The KV cache was sized and allocated first; the capture after it ran out of memory.
+    let kv_at = log.find("Available KV cache memory").unwrap_or_else(|| panic!("{high}: no KV cache sized: {why}"));
+    let oom_at = log.find("out of memory").unwrap_or_else(|| panic!("{high}: no out of memory: {why}"));
+    assert!(kv_at < oom_at, "{high}: out of memory before the KV cache was sized: {why}");
+    assert!(
+        log.contains("in _compile_or_warm_up_model") && log.contains("in capture_model"),
+        "{high}: not in the capture after the KV cache: {why}"
+    );
+    assert!(log.contains("CUDA graph memory profiling is disabled"), "{high}: the estimate was applied");
+
+    let (code, e) = culedger_scenarios::cli::explain(&out);
+    for f in e["findings"].as_array().unwrap() {
+        eprintln!("capture: explain: {} {}: {}", f["severity"], f["kind"], f["title"]);
+    }
+    let a = &e["what_to_change"];
+    eprintln!("capture: what to change: {a:#}");
+    assert_eq!(code, 1, "explain of the failed start: {e:#}");
+    let failed: Vec<&Value> =
+        e["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "failed_allocation").collect();
+    // Each rank's first failure is its capture after its KV cache. What may follow it is vLLM's
+    // unwinding: CustomAllreduce.capture's `finally` (custom_all_reduce.py) exchanges the graph
+    // buffers each rank recorded before its failure, and a rank that opens the other's handles
+    // can fail there (cudaIpcOpenMemHandle); those come later and are not the cause.
+    let capture: Vec<&Value> = failed
+        .iter()
+        .copied()
+        .filter(|f| f["detail"]["after_pool"] == "its CUDA graph capture after its KV cache")
+        .collect();
+    let mut gpus: Vec<u64> = capture.iter().map(|f| n(&f["device"])).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    assert_eq!(gpus, vec![0, 1], "each rank's capture after its KV cache: {failed:#?}");
+    for f in &failed {
+        let first = capture.iter().filter(|c| c["detail"]["pid"] == f["detail"]["pid"]).map(|c| n(&c["detail"]["at_us"])).min();
+        assert!(first.is_some_and(|t| t <= n(&f["detail"]["at_us"])), "a failure before the capture's: {f:#}");
+    }
+    assert_eq!(a["engine"], "vLLM", "{a:#}");
+    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
+    assert_eq!(a["direction"], "lower", "{a:#}");
+    let text = e.to_string();
+    assert!(text.contains("capture_model"), "explain does not name vLLM's function: {e:#}");
+    let rec = a["recommended"].as_f64().unwrap();
+    assert!(rec < 0.97 && rec > 0.5, "{a:#}");
+    let (code, w) = whatif_pools(&out, rec);
+    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
+    let (code, w) = whatif_pools(&out, rec + 0.02);
+    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+
+    // Applied: the recommended value starts (the same launch otherwise, the estimate still off).
+    let value = format!("{rec:.2}");
+    let (mut run, out) = start_under_culedger(&sim, &vllm, &model, &["--gpu-memory-utilization", &value], "capture-recommended");
+    run.serves("the recommended value");
+    run.stop("the recommended value");
+    let log = run.log();
+    drop(run);
+    for l in sizing_lines(&log) {
+        eprintln!("capture-recommended: vLLM: {l}");
+    }
+    let logged = healthy_checks(&out, &log, "capture-recommended");
+    whatif_reproduces(&out, rec, logged, "capture-recommended");
+    eprintln!("capture: {:.0} s in all", started.elapsed().as_secs_f64());
+}
