@@ -14,7 +14,7 @@ pub use culedger_analysis::explain::{Item, ItemKind, Recon};
 pub use culedger_analysis::recon::PoolWindow;
 
 /// A reconciliation's words.
-struct Words;
+pub struct Words;
 
 impl ReconWords for Words {
     fn who(&self, r: &Report) -> String {
