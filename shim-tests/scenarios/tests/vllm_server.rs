@@ -352,6 +352,24 @@ fn whatif_reproduces(out: &Path, value: f64, logged_gib: f64, tag: &str) {
     }
 }
 
+/// explain `e` of a failed start at `given` says: lower vLLM's --gpu-memory-utilization, naming
+/// vLLM's `function`; whatif on the failed run fits at the recommended value and not 0.02
+/// beyond it. Returns the recommended value.
+fn lower_utilization(e: &Value, out: &Path, given: f64, function: &str) -> f64 {
+    let a = &e["what_to_change"];
+    assert_eq!(a["engine"], "vLLM", "{a:#}");
+    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
+    assert_eq!(a["direction"], "lower", "{a:#}");
+    assert!(e.to_string().contains(function), "explain does not name vLLM's {function}: {e:#}");
+    let rec = a["recommended"].as_f64().unwrap();
+    assert!(rec < given && rec > 0.5, "{a:#}");
+    let (code, w) = whatif_pools(out, rec);
+    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
+    let (code, w) = whatif_pools(out, rec + 0.02);
+    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+    rec
+}
+
 /// `--tensor-parallel-size 2 --enforce-eager` under culedger.
 #[test]
 fn vllm_tp2_eager_serves_under_culedger() {
@@ -457,19 +475,8 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
     );
     let (code, e) = culedger_scenarios::cli::explain(&out);
     assert_eq!(code, 1, "explain of the refused start: {e:#}");
-    let a = &e["what_to_change"];
-    eprintln!("refused: what to change: {a:#}");
-    assert_eq!(a["engine"], "vLLM", "{a:#}");
-    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
-    assert_eq!(a["direction"], "lower", "{a:#}");
-    let text = e.to_string();
-    assert!(text.contains("Worker.init_device"), "explain does not name vLLM's function: {e:#}");
-    let rec = a["recommended"].as_f64().unwrap();
-    assert!(rec < 0.995 && rec > 0.5, "{a:#}");
-    let (code, w) = whatif_pools(&out, rec);
-    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
-    let (code, w) = whatif_pools(&out, rec + 0.02);
-    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+    eprintln!("refused: what to change: {:#}", e["what_to_change"]);
+    let rec = lower_utilization(&e, &out, 0.995, "Worker.init_device");
 
     // Applied: the recommended value starts.
     let value = format!("{rec:.2}");
@@ -575,17 +582,7 @@ fn vllm_tp2_graph_capture_after_the_kv_cache_fails_then_the_recommended_value_st
         let first = capture.iter().filter(|c| c["detail"]["pid"] == f["detail"]["pid"]).map(|c| n(&c["detail"]["at_us"])).min();
         assert!(first.is_some_and(|t| t <= n(&f["detail"]["at_us"])), "a failure before the capture's: {f:#}");
     }
-    assert_eq!(a["engine"], "vLLM", "{a:#}");
-    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
-    assert_eq!(a["direction"], "lower", "{a:#}");
-    let text = e.to_string();
-    assert!(text.contains("capture_model"), "explain does not name vLLM's function: {e:#}");
-    let rec = a["recommended"].as_f64().unwrap();
-    assert!(rec < 0.97 && rec > 0.5, "{a:#}");
-    let (code, w) = whatif_pools(&out, rec);
-    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
-    let (code, w) = whatif_pools(&out, rec + 0.02);
-    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+    let rec = lower_utilization(&e, &out, 0.97, "capture_model");
 
     // Applied: the recommended value starts (the same launch otherwise, the estimate still off).
     let value = format!("{rec:.2}");
