@@ -512,6 +512,10 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
 /// the recommended one 336 s), two starts with torch.compile and graph capture. Run it with
 /// `cargo test --release --workspace --test vllm_server -- --ignored`.
 ///
+/// At 0.95 (the recommended value + 0.02, a run of its own on 2026-12-04, 718 s at a load of
+/// two servers): the capture fails too (KV cache 75.03 GiB; "Tried to allocate 14.00 MiB"), and
+/// explain recommends 0.93 again (bound 0.9388).
+///
 /// Seen on 2026-12-04 (twice, the same figures): vLLM logged "Available KV cache memory: 76.63
 /// GiB" at 0.97 (kv_pool 76.635 GiB in the reports); the capture failed with 0.94 GiB free at
 /// its start. explain: recommended 0.93 (bound 0.9388), margin 2.49 GiB of a CUDA-graph
@@ -546,14 +550,15 @@ fn vllm_tp2_graph_capture_after_the_kv_cache_fails_then_the_recommended_value_st
         eprintln!("capture: log: {l}");
     }
     assert!(!status.success(), "{high}: {status}");
-    // The KV cache was sized and allocated first; the capture after it ran out of memory.
+    // The KV cache was sized and allocated first; then torch ran out of memory. Where: the
+    // reports' call sites (explain's "capture after its KV cache" below), as the log's traceback
+    // (Worker._compile_or_warm_up_model -> GPUModelRunner.capture_model) is not always written:
+    // at 0.95 both workers exit in CustomAllreduce.capture's `finally` first (a
+    // cudaIpcOpenMemHandle out of memory in register_graph_buffers, custom_all_reduce.cuh's
+    // CUDACHECK calls exit), and the engine core logs only "cancelled".
     let kv_at = log.find("Available KV cache memory").unwrap_or_else(|| panic!("{high}: no KV cache sized: {why}"));
-    let oom_at = log.find("out of memory").unwrap_or_else(|| panic!("{high}: no out of memory: {why}"));
+    let oom_at = log.find("CUDA out of memory").unwrap_or_else(|| panic!("{high}: no out of memory: {why}"));
     assert!(kv_at < oom_at, "{high}: out of memory before the KV cache was sized: {why}");
-    assert!(
-        log.contains("in _compile_or_warm_up_model") && log.contains("in capture_model"),
-        "{high}: not in the capture after the KV cache: {why}"
-    );
     assert!(log.contains("CUDA graph memory profiling is disabled"), "{high}: the estimate was applied");
 
     let (code, e) = culedger_scenarios::cli::explain(&out);
