@@ -3,16 +3,16 @@
 //! by side. This crate gathers each device's comparison ([`devices`]: the devices of the two
 //! runs matched, each one's rows, queries, failures and grown call sites); the CLI writes the
 //! fields that hold words, those of a device through [`DiffWords`] (`device`, the failures,
-//! the totals' names, why the sizing query matters, and the side-by-side reconciliation,
-//! which the CLI's explanation still computes), and the rest of [`Diff`] (`headline`,
-//! `what_to_change`).
+//! the totals' names, why the sizing query matters, the lines of the side-by-side
+//! reconciliation, [`since_sizing`]), and the rest of [`Diff`] (`headline`, `what_to_change`).
 
 use crate::clock::Clock;
 use crate::compare::Row;
-use crate::explain::Part;
+use crate::explain::{ItemKind, Part};
 use crate::figures::{Figure, DIFF_TOTALS};
 use crate::groups::{DeviceGroup, Member, Why};
 use crate::model::{Failure, Probe, CATEGORIES};
+use crate::recon::{failure_reconciliation, PoolWindow, ReconWords};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -177,9 +177,12 @@ pub trait DiffWords {
     fn failure(&self, g: &DeviceGroup, m: Member, f: &Failure, retries: usize) -> String;
     /// Why the sizing query matters (`before` of the `sizing` query).
     fn why(&self, w: &Why, c: &Clock) -> String;
-    /// Each side's pool reconciled from its sizing query, side by side (None when neither
-    /// side sized a pool on this device).
-    fn since_sizing(&self, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<SinceSizing>;
+    /// The words of each side's reconciliation (a process's name, each item's words).
+    fn recon(&self) -> &dyn ReconWords;
+    /// A line of the side-by-side reconciliation (its `name`).
+    fn since_line(&self, l: &SinceLine) -> String;
+    /// What failed on one side (`a_failed`, `b_failed`): its part, size, category and call.
+    fn since_failed(&self, f: &SideFailure) -> String;
 }
 
 /// A device's group in run A and in run B.
@@ -296,6 +299,125 @@ fn dev_diff(label: String, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>, wor
         failures_b: fb,
         driver_costs,
         sites: crate::sites::grew(a, b),
-        since_sizing: words.since_sizing(a, b),
+        since_sizing: since_sizing(a, b, words),
     }
+}
+
+/// What a line of the side-by-side reconciliation stands for, before its words
+/// ([`DiffWords::since_line`]); lines of the same meaning on the two sides are one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinceLine {
+    /// Told free at the sizing query.
+    Told,
+    /// The pool so far.
+    Pool,
+    /// A category the process allocated since the query.
+    Allocated(String),
+    /// The process's hidden driver costs of one API.
+    DriverCost(String),
+    /// Other processes: only their contexts, or their memory.
+    Others { contexts_only: bool },
+    /// Memory no report explains.
+    Unexplained,
+    /// Free after the pool, or when it failed.
+    Free,
+    /// What the failed attempt asked for, and by how much it was short.
+    Requested,
+    ShortBy,
+}
+
+impl SinceLine {
+    pub fn kind(&self) -> LineKind {
+        match self {
+            SinceLine::Told => LineKind::Told,
+            SinceLine::Pool => LineKind::Pool,
+            SinceLine::Allocated(_) => LineKind::Allocated,
+            SinceLine::DriverCost(_) => LineKind::DriverCost,
+            SinceLine::Others { .. } => LineKind::OtherProcesses,
+            SinceLine::Unexplained => LineKind::Unexplained,
+            SinceLine::Free => LineKind::Free,
+            SinceLine::Requested => LineKind::Requested,
+            SinceLine::ShortBy => LineKind::ShortBy,
+        }
+    }
+}
+
+/// The lines of one side's window, amounts taken as positive (lines of the same meaning
+/// added up).
+fn since_lines(w: &PoolWindow) -> Vec<(SinceLine, i64)> {
+    let r = &w.recon;
+    let mut out = vec![(SinceLine::Told, r.query.free_bytes)];
+    let contexts_only =
+        r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses).all(|i| i.subject.contexts_only());
+    let mut add = |key: SinceLine, bytes: i64| match out.iter_mut().find(|(k, _)| *k == key) {
+        Some(l) => l.1 += bytes,
+        None => out.push((key, bytes)),
+    };
+    for i in &r.items {
+        match i.kind {
+            ItemKind::Pool => add(SinceLine::Pool, i.bytes),
+            ItemKind::Allocated => add(SinceLine::Allocated(i.category.clone().unwrap_or_default()), i.bytes),
+            ItemKind::DriverCost => add(SinceLine::DriverCost(i.api.clone().unwrap_or_default()), i.bytes),
+            _ => add(SinceLine::Others { contexts_only }, i.bytes),
+        }
+    }
+    if let Some(u) = r.unexplained_bytes.filter(|u| *u != 0) {
+        add(SinceLine::Unexplained, u);
+    }
+    add(SinceLine::Free, r.free_bytes);
+    if let Some(f) = &w.failed {
+        add(SinceLine::Requested, f.bytes);
+        add(SinceLine::ShortBy, f.bytes - r.free_bytes);
+    }
+    out
+}
+
+/// Each side's pool reconciled from its sizing query ([`failure_reconciliation`]), side by
+/// side; None when neither side sized a pool on this device.
+pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>, words: &dyn DiffWords) -> Option<SinceSizing> {
+    let window = |g: Option<&DeviceGroup>| g.and_then(|g| failure_reconciliation(g, words.recon()));
+    let (wa, wb) = (window(a), window(b));
+    if wa.is_none() && wb.is_none() {
+        return None;
+    }
+    let (la, lb) = (wa.as_ref().map(since_lines).unwrap_or_default(), wb.as_ref().map(since_lines).unwrap_or_default());
+    let mut keys: Vec<SinceLine> = Vec::new();
+    for (k, _) in la.iter().chain(&lb) {
+        if !keys.contains(k) {
+            keys.push(k.clone());
+        }
+    }
+    keys.sort_by_key(|k| k.kind().rank());
+    let get = |l: &[(SinceLine, i64)], k: &SinceLine, side: bool| {
+        l.iter().find(|(x, _)| x == k).map(|x| x.1).or(if side { Some(0) } else { None })
+    };
+    let rows = keys
+        .into_iter()
+        .map(|k| {
+            let kind = k.kind();
+            let taken = kind.taken();
+            let (x, y) = (get(&la, &k, taken && wa.is_some()), get(&lb, &k, taken && wb.is_some()));
+            SinceRow { name: words.since_line(&k), kind, a: x, b: y, delta: x.zip(y).map(|(x, y)| y - x) }
+        })
+        .collect();
+    let parts = |w: &Option<PoolWindow>| {
+        w.as_ref().and_then(|w| {
+            w.failed.as_ref().map(|f| SideFailure {
+                part: f.part,
+                bytes: f.bytes,
+                category: w.category.clone(),
+                api: f.api.clone(),
+            })
+        })
+    };
+    let (fa, fb) = (parts(&wa), parts(&wb));
+    Some(SinceSizing {
+        a_process: wa.as_ref().map(|w| w.process.clone()),
+        b_process: wb.as_ref().map(|w| w.process.clone()),
+        a_failed: fa.as_ref().map(|f| words.since_failed(f)),
+        b_failed: fb.as_ref().map(|f| words.since_failed(f)),
+        a_failure: fa,
+        b_failure: fb,
+        rows,
+    })
 }

@@ -16,16 +16,19 @@
 //!   minus the items. Memory that no report of the run explains: a process outside the run
 //!   (or whose report could not be read), allocation rounding, unmeasured driver memory.
 //!
+//! Also which part of its burst a failed attempt is ([`part_of`]) and the reconciliation a
+//! device's pool went through ([`failure_reconciliation`], `culedger diff`'s side by side).
+//!
 //! Typed values only: what a query's process is called, what each item is and its notes are
 //! written by the renderer ([`ReconWords`], the CLI's `explain::recon`).
 
 use crate::callers;
 use crate::clock::Clock;
 use crate::costs::{self, Call, CostNote};
-use crate::explain::{ContextOf, Item, ItemKind, Note, QueryRef, Recon, Subject, Who};
+use crate::explain::{ContextOf, Item, ItemKind, Note, Part, QueryRef, Recon, Subject, Who};
 use crate::groups::{DeviceGroup, Member};
 use crate::model::{Probe, Report, CATEGORIES};
-use crate::steps::{Kind, Step};
+use crate::steps::{self, burst_ending_at, query_before, Kind, Step};
 
 /// The words of a reconciliation, written by the renderer.
 pub trait ReconWords {
@@ -399,4 +402,94 @@ pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64, words: &dyn ReconWord
     items.extend(merge_contexts(contexts));
     words.items(&mut items, &g.clock);
     items
+}
+
+/// The category of a burst: that of its allocations, else (a burst of failed attempts only)
+/// the one the failed attempt's own call site gives it, as the report says; and whether it
+/// came from the attempt's own site.
+pub fn burst_category<'a>(steps: &'a [Step], burst: &[usize]) -> (Option<&'a str>, bool) {
+    let alloc = burst.iter().find_map(|&j| match steps[j].kind {
+        Kind::Alloc { category, .. } => Some(category),
+        _ => None,
+    });
+    match alloc {
+        Some(c) => (Some(c), false),
+        None => (burst.iter().find_map(|&j| steps[j].failure().and_then(|f| f.category.as_deref())), true),
+    }
+}
+
+/// Which part of its burst a failed attempt is. A burst whose call site names a category
+/// other than the KV pool's (a collective library's window after the pool, draft weights
+/// loaded after it) is no pool, whatever its size against the last query.
+pub fn part_of(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>, own: bool) -> Part {
+    let total: i64 = burst.iter().map(|&i| steps[i].bytes).sum();
+    let kv = category == Some("kv_pool");
+    // A run of allocations the rules named for something else than a pool (weights loaded
+    // after the sizing query, a communication window) is no pool either; the default
+    // category (other) says nothing, and the size against the last query decides.
+    let other_site = category.is_some_and(|c| c != "kv_pool" && (own || c != "other"));
+    let is_pool =
+        (!other_site && told.is_some_and(|t| total.saturating_mul(2) > t)) || category == Some("kv_pool");
+    let n = burst.len();
+    let equal = burst.iter().all(|&i| (steps[i].bytes - steps[burst[0]].bytes).abs() * 100 <= steps[burst[0]].bytes);
+    match (is_pool, n) {
+        (false, 1) => Part::Allocation,
+        (false, _) => Part::OfBurst(n),
+        (true, 1) => Part::Pool { kv },
+        (true, 2) if equal => Part::SecondHalf { kv },
+        (true, _) => Part::PartOf { n, kv },
+    }
+}
+
+/// What failed of a pool: the call, its size and which part of the pool it was.
+#[derive(Debug, Clone)]
+pub struct FailedPart {
+    pub api: String,
+    pub bytes: i64,
+    pub part: Part,
+}
+
+/// The reconciliation a device's pool went through: that of the earliest failed allocation on
+/// the device, else of the largest pool sized there (to the end of its burst).
+#[derive(Debug, Clone)]
+pub struct PoolWindow {
+    pub process: String,
+    /// The failed attempt, when the pool failed.
+    pub failed: Option<FailedPart>,
+    pub category: Option<String>,
+    pub recon: Recon,
+}
+
+/// See [`PoolWindow`].
+pub fn failure_reconciliation(g: &DeviceGroup, words: &dyn ReconWords) -> Option<PoolWindow> {
+    let mut best: Option<(i64, PoolWindow)> = None;
+    for m in &g.members {
+        let st = steps::steps(*m);
+        if let Some(i) = st.iter().position(|s| s.failure().is_some()) {
+            let burst = burst_ending_at(&st, i);
+            let Some(q) = query_before(&st, burst[0]) else { continue };
+            let recon = reconcile(g, *m, &st, q, i, &burst, words);
+            let (category, own) = burst_category(&st, &burst);
+            let part = part_of(&st, &burst, Some(recon.query.free_bytes), category, own);
+            let f = st[i].failure().map(|f| FailedPart { api: f.api.clone(), bytes: f.bytes, part });
+            // The earliest failure wins over any pool.
+            let key = -st[i].abs_us - (1 << 60);
+            if best.as_ref().is_none_or(|(k, _)| key > *k) {
+                let category = category.map(str::to_string);
+                best = Some((key, PoolWindow { process: words.who(m.report), failed: f, category, recon }));
+            }
+            continue;
+        }
+        let Some(sz) = steps::sizing(&st) else { continue };
+        let end = *sz.burst.last().unwrap_or(&sz.query);
+        let recon = reconcile(g, *m, &st, sz.query, end, &sz.burst, words);
+        let category = sz.burst.iter().find_map(|&j| match st[j].kind {
+            Kind::Alloc { category, .. } => Some(category.to_string()),
+            _ => None,
+        });
+        if best.as_ref().is_none_or(|(k, _)| sz.pool > *k && *k >= 0) {
+            best = Some((sz.pool, PoolWindow { process: words.who(m.report), failed: None, category, recon }));
+        }
+    }
+    best.map(|(_, w)| w)
 }

@@ -323,8 +323,8 @@ pub struct FailRow {
     pub categories: BTreeMap<String, i64>,
     pub last_probe_free_bytes: Option<i64>,
     pub last_probe_at_us: Option<i64>,
-    /// The same request failing again right after (see [`crate::groups::is_retry`]), on the run's clock:
-    /// shown with this failure rather than as failures of their own.
+    /// The same request failing again right after (see [`crate::groups::is_retry`]), on the
+    /// run's clock: shown with this failure rather than as failures of their own.
     pub retried_at_us: Vec<i64>,
 }
 

@@ -15,7 +15,7 @@ use crate::run_analysis::Analysis;
 use crate::units::{fmt_bytes, fmt_delta};
 pub use culedger_analysis::compare::Row;
 use culedger_analysis::diff::DiffWords;
-pub use culedger_analysis::diff::{DevDiff, Diff, ProbeSide, SinceSizing, DIFF_SCHEMA};
+pub use culedger_analysis::diff::{DevDiff, Diff, ProbeSide, DIFF_SCHEMA};
 
 /// A short name for a run in sentences: the last path component (`custom-ar/`).
 pub(super) fn short(label: &str) -> String {
@@ -66,8 +66,16 @@ impl DiffWords for DeviceWords {
         crate::analysis::why(w, c)
     }
 
-    fn since_sizing(&self, a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<SinceSizing> {
-        since::since_sizing(a, b)
+    fn recon(&self) -> &dyn culedger_analysis::recon::ReconWords {
+        &crate::explain::recon::Words
+    }
+
+    fn since_line(&self, l: &since::SinceLine) -> String {
+        since::line_words(l)
+    }
+
+    fn since_failed(&self, f: &since::SideFailure) -> String {
+        since::failed_words(f)
     }
 }
 

@@ -1,97 +1,34 @@
-//! What `culedger diff` takes from the explanation: the reconciliation of each side's pool
-//! (from the sizing query to the failure, or to the pool's last allocation) side by side,
-//! and a headline that names the cause when one side failed: which allocation failed, and
-//! which categories and hidden costs that appeared after the sizing query grew.
+//! What `culedger diff` takes from the explanation, in words: the lines of each side's pool
+//! reconciled side by side (from the sizing query to the failure, or to the pool's last
+//! allocation; `culedger_analysis::diff::since_sizing` computes them), and a headline that
+//! names the cause when one side failed: which allocation failed, and which categories and
+//! hidden costs that appeared after the sizing query grew.
 
-use crate::analysis::DeviceGroup;
-use crate::explain::findings::{failure_reconciliation, join_and, PoolWindow};
-use crate::explain::recon::ItemKind;
+use crate::explain::findings::join_and;
 use crate::words::part as part_words;
-pub use culedger_analysis::diff::{LineKind, SideFailure, SinceRow, SinceSizing};
+pub use culedger_analysis::diff::{LineKind, SideFailure, SinceLine, SinceSizing};
 use crate::units::{fmt_bytes, fmt_delta};
 
-/// (key, kind, bytes) lines of a window, amounts taken as positive.
-fn lines(w: &PoolWindow) -> Vec<(String, LineKind, i64)> {
-    let r = &w.recon;
-    let mut out = vec![("told free at the sizing query".to_string(), LineKind::Told, r.query.free_bytes)];
-    let contexts_only =
-        r.items.iter().filter(|i| i.kind == ItemKind::OtherProcesses).all(|i| i.subject.contexts_only());
-    let others = if contexts_only { "other processes' contexts" } else { "other processes' memory" };
-    let mut add = |key: String, kind: LineKind, bytes: i64| match out.iter_mut().find(|(k, _, _)| *k == key) {
-        Some(l) => l.2 += bytes,
-        None => out.push((key, kind, bytes)),
-    };
-    for i in &r.items {
-        match i.kind {
-            ItemKind::Pool => add("the pool so far".into(), LineKind::Pool, i.bytes),
-            ItemKind::Allocated => {
-                add(format!("{} allocated since", i.category.clone().unwrap_or_default()), LineKind::Allocated, i.bytes)
-            }
-            ItemKind::DriverCost => add(i.api.clone().unwrap_or_default(), LineKind::DriverCost, i.bytes),
-            _ => add(others.into(), LineKind::OtherProcesses, i.bytes),
-        }
+/// A line of the side-by-side reconciliation in words (its `name`).
+pub fn line_words(l: &SinceLine) -> String {
+    match l {
+        SinceLine::Told => "told free at the sizing query".into(),
+        SinceLine::Pool => "the pool so far".into(),
+        SinceLine::Allocated(category) => format!("{category} allocated since"),
+        SinceLine::DriverCost(api) => api.clone(),
+        SinceLine::Others { contexts_only: true } => "other processes' contexts".into(),
+        SinceLine::Others { contexts_only: false } => "other processes' memory".into(),
+        SinceLine::Unexplained => "not explained by any report".into(),
+        SinceLine::Free => "free after the pool, or when it failed".into(),
+        SinceLine::Requested => "requested (failed)".into(),
+        SinceLine::ShortBy => "short by".into(),
     }
-    if let Some(u) = r.unexplained_bytes.filter(|u| *u != 0) {
-        add("not explained by any report".into(), LineKind::Unexplained, u);
-    }
-    add("free after the pool, or when it failed".into(), LineKind::Free, r.free_bytes);
-    if let Some(f) = &w.failed {
-        add("requested (failed)".into(), LineKind::Requested, f.bytes);
-        add("short by".into(), LineKind::ShortBy, f.bytes - r.free_bytes);
-    }
-    out
 }
 
-/// The side-by-side reconciliation of a device; None when neither side sized a pool.
-pub fn since_sizing(a: Option<&DeviceGroup>, b: Option<&DeviceGroup>) -> Option<SinceSizing> {
-    let (wa, wb) = (a.and_then(failure_reconciliation), b.and_then(failure_reconciliation));
-    if wa.is_none() && wb.is_none() {
-        return None;
-    }
-    let (la, lb) = (wa.as_ref().map(lines).unwrap_or_default(), wb.as_ref().map(lines).unwrap_or_default());
-    let mut keys: Vec<(String, LineKind)> = Vec::new();
-    for (k, kind, _) in la.iter().chain(&lb) {
-        if !keys.iter().any(|(x, _)| x == k) {
-            keys.push((k.clone(), *kind));
-        }
-    }
-    keys.sort_by_key(|(_, kind)| kind.rank());
-    let get = |l: &[(String, LineKind, i64)], k: &str, side: bool| {
-        l.iter().find(|(x, _, _)| x == k).map(|x| x.2).or(if side { Some(0) } else { None })
-    };
-    let rows = keys
-        .into_iter()
-        .map(|(k, kind)| {
-            let taken = kind.taken();
-            let (x, y) = (get(&la, &k, taken && wa.is_some()), get(&lb, &k, taken && wb.is_some()));
-            SinceRow { name: k, kind, a: x, b: y, delta: x.zip(y).map(|(x, y)| y - x) }
-        })
-        .collect();
-    let parts = |w: &Option<PoolWindow>| {
-        w.as_ref().and_then(|w| {
-            w.failed.as_ref().map(|f| SideFailure {
-                part: f.part,
-                bytes: f.bytes,
-                category: w.category.clone(),
-                api: f.api.clone(),
-            })
-        })
-    };
-    let failed = |w: &Option<PoolWindow>| {
-        w.as_ref().and_then(|w| {
-            let cat = w.category.as_ref().map(|c| format!(", {c}")).unwrap_or_default();
-            w.failed.as_ref().map(|f| format!("{} ({}{cat}, {})", part_words(f.part), fmt_bytes(f.bytes), f.api))
-        })
-    };
-    Some(SinceSizing {
-        a_process: wa.as_ref().map(|w| w.process.clone()),
-        b_process: wb.as_ref().map(|w| w.process.clone()),
-        a_failed: failed(&wa),
-        b_failed: failed(&wb),
-        a_failure: parts(&wa),
-        b_failure: parts(&wb),
-        rows,
-    })
+/// What failed on one side in words: `its KV pool (2.00 GiB, kv_pool, cudaMalloc)`.
+pub fn failed_words(f: &SideFailure) -> String {
+    let cat = f.category.as_ref().map(|c| format!(", {c}")).unwrap_or_default();
+    format!("{} ({}{cat}, {})", part_words(f.part), fmt_bytes(f.bytes), f.api)
 }
 
 /// The headline when one side failed: what failed, and what grew after the sizing query.

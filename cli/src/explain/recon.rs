@@ -11,9 +11,10 @@ use culedger_analysis::recon::ReconWords;
 use culedger_analysis::steps::Step;
 
 pub use culedger_analysis::explain::{Item, ItemKind, Recon};
+pub use culedger_analysis::recon::PoolWindow;
 
 /// A reconciliation's words.
-struct Words;
+pub struct Words;
 
 impl ReconWords for Words {
     fn who(&self, r: &Report) -> String {
@@ -47,6 +48,12 @@ pub fn reconcile<'a>(
 /// in words.
 pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
     culedger_analysis::recon::hidden_in_window(g, t0, t1, &Words)
+}
+
+/// The reconciliation a device's pool went through, in words: that of its earliest failed
+/// allocation, else of its largest pool (`culedger_analysis::recon::failure_reconciliation`).
+pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
+    culedger_analysis::recon::failure_reconciliation(g, &Words)
 }
 
 /// Words for the hidden cost of an API, for sentences: `peer access`, `IPC opens`, ...

@@ -194,6 +194,49 @@ pub struct Sizing {
     /// `--kv-cache-memory-bytes`).
     #[serde(default)]
     pub pool_bytes_flag: Option<PoolBytesFlag>,
+    /// The bytes a token of the pool takes, from the model's own `config.json`.
+    #[serde(default)]
+    pub kv_cell: Option<KvCell>,
+    /// The engine's check that its pool holds one request of the longest length it serves
+    /// (vLLM's `--max-model-len`), sized with `kv_cell`.
+    #[serde(default)]
+    pub model_len: Option<ModelLen>,
+}
+
+/// Where the bytes a token of the pool takes come from: the model's directory (named by
+/// `model_flags`, or the argument after `model_after`), whose `config.json` gives the layers,
+/// the KV heads (over the tensor-parallel size of `tp_flags`, at least one a rank) and the head
+/// size; K and V at 2 bytes each (1 with an fp8 `kv_dtype_flag`); tokens counted in whole
+/// blocks of `block_size_flag` (default `block_size_default`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct KvCell {
+    pub model_flags: Vec<String>,
+    #[serde(default)]
+    pub model_after: Option<String>,
+    pub tp_flags: Vec<String>,
+    pub kv_dtype_flag: String,
+    #[serde(default)]
+    pub block_size_flag: Option<String>,
+    #[serde(default = "one")]
+    pub block_size_default: i64,
+    pub source: String,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// A check of the pool against one request of the model's longest length: the pool less one
+/// block must hold `ceil(len / block_size)` blocks of the pack's `kv_cell`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ModelLen {
+    /// The flag of the longest length (`--max-model-len`).
+    pub flag: String,
+    /// The start of the engine's refusal (`{max_len}`: the run's length).
+    pub message: String,
+    /// What a shorter length costs, in words.
+    pub cost: String,
+    pub source: String,
 }
 
 /// The flag that sizes the pool in bytes, what it costs, and the engine's code.

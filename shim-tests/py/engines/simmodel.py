@@ -17,12 +17,26 @@ HEAD_DIM = 128
 
 
 class LlamaShape:
-    def __init__(self, hidden, layers, tp, vocab=128256, context_len=8192):
+    def __init__(self, hidden, layers, tp, vocab=128256, context_len=8192, kv_heads=None, intermediate=None):
         self.hidden, self.layers, self.tp, self.vocab, self.context_len = hidden, layers, tp, vocab, context_len
         self.heads = hidden // HEAD_DIM
-        self.kv_heads = max(1, self.heads // 8)
-        self.intermediate = (hidden * 7 // 2 + 255) // 256 * 256
+        self.kv_heads = kv_heads or max(1, self.heads // 8)
+        self.intermediate = intermediate or (hidden * 7 // 2 + 255) // 256 * 256
         self.dtype = torch.bfloat16
+
+    @staticmethod
+    def from_config(model_dir, tp):
+        """The shape a Hugging Face ``config.json`` in `model_dir` gives (a Llama: bf16, head
+        size 128): hidden_size, num_hidden_layers, num_key_value_heads, intermediate_size,
+        vocab_size, and max_position_embeddings for the context length."""
+        import json
+        import os
+        with open(os.path.join(model_dir, "config.json")) as f:
+            c = json.load(f)
+        assert c["hidden_size"] // c["num_attention_heads"] == HEAD_DIM, "the simulation's head size is 128"
+        return LlamaShape(c["hidden_size"], c["num_hidden_layers"], tp, c.get("vocab_size", 128256),
+                          c.get("max_position_embeddings", 8192), c.get("num_key_value_heads"),
+                          c.get("intermediate_size"))
 
     @staticmethod
     def for_budget(model_mib, tp, layers=32, vocab=128256):

@@ -16,13 +16,19 @@ use std::process::Command;
 /// A start-up under `culedger run` (so that the run's summary records the command line, as a
 /// user's run does); its exit code and run directory.
 fn start(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32) {
+    let (out, code, _) = start_logged(sim, dir, engine, args);
+    (out, code)
+}
+
+/// `start`, with what the engine printed (stdout and stderr).
+fn start_logged(sim: &Sim, dir: &str, engine: &str, args: &[String]) -> (PathBuf, i32, String) {
     let out = sim.scratch().join(dir);
     let script = repo_root().join("shim-tests/py/engines").join(engine);
     let mut cmd = sim.cmd(built("target/release/culedger"));
     cmd.args(["run", "-o"]).arg(&out).arg("--lib").arg(built("target/release/libculedger.so"));
     cmd.args(["--", "python3"]).arg(script).args(args);
     let run = sim.run(&mut cmd);
-    (out, run.status.and_then(|s| s.code()).unwrap_or(-1))
+    (out, run.status.and_then(|s| s.code()).unwrap_or(-1), format!("{}{}", run.stdout, run.stderr))
 }
 
 fn sglang(name: &str, fraction: f64) -> (Sim, PathBuf, i32) {
@@ -78,11 +84,23 @@ fn choices(a: &Value) -> Vec<(String, f64, i64, bool, Option<i64>)> {
 fn vllm(name: &str, utilization: f64) -> (Sim, PathBuf, i32) {
     let mut sim = Sim::new(name);
     demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
-    let args: Vec<String> =
-        ["--tp", "2", "--model-mib", "8192", "--layers", "8", "--gpu-memory-utilization", &format!("{utilization:.2}")]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    // The graphs' sizes named (1 to 32): the CUDA-graph estimate vLLM subtracts counts the
+    // graphs of its list, and without the flag the simulation shortens vLLM's default list.
+    let args: Vec<String> = [
+        "--tp",
+        "2",
+        "--model-mib",
+        "8192",
+        "--layers",
+        "8",
+        "--max-cudagraph-capture-size",
+        "32",
+        "--gpu-memory-utilization",
+        &format!("{utilization:.2}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let (out, code) = start(&sim, "run", "vllm_server.py", &args);
     (sim, out, code)
 }
@@ -792,4 +810,169 @@ fn vllm_graph_capture_after_the_kv_cache_gets_a_value_that_starts() {
     let w: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(code, 1, "{w:#}");
     assert!(w["ranks"].as_array().unwrap().iter().all(|r| r["cannot_tell"] == true), "{w:#}");
+}
+
+/// The model's directory of the --max-model-len shape: a Llama 3.1 8B config.json (32 layers,
+/// 8 KV heads of 128, bf16, 131072 positions): at --tp 2 about 7.5 GiB of weights a rank and
+/// 64 KiB of KV cache a token a rank, 8 GiB for one request of 131072 tokens.
+fn llama_8b_dir(sim: &Sim) -> PathBuf {
+    let dir = sim.scratch().join("Llama-3.1-8B");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0}, "torch_dtype": "bfloat16"
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+/// vLLM's third refusal before any KV cache: the KV cache, less the block vLLM holds back,
+/// cannot hold one request of the model's max_model_len (vllm 0.33 v1/core/kv_cache_planning.py
+/// get_kv_cache_configs -> _check_enough_kv_cache_memory, "To serve at least one request with
+/// the model's max seq len (131072), ... is larger than the available KV cache memory"). Two
+/// ranks on two simulated 24 GiB GPUs, the model named by --model.
+fn vllm_len(name: &str, utilization: f64, extra: &[&str]) -> (Sim, PathBuf, i32) {
+    let mut sim = Sim::new(name);
+    demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+    let model = llama_8b_dir(&sim);
+    // The graphs' sizes named (1 to 32): without them vLLM captures its own default list, which
+    // the simulation shortens.
+    let mut args: Vec<String> = ["--tp", "2", "--disable-custom-all-reduce", "--max-cudagraph-capture-size", "32", "--model"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(model.to_str().unwrap().to_string());
+    args.extend(["--gpu-memory-utilization".to_string(), format!("{utilization:.2}")]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (out, code) = start(&sim, "run", "vllm_server.py", &args);
+    (sim, out, code)
+}
+
+/// The KV cache too small for one request of the model's length: explain raises
+/// --gpu-memory-utilization to where it holds one, and offers --max-model-len at the run's
+/// value with vLLM's own estimate of the longest length that fits; each applied starts, 0.02
+/// below the value and a length 2% longer still fail; every choice says its pool in bytes and
+/// tokens; whatif agrees with the reruns.
+#[test]
+fn vllm_max_model_len_larger_than_the_kv_cache_gets_both_levers() {
+    let (_s, dir, code) = vllm_len("advice_vllm_len65", 0.65, &[]);
+    assert_eq!(code, 1, "one request of 131072 tokens does not fit at 0.65");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1, "{v:#}");
+    let a = &v["what_to_change"];
+    eprintln!("{:#}", a["lines"]);
+    assert_eq!((a["engine"].as_str(), a["direction"].as_str()), (Some("vLLM"), Some("raise")), "{a:#}");
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines.iter().any(|l| l.contains("To serve at least one request with the model's max seq len (131072)")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("8.00 GiB per rank, 65536 B a token")), "{lines:?}");
+    let rec = a["recommended"].as_f64().unwrap();
+    let ch = choices(a);
+    for c in a["choices"].as_array().unwrap() {
+        let (b, t) = (c["pool_bytes"].as_i64().unwrap(), c["pool_tokens"].as_i64().unwrap());
+        assert_eq!(t, b / (1 << 20) * 16, "whole blocks of 16 tokens, 1 MiB each: {c}");
+    }
+    let len = ch.iter().find(|c| c.0 == "--max-model-len").unwrap_or_else(|| panic!("{a:#}"));
+    assert_eq!(len.1, 0.65, "at the run's own value: {a:#}");
+    let n = len.4.unwrap();
+    assert!(n > 0 && n < 131072, "{a:#}");
+    assert!(lines.iter().any(|l| l.contains(&format!("--max-model-len from 131072 (the model's config.json) to at most {n}"))), "{lines:?}");
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={rec:.2}")), 0);
+    assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={:.2}", rec - 0.02)), 1);
+    let (_s1, _d, code) = vllm_len("advice_vllm_len_raised", rec, &[]);
+    assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
+    let (_s2, _d, code) = vllm_len("advice_vllm_len_below", rec - 0.02, &[]);
+    assert_eq!(code, 1, "{:.2} still fails", rec - 0.02);
+    let (_s3, _d, code) = vllm_len("advice_vllm_len_n", 0.65, &["--max-model-len", &n.to_string()]);
+    assert_eq!(code, 0, "--max-model-len {n} at 0.65 starts");
+    let longer = (n as f64 * 1.02).ceil() as i64;
+    let (_s4, d4, code) = vllm_len("advice_vllm_len_longer", 0.65, &["--max-model-len", &longer.to_string()]);
+    assert_eq!(code, 1, "--max-model-len {longer} at 0.65 still fails");
+    // The rerun that named a length too long is told the same of its own length.
+    let (_, v4) = explain(&d4);
+    let a4 = &v4["what_to_change"];
+    assert!(a4["lines"][0].as_str().unwrap().contains(&format!("max seq len ({longer})")), "{a4:#}");
+    assert_eq!(choices(a4).iter().find(|c| c.0 == "--max-model-len").and_then(|c| c.4), Some(n), "{a4:#}");
+}
+
+/// explain on a run that set the KV cache's size (vLLM's --kv-cache-memory-bytes: vllm 0.33
+/// Worker.determine_available_memory skips memory_profiling, the KV cache is that many bytes)
+/// whose graph capture then failed (vllm-project/vllm issue 7553's shape, 14 GiB of KV cache at
+/// 0.90 on 24 GiB GPUs): --gpu-memory-utilization does not size the KV cache, so no value of it
+/// is recommended; the CUDA graphs off keep the KV cache as set and start; the flag's own value
+/// is only bounded (the rest of the capture is unseen), and at the bound it indeed still fails.
+#[test]
+fn vllm_kv_cache_memory_bytes_run_lowers_the_flag_not_the_utilization() {
+    let set = (14u64 << 30).to_string();
+    let (_s, dir, code) = vllm_graphs("advice_vllm_kvb14", 0.90, &["--kv-cache-memory-bytes", &set]);
+    assert_eq!(code, 1, "the graph capture after a 14 GiB KV cache fails");
+    let (code, v) = explain(&dir);
+    assert_eq!(code, 1);
+    let a = &v["what_to_change"];
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(a["recommended"].is_null() && a["direction"] == "none", "{a:#}");
+    assert!(!lines.iter().any(|l| l.contains("Lower --gpu-memory-utilization")), "{lines:?}");
+    assert!(lines[0].starts_with("Disable the CUDA graphs (--enforce-eager): the pool keeps 14.00 GiB"), "{lines:?}");
+    let bound = lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("Or lower --kv-cache-memory-bytes from {set} to below ")))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(bound.contains("no value is claimed to start") && bound.contains("does not size the KV cache"), "{bound}");
+    let to: i64 = bound.split(':').next().unwrap().parse().unwrap();
+    let ch = choices(a);
+    assert!(ch.iter().all(|c| c.0 != "--kv-cache-memory-bytes" && c.2 == 14 << 30), "{a:#}");
+    every_alternative_starts(a, "advice_vllm_kvb14", |n, v, extra| {
+        let mut e: Vec<&str> = extra.to_vec();
+        e.extend(["--kv-cache-memory-bytes", set.as_str()]);
+        vllm_graphs(n, v, &e).2
+    });
+    let (_s2, _d, code) = vllm_graphs("advice_vllm_kvb_bound", 0.90, &["--kv-cache-memory-bytes", &to.to_string()]);
+    assert_eq!(code, 1, "at the bound {to} it still fails: a bound, not a value that starts");
+}
+
+/// The demo's graph-capture shape on a model named by its directory (SGLang's --model-path, a
+/// Llama 3.1 8B config.json): every choice of What to change says its pool in tokens, as many
+/// as SGLang's own sizing gives that pool (pool_configurator.py: available bytes // cell_size),
+/// checked against the rerun's "KV Cache is allocated. #tokens: N" at the recommended value.
+#[test]
+fn sglang_choices_say_their_pool_in_tokens() {
+    let run = |name: &str, fraction: f64| {
+        let mut sim = Sim::new(name);
+        demo_machine(&mut sim, 2, 24576).timeout(std::time::Duration::from_secs(180));
+        let model = llama_8b_dir(&sim);
+        let mut args: Vec<String> =
+            ["--tp", "2", "--graph-workspace-mib", "3072", "--cuda-graph-max-bs", "32", "--model-path"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        args.push(model.to_str().unwrap().to_string());
+        args.extend(["--mem-fraction-static".to_string(), format!("{fraction:.2}")]);
+        let (out, code, log) = start_logged(&sim, "run", "sglang_server.py", &args);
+        (sim, out, code, log)
+    };
+    let (_s, dir, code, _) = run("advice_sg_tokens90", 0.90);
+    assert_eq!(code, 1, "the graph capture after the pool fails at 0.90");
+    let (_, v) = explain(&dir);
+    let a = &v["what_to_change"];
+    let rec = a["recommended"].as_f64().unwrap_or_else(|| panic!("{a:#}"));
+    // 32 layers x 4 KV heads a rank x 128 x 2 (K and V) x 2 B: 64 KiB a token.
+    for c in a["choices"].as_array().unwrap() {
+        assert_eq!(c["pool_tokens"].as_i64().unwrap(), c["pool_bytes"].as_i64().unwrap() >> 16, "{c}");
+    }
+    let param = a["choices"].as_array().unwrap().iter().find(|c| c["parameter_only"] == true).unwrap();
+    let lines: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines.iter().any(|l| l.contains(&format!("GiB per rank ({} tokens)", param["pool_tokens"]))), "{lines:?}");
+    let (_s1, _d, code, log) = run("advice_sg_tokens_rec", rec);
+    assert_eq!(code, 0, "{rec:.2} starts: {log}");
+    let told: Vec<i64> = log
+        .lines()
+        .filter_map(|l| l.split("KV Cache is allocated. #tokens: ").nth(1))
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    assert_eq!(told.len(), 2, "{log}");
+    for t in told {
+        let want = param["pool_tokens"].as_i64().unwrap();
+        assert!((t - want).abs() <= want / 1000, "SGLang's {t} tokens vs explain's {want}");
+    }
 }

@@ -94,6 +94,15 @@ pub fn estimate_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64
     if !off {
         return None;
     }
+    measured_parts(run, s, m)
+}
+
+/// The engine's estimate as it computes it from its samples, applied or not: the first
+/// sample, the per-item sample (at least the pack's minimum) and the item count (vllm 0.33
+/// GPUModelRunner.profile_cudagraph_memory: first capture + (graphs - 1) x per graph).
+pub fn measured_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64)> {
+    let e = s.after_pool.estimate.as_ref()?;
+    let input = s.inputs.get(&e.input)?;
     let st = culedger_analysis::steps::steps(m);
     let q = super::evaluation::matching_queries(m, &st, &input.callers);
     let free = |j: usize| st[j].told().and_then(|p| p.free_bytes).unwrap_or(0);

@@ -33,7 +33,7 @@ pub struct Draft {
 }
 
 /// The text `flag` has on a command line of the run (`--flag V` or `--flag=V`).
-fn flag_text(run: &Run, flag: &str) -> Option<String> {
+pub(crate) fn flag_text(run: &Run, flag: &str) -> Option<String> {
     let of = |argv: &[String]| -> Option<String> {
         let mut it = argv.iter();
         while let Some(a) = it.next() {

@@ -89,6 +89,14 @@ pub struct Evaluation {
     pub ranks: Vec<RankSizing>,
     #[serde(skip)]
     pub sizing: Sizing,
+    /// The bytes a token of the pool takes (the pack's `kv_cell`), where the model's config
+    /// gives them (`model_len::cell`).
+    #[serde(skip)]
+    pub cell: Option<super::model_len::Cell>,
+    /// The engine's check that the pool holds one request of the longest length (the pack's
+    /// `model_len`), where the cell is known (`model_len::check`).
+    #[serde(skip)]
+    pub model_len: Option<super::model_len::Check>,
 }
 
 /// The recommendation.
@@ -211,6 +219,12 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                         let from = input.since.as_ref().and_then(|n| idx.get(n)).copied().unwrap_or(i);
                         peak_headroom(*m, &st, from, i)
                     }
+                    // The engine's own estimate from its samples (the pack's
+                    // after_pool.estimate: vLLM's first capture plus the per-graph sample for
+                    // each further graph), not the drop of the two it sampled.
+                    "drop" if s.after_pool.estimate.as_ref().is_some_and(|e| e.input == *name) => {
+                        super::after_pool::measured_parts(run, s, *m).map_or(0, |(first, per, n)| first + (n.max(1) - 1) * per)
+                    }
                     "drop" => {
                         // From the first of the matching queries to the last.
                         let found = matching_queries(*m, &st, &input.callers);
@@ -285,6 +299,14 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
         r.pool_bytes = 0;
     }
     let scale = ranks.iter().map(|r| linear(&s.pool, &r.inputs).1 as i64).min().unwrap_or(0);
+    // The length check sizes the pool the formula gives; a run that sets the pool's bytes
+    // itself (`pool_bytes_flag`) is not sized by the formula.
+    let pool_set = s.pool_bytes_flag.as_ref().is_some_and(|p| super::after_pool::on_command_line(run, &p.flag));
+    let cell = s.kv_cell.as_ref().and_then(|kc| super::model_len::cell(run, kc, ranks.len() as i64));
+    let model_len = match (&s.model_len, &s.kv_cell, &cell) {
+        (Some(m), Some(kc), Some(c)) if !pool_set => super::model_len::check(run, &m.flag, kc, c),
+        _ => None,
+    };
     Some(Evaluation {
         pack: pack.to_string(),
         engine: s.engine.clone(),
@@ -297,6 +319,8 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
         scale_bytes: scale,
         ranks,
         sizing: s.clone(),
+        cell,
+        model_len,
     })
 }
 
@@ -350,7 +374,21 @@ impl Evaluation {
                 out.push((f.message.clone(), c0, c1, strict));
             }
         }
+        // The pool must hold the block held back and one request of the longest length.
+        if let (Some(c), Some(m), true) = (&self.model_len, &self.sizing.model_len, r.complete) {
+            let (c0, c1) = linear(&self.sizing.pool, &r.inputs);
+            let c0 = c0 - c.pool_needed() as f64;
+            let v = c0 + c1 * p;
+            if v.is_nan() || v < 0.0 {
+                out.push((self.model_len_message(m, c), c0, c1, false));
+            }
+        }
         out
+    }
+
+    /// The length check's refusal, with the run's length in it.
+    pub fn model_len_message(&self, m: &engines::ModelLen, c: &super::model_len::Check) -> String {
+        m.message.replace("{max_len}", &c.max_len.to_string())
     }
 
     /// The reserve at `p` in words (`(1 - 0.90) x 95.00 GiB`) and bytes, for rank `r`.

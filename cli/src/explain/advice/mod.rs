@@ -19,6 +19,7 @@
 pub mod evaluation;
 pub(crate) mod after_pool;
 pub(crate) mod draft;
+pub(crate) mod model_len;
 
 pub use evaluation::*;
 use evaluation::{ceil2, deficit_at, floor2, fraction, gib};
@@ -98,6 +99,10 @@ pub struct Choice {
     pub lever_value: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lever_was: Option<i64>,
+    /// The tokens the pool holds, where the model's config gives the bytes a token takes
+    /// (`model_len::Check::tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_tokens: Option<i64>,
 }
 
 /// The parameter's interval of values that start, from the engine's checks and the failure:
@@ -299,6 +304,11 @@ pub fn advise_measured(
     // The value as the run gave it (0.995 stays 0.995); recommended values are hundredths.
     let p0s = fraction(p0);
     let from_rules = measured.is_none();
+    // The run set the pool's bytes itself (vLLM's --kv-cache-memory-bytes): the parameter no
+    // longer sizes the pool, and an allocation that failed is made room for by that flag.
+    if let Some(a) = pool_bytes_set(run, findings, ev, &sizing) {
+        return Some(a);
+    }
     let (margin, margin_what) = match measured {
         Some((bytes, whom)) => (bytes, format!("what follows the pool, as the run that started measured it ({whom})")),
         None => after_pool::fixed(run, s),
@@ -447,6 +457,7 @@ pub fn advise_measured(
             removes_bytes: 0,
             lever_value: None,
             lever_was: None,
+            pool_tokens: None,
         });
     }
     for a in s.alternatives.iter().filter(|a| a.scales.is_none()) {
@@ -480,6 +491,7 @@ pub fn advise_measured(
             removes_bytes: removes,
             lever_value: None,
             lever_was: None,
+            pool_tokens: None,
         });
     }
     // A lever that scales what its feature took (`--cuda-graph-max-bs N`: what the graphs took
@@ -555,6 +567,7 @@ pub fn advise_measured(
             },
             lever_value: Some(n),
             lever_was: Some(n0),
+            pool_tokens: None,
         });
     }
     // A flag that sizes the pool in bytes (vLLM's --kv-cache-memory-bytes): at the run's value
@@ -574,6 +587,36 @@ pub fn advise_measured(
                     removes_bytes: 0,
                     lever_value: Some(bytes),
                     lever_was: None,
+                    pool_tokens: None,
+                });
+            }
+        }
+    }
+    // A pool too small for one request of the longest length (vLLM's --max-model-len, the
+    // pack's `model_len`): at the run's value (or the highest the other bounds allow), the
+    // longest length that pool holds, as the engine estimates it.
+    let len_msg = ev.model_len.as_ref().zip(s.model_len.as_ref()).map(|(c, ml)| ev.model_len_message(ml, c));
+    if let (Some(c), Some(ml), Some(msg)) = (&ev.model_len, s.model_len.as_ref(), &len_msg) {
+        let is_len = |b: &Bound| b.refusal.as_deref() == Some(msg.as_str());
+        if bounds.iter().any(|b| b.broken && is_len(b)) {
+            let lo_other = bounds
+                .iter()
+                .filter(|b| !b.at_most && !is_len(b))
+                .map(|b| ceil2(b.at + 1e-6))
+                .fold(s.parameter.min, f64::max);
+            let v = if at_most.is_none_or(|b| p0 <= b.at) { p0 } else { hi };
+            let pool = ev.pool_at(&ev.ranks[deciding.rank], v);
+            let n = c.longest(pool);
+            if v >= lo_other && n >= 1 && n < c.max_len {
+                choices.push(Choice {
+                    flag: ml.flag.clone(),
+                    parameter_only: false,
+                    value: v,
+                    pool_bytes: pool,
+                    removes_bytes: 0,
+                    lever_value: Some(n),
+                    lever_was: Some(c.max_len),
+                    pool_tokens: None,
                 });
             }
         }
@@ -623,17 +666,30 @@ pub fn advise_measured(
             removes_bytes: 0,
             lever_value: Some(*n),
             lever_was: Some(*was),
+            pool_tokens: None,
         });
     }
     choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
+    if let Some(c) = &ev.cell {
+        for ch in &mut choices {
+            ch.pool_tokens = Some(c.tokens(ch.pool_bytes));
+        }
+    }
 
     let flag = &s.parameter.flag;
     let mut lines = Vec::new();
+    // The tokens a pool holds, where the model's config gives the bytes a token takes.
+    let tok = |pool: i64| ev.cell.as_ref().map_or(String::new(), |c| format!(" ({} tokens)", c.tokens(pool)));
     let param_line = match (direction, recommended) {
         ("lower", Some(v)) => format!(
             "Lower {flag} from {p0s} to at most {v:.2}{}{}",
             if pool_before > 0 {
-                format!(": the pool shrinks from {} to {} GiB per rank", gib(pool_before), gib(pool_after.unwrap_or(0)))
+                format!(
+                    ": the pool shrinks from {} to {} GiB per rank{}",
+                    gib(pool_before),
+                    gib(pool_after.unwrap_or(0)),
+                    tok(pool_after.unwrap_or(0))
+                )
             } else {
                 ":".to_string()
             },
@@ -661,21 +717,34 @@ pub fn advise_measured(
         ),
         ("raise", Some(v)) => format!(
             "Raise {flag} from {p0s} to at least {v:.2}: the formula gave a pool of {} GiB, and {} refused \
-             (\"{}\"); at {v:.2} the pool gets {} GiB, and each 0.01 more adds {} GiB",
+             (\"{}\"); at {v:.2} the pool gets {} GiB{}, and each 0.01 more adds {} GiB",
             gib(pool_before),
             s.engine,
             deciding.refusal.clone().unwrap_or_default(),
             gib(pool_after.unwrap_or(0)),
+            tok(pool_after.unwrap_or(0)),
             gib(ev.scale_bytes / 100)
         ),
         _ => {
             let (lo_at, hi_at) = (interval.at_least.unwrap_or(s.parameter.min), interval.at_most.unwrap_or(s.parameter.max));
-            format!(
+            let low = at_least.and_then(|b| b.refusal.clone()).unwrap_or_default();
+            match (&len_msg, &ev.model_len) {
+                // The pool holds no request of the longest length below one bound, and the
+                // engine's start-up check refuses above the other.
+                (Some(m), Some(c)) if *m == low && at_most.is_some_and(|b| b.recon.is_none()) => format!(
+                    "No {flag} starts: above {hi_at:.3} {} refuses to start (\"{}\"), and at {lo_at:.3} or below the \
+                     pool holds no request of {} tokens (\"{low}\"); shorten the longest request instead",
+                    s.engine,
+                    at_most.and_then(|b| b.refusal.clone()).unwrap_or_default(),
+                    c.max_len
+                ),
+                _ => format!(
                 "No {flag} starts: above {hi_at:.3} what comes after the pool does not fit, and at {lo_at:.3} or \
                  below the pool is empty (\"{}\"); shrink what comes after the pool instead{}",
-                at_least.and_then(|b| b.refusal.clone()).unwrap_or_default(),
+                low,
                 if choices.is_empty() { ": a larger tensor-parallel size or a smaller model" } else { "" }
-            )
+            ),
+            }
         }
     };
     let weights_of = |_t0: i64| match steps::steps(m)[r.query_index].kind {
@@ -686,12 +755,13 @@ pub fn advise_measured(
         let a = s.alternatives.iter().find(|a| a.flag == c.flag).and_then(|a| a.scales.as_ref());
         let took = alts.iter().find(|x| x.flag == c.flag).map_or(0, |x| x.bytes);
         format!(
-            "Or lower {} from {n0} to at most {n}{}: the pool keeps {} GiB per rank; what the CUDA graphs took \
+            "Or lower {} from {n0} to at most {n}{}: the pool keeps {} GiB per rank{}; what the CUDA graphs took \
              after the sizing query ({} GiB, the failed request included) scales with {}, about {} GiB at {n}; \
              the cost: {}",
             c.flag,
             if (c.value - p0).abs() < 1e-9 { String::new() } else { format!(" with {flag} at most {:.2}", c.value) },
             gib(c.pool_bytes),
+            tok(c.pool_bytes),
             gib(took),
             a.map_or("it", |x| x.what.as_str()),
             gib(took - c.removes_bytes),
@@ -705,7 +775,7 @@ pub fn advise_measured(
             None => (c.flag.clone(), String::new(), c.removes_bytes),
         };
         format!(
-            "Or disable {what} ({}){}: the pool keeps {} GiB per rank; {what} took {} GiB{} ({apis})",
+            "Or disable {what} ({}){}: the pool keeps {} GiB per rank{}; {what} took {} GiB{} ({apis})",
             c.flag,
             if (c.value - p0).abs() < 1e-9 {
                 String::new()
@@ -713,6 +783,7 @@ pub fn advise_measured(
                 format!(" with {flag} at most {:.2}", c.value)
             },
             gib(c.pool_bytes),
+            tok(c.pool_bytes),
             gib(took),
             if deciding.recon.is_some() { " after the sizing query" } else { "" },
         )
@@ -727,29 +798,43 @@ pub fn advise_measured(
                 (Some(t), Some(t0)) if c.flag == "--tp" => format!(
                     "Or raise the tensor-parallel size from {t0} to {t} (--tp {t}, on {t} GPUs) with {flag} at most \
                      {:.2}: each rank holds about {t0}/{t} of the weights, {} GiB instead of {} GiB, and the pool gets \
-                     about {} GiB per rank; the cost: {} more GPUs",
+                     about {} GiB per rank{}; the cost: {} more GPUs",
                     c.value,
                     gib(weights_of(t0) * t0 / t),
                     gib(weights_of(t0)),
                     gib(c.pool_bytes),
+                    tok(c.pool_bytes),
                     t - t0
                 ),
                 (Some(w1), Some(w0)) if c.flag == "weights" => format!(
                     "Or a smaller model: weights of at most {} GiB per rank (they took {} GiB) with {flag} at most \
-                     {:.2}, and the pool gets about {} GiB per rank, what the run sized at {p0s}; the cost: a smaller \
-                     or more quantized model",
+                     {:.2}, and the pool gets about {} GiB per rank{}, what the run sized at {p0s}; the cost: a \
+                     smaller or more quantized model",
                     gib(w1),
                     gib(w0),
                     c.value,
-                    gib(c.pool_bytes)
+                    gib(c.pool_bytes),
+                    tok(c.pool_bytes)
+                ),
+                (Some(n), Some(n0)) if s.model_len.as_ref().is_some_and(|m| m.flag == c.flag) => format!(
+                    "Or lower {} from {n0}{} to at most {n}{}: the pool keeps {} GiB per rank{}, and {n} tokens is {}'s \
+                     own estimate of the longest request it holds (_estimate_max_model_len_from_groups); the cost: {}",
+                    c.flag,
+                    if ev.model_len.as_ref().is_some_and(|m| m.from_flag) { "" } else { " (the model's config.json)" },
+                    if (c.value - p0).abs() < 1e-9 { String::new() } else { format!(" with {flag} at most {:.2}", c.value) },
+                    gib(c.pool_bytes),
+                    tok(c.pool_bytes),
+                    s.engine,
+                    s.model_len.as_ref().map_or("", |m| m.cost.as_str())
                 ),
                 (Some(n), Some(n0)) => scale_line(c, n, n0),
                 (Some(b), None) => format!(
-                    "Or set the KV cache's size instead ({} {b}{}): the pool keeps {} GiB per rank, what the failures \
-                     leave room for; the cost: {}",
+                    "Or set the KV cache's size instead ({} {b}{}): the pool keeps {} GiB per rank{}, what the \
+                     failures leave room for; the cost: {}",
                     c.flag,
                     if (c.value - p0).abs() < 1e-9 { String::new() } else { format!(" with {flag} at most {:.2}", c.value) },
                     gib(c.pool_bytes),
+                    tok(c.pool_bytes),
                     s.pool_bytes_flag.as_ref().map_or("", |x| x.cost.as_str())
                 ),
                 _ => alt_line(c),
@@ -783,6 +868,29 @@ pub fn advise_measured(
             r.rank.process,
             r.gpu_words()
         ));
+    }
+    // The length check the run broke, sized: what one request of the longest length takes.
+    if let (Some(c), Some(msg), Some(ml)) = (&ev.model_len, &len_msg, s.model_len.as_ref()) {
+        if bounds.iter().any(|b| b.broken && b.refusal.as_deref() == Some(msg.as_str())) {
+            lines.push(format!(
+                "{} refused because its KV cache, less the one block it holds back, cannot hold one request of {} \
+                 tokens ({}): that takes {} GiB per rank, {} B a token ({} layers x {} KV heads a rank x head size {} \
+                 x 2 (K and V) x {} B, from {}/config.json), and at {p0s} the pool was {} GiB{} (vllm 0.33 \
+                 v1/core/kv_cache_planning.py get_kv_cache_configs -> _check_enough_kv_cache_memory)",
+                s.engine,
+                c.max_len,
+                if c.from_flag { format!("{} {}", ml.flag, c.max_len) } else { "the model's config.json".to_string() },
+                gib(c.needed(c.max_len)),
+                c.cell.token_bytes(),
+                c.cell.layers,
+                c.cell.kv_heads,
+                c.cell.head_size,
+                c.cell.dtype_bytes,
+                c.cell.model.trim_end_matches('/'),
+                gib(pool_before),
+                tok(pool_before)
+            ));
+        }
     }
     // Alternatives that do not make the start fit on their own are still named.
     let turns_off = |f: &str| s.alternatives.iter().any(|x| x.flag == f && x.scales.is_none());
@@ -901,3 +1009,124 @@ pub fn advise_measured(
     })
 }
 
+
+/// What to change for a run that set the pool's bytes itself (the pack's `pool_bytes_flag`:
+/// vLLM's --kv-cache-memory-bytes; vllm 0.33 Worker.determine_available_memory skips
+/// memory_profiling and the KV cache is that many bytes) and failed to allocate: the parameter
+/// changes only the engine's start-up check. The levers that turn off at least the largest
+/// shortfall of what failed (the failed request's call site runs through them) keep the pool as
+/// set; the flag's own value is bounded by that shortfall and not recommended (what the failed
+/// step needed after the failed request is not in the reports). None
+/// when the flag is not set, or no allocation failed short of memory (a refusal by the
+/// start-up check is the parameter's, as without the flag).
+fn pool_bytes_set(run: &Run, findings: &[Finding], ev: &Evaluation, s: &Sizing) -> Option<Advice> {
+    let pb = s.pool_bytes_flag.as_ref()?;
+    let set = after_pool::flag_number(run, &pb.flag)? as i64;
+    // The largest shortfall, and the failed request on that rank.
+    let (short, fail) = findings
+        .iter()
+        .filter_map(|x| match &x.detail {
+            Detail::Failure(d) => d.short_by_bytes.filter(|b| *b > 0).map(|b| (b, d)),
+            _ => None,
+        })
+        .max_by_key(|(b, _)| *b)?;
+    let to = ((set - short) >> 20) << 20;
+    let p0 = ev.value;
+    let mut choices = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    // The flag's value is bounded, not recommended: what the failed step still needed after
+    // the failed request (the rest of a graph capture, say) is not in the reports.
+    lines.push(format!(
+        "Or lower {} from {set} to below {to}: the pool must shrink by more than the {} GiB the failed request \
+         ({} GiB{}) was short by, and what the step still needed after it is not in the reports, so no value is \
+         claimed to start; {} does not size the KV cache while {} is set ({} skips memory_profiling in {}), it \
+         changes only the start-up check (\"{}\")",
+        pb.flag,
+        gib(short),
+        gib(fail.needed_bytes),
+        fail.category.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+        s.parameter.flag,
+        pb.flag,
+        s.engine,
+        s.function,
+        s.refusals.first().map_or("", |x| x.message.as_str())
+    ));
+    // The levers whose call sites the failed request ran through: turned off, they remove it;
+    // one that scales removes its share.
+    let report = run.procs.iter().find(|r| r.process.pid == fail.pid)?;
+    let frames = report
+        .devices
+        .iter()
+        .flat_map(|d| d.failures.iter())
+        .find(|f| f.bytes == fail.bytes && f.api == fail.api)
+        .map(|f| engines::frames(report, f.site))
+        .unwrap_or_default();
+    let mut alts = Vec::new();
+    for a in s.alternatives.iter().filter(|a| frames.iter().any(|f| engines::frame_matches(&a.callers, f))) {
+        let took = fail.needed_bytes;
+        // A lever that scales (--max-cudagraph-capture-size) is not offered here: what else its
+        // smaller capture still takes (each graph's instantiation) is not sized on this path.
+        let (lever_value, lever_was, words): (Option<i64>, Option<i64>, String) = match &a.scales {
+            Some(_) => continue,
+            None if took >= short => (None, None, format!(
+                "Or disable {} ({}): the pool keeps {} GiB per rank as set; the failed request ({} GiB) was theirs",
+                a.what,
+                a.flag,
+                gib(set),
+                gib(took)
+            )),
+            None => continue,
+        };
+        choices.push(Choice {
+            flag: a.flag.clone(),
+            parameter_only: false,
+            value: p0,
+            pool_bytes: set,
+            removes_bytes: took,
+            lever_value,
+            lever_was,
+            pool_tokens: None,
+        });
+        alts.push(words);
+    }
+    if choices.is_empty() {
+        return None;
+    }
+    // Most pool kept first: the levers keep the pool as set.
+    choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
+    for c in &mut choices {
+        c.pool_tokens = ev.cell.as_ref().map(|x| x.tokens(c.pool_bytes));
+    }
+    let mut all: Vec<String> = alts;
+    all.extend(lines);
+    if let Some(first) = all.first_mut() {
+        if let Some(rest) = first.strip_prefix("Or disable") {
+            *first = format!("Disable{rest}");
+        }
+    }
+    all.push(format!("The run set {} {set}: {}", pb.flag, pb.source));
+    let r = ev.ranks.iter().find(|r| r.rank.pid == fail.pid).or(ev.ranks.first())?;
+    Some(Advice {
+        engine: s.engine.clone(),
+        parameter: s.parameter.name.clone(),
+        flag: s.parameter.flag.clone(),
+        value: p0,
+        value_source: ev.value_source.clone(),
+        direction: "none",
+        recommended: None,
+        bound: p0,
+        interval: Interval { at_least: None, at_most: None },
+        pool_before_bytes: set,
+        pool_after_bytes: None,
+        reserve_bytes: 0,
+        reserve_words: String::new(),
+        arrivals: Vec::new(),
+        arrivals_bytes: 0,
+        margin_bytes: 0,
+        margin_what: String::new(),
+        alternatives: Vec::new(),
+        choices,
+        deciding: format!("{} on {}", r.rank.process, r.gpu_words()),
+        lines: all,
+    })
+}

@@ -1,12 +1,14 @@
 //! Failed allocations, each reconciled from the query the process sized from (failed
-//! attempts of one burst are one finding), and starts that failed without one; and for
-//! `culedger diff`, the reconciliation a device's pool went through.
+//! attempts of one burst are one finding), and starts that failed without one. Which part of
+//! its burst an attempt is, and the reconciliation a device's pool went through (for
+//! `culedger diff`), are the analysis crate's (`culedger_analysis::recon`).
 
 use culedger_analysis::callers;
-use super::super::recon::{reconcile, Recon};
-use culedger_analysis::steps::{self, burst_ending_at, query_before, Kind as StepKind, Step};
+use super::super::recon::reconcile;
+use culedger_analysis::recon::{burst_category, part_of};
+use culedger_analysis::steps::{self, burst_ending_at, query_before, Step};
 use super::types::{
-    Detail, Ended, FailDetail, Finding, Kind, Minimum, Part, Severity, StartDetail, StartRefusal, StartRow,
+    Detail, Ended, FailDetail, Finding, Kind, Minimum, Severity, StartDetail, StartRefusal, StartRow,
 };
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
@@ -109,43 +111,6 @@ pub(super) fn failed_start(
         folded_title: None,
         gpu_name: None,
     }]
-}
-
-/// The category of a burst: that of its allocations, else (a burst of failed attempts only)
-/// the one the failed attempt's own call site gives it, as the report says; and whether it
-/// came from the attempt's own site.
-fn burst_category<'a>(steps: &'a [Step], burst: &[usize]) -> (Option<&'a str>, bool) {
-    let alloc = burst.iter().find_map(|&j| match steps[j].kind {
-        StepKind::Alloc { category, .. } => Some(category),
-        _ => None,
-    });
-    match alloc {
-        Some(c) => (Some(c), false),
-        None => (burst.iter().find_map(|&j| steps[j].failure().and_then(|f| f.category.as_deref())), true),
-    }
-}
-
-/// Which part of its burst a failed attempt is. A burst whose call site names a category
-/// other than the KV pool's (a collective library's window after the pool, draft weights
-/// loaded after it) is no pool, whatever its size against the last query.
-fn part_of(steps: &[Step], burst: &[usize], told: Option<i64>, category: Option<&str>, own: bool) -> Part {
-    let total: i64 = burst.iter().map(|&i| steps[i].bytes).sum();
-    let kv = category == Some("kv_pool");
-    // A run of allocations the rules named for something else than a pool (weights loaded
-    // after the sizing query, a communication window) is no pool either; the default
-    // category (other) says nothing, and the size against the last query decides.
-    let other_site = category.is_some_and(|c| c != "kv_pool" && (own || c != "other"));
-    let is_pool =
-        (!other_site && told.is_some_and(|t| total.saturating_mul(2) > t)) || category == Some("kv_pool");
-    let n = burst.len();
-    let equal = burst.iter().all(|&i| (steps[i].bytes - steps[burst[0]].bytes).abs() * 100 <= steps[burst[0]].bytes);
-    match (is_pool, n) {
-        (false, 1) => Part::Allocation,
-        (false, _) => Part::OfBurst(n),
-        (true, 1) => Part::Pool { kv },
-        (true, 2) if equal => Part::SecondHalf { kv },
-        (true, _) => Part::PartOf { n, kv },
-    }
 }
 
 /// The failure findings, in device order; failed attempts of one burst are one finding.
@@ -313,57 +278,6 @@ fn graph_capture_after_pool(st: &[Step], i: usize, category: Option<&str>) -> Op
     let kv = crate::model::CATEGORIES.iter().position(|c| *c == "kv_pool")?;
     (category == Some("graphs") && st[..i].iter().any(|s| s.cats[kv] > 0))
         .then(|| "its CUDA graph capture after its KV cache".to_string())
-}
-
-/// What failed of a pool: the call, its size and which part of the pool it was.
-#[derive(Debug, Clone)]
-pub struct FailedPart {
-    pub api: String,
-    pub bytes: i64,
-    pub part: Part,
-}
-
-/// the device, else of the largest pool sized there (to the end of its burst).
-#[derive(Debug, Clone)]
-pub struct PoolWindow {
-    pub process: String,
-    /// The failed attempt, when the pool failed.
-    pub failed: Option<FailedPart>,
-    pub category: Option<String>,
-    pub recon: Recon,
-}
-
-/// See [`PoolWindow`].
-pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
-    let mut best: Option<(i64, PoolWindow)> = None;
-    for m in &g.members {
-        let st = steps::steps(*m);
-        if let Some(i) = st.iter().position(|s| s.failure().is_some()) {
-            let burst = burst_ending_at(&st, i);
-            let Some(q) = query_before(&st, burst[0]) else { continue };
-            let recon = reconcile(g, *m, &st, q, i, &burst);
-            let (category, own) = burst_category(&st, &burst);
-            let part = part_of(&st, &burst, Some(recon.query.free_bytes), category, own);
-            let f = st[i].failure().map(|f| FailedPart { api: f.api.clone(), bytes: f.bytes, part });
-            // The earliest failure wins over any pool.
-            let key = -st[i].abs_us - (1 << 60);
-            if best.as_ref().is_none_or(|(k, _)| key > *k) {
-                best = Some((key, PoolWindow { process: who(m.report), failed: f, category: category.map(str::to_string), recon }));
-            }
-            continue;
-        }
-        let Some(sz) = steps::sizing(&st) else { continue };
-        let end = *sz.burst.last().unwrap_or(&sz.query);
-        let recon = reconcile(g, *m, &st, sz.query, end, &sz.burst);
-        let category = sz.burst.iter().find_map(|&j| match st[j].kind {
-            StepKind::Alloc { category, .. } => Some(category.to_string()),
-            _ => None,
-        });
-        if best.as_ref().is_none_or(|(k, _)| sz.pool > *k && *k >= 0) {
-            best = Some((sz.pool, PoolWindow { process: who(m.report), failed: None, category, recon }));
-        }
-    }
-    best.map(|(_, w)| w)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ mod tests;
 mod types;
 mod untracked;
 
-pub use failure::{failure_reconciliation, PoolWindow};
+pub use super::recon::failure_reconciliation;
 
 use crate::analysis::DeviceGroup;
 use crate::load::Run;

@@ -21,11 +21,19 @@ class VllmConfig:
     graph_workspace_mib: int = 0
     model_mib: int = 4096
     layers: int = 32
+    model: str = None
     dist_init_dir: str = None
     truth_dir: str = None
 
     def shape(self):
+        if self.model:
+            return LlamaShape.from_config(self.model, self.tensor_parallel_size)
         return LlamaShape.for_budget(self.model_mib, self.tensor_parallel_size, self.layers)
+
+    def resolved_max_model_len(self):
+        """ModelConfig.max_model_len: --max-model-len, else what the model's config allows
+        (vllm/config/model.py _get_and_verify_max_len: max_position_embeddings)."""
+        return self.max_model_len or self.shape().context_len
 
 
 def parse_args(argv):
@@ -39,7 +47,12 @@ def parse_args(argv):
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="the longest request (prompt and output) in tokens; default: the model's "
+                        "max_position_embeddings")
+    p.add_argument("--model", default=None,
+                   help="the model's directory; its config.json gives the shape (else --model-mib and --layers)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV cache block (CacheConfig.block_size)")
     p.add_argument("--kv-cache-memory-bytes", type=int, default=None,
                    help="the KV cache's size; skips the memory profiling (CacheConfig.kv_cache_memory_bytes)")
     p.add_argument("--max-cudagraph-capture-size", type=int, default=None,
@@ -62,7 +75,7 @@ def parse_args(argv):
                       max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
                       cudagraph_capture_sizes=tuple(sizes), kv_cache_memory_bytes=a.kv_cache_memory_bytes,
                       max_model_len=a.max_model_len, graph_workspace_mib=a.graph_workspace_mib,
-                      model_mib=a.model_mib, layers=a.layers,
+                      model_mib=a.model_mib, layers=a.layers, model=a.model, block_size=a.block_size,
                       dist_init_dir=a.dist_init_dir, truth_dir=a.truth_dir)
 
 

@@ -14,6 +14,11 @@ class ModelConfig:
             # The draft model (an EAGLE head: one decoder layer) of --speculative-draft-model-mib.
             shape = LlamaShape.for_budget(server_args.speculative_draft_model_mib, server_args.tp_size, 1)
             return ModelConfig(shape, server_args.context_length)
+        import os
+        if os.path.isfile(os.path.join(server_args.model_path, "config.json")):
+            # --model-path names a model's directory: its config.json gives the shape.
+            return ModelConfig(LlamaShape.from_config(server_args.model_path, server_args.tp_size),
+                               server_args.context_length)
         shape = LlamaShape.for_budget(server_args.model_mib, server_args.tp_size, server_args.layers)
         return ModelConfig(shape, server_args.context_length)
 

@@ -136,6 +136,8 @@ class ModelRunner:
             self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens,
                                                                      dtype=self.kv_cache_dtype, device=self.device,
                                                                      kvcache=self.token_to_kv_pool)
+            # sglang model_runner.py init_memory_pool's own line.
+            log(self.tp_rank, f"KV Cache is allocated. #tokens: {self.max_total_num_tokens}")
 
     def init_attention_backend(self):
         self.attn_backend = FlashInferAttnBackend(self)

@@ -27,12 +27,15 @@ class WorkerProc:
             everyone = [None] * vllm_config.tensor_parallel_size
             dist.all_gather_object(everyone, available)
             # vllm 0.33 v1/core/kv_cache_planning.py get_kv_cache_configs ->
-            # _check_enough_kv_cache_memory: no KV cache (available <= 0) is refused before any
-            # is allocated.
-            if min(everyone) <= 0:
-                raise ValueError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                                 "when initializing the engine.")
+            # _check_enough_kv_cache_memory: no KV cache, or less than one request of
+            # max_model_len tokens, is refused before any is allocated.
+            from vllm.v1.core.kv_cache_planning import check_kv_cache_configs
+            runner = worker.model_runner
+            check_kv_cache_configs(vllm_config, runner.page_size_bytes() * runner.shape.layers, everyone)
             kv_cache_config = worker.model_runner.get_kv_cache_config(min(everyone))
+            # vllm 0.33 v1/core/kv_cache_utils.py update_kv_cache_capacity (one group of
+            # full-attention layers: every block holds block_size tokens).
+            say(f"[rank {rank}] GPU KV cache size: {kv_cache_config.num_blocks * vllm_config.block_size:,} tokens")
             worker.initialize_from_config(kv_cache_config)
             worker.compile_or_warm_up_model()
             free, _ = torch.cuda.mem_get_info()
