@@ -894,10 +894,15 @@ fn vllm_max_model_len_larger_than_the_kv_cache_gets_both_levers() {
     assert!(lines.iter().any(|l| l.contains(&format!("--max-model-len from 131072 (the model's config.json) to at most {n}"))), "{lines:?}");
     assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={rec:.2}")), 0);
     assert_eq!(whatif(&dir, &format!("gpu_memory_utilization={:.2}", rec - 0.02)), 1);
-    let (_s1, _d, code) = vllm_len("advice_vllm_len_raised", rec, &[]);
+    let (_s1, d1, code) = vllm_len("advice_vllm_len_raised", rec, &[]);
     assert_eq!(code, 0, "the recommended {rec:.2} starts: {lines:?}");
-    let (_s2, _d, code) = vllm_len("advice_vllm_len_below", rec - 0.02, &[]);
+    let (_s2, d2, code) = vllm_len("advice_vllm_len_below", rec - 0.02, &[]);
     assert_eq!(code, 1, "{:.2} still fails", rec - 0.02);
+    // whatif on the reruns agrees with both.
+    for d in [&d1, &d2] {
+        assert_eq!(whatif(d, &format!("gpu_memory_utilization={rec:.2}")), 0, "{}", d.display());
+        assert_eq!(whatif(d, &format!("gpu_memory_utilization={:.2}", rec - 0.02)), 1, "{}", d.display());
+    }
     let (_s3, _d, code) = vllm_len("advice_vllm_len_n", 0.65, &["--max-model-len", &n.to_string()]);
     assert_eq!(code, 0, "--max-model-len {n} at 0.65 starts");
     let longer = (n as f64 * 1.02).ceil() as i64;
@@ -943,6 +948,10 @@ fn vllm_kv_cache_memory_bytes_run_lowers_the_flag_not_the_utilization() {
     });
     let (_s2, _d, code) = vllm_graphs("advice_vllm_kvb_bound", 0.90, &["--kv-cache-memory-bytes", &to.to_string()]);
     assert_eq!(code, 1, "at the bound {to} it still fails: a bound, not a value that starts");
+    // whatif agrees that no --gpu-memory-utilization makes room: it fails at any value.
+    let (code, out) = culedger(&["whatif", dir.to_str().unwrap(), "--set", "gpu_memory_utilization=0.50"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("The recorded run failed with this KV cache size: it fails at any value"), "{out}");
 }
 
 /// The demo's graph-capture shape on a model named by its directory (SGLang's --model-path, a
