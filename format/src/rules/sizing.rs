@@ -93,6 +93,14 @@ pub struct Estimate {
     pub input: String,
     pub what: String,
     pub min_per_item_mib: i64,
+    /// Where the samples are taken inside one capture measured as a whole (vLLM 0.33's V2
+    /// model runner: `CudaGraphManager.capture` inside `GPUModelRunner.capture_model`): the
+    /// sampling queries' callers. When the input's queries include such samples, the estimate
+    /// is the whole capture's drop (its first query to its last, the samples left out) less
+    /// the samples, plus the first sample and the second (at least `min_per_item_mib`) for
+    /// each further item. Empty: the pairs are the input's own queries (the V1 runner).
+    #[serde(default)]
+    pub samples_in: Vec<String>,
     pub count: ItemCount,
     pub source: String,
 }

@@ -97,20 +97,87 @@ pub fn estimate_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64
     measured_parts(run, s, m)
 }
 
-/// The engine's estimate as it computes it from its samples, applied or not: the first
-/// sample, the per-item sample (at least the pack's minimum) and the item count (vllm 0.33
-/// GPUModelRunner.profile_cudagraph_memory: first capture + (graphs - 1) x per graph).
+/// The engine's estimate as it computes it from its samples, applied or not: what stands
+/// for the first item, the per-item sample (at least the pack's minimum) and the item count,
+/// so that the estimate is `first + (count - 1) x per`.
+/// - V1 model runner (vllm 0.33 vllm/v1/worker/gpu_model_runner.py
+///   GPUModelRunner.profile_cudagraph_memory): the samples are the input's own query pairs;
+///   first capture + (graphs - 1) x max(second, 1 MiB).
+/// - V2 model runner, vLLM 0.33's default (vllm/v1/worker/gpu/cudagraph_utils.py
+///   profile_cudagraph_memory and _extrapolate_full_graph_memory): the samples are taken
+///   inside `capture_model(profile_only=True)` (the pack's `samples_in`), whose own first and
+///   last queries bracket every graph it captured; the estimate is that drop less the samples
+///   plus first + (FULL graphs - 1) x max(second, 1 MiB), and `first` here carries the drop
+///   less the samples.
 pub fn measured_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64)> {
     let e = s.after_pool.estimate.as_ref()?;
     let input = s.inputs.get(&e.input)?;
     let st = culedger_analysis::steps::steps(m);
     let q = super::evaluation::matching_queries(m, &st, &input.callers);
     let free = |j: usize| st[j].told().and_then(|p| p.free_bytes).unwrap_or(0);
-    let sample = |k: usize| q.get(2 * k + 1).map(|&b| (free(q[2 * k]) - free(b)).max(0));
-    let first = sample(0)?;
-    let per = sample(1).unwrap_or(0).max(e.min_per_item_mib << 20);
-    let n = item_count(run, &e.count).max(1);
-    Some((first, per, n))
+    let inner: Vec<usize> = if e.samples_in.is_empty() {
+        Vec::new()
+    } else {
+        super::evaluation::matching_queries(m, &st, &e.samples_in).into_iter().filter(|i| q.contains(i)).collect()
+    };
+    let (pairs, whole) = if inner.len() >= 2 {
+        let outer: Vec<usize> = q.iter().copied().filter(|i| !inner.contains(i)).collect();
+        let whole = match (outer.first(), outer.last()) {
+            (Some(&a), Some(&b)) if a != b => free(a) - free(b),
+            _ => return None,
+        };
+        (inner, Some(whole))
+    } else {
+        (q, None)
+    };
+    let samples: Vec<i64> = pairs.chunks_exact(2).map(|p| free(p[0]) - free(p[1])).collect();
+    estimate_from(&samples, whole, item_count(run, &e.count).max(1), e.min_per_item_mib << 20)
+}
+
+/// [`measured_parts`]'s arithmetic: from the samples (free before minus free after, in
+/// order), the whole capture's drop where the samples were taken inside one (V2), the item
+/// count and the per-item minimum.
+fn estimate_from(samples: &[i64], whole: Option<i64>, n: i64, per_min: i64) -> Option<(i64, i64, i64)> {
+    let first = *samples.first()?;
+    match whole {
+        // V1 floors each sample at 0.
+        None => Some((first.max(0), samples.get(1).copied().unwrap_or(0).max(0).max(per_min), n)),
+        Some(whole) => {
+            // V2 subtracts the samples as measured (a negative one too) and returns
+            // max(estimate, 0); the per-item part is kept whole.
+            let per = samples.get(1).copied().unwrap_or(0).max(per_min);
+            let lead = (whole - samples.iter().sum::<i64>() + first).max(-(n - 1) * per);
+            Some((lead, per, n))
+        }
+    }
+}
+
+#[cfg(test)]
+mod estimate_tests {
+    use super::estimate_from;
+    const MIB: i64 = 1 << 20;
+
+    #[test]
+    fn the_v2_runner_estimate_is_vllms() {
+        // The real vLLM 0.33 server (V2 runner, TP 2, graphs, 0.97, the estimate off), rank 0's
+        // queries in profile_cudagraph_memory: capture_model's first and last, and the two
+        // FULL samples inside it (CudaGraphManager.capture); 51 graphs at the default sizes.
+        // vLLM logged "CUDA graph pool memory: 3.24 GiB (actual), 2.77 GiB (estimated)".
+        let (start, end) = (83_684_753_408_i64, 80_763_420_672_i64);
+        let samples = [80_799_072_256 - 80_784_392_192, 80_765_517_824 - 80_767_614_976];
+        let (first, per, n) = estimate_from(&samples, Some(start - end), 51, MIB).unwrap();
+        let est = first + (n - 1) * per;
+        assert_eq!(format!("{:.2}", est as f64 / (1u64 << 30) as f64), "2.77");
+        // Read as V1 pairs (the capture's first query as a sample's), it was 3.57 GiB.
+        let v1 = estimate_from(&[start - 80_799_072_256, 80_784_392_192 - 80_765_517_824], None, 51, MIB).unwrap();
+        assert_eq!(format!("{:.2}", (v1.0 + 50 * v1.1) as f64 / (1u64 << 30) as f64), "3.57");
+    }
+
+    #[test]
+    fn the_v1_runner_floors_its_samples() {
+        assert_eq!(estimate_from(&[10 * MIB, -MIB], None, 3, MIB), Some((10 * MIB, MIB, 3)));
+        assert_eq!(estimate_from(&[], None, 3, MIB), None);
+    }
 }
 
 /// What follows the pool per token, on one rank at the run's value.
