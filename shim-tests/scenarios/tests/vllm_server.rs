@@ -508,26 +508,21 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
 /// value; that value, applied to the real server (the same launch otherwise, the estimate still
 /// off), starts, and whatif agrees with the failed run at both the value and 0.02 beyond it.
 ///
-/// Ignored in `make test` for its cost: 746 s here on 2 shared cores (the failed start 375 s,
-/// the recommended one 336 s), two starts with torch.compile and graph capture. Run it with
-/// `cargo test --release --workspace --test vllm_server -- --ignored`.
+/// Its cost in `make test`: 337 s here on 2 cores at a light load (746 s under the load of
+/// three other jobs), two starts with torch.compile and graph capture.
 ///
-/// At 0.95 (the recommended value + 0.02, a run of its own on 2026-12-04, 718 s at a load of
-/// two servers): the capture fails too (KV cache 75.03 GiB; "Tried to allocate 14.00 MiB"), and
-/// explain recommends 0.93 again (bound 0.9388).
-///
-/// Seen on 2026-12-04 (twice, the same figures): vLLM logged "Available KV cache memory: 76.63
-/// GiB" at 0.97 (kv_pool 76.635 GiB in the reports); the capture failed with 0.94 GiB free at
-/// its start. explain: recommended 0.93 (bound 0.9388), margin 2.49 GiB of a CUDA-graph
-/// estimate of 3.57 GiB; whatif: 0.93 fits, 0.95 does not. 0.93 applied: ready in 336 s,
-/// "Available KV cache memory: 73.44 GiB" = kv_pool 73.4414 GiB per GPU, whatif at 0.93 73.421
-/// GiB; vLLM logged "CUDA graph pool memory: 3.24 GiB (actual), 2.77 GiB (estimated)". After
-/// the failure rank 1 also fails a cudaIpcOpenMemHandle in register_graph_buffers
-/// (CustomAllreduce.capture's `finally`, custom_all_reduce.py; "Failed: Cuda error
-/// custom_all_reduce.cuh:143 'invalid resource handle'", which exits the worker): later than
-/// its capture's failure, and not the cause.
+/// Seen on 2026-12-04: vLLM logged "Available KV cache memory: 76.63 GiB" at 0.97 (kv_pool
+/// 76.635 GiB in the reports); the capture failed with 0.94 GiB free at its start. explain
+/// (vLLM's estimate as its V2 runner computes it, 2.77 GiB, as vLLM logs it): recommended 0.94;
+/// whatif: 0.94 fits, 0.96 does not. 0.94 applied: ready in 136 s, "Available KV cache memory:
+/// 74.24 GiB" = kv_pool 74.2422 GiB per GPU, whatif at 0.94 74.221 GiB; vLLM logged "CUDA graph
+/// pool memory: 3.24 GiB (actual), 2.77 GiB (estimated)". (Before the estimate was read as the
+/// V2 runner takes it, explain's estimate was 3.57 GiB and it recommended 0.93, which started
+/// too; 0.95 failed, KV cache 75.03 GiB.) After the failure rank 1 also fails a
+/// cudaIpcOpenMemHandle in register_graph_buffers (CustomAllreduce.capture's `finally`,
+/// custom_all_reduce.py; "Failed: Cuda error custom_all_reduce.cuh:143 'invalid resource
+/// handle'", which exits the worker): later than its capture's failure, and not the cause.
 #[test]
-#[ignore = "746 s here: two real vLLM starts with torch.compile and CUDA-graph capture; run with --ignored"]
 fn vllm_tp2_graph_capture_after_the_kv_cache_fails_then_the_recommended_value_starts() {
     let Some(vllm) = vllm() else { return };
     let _one = ONE_SERVER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
