@@ -352,6 +352,24 @@ fn whatif_reproduces(out: &Path, value: f64, logged_gib: f64, tag: &str) {
     }
 }
 
+/// explain `e` of a failed start at `given` says: lower vLLM's --gpu-memory-utilization, naming
+/// vLLM's `function`; whatif on the failed run fits at the recommended value and not 0.02
+/// beyond it. Returns the recommended value.
+fn lower_utilization(e: &Value, out: &Path, given: f64, function: &str) -> f64 {
+    let a = &e["what_to_change"];
+    assert_eq!(a["engine"], "vLLM", "{a:#}");
+    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
+    assert_eq!(a["direction"], "lower", "{a:#}");
+    assert!(e.to_string().contains(function), "explain does not name vLLM's {function}: {e:#}");
+    let rec = a["recommended"].as_f64().unwrap();
+    assert!(rec < given && rec > 0.5, "{a:#}");
+    let (code, w) = whatif_pools(out, rec);
+    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
+    let (code, w) = whatif_pools(out, rec + 0.02);
+    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+    rec
+}
+
 /// `--tensor-parallel-size 2 --enforce-eager` under culedger.
 #[test]
 fn vllm_tp2_eager_serves_under_culedger() {
@@ -457,19 +475,8 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
     );
     let (code, e) = culedger_scenarios::cli::explain(&out);
     assert_eq!(code, 1, "explain of the refused start: {e:#}");
-    let a = &e["what_to_change"];
-    eprintln!("refused: what to change: {a:#}");
-    assert_eq!(a["engine"], "vLLM", "{a:#}");
-    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
-    assert_eq!(a["direction"], "lower", "{a:#}");
-    let text = e.to_string();
-    assert!(text.contains("Worker.init_device"), "explain does not name vLLM's function: {e:#}");
-    let rec = a["recommended"].as_f64().unwrap();
-    assert!(rec < 0.995 && rec > 0.5, "{a:#}");
-    let (code, w) = whatif_pools(&out, rec);
-    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
-    let (code, w) = whatif_pools(&out, rec + 0.02);
-    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+    eprintln!("refused: what to change: {:#}", e["what_to_change"]);
+    let rec = lower_utilization(&e, &out, 0.995, "Worker.init_device");
 
     // Applied: the recommended value starts.
     let value = format!("{rec:.2}");
@@ -505,6 +512,10 @@ fn vllm_tp2_refused_utilization_then_the_recommended_value_starts() {
 /// the recommended one 336 s), two starts with torch.compile and graph capture. Run it with
 /// `cargo test --release --workspace --test vllm_server -- --ignored`.
 ///
+/// At 0.95 (the recommended value + 0.02, a run of its own on 2026-12-04, 718 s at a load of
+/// two servers): the capture fails too (KV cache 75.03 GiB; "Tried to allocate 14.00 MiB"), and
+/// explain recommends 0.93 again (bound 0.9388).
+///
 /// Seen on 2026-12-04 (twice, the same figures): vLLM logged "Available KV cache memory: 76.63
 /// GiB" at 0.97 (kv_pool 76.635 GiB in the reports); the capture failed with 0.94 GiB free at
 /// its start. explain: recommended 0.93 (bound 0.9388), margin 2.49 GiB of a CUDA-graph
@@ -539,14 +550,15 @@ fn vllm_tp2_graph_capture_after_the_kv_cache_fails_then_the_recommended_value_st
         eprintln!("capture: log: {l}");
     }
     assert!(!status.success(), "{high}: {status}");
-    // The KV cache was sized and allocated first; the capture after it ran out of memory.
+    // The KV cache was sized and allocated first; then torch ran out of memory. Where: the
+    // reports' call sites (explain's "capture after its KV cache" below), as the log's traceback
+    // (Worker._compile_or_warm_up_model -> GPUModelRunner.capture_model) is not always written:
+    // at 0.95 both workers exit in CustomAllreduce.capture's `finally` first (a
+    // cudaIpcOpenMemHandle out of memory in register_graph_buffers, custom_all_reduce.cuh's
+    // CUDACHECK calls exit), and the engine core logs only "cancelled".
     let kv_at = log.find("Available KV cache memory").unwrap_or_else(|| panic!("{high}: no KV cache sized: {why}"));
-    let oom_at = log.find("out of memory").unwrap_or_else(|| panic!("{high}: no out of memory: {why}"));
+    let oom_at = log.find("CUDA out of memory").unwrap_or_else(|| panic!("{high}: no out of memory: {why}"));
     assert!(kv_at < oom_at, "{high}: out of memory before the KV cache was sized: {why}");
-    assert!(
-        log.contains("in _compile_or_warm_up_model") && log.contains("in capture_model"),
-        "{high}: not in the capture after the KV cache: {why}"
-    );
     assert!(log.contains("CUDA graph memory profiling is disabled"), "{high}: the estimate was applied");
 
     let (code, e) = culedger_scenarios::cli::explain(&out);
@@ -575,17 +587,7 @@ fn vllm_tp2_graph_capture_after_the_kv_cache_fails_then_the_recommended_value_st
         let first = capture.iter().filter(|c| c["detail"]["pid"] == f["detail"]["pid"]).map(|c| n(&c["detail"]["at_us"])).min();
         assert!(first.is_some_and(|t| t <= n(&f["detail"]["at_us"])), "a failure before the capture's: {f:#}");
     }
-    assert_eq!(a["engine"], "vLLM", "{a:#}");
-    assert_eq!(a["flag"], "--gpu-memory-utilization", "{a:#}");
-    assert_eq!(a["direction"], "lower", "{a:#}");
-    let text = e.to_string();
-    assert!(text.contains("capture_model"), "explain does not name vLLM's function: {e:#}");
-    let rec = a["recommended"].as_f64().unwrap();
-    assert!(rec < 0.97 && rec > 0.5, "{a:#}");
-    let (code, w) = whatif_pools(&out, rec);
-    assert_eq!(code, 0, "whatif at the recommended {rec:.2}: {w}");
-    let (code, w) = whatif_pools(&out, rec + 0.02);
-    assert_eq!(code, 1, "whatif at {:.2}, 0.02 beyond the recommended value: {w}", rec + 0.02);
+    let rec = lower_utilization(&e, &out, 0.97, "capture_model");
 
     // Applied: the recommended value starts (the same launch otherwise, the estimate still off).
     let value = format!("{rec:.2}");

@@ -230,6 +230,8 @@ struct Bound {
     /// The value must be at most `at` (else at least `at`).
     at_most: bool,
     at: f64,
+    /// For a refusal check: the bytes its expression moves per unit of the parameter.
+    per_unit: f64,
     rank: usize,
     recon: Option<super::recon::Recon>,
     refusal: Option<String>,
@@ -326,16 +328,21 @@ pub fn advise_measured(
                 continue;
             }
             let broken = failed_exit && ev.refusals(r, p0).iter().any(|x| x.0 == msg);
+            // A start the check refused stopped at it: what the levers' call sites took before
+            // is in what the check read (vLLM's initial snapshot after the custom all-reduce's
+            // peer access), and turning them off gives it back.
+            let alts = if broken && c1 < 0.0 { alternatives(s, m, None, None) } else { Vec::new() };
             bounds.push(Bound {
                 at_most: c1 < 0.0,
                 at: -c0 / c1,
+                per_unit: c1.abs(),
                 rank: k,
                 recon: None,
                 refusal: Some(msg),
                 margin: 0,
                 broken,
                 deficit: 0,
-                alts: Vec::new(),
+                alts,
                 failed_after_pool: None,
                 draft: None,
                 estimate: None,
@@ -391,6 +398,7 @@ pub fn advise_measured(
         bounds.push(Bound {
             at_most: true,
             at: p0 - after_pool::lowering(deficit, ev.scale_bytes, growth),
+            per_unit: 0.0,
             rank: k,
             recon: Some(recon),
             refusal: None,
@@ -475,6 +483,13 @@ pub fn advise_measured(
                 if left > 0 {
                     upper = upper.min(floor2(p0 - left as f64 / ev.scale_bytes.max(1) as f64));
                 }
+            } else if took > 0 && b.per_unit > 0.0 {
+                // The refusal check the run stopped at reads what the lever gives back.
+                any = true;
+                if b.rank == deciding.rank {
+                    removes = took;
+                }
+                upper = upper.min(floor2(b.at + took as f64 / b.per_unit));
             } else {
                 upper = upper.min(floor2(b.at));
             }
@@ -669,7 +684,8 @@ pub fn advise_measured(
             pool_tokens: None,
         });
     }
-    choices.sort_by_key(|c| std::cmp::Reverse(c.pool_bytes));
+    // A start refused before its pool has no pool to compare: the higher value first.
+    choices.sort_by_key(|c| std::cmp::Reverse((c.pool_bytes, (c.value * 10_000.0).round() as i64)));
     if let Some(c) = &ev.cell {
         for ch in &mut choices {
             ch.pool_tokens = Some(c.tokens(ch.pool_bytes));
@@ -774,6 +790,17 @@ pub fn advise_measured(
             Some(a) => (a.what.clone(), join_and(&a.apis), a.bytes),
             None => (c.flag.clone(), String::new(), c.removes_bytes),
         };
+        // A start refused by a check before its pool: the lever gives back what the check read.
+        if let (Some(msg), false) = (&deciding.refusal, r.complete) {
+            return format!(
+                "Or disable {what} ({}){}: {} no longer refuses to start (\"{msg}\"); {what} took {} GiB before its \
+                 check ({apis})",
+                c.flag,
+                if (c.value - p0).abs() < 1e-9 { format!(" at {p0s}") } else { format!(" with {flag} at most {:.2}", c.value) },
+                s.engine,
+                gib(took),
+            );
+        }
         format!(
             "Or disable {what} ({}){}: the pool keeps {} GiB per rank{}; {what} took {} GiB{} ({apis})",
             c.flag,
