@@ -663,7 +663,7 @@ fn the_page_shows_what_to_change_for_every_failure_shape() {
     for (fixture, first_words) in
         [
         ("sglang-graphs", "No --mem-fraction-static starts: above "),
-        ("vllm-refused", "Lower --gpu-memory-utilization from 0.95"),
+        ("vllm-refused", "Disable the custom all-reduce (--disable-custom-all-reduce) at 0.95: vLLM no longer refuses"),
         ("vllm-graphs", "Disable the CUDA graphs (--enforce-eager): the pool keeps"),
     ]
     {
