@@ -159,11 +159,18 @@ fn derived_len(c: &Value, tokenizer: Option<&Value>) -> Option<i64> {
     Some(len)
 }
 
+/// A JSON file of the model's directory, read as reports are (`read_bounded`: a regular file
+/// of bounded size; a FIFO or a device the recorded command line names is refused, never
+/// waited on or read without end); None when it is not one or not JSON.
+fn json_file(path: &std::path::Path) -> Option<Value> {
+    serde_json::from_slice(&culedger_analysis::load::read_bounded(path).ok()?).ok()
+}
+
 /// The model's config (its language part) in the directory the command line names, when it
 /// describes a plain decoder (one group of full-attention layers), and that directory.
 fn config(run: &Run, kc: &KvCell) -> Option<(String, Value)> {
     let model = model_dir(run, kc)?;
-    let raw: Value = serde_json::from_slice(&std::fs::read(std::path::Path::new(&model).join("config.json")).ok()?).ok()?;
+    let raw = json_file(&std::path::Path::new(&model).join("config.json"))?;
     // A multimodal model's language part (`hf_text_config`).
     let c = raw.get("text_config").filter(|t| t.is_object()).cloned().unwrap_or(raw);
     let sliding = c.get("sliding_window").is_some_and(|w| !w.is_null())
@@ -218,7 +225,7 @@ pub fn check(run: &Run, flag: &str, kc: &KvCell, cell: &Cell) -> Option<Check> {
         None => {
             let (model, c) = config(run, kc)?;
             let dir = std::path::Path::new(&model);
-            let tok = std::fs::read(dir.join("tokenizer_config.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+            let tok = json_file(&dir.join("tokenizer_config.json"));
             (derived_len(&c, tok.as_ref())?, false)
         }
     };
@@ -228,6 +235,21 @@ pub fn check(run: &Run, flag: &str, kc: &KvCell, cell: &Cell) -> Option<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The model's directory is named by a report: a FIFO there is refused at once, not
+    /// waited on (`std::fs::read` waited for a writer that never comes), and a file is read.
+    #[test]
+    fn a_fifo_in_the_model_directory_is_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("config.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(json_file(&fifo), None);
+        let file = dir.path().join("tokenizer_config.json");
+        std::fs::write(&file, br#"{"model_max_length": 4096}"#).unwrap();
+        assert_eq!(json_file(&file).and_then(|v| v["model_max_length"].as_i64()), Some(4096));
+    }
 
     fn check(max_len: i64) -> Check {
         let cell = Cell { model: "m".into(), layers: 32, kv_heads: 4, head_size: 128, dtype_bytes: 2, block_size: 16 };
