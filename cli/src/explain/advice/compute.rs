@@ -1,11 +1,10 @@
 //! The recommendation computed: from the engine's formula evaluated on the run
-//! (`evaluation`), the interval of the parameter's values that start, the value to set, and
+//! (`culedger_analysis::sizing`), the interval of the parameter's values that start, the value to set, and
 //! every way to start with the pool each keeps, as typed values ([`Advised`]); `words` writes
 //! its sentences and `culedger-explain/1`'s `what_to_change`.
 
-use super::after_pool;
-use super::draft;
-use super::evaluation::{self, ceil2, deficit_at, floor2, Evaluation, RankSizing};
+use super::sizing_words::deficit_at;
+use culedger_analysis::sizing::{after_pool, ceil2, draft, floor2, still_needed, Evaluation, RankSizing};
 use crate::analysis::{DeviceGroup, Member};
 use crate::explain::recon::{Item, ItemKind};
 use crate::load::Run;
@@ -480,7 +479,7 @@ pub fn advised(
         let st = steps::steps(m);
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
         let f = st[i].failure().expect("a failure");
-        let (need, draft) = evaluation::still_needed(run, m, &st, r, i);
+        let (need, draft) = still_needed(run, m, &st, r, i);
         let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
         // The free memory at the failure: as the failure finding measured it, else as the
         // reconciliation from the sizing query estimates it.
@@ -571,7 +570,7 @@ pub fn advised(
     };
     let pool_before = r.pool_bytes;
     let pool_after = recommended.map(|v| ev.pool_at(r, v));
-    let (_, reserve_bytes) = ev.reserve(r, p0);
+    let reserve_bytes = ev.reserve_bytes(r, p0);
     let arr = deciding.recon.as_ref().map(arrivals).unwrap_or_default();
     let arrivals_bytes: i64 = arr.iter().map(|(_, b)| b).sum();
     let g = crate::analysis::by_id(gs, &r.rank.gpu)?;

@@ -15,17 +15,15 @@
 //! The most constraining rank decides; "lower" values round down and "raise" values round up
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
-//! `evaluation` evaluates the formula on the run; `compute` turns it into the recommendation
-//! as typed values; `words` writes its sentences (`Advice`, culedger-explain/1's `what_to_change`).
-pub mod evaluation;
-pub(crate) mod after_pool;
+//! `culedger_analysis::sizing` evaluates the formula on the run (`sizing_words` words it);
+//! `compute` turns it into the recommendation as typed values; `words` writes its sentences
+//! (`Advice`, culedger-explain/1's `what_to_change`).
 pub mod compute;
-pub(crate) mod draft;
-pub(crate) mod model_len;
+pub mod sizing_words;
 pub mod words;
 
 pub use compute::{measured_after_pool, Measured};
-pub use evaluation::*;
+pub use sizing_words::*;
 pub use words::Advice;
 
 use crate::analysis::DeviceGroup;

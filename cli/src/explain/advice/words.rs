@@ -3,8 +3,8 @@
 //! the numbers as computed, with the words beside them.
 
 use super::compute::{Advised, Arrived, Choice, Direction, Formula, Interval, Lever, Margin, PoolBytesSet, Sentence, Why};
-use super::draft;
-use super::evaluation::{fraction, gib, Evaluation};
+use super::sizing_words::{fraction, gib, value_source, RankWords, ReserveWords};
+use culedger_analysis::sizing::{draft, Evaluation};
 use crate::words::join_and;
 use serde::Serialize;
 
@@ -96,7 +96,7 @@ pub fn advice(a: &Advised, ev: &Evaluation) -> Advice {
         parameter: s.parameter.name.clone(),
         flag: s.parameter.flag.clone(),
         value: a.value,
-        value_source: ev.value_source.clone(),
+        value_source: value_source(ev),
         direction: a.direction.as_str(),
         recommended: a.recommended,
         bound: a.bound,
