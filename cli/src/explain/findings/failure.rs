@@ -25,7 +25,7 @@ use crate::model::Report;
 pub(super) fn failed_start(
     run: &Run,
     gs: &[DeviceGroup],
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Vec<Finding> {
     // The run's command failed of itself (an exit status other than 0, no signal) and no
@@ -117,7 +117,7 @@ pub(super) fn failed_start(
 /// `words` name each process and write its reconciliation's lines.
 pub(super) fn failed_allocations(
     gs: &[DeviceGroup],
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
@@ -189,7 +189,7 @@ fn failure_finding(
         Some(r) => (Some(r.free_bytes), r.closed_by.is_some()),
         None => (None, false),
     };
-    let needed = super::super::advice::evaluation::needed(m, f);
+    let needed = culedger_analysis::sizing::needed(m, f);
     let short_by = free.map(|fr| needed - fr);
     let mut all_callers: Vec<String> = Vec::new();
     let mut add = |c: &Option<String>| {

@@ -33,7 +33,7 @@ pub use types::*;
 pub fn all(
     run: &Run,
     gs: &[DeviceGroup],
-    ev: Option<&super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Vec<Finding> {
     culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);

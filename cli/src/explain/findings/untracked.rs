@@ -23,7 +23,7 @@ pub(super) struct FailureWindow {
 pub(super) fn untracked_growth(
     g: &DeviceGroup,
     failure_windows: &[FailureWindow],
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Option<Finding> {
     let clock = g.clock;
