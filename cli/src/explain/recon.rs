@@ -47,23 +47,7 @@ pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
 
 /// Words for the hidden cost of an API, for sentences: `peer access`, `IPC opens`, ...
 pub fn api_words(api: &str) -> String {
-    let a = api.trim_end_matches("_v2").trim_end_matches("_ptsz");
-    let words = if a.contains("IpcOpenMemHandle") {
-        "IPC opens"
-    } else if a.contains("EnablePeerAccess") {
-        "peer access"
-    } else if a.contains("GraphInstantiate") || a.contains("GraphUpload") {
-        "graph instantiation"
-    } else if a.contains("ModuleLoad") || a.contains("LibraryLoad") {
-        "module loads"
-    } else if a.contains("CtxCreate") || a.contains("PrimaryCtxRetain") || a.contains("SetDevice") {
-        "contexts"
-    } else if a.contains("MemPool") || a.contains("MemAllocAsync") {
-        "memory pools"
-    } else {
-        return api.to_string();
-    };
-    words.to_string()
+    crate::words::api_class(&culedger_analysis::costs::ApiClass::of(api))
 }
 
 #[cfg(test)]
