@@ -6,7 +6,7 @@
 
 use crate::analysis::{DeviceGroup, Member};
 use crate::clock::Clock;
-use crate::model::{Probe, Report};
+use crate::model::Report;
 use culedger_analysis::recon::ReconWords;
 use culedger_analysis::steps::Step;
 
@@ -26,11 +26,6 @@ impl ReconWords for Words {
     }
 }
 
-/// A free-memory query of `m` as the reconciliation shows it.
-pub fn query_ref(g: &DeviceGroup, m: Member, p: &Probe) -> culedger_analysis::explain::QueryRef {
-    culedger_analysis::recon::query_ref(g, m, p, &Words)
-}
-
 /// The reconciliation of process `m` on device `g` from the query at `steps[query]` to the
 /// step `steps[end]` (`culedger_analysis::recon::reconcile`), in words.
 pub fn reconcile<'a>(
@@ -42,12 +37,6 @@ pub fn reconcile<'a>(
     pool: &[usize],
 ) -> Recon {
     culedger_analysis::recon::reconcile(g, m, steps, query, end, pool, &Words)
-}
-
-/// The hidden memory of a device in `(t0, t1]` (`culedger_analysis::recon::hidden_in_window`),
-/// in words.
-pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
-    culedger_analysis::recon::hidden_in_window(g, t0, t1, &Words)
 }
 
 /// The reconciliation a device's pool went through, in words: that of its earliest failed
