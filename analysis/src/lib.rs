@@ -7,7 +7,8 @@
 //! ([`costs`]), two runs' figures side by side ([`compare`]), who allocated ([`sites`]: the
 //! callers' rows of a device, the callers that grew between two runs), how a process is named
 //! ([`process`]), the device figures the commands name ([`figures`]), a failure's or a
-//! window's reconciliation item by item ([`recon`]), how many times each part was computed
+//! window's reconciliation item by item ([`recon`]), the engine's sizing formula evaluated on
+//! the run ([`sizing`]), how many times each part was computed
 //! ([`counts`]), and the thresholds the findings decide by ([`thresholds`]), and the values of
 //! the CLI's JSON outputs (`report`'s [`summary`], `explain`'s [`explain`], [`diff`],
 //! [`whatif`]).
@@ -32,6 +33,7 @@ pub mod process;
 pub mod recon;
 pub mod runs;
 pub mod sites;
+pub mod sizing;
 pub mod steps;
 pub mod summary;
 pub mod thresholds;

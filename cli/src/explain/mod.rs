@@ -14,7 +14,7 @@
 //! The steps of a process (bursts, sizing queries) are the analysis crate's
 //! (`culedger_analysis::steps`).
 //! The layers only call down (`scripts/import-circles.py cli/src`: no circle): `engines`,
-//! `callers` and `recon` compute; `findings` and `advice::evaluation` build typed
+//! `callers`, `recon` and `sizing` (the formula evaluated) compute; `findings` build typed
 //! values on them (no words: a finding's title and text are empty there); `prose::word`
 //! writes those words from the figures when the run's analysis (`run_analysis`) computes the
 //! findings; `render` and the other commands take the finished values. Words shared with

@@ -15,14 +15,11 @@
 //! The most constraining rank decides; "lower" values round down and "raise" values round up
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
-//! `evaluation` evaluates the formula on the run; this module turns it into the advice.
-pub mod evaluation;
-pub(crate) mod after_pool;
-pub(crate) mod draft;
-pub(crate) mod model_len;
+//! `culedger_analysis::sizing` evaluates the formula on the run (`sizing_words` words it);
+//! this module turns it into the advice.
+pub mod sizing_words;
 
-pub use evaluation::*;
-use evaluation::{ceil2, deficit_at, floor2, fraction, gib};
+pub use sizing_words::*;
 
 use culedger_analysis::engines::{self, Sizing};
 use super::findings::{Detail, Finding};
@@ -351,7 +348,7 @@ pub fn advise_measured(
         let st = steps::steps(m);
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
         let f = st[i].failure().expect("a failure");
-        let (need, draft) = evaluation::still_needed(run, m, &st, r, i);
+        let (need, draft) = still_needed(run, m, &st, r, i);
         let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
         // The free memory at the failure: as the failure finding measured it, else as the
         // reconciliation from the sizing query estimates it.
@@ -1016,7 +1013,7 @@ pub fn advise_measured(
         parameter: s.parameter.name.clone(),
         flag: flag.clone(),
         value: p0,
-        value_source: ev.value_source.clone(),
+        value_source: value_source(ev),
         direction,
         recommended,
         bound,
@@ -1138,7 +1135,7 @@ fn pool_bytes_set(run: &Run, findings: &[Finding], ev: &Evaluation, s: &Sizing) 
         parameter: s.parameter.name.clone(),
         flag: s.parameter.flag.clone(),
         value: p0,
-        value_source: ev.value_source.clone(),
+        value_source: value_source(ev),
         direction: "none",
         recommended: None,
         bound: p0,

@@ -26,7 +26,7 @@ use crate::words::who;
 pub(super) fn failed_start(
     run: &Run,
     gs: &[DeviceGroup],
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
 ) -> Vec<Finding> {
     // The run's command failed of itself (an exit status other than 0, no signal) and no
     // process has a failed allocation: the stop signals its processes got were its own
@@ -116,7 +116,7 @@ pub(super) fn failed_start(
 /// The failure findings, in device order; failed attempts of one burst are one finding.
 pub(super) fn failed_allocations(
     gs: &[DeviceGroup],
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
 ) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
     for g in gs {
@@ -186,7 +186,7 @@ fn failure_finding(
         Some(r) => (Some(r.free_bytes), r.closed_by.is_some()),
         None => (None, false),
     };
-    let needed = super::super::advice::evaluation::needed(m, f);
+    let needed = culedger_analysis::sizing::needed(m, f);
     let short_by = free.map(|fr| needed - fr);
     let mut all_callers: Vec<String> = Vec::new();
     let mut add = |c: &Option<String>| {

@@ -30,7 +30,7 @@ pub use types::*;
 
 /// Every finding of a run, most important first.
 /// `ev`: the engine's sizing formula evaluated on the run, when one applies.
-pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&super::advice::evaluation::Evaluation>) -> Vec<Finding> {
+pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&culedger_analysis::sizing::Evaluation>) -> Vec<Finding> {
     culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);
     let mut failures = failure::failed_allocations(gs, ev);
     failures.extend(failure::failed_start(run, gs, ev));

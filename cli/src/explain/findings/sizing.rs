@@ -52,7 +52,7 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
 pub(super) fn sizing(
     gs: &[DeviceGroup],
     any_failure: bool,
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
 ) -> Option<Finding> {
     let mut rows: Vec<(SizingRow, i64)> = Vec::new();
     for g in gs {

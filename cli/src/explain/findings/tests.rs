@@ -4,7 +4,7 @@ use super::*;
 use serde_json::{json, Value};
 
 /// The findings with their words, as `culedger explain` has them.
-fn worded(run: &Run, gs: &[DeviceGroup], ev: Option<&crate::explain::advice::evaluation::Evaluation>) -> Vec<Finding> {
+fn worded(run: &Run, gs: &[DeviceGroup], ev: Option<&culedger_analysis::sizing::Evaluation>) -> Vec<Finding> {
     let mut found = all(run, gs, ev);
     for f in &mut found {
         super::super::prose::word(f, !run.skipped.is_empty());

@@ -22,7 +22,7 @@ pub(super) struct FailureWindow {
 pub(super) fn untracked_growth(
     g: &DeviceGroup,
     failure_windows: &[FailureWindow],
-    ev: Option<&super::super::advice::evaluation::Evaluation>,
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
 ) -> Option<Finding> {
     let clock = g.clock;
     let probes = g.probes();

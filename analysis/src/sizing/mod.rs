@@ -1,28 +1,30 @@
 //! The engine's sizing formula (`engines`) evaluated on the run's own queries: each rank's
 //! inputs as its call sites name them, its pool at the run's parameter value and at others,
 //! the formula's checks, and where a failure leaves the free memory (`outlook`).
+//!
+//! Below it, leaves first: the run's command lines ([`command_line`]), the queries an input
+//! names ([`queries`]), the model's KV cell and the engine's length check ([`model_len`]), a
+//! draft model still loading ([`draft`]) and what follows the pool ([`after_pool`]). Numbers
+//! only: `explain` and `whatif` word them.
 
-use culedger_analysis::process::RankId;
-use culedger_analysis::engines::{self, Sizing, Term};
-use super::super::recon::{reconcile, ItemKind};
-use culedger_analysis::steps::{self, burst_after, Kind, Step};
-use crate::analysis::{by_id, DeviceGroup, Member};
+pub mod after_pool;
+pub mod command_line;
+pub mod draft;
+pub mod model_len;
+pub mod queries;
+
+pub use queries::matching_queries;
+
+use crate::engines::{self, Sizing, Term};
+use crate::explain::{ItemKind, Recon};
+use crate::groups::{by_id, DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
+use crate::process::RankId;
+use crate::recon::{reconcile, ReconWords};
+use crate::steps::{self, burst_after, Kind, Step};
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-const GIB: f64 = (1u64 << 30) as f64;
-
-/// Bytes in GiB, to two decimals (three below 0.01).
-pub(super) fn gib(b: i64) -> String {
-    let g = b as f64 / GIB;
-    if g != 0.0 && g.abs() < 0.01 {
-        format!("{g:.3}")
-    } else {
-        format!("{g:.2}")
-    }
-}
 
 /// One rank's formula inputs and its pool at the run's parameter value.
 #[derive(Debug, Clone, Serialize)]
@@ -58,17 +60,18 @@ impl RankSizing {
     pub fn is(&self, m: Member) -> bool {
         self.rank.pid == m.pid() && self.rank.start_us == m.report.process.start_us()
     }
+}
 
-    /// Its GPU's number as nvidia-smi gives it (`0 MIG 1` for a MIG device), or its UUID's
-    /// name where the host's numbering is not known (`crate::analysis::gpu_token`).
-    pub fn gpu_number(&self) -> String {
-        crate::analysis::id_token(self.rank.device, self.rank.mig_index, Some(&self.rank.gpu))
-    }
-
-    /// Its GPU in words: `GPU 3`, `GPU-8f2e1a0b`.
-    pub fn gpu_words(&self) -> String {
-        crate::analysis::gpu_words(&self.gpu_number())
-    }
+/// Where the run's value of the parameter comes from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum ValueSource {
+    /// `flag` on the command line of process `pid`.
+    Process { flag: String, pid: i64 },
+    /// `flag` on the command line `culedger run` recorded (ranks started by multiprocessing
+    /// carry the launcher's arguments only there).
+    Command { flag: String },
+    /// The engine's default, with the pack's note on it.
+    Default { note: String },
 }
 
 /// The formula evaluated on a run.
@@ -82,8 +85,8 @@ pub struct Evaluation {
     pub parameter: String,
     pub flag: String,
     pub value: f64,
-    /// Where the value comes from, in words.
-    pub value_source: String,
+    /// Where the value comes from.
+    pub value_source: ValueSource,
     /// Bytes the pool grows per unit of the parameter (per rank).
     pub scale_bytes: i64,
     pub ranks: Vec<RankSizing>,
@@ -92,37 +95,27 @@ pub struct Evaluation {
     /// The bytes a token of the pool takes (the pack's `kv_cell`), where the model's config
     /// gives them (`model_len::cell`).
     #[serde(skip)]
-    pub cell: Option<super::model_len::Cell>,
+    pub cell: Option<model_len::Cell>,
     /// The engine's check that the pool holds one request of the longest length (the pack's
     /// `model_len`), where the cell is known (`model_len::check`).
     #[serde(skip)]
-    pub model_len: Option<super::model_len::Check>,
+    pub model_len: Option<model_len::Check>,
 }
 
-/// The recommendation.
-
-fn param_value(run: &Run, s: &Sizing) -> (f64, String) {
+/// The run's value of the parameter and where it comes from.
+fn param_value(run: &Run, s: &Sizing) -> (f64, ValueSource) {
+    let flag = s.parameter.flag.clone();
     for r in &run.procs {
         if let Some(v) = engines::flag_value(&r.process.argv, &s.parameter.flag) {
-            return (v, format!("{} {v} on the command line of pid {}", s.parameter.flag, r.process.pid));
+            return (v, ValueSource::Process { flag, pid: r.process.pid });
         }
     }
     // Ranks started by multiprocessing carry the launcher's arguments only in the command
     // `culedger run` recorded.
     if let Some(v) = run.summary.as_ref().and_then(|m| engines::flag_value(&m.command, &s.parameter.flag)) {
-        return (v, format!("{} {v} on the command line", s.parameter.flag));
+        return (v, ValueSource::Command { flag });
     }
-    (s.parameter.default, format!("the default {} ({})", s.parameter.default, s.parameter.default_note))
-}
-
-/// The process's queries on `m`'s device whose frames match `callers`, as step indices.
-pub(super) fn matching_queries(m: Member, st: &[Step], callers: &[String]) -> Vec<usize> {
-    (0..st.len())
-        .filter(|&i| match st[i].kind {
-            Kind::Query(p) => p.error == 0 && engines::matching_frame(m.report, p.site, callers).is_some(),
-            _ => false,
-        })
-        .collect()
+    (s.parameter.default, ValueSource::Default { note: s.parameter.default_note.clone() })
 }
 
 fn probe_of<'a>(s: &Step<'a>) -> Option<&'a crate::model::Probe> {
@@ -183,8 +176,9 @@ fn linear(terms: &[Term], inputs: &BTreeMap<String, i64>) -> (f64, f64) {
     (c0, c1)
 }
 
-/// Evaluates `s` on the run: every rank whose queries feed all of the formula's inputs.
-pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option<Evaluation> {
+/// Evaluates `s` on the run: every rank whose queries feed all of the formula's inputs
+/// (`words` names each rank's process).
+pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing, words: &dyn ReconWords) -> Option<Evaluation> {
     let mut ranks: Vec<RankSizing> = Vec::new();
     for g in gs {
         for m in &g.members {
@@ -223,7 +217,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                     // after_pool.estimate: vLLM's first capture plus the per-graph sample for
                     // each further graph), not the drop of the two it sampled.
                     "drop" if s.after_pool.estimate.as_ref().is_some_and(|e| e.input == *name) => {
-                        super::after_pool::measured_parts(run, s, *m).map_or(0, |(first, per, n)| first + (n.max(1) - 1) * per)
+                        after_pool::measured_parts(run, s, *m).map_or(0, |(first, per, n)| first + (n.max(1) - 1) * per)
                     }
                     "drop" => {
                         // From the first of the matching queries to the last.
@@ -261,7 +255,7 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
                 .max()
                 .unwrap_or(q);
             ranks.push(RankSizing {
-                rank: RankId::of(*m, g, crate::words::who(m.report)),
+                rank: RankId::of(*m, g, words.who(m.report)),
                 inputs: own.clone(),
                 told_bytes: own.get(&s.sizing_query).copied().unwrap_or(0),
                 own_inputs: own,
@@ -301,10 +295,10 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
     let scale = ranks.iter().map(|r| linear(&s.pool, &r.inputs).1 as i64).min().unwrap_or(0);
     // The length check sizes the pool the formula gives; a run that sets the pool's bytes
     // itself (`pool_bytes_flag`) is not sized by the formula.
-    let pool_set = s.pool_bytes_flag.as_ref().is_some_and(|p| super::after_pool::on_command_line(run, &p.flag));
-    let cell = s.kv_cell.as_ref().and_then(|kc| super::model_len::cell(run, kc, ranks.len() as i64));
+    let pool_set = s.pool_bytes_flag.as_ref().is_some_and(|p| command_line::on_command_line(run, &p.flag));
+    let cell = s.kv_cell.as_ref().and_then(|kc| model_len::cell(run, kc, ranks.len() as i64));
     let model_len = match (&s.model_len, &s.kv_cell, &cell) {
-        (Some(m), Some(kc), Some(c)) if !pool_set => super::model_len::check(run, &m.flag, kc, c),
+        (Some(m), Some(kc), Some(c)) if !pool_set => model_len::check(run, &m.flag, kc, c),
         _ => None,
     };
     Some(Evaluation {
@@ -325,11 +319,11 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
 }
 
 /// The engine's formula on the run, when the run is a known engine's.
-pub fn evaluate_run(run: &Run, gs: &[DeviceGroup]) -> Option<Evaluation> {
-    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Evaluation);
+pub fn evaluate_run(run: &Run, gs: &[DeviceGroup], words: &dyn ReconWords) -> Option<Evaluation> {
+    crate::counts::computed(crate::counts::Part::Evaluation);
     let reports: Vec<&Report> = run.procs.iter().collect();
     let (pack, s) = engines::recognize(&reports)?;
-    evaluate(run, gs, &pack, &s)
+    evaluate(run, gs, &pack, &s, words)
 }
 
 impl Evaluation {
@@ -387,38 +381,30 @@ impl Evaluation {
     }
 
     /// The length check's refusal, with the run's length in it.
-    pub fn model_len_message(&self, m: &engines::ModelLen, c: &super::model_len::Check) -> String {
+    pub fn model_len_message(&self, m: &engines::ModelLen, c: &model_len::Check) -> String {
         m.message.replace("{max_len}", &c.max_len.to_string())
     }
 
-    /// The reserve at `p` in words (`(1 - 0.90) x 95.00 GiB`) and bytes, for rank `r`.
-    pub fn reserve(&self, r: &RankSizing, p: f64) -> (String, i64) {
-        let mut words = self.sizing.reserve.replace("{parameter}", &fraction(p));
-        let mut bytes = 1.0 - p;
-        for (name, v) in &r.inputs {
-            let key = format!("{{{name}}}");
-            if words.contains(&key) {
-                words = words.replace(&key, &format!("{} GiB", gib(*v)));
-                bytes *= *v as f64;
-            }
-        }
-        (words, bytes as i64)
+    /// The inputs the pack's reserve (`(1 - {parameter}) x {total}`) names, in `r`'s inputs'
+    /// order: what multiplies `1 - p`.
+    pub fn reserve_inputs<'e>(&self, r: &'e RankSizing) -> Vec<(&'e String, i64)> {
+        let template = self.sizing.reserve.replace("{parameter}", "");
+        r.inputs.iter().filter(|(name, _)| template.contains(&format!("{{{name}}}"))).map(|(n, v)| (n, *v)).collect()
+    }
+
+    /// The reserve at `p` in bytes, for rank `r`: `1 - p` times the inputs it names.
+    pub fn reserve_bytes(&self, r: &RankSizing, p: f64) -> i64 {
+        self.reserve_inputs(r).iter().fold(1.0 - p, |b, (_, v)| b * *v as f64) as i64
     }
 }
 
-/// A fraction as a run gave it: two decimals (`0.90`), more only where the value has them
-/// (`0.995`, not `1.00`), at most four.
-pub(super) fn fraction(p: f64) -> String {
-    let four = format!("{p:.4}");
-    let trimmed = four.trim_end_matches('0');
-    if trimmed.len() <= four.len() - 2 { format!("{p:.2}") } else { trimmed.to_string() }
-}
-
-pub(super) fn floor2(x: f64) -> f64 {
+/// Rounded down to two decimals (a value to lower to).
+pub fn floor2(x: f64) -> f64 {
     ((x * 100.0) + 1e-9).floor() / 100.0
 }
 
-pub(super) fn ceil2(x: f64) -> f64 {
+/// Rounded up to two decimals (a value to raise to).
+pub fn ceil2(x: f64) -> f64 {
     ((x * 100.0) - 1e-9).ceil() / 100.0
 }
 
@@ -426,18 +412,19 @@ pub(super) fn ceil2(x: f64) -> f64 {
 /// query to it, and (for a failure after the pool) the free memory when the pool was done; for
 /// a failure before the pool, the whole pool is still to come and that free memory is the
 /// free memory at the failure (nothing of what follows the pool arrived).
-pub(super) fn deficit_at(
+pub fn deficit_at(
     g: &DeviceGroup,
     m: Member,
     st: &[Step],
     r: &RankSizing,
     i: usize,
     need: i64,
-) -> (i64, super::super::recon::Recon, Option<i64>) {
+    words: &dyn ReconWords,
+) -> (i64, Recon, Option<i64>) {
     let q = r.query_index;
     let pool_burst = burst_after(st, q);
     let upto: Vec<usize> = pool_burst.iter().copied().filter(|&j| j <= i).collect();
-    let recon = reconcile(g, m, st, q, i, &upto);
+    let recon = reconcile(g, m, st, q, i, &upto, words);
     // A failure before the pool's first part (an IPC open or peer access of the custom
     // all-reduce, whose first collective follows the sizing query): the whole pool is still to
     // come after the failed request, and nothing of what follows the pool arrived.
@@ -458,7 +445,7 @@ pub(super) fn deficit_at(
         ((r.pool_bytes - equal).max(need), None)
     } else {
         let end = pool_burst.last().copied().unwrap_or(q);
-        (need, Some(reconcile(g, m, st, q, end, &pool_burst).free_bytes))
+        (need, Some(reconcile(g, m, st, q, end, &pool_burst, words).free_bytes))
     };
     (still.0, recon, still.1)
 }
@@ -467,21 +454,21 @@ pub(super) fn deficit_at(
 /// failing after the sizing query with the draft model named and readable, the draft, what
 /// the rank had loaded of it after the sizing query and the rest of its load still to come
 /// (`draft::rest`), which `explain` and `whatif` count instead of the failed request.
-pub(super) fn still_needed(
+pub fn still_needed(
     run: &Run,
     m: Member,
     st: &[Step],
     r: &RankSizing,
     i: usize,
-) -> (i64, Option<(super::draft::Draft, i64, i64)>) {
+) -> (i64, Option<(draft::Draft, i64, i64)>) {
     let f = st[i].failure().expect("a failure");
     let need = needed(m, f);
     let weights = culedger_format::category::CATEGORIES.iter().position(|c| *c == "weights");
     let seen: i64 = weights.map_or(0, |w| st[r.query_index + 1..i].iter().map(|x| x.cats[w].max(0)).sum());
     let draft = (f.category.as_deref() == Some("weights"))
-        .then(|| super::draft::named(run))
+        .then(|| draft::named(run))
         .flatten()
-        .and_then(|d| super::draft::rest(&d, seen, need).map(|rest| (d, seen, rest)));
+        .and_then(|d| draft::rest(&d, seen, need).map(|rest| (d, seen, rest)));
     (need, draft)
 }
 
@@ -521,8 +508,8 @@ pub struct Outlook {
 /// Every rank of the evaluation, as the run went. The margin is `explain`'s: the pack's fixed
 /// `after_pool` (smaller when a flag of the run turns off what it stands for) less what arrived
 /// between the pool and the failure, plus what grows with the pool's tokens.
-pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
-    let (fixed, _) = super::after_pool::fixed(run, &ev.sizing);
+pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation, words: &dyn ReconWords) -> Vec<Outlook> {
+    let (fixed, _) = after_pool::fixed(run, &ev.sizing);
     let mut out = Vec::new();
     for r in &ev.ranks {
         let Some(g) = by_id(gs, &r.rank.gpu) else { continue };
@@ -530,11 +517,11 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
         let st = steps::steps(m);
         let q = r.query_index;
         let pool_burst = burst_after(&st, q);
-        let growth = super::after_pool::growth(&ev.sizing, m, r.query_function.as_ref(), r.pool_bytes);
+        let growth = after_pool::growth(&ev.sizing, m, r.query_function.as_ref(), r.pool_bytes);
         let per_pool_byte = growth.map_or(0.0, |g| g.per_pool_byte);
         // The engine's own estimate of what follows the pool, measured and not applied.
-        let estimate = super::after_pool::estimate(run, &ev.sizing, m);
-        let growth = growth.or(estimate.map(|b| super::after_pool::Growth { tokens: 0, bytes: b, per_pool_byte: 0.0 }));
+        let estimate = after_pool::estimate(run, &ev.sizing, m);
+        let growth = growth.or(estimate.map(|b| after_pool::Growth { tokens: 0, bytes: b, per_pool_byte: 0.0 }));
         let fail = (q + 1..st.len()).find(|&i| st[i].failure().is_some()).filter(|_| r.complete);
         let (mut unsized_weights, mut draft_bytes) = (false, None);
         // (failed, free at the end, the pool so far, still needed, margin)
@@ -543,17 +530,17 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
                 let f = st[i].failure().expect("a failure");
                 // The draft's weights, named and readable, count whole, as `explain` counts them.
                 let (need, draft) = still_needed(run, m, &st, r, i);
-                let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
+                let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2), words);
                 let free = recon.free_bytes;
                 let (margin, _) = match &draft {
                     Some((_, seen, _)) => {
-                        super::after_pool::margin_and_deficit(fixed, growth, still, 0, after_pool.map(|fp| fp - seen), free)
+                        after_pool::margin_and_deficit(fixed, growth, still, 0, after_pool.map(|fp| fp - seen), free)
                     }
-                    None => super::after_pool::margin_and_deficit(fixed, growth, still, need, after_pool, free),
+                    None => after_pool::margin_and_deficit(fixed, growth, still, need, after_pool, free),
                 };
                 // Unsized: no draft named and readable here (with one, a rank whose failed request
                 // was the rest of its load is sized by it).
-                let readable = super::draft::named(run).is_some_and(|d| d.per_rank_bytes.is_some());
+                let readable = draft::named(run).is_some_and(|d| d.per_rank_bytes.is_some());
                 unsized_weights =
                     draft.is_none() && !readable && after_pool.is_some() && f.category.as_deref() == Some("weights");
                 draft_bytes = draft.as_ref().and_then(|d| d.0.per_rank_bytes);
@@ -564,7 +551,7 @@ pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
                 let pool: i64 = pool_burst.iter().map(|&j| st[j].bytes).sum();
                 let free = match st[last].told() {
                     Some(p) if last > q => p.free_bytes.unwrap_or(0),
-                    _ => reconcile(g, m, &st, q, last, &pool_burst).free_bytes,
+                    _ => reconcile(g, m, &st, q, last, &pool_burst, words).free_bytes,
                 };
                 (false, free, pool, 0, 0)
             }
@@ -609,19 +596,4 @@ pub fn needed(m: Member, f: &crate::model::Failure) -> i64 {
         return each[each.len() / 2];
     }
     m.dev.driver_costs.iter().find(|c| c.api == f.api && c.calls > 0).map_or(0, |c| c.bytes / c.calls)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fraction;
-
-    /// A run at 0.995 is told its own value, not "1.00" (the vLLM refusal test runs at 0.995).
-    #[test]
-    fn a_fraction_is_shown_as_the_run_gave_it() {
-        assert_eq!(fraction(0.9), "0.90");
-        assert_eq!(fraction(0.86), "0.86");
-        assert_eq!(fraction(0.995), "0.995");
-        assert_eq!(fraction(0.9125), "0.9125");
-        assert_eq!(fraction(1.0), "1.00");
-    }
 }

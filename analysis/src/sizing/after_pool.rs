@@ -8,10 +8,13 @@
 //! 8 bytes) and the EagerRunner's input buffers (48 bytes); on a small model that is a tenth of
 //! the pool, so a fixed margin cannot stand for it.
 
-use culedger_analysis::engines::{self, Sizing};
-use culedger_format::glob::{Glob, Plain};
-use crate::analysis::Member;
+use super::queries::matching_queries;
+use crate::engines::{self, Sizing};
+use crate::groups::Member;
 use crate::load::Run;
+use culedger_format::glob::{Glob, Plain};
+
+pub use super::command_line::{flag_number, on_command_line};
 
 /// The fixed part of what follows the pool, in bytes, and what it stands for: the pack's, or
 /// that of the first `without` whose flag is on a command line of the run.
@@ -22,38 +25,11 @@ pub fn fixed(run: &Run, s: &Sizing) -> (i64, String) {
     }
 }
 
-/// Whether `flag` (`--flag` or `--flag=...`) is on a command line of the run: a process's, or
-/// the command `culedger run` recorded (ranks started by multiprocessing carry only theirs).
-pub fn on_command_line(run: &Run, flag: &str) -> bool {
-    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|m| &m.command[..]));
-    let has = |argv: &[String]| argv.iter().any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')));
-    lines.into_iter().any(has)
-}
-
-/// The number `flag` has on a command line of the run (a process's, or the command `culedger
-/// run` recorded).
-pub fn flag_number(run: &Run, flag: &str) -> Option<f64> {
-    run.procs
-        .iter()
-        .find_map(|r| engines::flag_value(&r.process.argv, flag))
-        .or_else(|| run.summary.as_ref().and_then(|m| engines::flag_value(&m.command, flag)))
-}
-
 /// The number of items `c` counts on the run's command line (a process's, or the command
 /// `culedger run` recorded).
 fn item_count(run: &Run, c: &engines::ItemCount) -> i64 {
-    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|m| &m.command[..]));
-    for argv in lines {
-        let mut it = argv.iter();
-        while let Some(a) = it.next() {
-            let list = if *a == c.list_flag { it.next().cloned() } else { a.strip_prefix(&format!("{}=", c.list_flag)).map(String::from) };
-            if let Some(list) = list {
-                let mut v: Vec<i64> = list.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-                v.sort_unstable();
-                v.dedup();
-                return v.len() as i64;
-            }
-        }
+    if let Some(n) = super::command_line::list_len(run, &c.list_flag) {
+        return n;
     }
     let top = flag_number(run, &c.max_flag).map_or(c.default_max, |n| n as i64);
     count_up_to(c, top)
@@ -112,13 +88,13 @@ pub fn estimate_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64
 pub fn measured_parts(run: &Run, s: &Sizing, m: Member) -> Option<(i64, i64, i64)> {
     let e = s.after_pool.estimate.as_ref()?;
     let input = s.inputs.get(&e.input)?;
-    let st = culedger_analysis::steps::steps(m);
-    let q = super::evaluation::matching_queries(m, &st, &input.callers);
+    let st = crate::steps::steps(m);
+    let q = matching_queries(m, &st, &input.callers);
     let free = |j: usize| st[j].told().and_then(|p| p.free_bytes).unwrap_or(0);
     let inner: Vec<usize> = if e.samples_in.is_empty() {
         Vec::new()
     } else {
-        super::evaluation::matching_queries(m, &st, &e.samples_in).into_iter().filter(|i| q.contains(i)).collect()
+        matching_queries(m, &st, &e.samples_in).into_iter().filter(|i| q.contains(i)).collect()
     };
     let (pairs, whole) = if inner.len() >= 2 {
         let outer: Vec<usize> = q.iter().copied().filter(|i| !inner.contains(i)).collect();

@@ -14,8 +14,10 @@
 //! value then counts the draft whole; when the files cannot be read, explain says which flag
 //! names them.
 
-use super::after_pool;
+use super::command_line::flag_number;
 use crate::load::Run;
+
+pub use super::command_line::flag_text;
 
 /// The flag that names the draft model (SGLang's `ServerArgs.speculative_draft_model_path`).
 pub const FLAG: &str = "--speculative-draft-model-path";
@@ -30,23 +32,6 @@ pub struct Draft {
     pub total_bytes: Option<i64>,
     pub per_rank_bytes: Option<i64>,
     pub tp: i64,
-}
-
-/// The text `flag` has on a command line of the run (`--flag V` or `--flag=V`).
-pub(crate) fn flag_text(run: &Run, flag: &str) -> Option<String> {
-    let of = |argv: &[String]| -> Option<String> {
-        let mut it = argv.iter();
-        while let Some(a) = it.next() {
-            if a == flag {
-                return it.next().cloned();
-            }
-            if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-                return Some(v.to_string());
-            }
-        }
-        None
-    };
-    run.procs.iter().find_map(|r| of(&r.process.argv)).or_else(|| run.summary.as_ref().and_then(|m| of(&m.command)))
 }
 
 /// The bytes of the weight files in `dir`: `*.safetensors`, else `*.bin` (what SGLang's loader
@@ -70,8 +55,8 @@ fn weights_on_disk(dir: &std::path::Path) -> Option<i64> {
 /// The draft model the run's command line names (None without the flag).
 pub fn named(run: &Run) -> Option<Draft> {
     let path = flag_text(run, FLAG)?;
-    let tp = after_pool::flag_number(run, "--tp")
-        .or_else(|| after_pool::flag_number(run, "--tp-size"))
+    let tp = flag_number(run, "--tp")
+        .or_else(|| flag_number(run, "--tp-size"))
         .filter(|t| *t >= 1.0)
         .map_or(1, |t| t as i64);
     let total = weights_on_disk(std::path::Path::new(&path));

@@ -25,8 +25,8 @@
 //! config with multi-head latent attention (`kv_lora_rank`), sliding windows or layer types
 //! other than full attention is not, and then nothing is said of the check.
 
-use super::draft::flag_text;
-use culedger_analysis::engines::KvCell;
+use super::command_line::{argument_after, flag_number, flag_text};
+use crate::engines::KvCell;
 use crate::load::Run;
 use serde_json::Value;
 
@@ -110,16 +110,7 @@ fn model_dir(run: &Run, m: &KvCell) -> Option<String> {
     if let Some(d) = m.model_flags.iter().find_map(|f| flag_text(run, f)) {
         return Some(d);
     }
-    let after = m.model_after.as_deref()?;
-    let lines = run.procs.iter().map(|r| &r.process.argv[..]).chain(run.summary.as_ref().map(|s| &s.command[..]));
-    for argv in lines {
-        if let Some(k) = argv.iter().position(|a| a == after) {
-            if let Some(d) = argv.get(k + 1).filter(|d| !d.starts_with('-')) {
-                return Some(d.clone());
-            }
-        }
-    }
-    None
+    argument_after(run, m.model_after.as_deref()?)
 }
 
 fn int(v: &Value, key: &str) -> Option<i64> {
@@ -163,7 +154,7 @@ fn derived_len(c: &Value, tokenizer: Option<&Value>) -> Option<i64> {
 /// of bounded size; a FIFO or a device the recorded command line names is refused, never
 /// waited on or read without end); None when it is not one or not JSON.
 fn json_file(path: &std::path::Path) -> Option<Value> {
-    serde_json::from_slice(&culedger_analysis::load::read_bounded(path).ok()?).ok()
+    serde_json::from_slice(&crate::load::read_bounded(path).ok()?).ok()
 }
 
 /// The model's config (its language part) in the directory the command line names, when it
@@ -196,7 +187,7 @@ pub fn cell(run: &Run, kc: &KvCell, tp_default: i64) -> Option<Cell> {
     let tp = kc
         .tp_flags
         .iter()
-        .find_map(|f| super::after_pool::flag_number(run, f))
+        .find_map(|f| flag_number(run, f))
         .filter(|t| *t >= 1.0)
         .map_or(tp_default, |t| t as i64);
     let kv_dtype = flag_text(run, &kc.kv_dtype_flag).unwrap_or_default();
@@ -210,7 +201,7 @@ pub fn cell(run: &Run, kc: &KvCell, tp_default: i64) -> Option<Cell> {
     let block_size = kc
         .block_size_flag
         .as_ref()
-        .and_then(|f| super::after_pool::flag_number(run, f))
+        .and_then(|f| flag_number(run, f))
         .filter(|b| *b >= 1.0)
         .map_or(kc.block_size_default.max(1), |b| b as i64);
     Some(Cell { model, layers, kv_heads: (kv_total / tp).max(1), head_size, dtype_bytes, block_size })
@@ -219,7 +210,7 @@ pub fn cell(run: &Run, kc: &KvCell, tp_default: i64) -> Option<Cell> {
 /// The length check for `run`, when the pack has one and the cell is known; None for a run
 /// that asks the engine to fit the length (`-1`).
 pub fn check(run: &Run, flag: &str, kc: &KvCell, cell: &Cell) -> Option<Check> {
-    let (max_len, from_flag) = match super::after_pool::flag_number(run, flag) {
+    let (max_len, from_flag) = match flag_number(run, flag) {
         Some(n) if n < 1.0 => return None,
         Some(n) => (n as i64, true),
         None => {
