@@ -92,11 +92,6 @@ pub fn deficit_at(g: &DeviceGroup, m: Member, st: &[Step], r: &RankSizing, i: us
     culedger_analysis::sizing::deficit_at(g, m, st, r, i, need, &Words)
 }
 
-/// [`culedger_analysis::sizing::outlook`].
-pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
-    culedger_analysis::sizing::outlook(run, gs, ev, &Words)
-}
-
 #[cfg(test)]
 mod tests {
     use super::fraction;

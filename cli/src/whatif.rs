@@ -4,6 +4,8 @@
 //! the recorded run, the free memory left, and whether it fits: the pool changes by the
 //! formula, everything else is taken as the run recorded it, and for a rank whose start
 //! failed the margin of `explain`'s recommendation is kept for what the run never reached.
+//! The replay is the analysis crate's (`culedger_analysis::whatif::replay`, typed values);
+//! this reads the flags, says what is wrong with them, and words the notes and the table.
 //! Exit status 0 when every rank fits, 1 when one does not, 2 on bad input.
 
 use crate::doc::{Block, Doc, Table};
@@ -13,9 +15,7 @@ use culedger_analysis::engines;
 use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
 pub use culedger_analysis::whatif::WhatIf;
-use replay::{NeverReached, Note};
-
-mod replay;
+use culedger_analysis::whatif::replay::{replay, NeverReached, Note};
 
 fn known() -> String {
     engines::all()
@@ -83,7 +83,7 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
-    let r = replay::replay(run, gs, &s, &ev, value);
+    let r = replay(run, gs, &s, &ev, value, &crate::explain::recon::Words);
     let mut w = r.whatif;
     // What the margin stands for, in explain's words: the engine's own estimate of what follows
     // the pool when a rank measured it without applying it, else the pack's fixed after_pool.

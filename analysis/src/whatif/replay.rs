@@ -1,16 +1,17 @@
 //! `whatif`'s replay: the recorded start through the engine's sizing formula (the rule
-//! packs' `sizing`, `culedger_analysis::engines`) at another value of its parameter, rank by
+//! packs' `sizing`, [`crate::engines`]) at another value of its parameter, rank by
 //! rank, as typed values. The pool changes by the formula, everything else is taken as the
-//! run recorded it (`advice::outlook`), and for a rank whose start failed the margin of
+//! run recorded it (`sizing::outlook`), and for a rank whose start failed the margin of
 //! `explain`'s recommendation is kept for what the run never reached. The words (the
-//! notes' sentences, what the margin stands for) are written by the command from [`Note`]
-//! and [`NeverReached`].
+//! notes' sentences, what the margin stands for) are written by the CLI's `whatif` from
+//! [`Note`] and [`NeverReached`].
 
-use crate::analysis::{by_id, DeviceGroup};
-use crate::explain::advice::{self, Evaluation, Outlook, RankSizing};
+use super::{RankResult, WhatIf, WHATIF_SCHEMA};
+use crate::engines::Sizing;
+use crate::groups::{by_id, DeviceGroup};
 use crate::load::Run;
-use culedger_analysis::engines::Sizing;
-use culedger_analysis::whatif::{RankResult, WhatIf, WHATIF_SCHEMA};
+use crate::recon::ReconWords;
+use crate::sizing::{self, Evaluation, Outlook, RankSizing};
 
 /// What the replay could not see, or how it differs from the formula's.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,7 +26,7 @@ pub enum Note {
     /// The recorded run failed with the pool set in bytes: it fails at any value.
     FailsAtAnyValue,
     /// The failed request was part of the draft model's weights (`path`, named by
-    /// `advice::draft::FLAG`), counted whole: `per_rank_bytes` a rank.
+    /// `sizing::draft::FLAG`), counted whole: `per_rank_bytes` a rank.
     DraftCountedWhole { path: String, per_rank_bytes: i64 },
     /// What failed was part of weights still loading after the pool whose load the reports
     /// cannot size: no value can be said to fit.
@@ -39,7 +40,7 @@ pub enum NeverReached {
     /// CUDA-graph estimate with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): the pack's
     /// `after_pool.estimate`.
     Estimate,
-    /// The pack's fixed `after_pool` (`advice::after_pool::fixed`).
+    /// The pack's fixed `after_pool` (`sizing::after_pool::fixed`).
     Fixed,
 }
 
@@ -76,12 +77,13 @@ fn note(notes: &mut Vec<Note>, n: Note) {
 }
 
 /// The run `run` (its device groups `gs`) replayed through the formula `s`, evaluated on it
-/// as `ev`, with the parameter at `value`.
-pub fn replay(run: &Run, gs: &[DeviceGroup], s: &Sizing, ev: &Evaluation, value: f64) -> Replay {
+/// as `ev`, with the parameter at `value` (`words`: the reconciliation's, which the outlook's
+/// reconciliations are made with).
+pub fn replay(run: &Run, gs: &[DeviceGroup], s: &Sizing, ev: &Evaluation, value: f64, words: &dyn ReconWords) -> Replay {
     let estimated = ev.ranks.iter().any(|r| {
         by_id(gs, &r.rank.gpu)
             .and_then(|g| g.member_at(r.rank.pid, r.rank.start_us))
-            .is_some_and(|m| advice::after_pool::estimate(run, s, m).is_some())
+            .is_some_and(|m| sizing::after_pool::estimate(run, s, m).is_some())
     });
     let never_reached = match s.after_pool.estimate {
         Some(_) if estimated => NeverReached::Estimate,
@@ -116,11 +118,11 @@ pub fn replay(run: &Run, gs: &[DeviceGroup], s: &Sizing, ev: &Evaluation, value:
     let pool_flag = s
         .pool_bytes_flag
         .as_ref()
-        .and_then(|p| Some((p.flag.clone(), advice::after_pool::flag_number(run, &p.flag)? as i64)));
+        .and_then(|p| Some((p.flag.clone(), sizing::command_line::flag_number(run, &p.flag)? as i64)));
     if let Some((flag, bytes)) = pool_flag {
         notes.push(Note::PoolSetInBytes { flag, bytes });
         let mut ranks = Vec::new();
-        for o in advice::outlook(run, gs, ev) {
+        for o in sizing::outlook(run, gs, ev, words) {
             let Some(r) = same(&o) else { continue };
             let g = by_id(gs, &r.rank.gpu);
             let m = g.and_then(|g| g.member_at(r.rank.pid, r.rank.start_us));
@@ -158,9 +160,9 @@ pub fn replay(run: &Run, gs: &[DeviceGroup], s: &Sizing, ev: &Evaluation, value:
         return finish(ranks, notes, fits);
     }
     let mut ranks = Vec::new();
-    for o in advice::outlook(run, gs, ev) {
+    for o in sizing::outlook(run, gs, ev, words) {
         if let Some(b) = o.draft_bytes {
-            let path = advice::draft::named(run).map(|d| d.path).unwrap_or_default();
+            let path = sizing::draft::named(run).map(|d| d.path).unwrap_or_default();
             note(&mut notes, Note::DraftCountedWhole { path, per_rank_bytes: b });
         }
         if o.unsized_weights {
