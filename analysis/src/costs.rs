@@ -114,6 +114,42 @@ pub fn cost_label(c: &crate::model::DriverCost) -> String {
     }
 }
 
+/// What an API's hidden cost is, for grouping costs in sentences (the CLI words each class:
+/// `peer access`, `IPC opens`, ...): APIs of one class are one cost there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiClass {
+    IpcOpens,
+    PeerAccess,
+    GraphInstantiation,
+    ModuleLoads,
+    Contexts,
+    MemoryPools,
+    /// Any other API, by its name.
+    Other(String),
+}
+
+impl ApiClass {
+    /// The class of `api` (`cuIpcOpenMemHandle_v2`: IPC opens).
+    pub fn of(api: &str) -> ApiClass {
+        let a = api.trim_end_matches("_v2").trim_end_matches("_ptsz");
+        if a.contains("IpcOpenMemHandle") {
+            ApiClass::IpcOpens
+        } else if a.contains("EnablePeerAccess") {
+            ApiClass::PeerAccess
+        } else if a.contains("GraphInstantiate") || a.contains("GraphUpload") {
+            ApiClass::GraphInstantiation
+        } else if a.contains("ModuleLoad") || a.contains("LibraryLoad") {
+            ApiClass::ModuleLoads
+        } else if a.contains("CtxCreate") || a.contains("PrimaryCtxRetain") || a.contains("SetDevice") {
+            ApiClass::Contexts
+        } else if a.contains("MemPool") || a.contains("MemAllocAsync") {
+            ApiClass::MemoryPools
+        } else {
+            ApiClass::Other(api.to_string())
+        }
+    }
+}
+
 /// The measured calls of one process on the device, in record order.
 pub fn calls_of<'a>(m: Member<'a>) -> Vec<Call<'a>> {
     m.dev
@@ -366,6 +402,18 @@ mod tests {
     use serde_json::{json, Value};
 
     const MIB: i64 = 1 << 20;
+
+    /// APIs of one hidden cost are one class, whatever their suffix (`_v2`, `_ptsz`).
+    #[test]
+    fn api_classes() {
+        use super::ApiClass;
+        assert_eq!(ApiClass::of("cudaIpcOpenMemHandle"), ApiClass::IpcOpens);
+        assert_eq!(ApiClass::of("cuIpcOpenMemHandle_v2"), ApiClass::IpcOpens);
+        assert_eq!(ApiClass::of("cudaDeviceEnablePeerAccess"), ApiClass::PeerAccess);
+        assert_eq!(ApiClass::of("cuGraphInstantiateWithFlags"), ApiClass::GraphInstantiation);
+        assert_eq!(ApiClass::of("cuCtxCreate_v2"), ApiClass::of("cuDevicePrimaryCtxRetain"));
+        assert_eq!(ApiClass::of("cuFoo"), ApiClass::Other("cuFoo".into()));
+    }
 
     /// A rank on `dev` with a first probe (its context, 512 MiB, alone on the device) and
     /// the measured calls `(t0_us, t_us, api, bytes)`; `peer` adds a peer_access event.

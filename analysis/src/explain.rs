@@ -1,8 +1,10 @@
 //! The values of `culedger explain --format json` (`culedger-explain/1`, docs/cli-json.md):
 //! the findings, their figures and the reconciliations, as typed values. The CLI computes
 //! them (its `explain` findings) and writes their words; the fields that hold words
-//! (`title`, `text`, `process`, `what`, `part`, `status`) are filled by the CLI from the
-//! figures (`part` from [`FailDetail::part_of`], `status` from [`StartRow::ended`]).
+//! (`title`, `text`, `process`, `what`, `part`, `status`, `after_pool`, `why`) are filled by
+//! the CLI from the figures (`part` from [`FailDetail::part_of`], `after_pool` from
+//! [`FailDetail::after`], `status` from [`StartRow::ended`], `why` from [`SizingRow::why_of`]);
+//! `process` by the words the computation is given (`crate::recon::ReconWords::who`).
 
 pub use crate::process::Who;
 use crate::process::RankId;
@@ -213,9 +215,14 @@ pub struct FailDetail {
     #[serde(skip)]
     pub part_of: Part,
     /// What the request was for when it came after the process's KV pool in a phase of its
-    /// own (`its CUDA graph capture, after its KV cache`); absent otherwise.
+    /// own ([`FailDetail::after`]) in words (`its CUDA graph capture after its KV cache`);
+    /// absent otherwise. Written by the CLI.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after_pool: Option<String>,
+    /// What the request was for when it came after the process's KV pool in a phase of its
+    /// own.
+    #[serde(skip)]
+    pub after: Option<AfterPool>,
     /// The category of the burst's successful allocations (a failure records none).
     pub category: Option<String>,
     /// Attempts of the burst up to this failure, and their sum (what the process asked for).
@@ -245,10 +252,26 @@ pub struct FailDetail {
     #[serde(skip)]
     pub minimum: Option<Minimum>,
     /// When the reconciliation starts from the query the engine sized its pool from (not the
-    /// last query before the request): the engine's sizing function, in words
-    /// (`vLLM's Worker.determine_available_memory`).
+    /// last query before the request): the engine and its sizing function (the CLI writes
+    /// `vLLM's Worker.determine_available_memory`).
     #[serde(skip)]
-    pub sized_by: Option<String>,
+    pub sized_by: Option<SizedBy>,
+}
+
+/// A phase of its own that a failed request came in, after the process allocated its KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterPool {
+    /// Its CUDA graph capture (vLLM's compile_or_warm_up_model -> capture_model after
+    /// initialize_from_config; SGLang's init_cuda_graphs after init_memory_pool).
+    GraphCapture,
+}
+
+/// The engine function that sized a pool: the engine's name and its sizing function, as the
+/// rule pack names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizedBy {
+    pub engine: String,
+    pub function: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -270,9 +293,25 @@ pub struct SizingRow {
     /// Difference from the reference pool (`SizingDetail::reference_pool_bytes`), in percent.
     pub differs_pct: f64,
     pub flagged: bool,
-    /// Why a flagged pool differs.
+    /// Why a flagged pool differs ([`SizingRow::why_of`]) in words; written by the CLI.
     pub why: Option<String>,
     pub caller: Option<String>,
+    /// Why a flagged pool differs.
+    #[serde(skip)]
+    pub why_of: Option<WhyDiffers>,
+}
+
+/// Why a rank's pool differs from the other ranks'.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WhyDiffers {
+    /// It was told `delta` bytes more (negative: less) free memory than the other ranks (their
+    /// median); who else held memory on its GPU at its query, in the device group's member
+    /// order: processes with live allocations (pid, bytes, who) and processes that held only
+    /// a context.
+    Told { delta: i64, allocations: Vec<(i64, i64, Who)>, contexts: Vec<Who> },
+    /// It asked for another share of what it was told (`fraction`) than the other ranks
+    /// (`others`, the reference pool over their median told).
+    Share { fraction: f64, others: f64 },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -304,9 +343,9 @@ pub struct UntrackedDetail {
     pub estimated_before: Vec<(i64, i64, String)>,
     /// Free memory at the later query.
     pub free_after_bytes: i64,
-    /// The processes of the device in words, by pid.
+    /// The processes of the device, by pid (the first member of a pid).
     #[serde(skip)]
-    pub names: BTreeMap<i64, String>,
+    pub names: BTreeMap<i64, Who>,
     /// Findings with the same mechanism share it (the text folds them).
     #[serde(skip)]
     pub signature: String,

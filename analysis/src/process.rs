@@ -32,6 +32,13 @@ impl Who {
         }
     }
 
+    /// Its pid.
+    pub fn pid(&self) -> i64 {
+        match self {
+            Who::Rank { pid, .. } | Who::LocalRank { pid, .. } | Who::Pid { pid, .. } => *pid,
+        }
+    }
+
     /// Its rank (global or local), when it has one.
     pub fn rank(&self) -> Option<&str> {
         match self {

@@ -308,7 +308,7 @@ fn chart(g: &DeviceGroup, explained: &Value) -> Chart {
     // the report's sizing probe.
     let mut explained_sizing = sized_from(explained, g);
     if explained_sizing.is_empty() {
-        if let Some(w) = crate::explain::findings::failure_reconciliation(g) {
+        if let Some(w) = crate::explain::recon::failure_reconciliation(g) {
             let q = &w.recon.query;
             let pool = w.recon.sum(crate::explain::recon::ItemKind::Pool);
             let why = format!(

@@ -50,7 +50,7 @@ impl<'r> Analysis<'r> {
     /// The findings, most important first.
     pub fn findings(&self) -> &[Finding] {
         self.findings.get_or_init(|| {
-            let mut found = crate::explain::findings::all(self.run, self.groups(), self.evaluation());
+            let mut found = crate::explain::findings::all(self.run, self.groups(), self.evaluation(), &crate::explain::recon::Words);
             // The words, from the figures.
             for f in &mut found {
                 crate::explain::prose::word(f, !self.run.skipped.is_empty());
@@ -81,9 +81,9 @@ impl<'r> Analysis<'r> {
         if good.findings().iter().any(|f| f.severity == Severity::Failure) {
             return None;
         }
-        let (bytes, whom) = crate::explain::advice::measured_after_pool(good.groups(), gev)?;
-        let measured = Some((bytes, format!("{good_name}, {whom}")));
-        crate::explain::advice::advise_measured(self.run, self.groups(), self.findings(), ev, measured)
+        let (bytes, rank) = crate::explain::advice::measured_after_pool(good.groups(), gev)?;
+        let measured = crate::explain::advice::Measured { bytes, run: good_name.to_string(), rank };
+        crate::explain::advice::advise_measured(self.run, self.groups(), self.findings(), ev, Some(measured))
     }
 
     /// `culedger explain`'s document.

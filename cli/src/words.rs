@@ -170,6 +170,22 @@ pub fn ended(e: Ended) -> String {
     }
 }
 
+/// A class of APIs' hidden cost, for sentences: `peer access`, `IPC opens`, ...; any other API
+/// by its name.
+pub fn api_class(c: &culedger_analysis::costs::ApiClass) -> String {
+    use culedger_analysis::costs::ApiClass;
+    match c {
+        ApiClass::IpcOpens => "IPC opens",
+        ApiClass::PeerAccess => "peer access",
+        ApiClass::GraphInstantiation => "graph instantiation",
+        ApiClass::ModuleLoads => "module loads",
+        ApiClass::Contexts => "contexts",
+        ApiClass::MemoryPools => "memory pools",
+        ApiClass::Other(api) => return api.clone(),
+    }
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! names the cause when one side failed: which allocation failed, and which categories and
 //! hidden costs that appeared after the sizing query grew.
 
-use crate::explain::findings::join_and;
+use crate::words::join_and;
 use crate::words::part as part_words;
 pub use culedger_analysis::diff::{LineKind, SideFailure, SinceLine, SinceSizing};
 use crate::units::{fmt_bytes, fmt_delta};

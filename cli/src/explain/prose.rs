@@ -3,10 +3,12 @@
 //! time here is already on the run's clock.
 
 use culedger_analysis::callers;
-use super::findings::{CatGrowth, SizingRow, UntrackedDetail};
+use super::findings::{AfterPool, CatGrowth, SizingRow, UntrackedDetail, WhyDiffers};
 use super::findings::{
     Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
+use crate::words::who_is;
+use culedger_analysis::process::Who;
 use super::recon::{api_words, Item, ItemKind, Recon};
 use crate::words::pid_list;
 use crate::clock::fmt_secs;
@@ -25,7 +27,16 @@ pub fn word(f: &mut Finding, skipped: bool) {
                 r.status = crate::words::ended(r.ended);
             }
         }
-        Detail::Failure(d) => d.part = crate::words::part(d.part_of),
+        Detail::Failure(d) => {
+            d.part = crate::words::part(d.part_of);
+            d.after_pool = d.after.map(after_pool);
+        }
+        Detail::Sizing(d) => {
+            for r in &mut d.ranks {
+                let device = crate::analysis::id_token(r.rank.device, r.rank.mig_index, Some(&r.rank.gpu));
+                r.why = r.why_of.as_ref().map(|w| why_differs(w, &gpu(device)));
+            }
+        }
         _ => {}
     }
     let device = crate::analysis::id_token(f.device.unwrap_or_default(), f.mig_index, f.gpu.as_ref());
@@ -99,6 +110,13 @@ pub fn failed_start(d: &StartDetail) -> (String, String) {
     (title, text)
 }
 
+/// What a failed request was for, in a phase of its own after the process's KV pool.
+fn after_pool(a: AfterPool) -> String {
+    match a {
+        AfterPool::GraphCapture => "its CUDA graph capture after its KV cache".to_string(),
+    }
+}
+
 /// A failed allocation on GPU `device`: (title, text). `skipped`: a report of the run could
 /// not be read.
 pub fn failed_allocation(d: &FailDetail, device: &str, skipped: bool, minimum: Option<&Minimum>) -> (String, String) {
@@ -127,7 +145,7 @@ pub fn failed_allocation(d: &FailDetail, device: &str, skipped: bool, minimum: O
             (d.bytes, d.needed_bytes, &d.api),
             r,
             d.short_by_bytes.unwrap_or(0),
-            (skipped, d.sized_by.as_deref()),
+            (skipped, d.sized_by.as_ref().map(|s| format!("{}'s {}", s.engine, s.function)).as_deref()),
         ),
         None => format!(
             "{name} asked for {} at {at} with no free-memory query before it on {}: culedger cannot tell what it \
@@ -274,6 +292,41 @@ fn conclusion(
 // ---------------------------------------------------------------------------------------
 // The sizing formula.
 
+/// Why a rank's pool differs from the others', in words; `gpu`: its GPU in words.
+fn why_differs(w: &WhyDiffers, gpu: &str) -> String {
+    match w {
+        WhyDiffers::Told { delta, allocations, contexts } => {
+            let mut allocs: Vec<(i64, String)> = allocations
+                .iter()
+                .map(|(pid, bytes, who)| (*pid, format!("{} allocated by {}", fmt_bytes(*bytes), who_is(who))))
+                .collect();
+            let mut contexts: Vec<(i64, String)> = contexts.iter().map(|w| (w.pid(), who_is(w))).collect();
+            contexts.sort();
+            allocs.sort();
+            let mut held: Vec<String> = allocs.into_iter().map(|(_, s)| s).collect();
+            match contexts.len() {
+                0 => {}
+                1 => held.push(format!("the context of {}", contexts[0].1)),
+                _ => held.push(format!(
+                    "the contexts of {}",
+                    join_and(&contexts.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+                )),
+            }
+            let more_less = if *delta < 0 { "less" } else { "more" };
+            let mut s = format!("it was told {} {more_less} free memory than the other ranks", fmt_bytes(delta.abs()));
+            if !held.is_empty() && *delta < 0 {
+                s.push_str(&format!(": {gpu} also held {} at its query", join_and(&held)));
+            }
+            s
+        }
+        WhyDiffers::Share { fraction, others } => format!(
+            "it asked for {:.1}% of what it was told, the other ranks {:.1}%",
+            fraction * 100.0,
+            others * 100.0
+        ),
+    }
+}
+
 /// What the ranks were told and asked for; `flagged_any`: some rank's pool differs from the
 /// others'. (title, text).
 pub fn sizing(d: &SizingDetail, flagged_any: bool) -> (String, String) {
@@ -346,9 +399,9 @@ fn api_with_calls(api: &str, calls: i64) -> String {
     }
 }
 
-fn who_pids(names: &BTreeMap<i64, String>, pids: &[i64]) -> String {
+fn who_pids(names: &BTreeMap<i64, Who>, pids: &[i64]) -> String {
     match pids {
-        [p] => names.get(p).cloned().unwrap_or_else(|| format!("pid {p}")),
+        [p] => names.get(p).map_or_else(|| format!("pid {p}"), who_is),
         _ => format!("pids {}", pid_list(pids)),
     }
 }
@@ -400,7 +453,7 @@ pub fn untracked_growth(d: &UntrackedDetail, device: &str, severity: Severity) -
         let beyond = rise - bytes;
         text.push_str(&format!(
             " {} sized its pool from the query at {} after setting {} aside for what comes after it ({what}){}.",
-            d.names.get(pid).cloned().unwrap_or_else(|| format!("pid {pid}")),
+            d.names.get(pid).map_or_else(|| format!("pid {pid}"), who_is),
             fmt_secs(d.from.at_us),
             fmt_bytes(*bytes),
             if beyond > 0 {
@@ -413,7 +466,7 @@ pub fn untracked_growth(d: &UntrackedDetail, device: &str, severity: Severity) -
     let unestimated: Vec<i64> =
         d.sized_before.iter().copied().filter(|p| !d.estimated_before.iter().any(|(q, _, _)| q == p)).collect();
     if !unestimated.is_empty() {
-        let names: Vec<String> = unestimated.iter().filter_map(|p| d.names.get(p).cloned()).collect();
+        let names: Vec<String> = unestimated.iter().filter_map(|p| d.names.get(p)).map(who_is).collect();
         text.push_str(&format!(
             " {} sized {} from the query at {}, before this memory was taken: the figure {} sized from could \
              not see it.",
@@ -616,5 +669,33 @@ pub fn group_title(fs: &[&Finding]) -> Option<String> {
             Some(format!("Untracked memory on {where_} rose by {}{each} between two queries", span(&rises)))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Why a rank's pool differs, in words, from its typed reason: who else held memory on
+    /// its GPU (by pid), or the share it asked for.
+    #[test]
+    fn why_a_pool_differs_in_words() {
+        const MIB: i64 = 1 << 20;
+        let rank = |r: &str, pid| Who::Rank { rank: r.into(), pid };
+        let told = WhyDiffers::Told {
+            delta: -512 * MIB,
+            allocations: vec![(7, 1024 * MIB, Who::Pid { pid: 7, label: "python3 x.py".into() }), (3, 2 * MIB, rank("1", 3))],
+            contexts: vec![rank("2", 9), rank("0", 5)],
+        };
+        assert_eq!(
+            why_differs(&told, "GPU 1"),
+            "it was told 512.00 MiB less free memory than the other ranks: GPU 1 also held 2.00 MiB allocated by \
+             rank 1 (pid 3), 1.00 GiB allocated by pid 7 (python3 x.py) and the contexts of rank 0 (pid 5) and \
+             rank 2 (pid 9) at its query"
+        );
+        let more = WhyDiffers::Told { delta: 512 * MIB, allocations: Vec::new(), contexts: vec![rank("0", 5)] };
+        assert_eq!(why_differs(&more, "GPU 1"), "it was told 512.00 MiB more free memory than the other ranks");
+        let share = WhyDiffers::Share { fraction: 0.845, others: 0.9 };
+        assert_eq!(why_differs(&share, "GPU 1"), "it asked for 84.5% of what it was told, the other ranks 90.0%");
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::analysis::{DeviceGroup, Member};
 use crate::clock::Clock;
-use crate::model::{Probe, Report};
+use crate::model::Report;
 use culedger_analysis::recon::ReconWords;
 use culedger_analysis::steps::Step;
 
@@ -26,11 +26,6 @@ impl ReconWords for Words {
     }
 }
 
-/// A free-memory query of `m` as the reconciliation shows it.
-pub fn query_ref(g: &DeviceGroup, m: Member, p: &Probe) -> culedger_analysis::explain::QueryRef {
-    culedger_analysis::recon::query_ref(g, m, p, &Words)
-}
-
 /// The reconciliation of process `m` on device `g` from the query at `steps[query]` to the
 /// step `steps[end]` (`culedger_analysis::recon::reconcile`), in words.
 pub fn reconcile<'a>(
@@ -44,12 +39,6 @@ pub fn reconcile<'a>(
     culedger_analysis::recon::reconcile(g, m, steps, query, end, pool, &Words)
 }
 
-/// The hidden memory of a device in `(t0, t1]` (`culedger_analysis::recon::hidden_in_window`),
-/// in words.
-pub fn hidden_in_window(g: &DeviceGroup, t0: i64, t1: i64) -> Vec<Item> {
-    culedger_analysis::recon::hidden_in_window(g, t0, t1, &Words)
-}
-
 /// The reconciliation a device's pool went through, in words: that of its earliest failed
 /// allocation, else of its largest pool (`culedger_analysis::recon::failure_reconciliation`).
 pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
@@ -58,23 +47,7 @@ pub fn failure_reconciliation(g: &DeviceGroup) -> Option<PoolWindow> {
 
 /// Words for the hidden cost of an API, for sentences: `peer access`, `IPC opens`, ...
 pub fn api_words(api: &str) -> String {
-    let a = api.trim_end_matches("_v2").trim_end_matches("_ptsz");
-    let words = if a.contains("IpcOpenMemHandle") {
-        "IPC opens"
-    } else if a.contains("EnablePeerAccess") {
-        "peer access"
-    } else if a.contains("GraphInstantiate") || a.contains("GraphUpload") {
-        "graph instantiation"
-    } else if a.contains("ModuleLoad") || a.contains("LibraryLoad") {
-        "module loads"
-    } else if a.contains("CtxCreate") || a.contains("PrimaryCtxRetain") || a.contains("SetDevice") {
-        "contexts"
-    } else if a.contains("MemPool") || a.contains("MemAllocAsync") {
-        "memory pools"
-    } else {
-        return api.to_string();
-    };
-    words.to_string()
+    crate::words::api_class(&culedger_analysis::costs::ApiClass::of(api))
 }
 
 #[cfg(test)]

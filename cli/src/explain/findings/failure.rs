@@ -4,16 +4,15 @@
 //! `culedger diff`), are the analysis crate's (`culedger_analysis::recon`).
 
 use culedger_analysis::callers;
-use super::super::recon::reconcile;
-use culedger_analysis::recon::{burst_category, part_of};
+use culedger_analysis::recon::{burst_category, part_of, reconcile, ReconWords};
 use culedger_analysis::steps::{self, burst_ending_at, query_before, Step};
 use super::types::{
-    Detail, Ended, FailDetail, Finding, Kind, Minimum, Severity, StartDetail, StartRefusal, StartRow,
+    AfterPool, Detail, Ended, FailDetail, Finding, Kind, Minimum, Severity, SizedBy, StartDetail, StartRefusal,
+    StartRow,
 };
 use crate::analysis::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
-use crate::words::who;
 
 /// Processes that touched a GPU and exited with a failure status (or were killed by a
 /// signal) without a failed allocation of their own, leaving out a parent whose child failed
@@ -22,11 +21,12 @@ use crate::words::who;
 /// A process stopped (SIGTERM, SIGINT, SIGHUP, or ended with a `culedger run` a stop signal
 /// ended: see `runs::stopped`) did not fail.
 /// `ev`: the engine's formula on the run; a rank whose refusal check fails at the run's value
-/// was refused by that check, and the row says which.
+/// was refused by that check, and the row says which. `words` name each process.
 pub(super) fn failed_start(
     run: &Run,
     gs: &[DeviceGroup],
     ev: Option<&culedger_analysis::sizing::Evaluation>,
+    words: &dyn ReconWords,
 ) -> Vec<Finding> {
     // The run's command failed of itself (an exit status other than 0, no signal) and no
     // process has a failed allocation: the stop signals its processes got were its own
@@ -64,7 +64,7 @@ pub(super) fn failed_start(
         });
         rows.push(StartRow {
             pid: r.process.pid,
-            process: who(r),
+            process: words.who(r),
             // Written from `ended` by the words (`prose::word`).
             status: String::new(),
             ended: Ended::of(r.process.exit_code, r.process.signal),
@@ -114,9 +114,11 @@ pub(super) fn failed_start(
 }
 
 /// The failure findings, in device order; failed attempts of one burst are one finding.
+/// `words` name each process and write its reconciliation's lines.
 pub(super) fn failed_allocations(
     gs: &[DeviceGroup],
     ev: Option<&culedger_analysis::sizing::Evaluation>,
+    words: &dyn ReconWords,
 ) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
     for g in gs {
@@ -150,9 +152,9 @@ pub(super) fn failed_allocations(
                     let pool = steps::burst_after(&st, r.query_index);
                     let after = pool.last().is_some_and(|&l| l < burst[0]) && !pool.iter().any(|&j| st[j].failure().is_some());
                     (q < burst[0] && st[q].told().is_some())
-                        .then(|| (q, format!("{}'s {}", e.engine, e.sizing.function), after))
+                        .then(|| (q, SizedBy { engine: e.engine.clone(), function: e.sizing.function.clone() }, after))
                 });
-                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, minimum, sized)));
+                out.push((s.abs_us, failure_finding(g, *m, &st, i, &burst, f, minimum, sized, words)));
             }
         }
     }
@@ -170,11 +172,12 @@ fn failure_finding(
     burst: &[usize],
     f: &crate::model::Failure,
     minimum: Option<Minimum>,
-    sized: Option<(usize, String, bool)>,
+    sized: Option<(usize, SizedBy, bool)>,
+    words: &dyn ReconWords,
 ) -> Finding {
     let clock = g.clock;
     let q = sized.as_ref().map(|x| x.0).or_else(|| query_before(st, burst[0]));
-    let recon = q.map(|q| reconcile(g, m, st, q, i, burst));
+    let recon = q.map(|q| reconcile(g, m, st, q, i, burst, words));
     let told = recon.as_ref().map(|r| r.query.free_bytes);
     let (category, own) = burst_category(st, burst);
     // After the engine's whole pool, a request is no part of it, whatever its size.
@@ -225,7 +228,7 @@ fn failure_finding(
     };
     let detail = FailDetail {
         pid: m.pid(),
-        process: who(m.report),
+        process: words.who(m.report),
         label: m.label(),
         at_us: clock.since(st[i].abs_us),
         api: f.api.clone(),
@@ -236,7 +239,9 @@ fn failure_finding(
         // Written from `part_of` by the words (`prose::word`).
         part: String::new(),
         part_of: part,
-        after_pool: graph_capture_after_pool(st, i, category),
+        // Written from `after` by the words (`prose::word`).
+        after_pool: None,
+        after: graph_capture_after_pool(st, i, category),
         category: category.map(str::to_string),
         burst_attempts: burst.len(),
         burst_bytes: burst.iter().map(|&j| st[j].bytes).sum(),
@@ -273,11 +278,10 @@ fn failure_finding(
 /// A failed request of the CUDA graphs' (its own call site's category) made after the process
 /// allocated its KV pool: the graph capture after the pool (vLLM's compile_or_warm_up_model ->
 /// capture_model after initialize_from_config; SGLang's init_cuda_graphs after
-/// init_memory_pool), named as such.
-fn graph_capture_after_pool(st: &[Step], i: usize, category: Option<&str>) -> Option<String> {
+/// init_memory_pool).
+fn graph_capture_after_pool(st: &[Step], i: usize, category: Option<&str>) -> Option<AfterPool> {
     let kv = crate::model::CATEGORIES.iter().position(|c| *c == "kv_pool")?;
-    (category == Some("graphs") && st[..i].iter().any(|s| s.cats[kv] > 0))
-        .then(|| "its CUDA graph capture after its KV cache".to_string())
+    (category == Some("graphs") && st[..i].iter().any(|s| s.cats[kv] > 0)).then_some(AfterPool::GraphCapture)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 use super::types::{pct, Detail, Finding, ImbalanceDetail, Kind, RankPeaks, Severity, Spread};
 use crate::load::Run;
 use crate::model::{Report, CATEGORIES};
-use crate::words::who;
 use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE};
 
 fn is_rank(r: &Report) -> bool {
@@ -16,7 +15,8 @@ fn allocates(r: &Report) -> bool {
 
 /// Categories whose peaks differ across the ranks of the launch by more than
 /// [`IMBALANCE_PCT`] and at least [`NOISE`] (ranks whose allocation failed left out).
-pub(super) fn imbalance(run: &Run) -> Option<Finding> {
+/// `words` name each rank.
+pub(super) fn imbalance(run: &Run, words: &dyn culedger_analysis::recon::ReconWords) -> Option<Finding> {
     let ranked: Vec<&Report> = run.procs.iter().filter(|r| is_rank(r) && allocates(r)).collect();
     let candidates: Vec<&Report> =
         if ranked.len() >= 2 { ranked } else { run.procs.iter().filter(|r| allocates(r)).collect() };
@@ -27,7 +27,7 @@ pub(super) fn imbalance(run: &Run) -> Option<Finding> {
         .filter(|r| !failed(r))
         .map(|r| RankPeaks {
             pid: r.process.pid,
-            process: who(r),
+            process: words.who(r),
             peaks: CATEGORIES.iter().map(|c| r.devices.iter().map(|d| d.cat(c).peak_bytes).sum()).collect(),
         })
         .collect();

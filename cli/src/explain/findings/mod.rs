@@ -20,22 +20,27 @@ mod tests;
 mod types;
 mod untracked;
 
-pub use super::recon::failure_reconciliation;
-
 use crate::analysis::DeviceGroup;
 use crate::load::Run;
+use culedger_analysis::recon::ReconWords;
 
-pub use crate::words::join_and;
 pub use types::*;
 
 /// Every finding of a run, most important first.
-/// `ev`: the engine's sizing formula evaluated on the run, when one applies.
-pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&culedger_analysis::sizing::Evaluation>) -> Vec<Finding> {
+/// `ev`: the engine's sizing formula evaluated on the run, when one applies. `words` name
+/// processes (the JSON's `process` fields) and write the reconciliations' lines; every other
+/// word of a finding is written afterwards from its figures (`prose::word`).
+pub fn all(
+    run: &Run,
+    gs: &[DeviceGroup],
+    ev: Option<&culedger_analysis::sizing::Evaluation>,
+    words: &dyn ReconWords,
+) -> Vec<Finding> {
     culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);
-    let mut failures = failure::failed_allocations(gs, ev);
-    failures.extend(failure::failed_start(run, gs, ev));
+    let mut failures = failure::failed_allocations(gs, ev, words);
+    failures.extend(failure::failed_start(run, gs, ev, words));
     let mut out = failures.clone();
-    out.extend(sizing::sizing(gs, !failures.is_empty(), ev));
+    out.extend(sizing::sizing(gs, !failures.is_empty(), ev, words));
     let windows: Vec<untracked::FailureWindow> = failures
         .iter()
         .filter_map(|f| match &f.detail {
@@ -51,14 +56,14 @@ pub fn all(run: &Run, gs: &[DeviceGroup], ev: Option<&culedger_analysis::sizing:
             _ => None,
         })
         .collect();
-    let mut untracked: Vec<Finding> = gs.iter().filter_map(|g| untracked::untracked_growth(g, &windows, ev)).collect();
+    let mut untracked: Vec<Finding> = gs.iter().filter_map(|g| untracked::untracked_growth(g, &windows, ev, words)).collect();
     untracked.sort_by_key(|f| match &f.detail {
         Detail::Untracked(d) => (f.severity != Severity::Warning, std::cmp::Reverse(d.rise_bytes), f.device, f.mig_index),
         _ => (true, std::cmp::Reverse(0), None, None),
     });
     out.extend(untracked);
     out.extend(gs.iter().filter_map(growth::growth));
-    out.extend(imbalance::imbalance(run));
+    out.extend(imbalance::imbalance(run, words));
     // Failures, then warnings, then the rest; in the order above within each (a stable sort).
     out.sort_by_key(|f| f.severity);
     out

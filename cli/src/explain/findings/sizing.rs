@@ -4,19 +4,17 @@
 use culedger_analysis::process::RankId;
 use culedger_analysis::callers;
 use culedger_analysis::steps;
-use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow};
-use crate::analysis::{by_id, gpu_token, gpu_words, DeviceGroup, Member};
-use crate::units::fmt_bytes;
-use crate::words::join_and;
-use crate::words::who;
+use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow, WhyDiffers};
+use crate::analysis::{by_id, DeviceGroup, Member};
+use culedger_analysis::process::Who;
+use culedger_analysis::recon::ReconWords;
 use culedger_analysis::thresholds::POOL_DIFF_PCT;
 
-/// Why a rank was told less (or more) than the others: who else held memory on its GPU at
-/// its query.
-fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
-    // (pid, words) of the processes that held a context, and of those that held allocations.
-    type Held = Vec<(i64, String)>;
-    let (mut contexts, mut allocs): (Held, Held) = (Vec::new(), Vec::new());
+/// Why a rank was told `delta` more (negative: less) free memory than the others: who else
+/// held memory on its GPU at its query (processes with live allocations, and those that held
+/// only a context), in the group's member order.
+fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> WhyDiffers {
+    let (mut contexts, mut allocations) = (Vec::new(), Vec::new());
     for o in g.members.iter().filter(|o| !std::ptr::eq(o.report, m.report)) {
         let present = o.first_us().is_some_and(|f| f <= at) && o.ended_us().is_none_or(|e| e >= at);
         if !present {
@@ -24,35 +22,22 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> String {
         }
         let live: i64 = o.live_at(at).iter().sum();
         if live > 0 {
-            allocs.push((o.pid(), format!("{} allocated by {}", fmt_bytes(live), who(o.report))));
+            allocations.push((o.pid(), live, Who::of(o.report)));
         } else {
-            contexts.push((o.pid(), who(o.report)));
+            contexts.push(Who::of(o.report));
         }
     }
-    contexts.sort();
-    allocs.sort();
-    let mut held: Vec<String> = allocs.into_iter().map(|(_, s)| s).collect();
-    match contexts.len() {
-        0 => {}
-        1 => held.push(format!("the context of {}", contexts[0].1)),
-        _ => held
-            .push(format!("the contexts of {}", join_and(&contexts.into_iter().map(|(_, s)| s).collect::<Vec<_>>()))),
-    }
-    let more_less = if delta < 0 { "less" } else { "more" };
-    let mut s = format!("it was told {} {more_less} free memory than the other ranks", fmt_bytes(delta.abs()));
-    if !held.is_empty() && delta < 0 {
-        let gpu = gpu_words(&gpu_token(g.index, g.mig_index, g.uuid_name.as_deref()));
-        s.push_str(&format!(": {gpu} also held {} at its query", join_and(&held)));
-    }
-    s
+    WhyDiffers::Told { delta, allocations, contexts }
 }
 
 /// What each rank was told and what share of it its pool took; a finding when a rank's pool
 /// differs from the others' or when an allocation failed (the context of the failure).
+/// `words` name each rank.
 pub(super) fn sizing(
     gs: &[DeviceGroup],
     any_failure: bool,
     ev: Option<&culedger_analysis::sizing::Evaluation>,
+    words: &dyn ReconWords,
 ) -> Option<Finding> {
     let mut rows: Vec<(SizingRow, i64)> = Vec::new();
     for g in gs {
@@ -69,7 +54,7 @@ pub(super) fn sizing(
             });
             rows.push((
                 SizingRow {
-                    rank: RankId::of(*m, g, who(m.report)),
+                    rank: RankId::of(*m, g, words.who(m.report)),
                     first_told_bytes: first.and_then(|i| st[i].told()).and_then(|p| p.free_bytes),
                     first_at_us: first.map(|i| g.clock.since(st[i].abs_us)),
                     told_bytes: sz.told,
@@ -79,8 +64,10 @@ pub(super) fn sizing(
                     failed: sz.burst.iter().any(|&i| st[i].failure().is_some()),
                     differs_pct: 0.0,
                     flagged: false,
+                    // Written from `why_of` by the words (`prose::word`).
                     why: None,
                     caller,
+                    why_of: None,
                 },
                 abs,
             ));
@@ -128,14 +115,10 @@ pub(super) fn sizing(
             let delta = r.told_bytes - ref_told;
             let g = by_id(gs, &r.rank.gpu).expect("the row's device");
             let m = g.member_at(r.rank.pid, r.rank.start_us).expect("the row's process");
-            r.why = Some(if (delta as f64).abs() * 2.0 >= ((r.pool_bytes - reference) as f64).abs() {
+            r.why_of = Some(if (delta as f64).abs() * 2.0 >= ((r.pool_bytes - reference) as f64).abs() {
                 told_why(g, m, *abs, delta)
             } else {
-                format!(
-                    "it asked for {:.1}% of what it was told, the other ranks {:.1}%",
-                    r.fraction * 100.0,
-                    ref_fraction * 100.0
-                )
+                WhyDiffers::Share { fraction: r.fraction, others: ref_fraction }
             });
         }
     }

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 /// The findings with their words, as `culedger explain` has them.
 fn worded(run: &Run, gs: &[DeviceGroup], ev: Option<&culedger_analysis::sizing::Evaluation>) -> Vec<Finding> {
-    let mut found = all(run, gs, ev);
+    let mut found = all(run, gs, ev, &crate::explain::recon::Words);
     for f in &mut found {
         super::super::prose::word(f, !run.skipped.is_empty());
     }

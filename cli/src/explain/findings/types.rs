@@ -2,8 +2,9 @@
 //! it matters, and its figures), and the helpers the findings' modules compute them with.
 
 pub use culedger_analysis::explain::{
-    CatGrowth, Detail, Ended, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Kind, Minimum, Part, RankPeaks,
-    Severity, StartRefusal, SizingDetail, SizingRow, Spread, StartDetail, StartRow, UntrackedDetail,
+    AfterPool, CatGrowth, Detail, Ended, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Kind, Minimum, Part,
+    RankPeaks, Severity, SizedBy, StartRefusal, SizingDetail, SizingRow, Spread, StartDetail, StartRow,
+    UntrackedDetail, WhyDiffers,
 };
 
 pub(super) fn pct(part: i64, whole: i64) -> f64 {

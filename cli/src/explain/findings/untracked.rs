@@ -2,11 +2,11 @@
 //! two free-memory queries, with the hidden costs measured and the contexts created in
 //! between.
 
-use super::super::recon::{hidden_in_window, query_ref, Item};
+use culedger_analysis::explain::Item;
+use culedger_analysis::recon::{hidden_in_window, query_ref, ReconWords};
 use culedger_analysis::steps;
 use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
 use crate::analysis::{DeviceGroup, Member};
-use crate::words::who;
 use culedger_analysis::thresholds::UNTRACKED_GROWTH;
 
 /// A failure's reconciliation, on the run's clock: a rise inside it is the failure's.
@@ -18,11 +18,13 @@ pub(super) struct FailureWindow {
 
 /// The largest rise of untracked memory between two queries on a device, when it is more
 /// than [`UNTRACKED_GROWTH`] beyond the contexts of processes that began meanwhile and lies
-/// outside every failure's reconciliation (which accounts for it already).
+/// outside every failure's reconciliation (which accounts for it already). `words` name the
+/// queries' processes and write the items' lines.
 pub(super) fn untracked_growth(
     g: &DeviceGroup,
     failure_windows: &[FailureWindow],
     ev: Option<&culedger_analysis::sizing::Evaluation>,
+    words: &dyn ReconWords,
 ) -> Option<Finding> {
     let clock = g.clock;
     let probes = g.probes();
@@ -66,7 +68,7 @@ pub(super) fn untracked_growth(
     if failure_windows.iter().any(|w| g.is(&w.gpu) && w.from_us <= s1 && s0 <= w.to_us) {
         return None;
     }
-    let items = hidden_in_window(g, t0, t1);
+    let items = hidden_in_window(g, t0, t1, words);
     // Contexts of processes that began to use the GPU in between are expected.
     let expected: i64 = items.iter().filter(|i| i.expected).map(|i| i.bytes).sum();
     if rise - expected <= UNTRACKED_GROWTH {
@@ -115,8 +117,8 @@ pub(super) fn untracked_growth(
     pids.sort_unstable();
     pids.dedup();
     let detail = UntrackedDetail {
-        from: query_ref(g, from.0, from.1),
-        to: query_ref(g, to.0, to.1),
+        from: query_ref(g, from.0, from.1, words),
+        to: query_ref(g, to.0, to.1, words),
         untracked_from_bytes: from.2.untracked_bytes,
         untracked_to_bytes: to.2.untracked_bytes,
         rise_bytes: rise,
@@ -125,7 +127,7 @@ pub(super) fn untracked_growth(
         sized_before,
         estimated_before,
         free_after_bytes: to.2.free_bytes,
-        names: g.members.iter().rev().map(|m| (m.pid(), who(m.report))).collect(),
+        names: g.members.iter().rev().map(|m| (m.pid(), culedger_analysis::process::Who::of(m.report))).collect(),
         signature,
     };
     Some(Finding {
