@@ -403,6 +403,18 @@ mod tests {
 
     const MIB: i64 = 1 << 20;
 
+    /// APIs of one hidden cost are one class, whatever their suffix (`_v2`, `_ptsz`).
+    #[test]
+    fn api_classes() {
+        use super::ApiClass;
+        assert_eq!(ApiClass::of("cudaIpcOpenMemHandle"), ApiClass::IpcOpens);
+        assert_eq!(ApiClass::of("cuIpcOpenMemHandle_v2"), ApiClass::IpcOpens);
+        assert_eq!(ApiClass::of("cudaDeviceEnablePeerAccess"), ApiClass::PeerAccess);
+        assert_eq!(ApiClass::of("cuGraphInstantiateWithFlags"), ApiClass::GraphInstantiation);
+        assert_eq!(ApiClass::of("cuCtxCreate_v2"), ApiClass::of("cuDevicePrimaryCtxRetain"));
+        assert_eq!(ApiClass::of("cuFoo"), ApiClass::Other("cuFoo".into()));
+    }
+
     /// A rank on `dev` with a first probe (its context, 512 MiB, alone on the device) and
     /// the measured calls `(t0_us, t_us, api, bytes)`; `peer` adds a peer_access event.
     fn rank(pid: i64, dev: i64, calls: &[(i64, i64, &str, i64)], extra: Vec<Value>) -> Report {

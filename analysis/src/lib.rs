@@ -19,6 +19,7 @@
 //! The layers only call down: `culedger-format` (the report's types) <- this crate <- the
 //! CLI's commands and renderers.
 
+pub mod advice;
 pub mod callers;
 pub mod clock;
 pub mod costs;

@@ -4,11 +4,10 @@
 //! query's process and writes each item's words ([`Words`]), and names an API's hidden cost
 //! for sentences ([`api_words`]).
 
-use crate::analysis::{DeviceGroup, Member};
+use crate::analysis::DeviceGroup;
 use crate::clock::Clock;
 use crate::model::Report;
 use culedger_analysis::recon::ReconWords;
-use culedger_analysis::steps::Step;
 
 pub use culedger_analysis::explain::{Item, ItemKind, Recon};
 pub use culedger_analysis::recon::PoolWindow;
@@ -24,19 +23,6 @@ impl ReconWords for Words {
     fn items(&self, items: &mut [Item], c: &Clock) {
         crate::words::recon_items(items, c)
     }
-}
-
-/// The reconciliation of process `m` on device `g` from the query at `steps[query]` to the
-/// step `steps[end]` (`culedger_analysis::recon::reconcile`), in words.
-pub fn reconcile<'a>(
-    g: &DeviceGroup<'a>,
-    m: Member<'a>,
-    steps: &[Step<'a>],
-    query: usize,
-    end: usize,
-    pool: &[usize],
-) -> Recon {
-    culedger_analysis::recon::reconcile(g, m, steps, query, end, pool, &Words)
 }
 
 /// The reconciliation a device's pool went through, in words: that of its earliest failed

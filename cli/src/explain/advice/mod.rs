@@ -16,13 +16,12 @@
 //! to two decimals. `whatif` replays the same evaluation with other values.
 //!
 //! `culedger_analysis::sizing` evaluates the formula on the run (`sizing_words` words it);
-//! `compute` turns it into the recommendation as typed values; `words` writes its sentences
-//! (`Advice`, culedger-explain/1's `what_to_change`).
-pub mod compute;
+//! `culedger_analysis::advice` turns it into the recommendation as typed values; `words` writes
+//! its sentences (`Advice`, culedger-explain/1's `what_to_change`).
 pub mod sizing_words;
 pub mod words;
 
-pub use compute::{measured_after_pool, Measured};
+pub use culedger_analysis::advice::Measured;
 pub use sizing_words::*;
 pub use words::Advice;
 
@@ -46,5 +45,11 @@ pub fn advise_measured(
     ev: &Evaluation,
     measured: Option<Measured>,
 ) -> Option<Advice> {
-    compute::advised(run, gs, findings, ev, measured).map(|a| words::advice(&a, ev))
+    culedger_analysis::advice::advised(run, gs, findings, ev, measured, &crate::explain::recon::Words).map(|a| words::advice(&a, ev))
+}
+
+/// [`culedger_analysis::advice::measured_after_pool`], its reconciliations made with the CLI's
+/// words.
+pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, RankSizing)> {
+    culedger_analysis::advice::measured_after_pool(gs, ev, &crate::explain::recon::Words)
 }

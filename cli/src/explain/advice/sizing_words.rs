@@ -3,11 +3,10 @@
 //! value comes from, the pack's reserve filled in, a rank's GPU; and the evaluation's entry
 //! points with the reconciliation's words (`recon::Words`) bound.
 
-use crate::analysis::{DeviceGroup, Member};
-use crate::explain::recon::{Recon, Words};
+use crate::analysis::DeviceGroup;
+use crate::explain::recon::Words;
 use crate::load::Run;
 use culedger_analysis::engines::Sizing;
-use culedger_analysis::steps::Step;
 
 pub use culedger_analysis::sizing::*;
 
@@ -85,11 +84,6 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
 /// [`culedger_analysis::sizing::evaluate_run`], each rank's process named in the CLI's words.
 pub fn evaluate_run(run: &Run, gs: &[DeviceGroup]) -> Option<Evaluation> {
     culedger_analysis::sizing::evaluate_run(run, gs, &Words)
-}
-
-/// [`culedger_analysis::sizing::deficit_at`], its reconciliation in the CLI's words.
-pub fn deficit_at(g: &DeviceGroup, m: Member, st: &[Step], r: &RankSizing, i: usize, need: i64) -> (i64, Recon, Option<i64>) {
-    culedger_analysis::sizing::deficit_at(g, m, st, r, i, need, &Words)
 }
 
 /// [`culedger_analysis::sizing::outlook`].

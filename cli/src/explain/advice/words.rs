@@ -1,8 +1,8 @@
 //! The recommendation in words: "What to change", most useful first, written from the typed
-//! recommendation (`compute::Advised`), and `culedger-explain/1`'s `what_to_change` (`Advice`):
+//! recommendation (`culedger_analysis::advice::Advised`), and `culedger-explain/1`'s `what_to_change` (`Advice`):
 //! the numbers as computed, with the words beside them.
 
-use super::compute::{Advised, Arrived, Choice, Direction, Formula, Interval, Lever, Margin, PoolBytesSet, Sentence, Why};
+use culedger_analysis::advice::{Advised, Arrived, Choice, Direction, Formula, Interval, Lever, Margin, PoolBytesSet, Sentence, Why};
 use super::sizing_words::{fraction, gib, value_source, RankWords, ReserveWords};
 use culedger_analysis::sizing::{draft, Evaluation};
 use crate::words::join_and;

@@ -1,17 +1,18 @@
-//! The recommendation computed: from the engine's formula evaluated on the run
-//! (`culedger_analysis::sizing`), the interval of the parameter's values that start, the value to set, and
-//! every way to start with the pool each keeps, as typed values ([`Advised`]); `words` writes
-//! its sentences and `culedger-explain/1`'s `what_to_change`.
+//! "What to change", computed: from the engine's formula evaluated on the run
+//! (`crate::sizing`), the interval of the parameter's values that start, the value to set, and
+//! every way to start with the pool each keeps, as typed values ([`Advised`]) with no sentence
+//! in them; the CLI writes the sentences and `culedger-explain/1`'s `what_to_change` from them.
+//! The reconciliations it reads are made with the caller's words (`ReconWords`), of which it
+//! reads only the figures.
 
-use super::sizing_words::deficit_at;
-use culedger_analysis::sizing::{after_pool, ceil2, draft, floor2, still_needed, Evaluation, RankSizing};
-use crate::analysis::{DeviceGroup, Member};
-use crate::explain::recon::{Item, ItemKind};
+use crate::costs::ApiClass;
+use crate::engines::{self, Sizing};
+use crate::explain::{Detail, Finding, Item, ItemKind};
+use crate::groups::{by_id, DeviceGroup, Member};
 use crate::load::Run;
-use culedger_analysis::costs::ApiClass;
-use culedger_analysis::engines::{self, Sizing};
-use culedger_analysis::explain::{Detail, Finding};
-use culedger_analysis::steps;
+use crate::recon::ReconWords;
+use crate::sizing::{after_pool, ceil2, deficit_at, draft, floor2, still_needed, Evaluation, RankSizing};
+use crate::steps;
 use serde::Serialize;
 
 /// The recommendation for a failed (or refused) start, as numbers: the run's value of the
@@ -118,7 +119,7 @@ pub enum Sentence {
     SmallerModel,
 }
 
-/// One way to start, as numbers (the words are in `lines`): the flag to set (the parameter's
+/// One way to start, as numbers (the CLI words it): the flag to set (the parameter's
 /// own, or a lever of the pack's `alternatives` together with the parameter's value), and the
 /// KV pool per rank it keeps. `choices` come most pool kept first.
 #[derive(Debug, Clone, Serialize)]
@@ -247,7 +248,7 @@ pub struct PoolBytesSet {
 
 /// What arrived after the sizing query, by the reconciliation's items: driver costs by class
 /// of API, other ranks' contexts, allocations by category; largest first.
-fn arrivals(recon: &culedger_analysis::explain::Recon) -> Vec<(Arrived, i64)> {
+fn arrivals(recon: &crate::explain::Recon) -> Vec<(Arrived, i64)> {
     let mut out: Vec<(Arrived, i64)> = Vec::new();
     for it in &recon.items {
         let what = match it.kind {
@@ -264,7 +265,7 @@ fn arrivals(recon: &culedger_analysis::explain::Recon) -> Vec<(Arrived, i64)> {
             None => out.push((what, it.bytes)),
         }
     }
-    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > culedger_analysis::thresholds::NOISE) {
+    if let Some(u) = recon.unexplained_bytes.filter(|u| *u > crate::thresholds::NOISE) {
         out.push((Arrived::Unexplained, u));
     }
     out.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
@@ -365,7 +366,7 @@ struct Bound {
     /// For a refusal check: the bytes its expression moves per unit of the parameter.
     per_unit: f64,
     rank: usize,
-    recon: Option<culedger_analysis::explain::Recon>,
+    recon: Option<crate::explain::Recon>,
     refusal: Option<String>,
     margin: i64,
     /// Whether the run's own value broke it (what made the start fail).
@@ -388,10 +389,10 @@ struct Bound {
 /// workspace, the CUDA graphs and their driver memory, what grows with the pool's tokens,
 /// other processes' growth meanwhile); the most of any rank, and that rank. None when a rank
 /// failed or no rank allocated a pool after its sizing query.
-pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, RankSizing)> {
+pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation, words: &dyn ReconWords) -> Option<(i64, RankSizing)> {
     let mut best: Option<(i64, &RankSizing)> = None;
     for r in ev.ranks.iter().filter(|r| r.complete) {
-        let g = crate::analysis::by_id(gs, &r.rank.gpu)?;
+        let g = by_id(gs, &r.rank.gpu)?;
         let m = g.member_at(r.rank.pid, r.rank.start_us)?;
         let st = steps::steps(m);
         if st.iter().any(|s| s.failure().is_some()) {
@@ -400,7 +401,7 @@ pub fn measured_after_pool(gs: &[DeviceGroup], ev: &Evaluation) -> Option<(i64, 
         let q = r.query_index;
         let burst = steps::burst_after(&st, q);
         let Some(&end) = burst.last() else { continue };
-        let pool_end_free = crate::explain::recon::reconcile(g, m, &st, q, end, &burst).free_bytes;
+        let pool_end_free = crate::recon::reconcile(g, m, &st, q, end, &burst, words).free_bytes;
         let Some(last) = (end + 1..st.len()).rev().find(|&j| st[j].told().is_some()) else { continue };
         let after = pool_end_free - st[last].told().and_then(|p| p.free_bytes).unwrap_or(pool_end_free);
         if best.as_ref().is_none_or(|b| after > b.0) {
@@ -420,6 +421,7 @@ pub fn advised(
     findings: &[Finding],
     ev: &Evaluation,
     measured: Option<Measured>,
+    words: &dyn ReconWords,
 ) -> Option<Advised> {
     // A lever the run already pulled (its flag on the command line) is no alternative.
     let mut sizing = ev.sizing.clone();
@@ -445,7 +447,7 @@ pub fn advised(
     };
     let mut bounds: Vec<Bound> = Vec::new();
     for (k, r) in ev.ranks.iter().enumerate() {
-        let Some(g) = crate::analysis::by_id(gs, &r.rank.gpu) else { continue };
+        let Some(g) = by_id(gs, &r.rank.gpu) else { continue };
         let Some(m) = g.member_at(r.rank.pid, r.rank.start_us) else { continue };
         let failed_exit = m.report.process.exit_code.is_some_and(|c| c != 0) || m.report.process.signal.is_some();
         // Every check of the engine bounds the parameter, whether or not the run broke it:
@@ -480,7 +482,7 @@ pub fn advised(
         let Some(i) = (r.query_index + 1..st.len()).find(|&i| st[i].failure().is_some()) else { continue };
         let f = st[i].failure().expect("a failure");
         let (need, draft) = still_needed(run, m, &st, r, i);
-        let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2));
+        let (still, recon, after_pool) = deficit_at(g, m, &st, r, i, draft.as_ref().map_or(need, |d| d.2), words);
         // The free memory at the failure: as the failure finding measured it, else as the
         // reconciliation from the sizing query estimates it.
         let free = findings
@@ -573,7 +575,7 @@ pub fn advised(
     let reserve_bytes = ev.reserve_bytes(r, p0);
     let arr = deciding.recon.as_ref().map(arrivals).unwrap_or_default();
     let arrivals_bytes: i64 = arr.iter().map(|(_, b)| b).sum();
-    let g = crate::analysis::by_id(gs, &r.rank.gpu)?;
+    let g = by_id(gs, &r.rank.gpu)?;
     let m = g.member_at(r.rank.pid, r.rank.start_us)?;
     let alts = match deciding.recon.as_ref() {
         Some(_) => deciding.alts.clone(),
