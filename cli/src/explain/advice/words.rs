@@ -8,7 +8,10 @@ use culedger_analysis::sizing::{draft, Evaluation};
 use crate::words::join_and;
 use serde::Serialize;
 
-/// `culedger-explain/1`'s `what_to_change`: the recommendation's numbers and its words.
+/// `culedger-explain/1`'s `what_to_change`: the numbers of `culedger_analysis::advice::Advised`
+/// (see there) in the order the schema has them, with their words beside them: where the
+/// value comes from, the reserve filled in, what arrived and what each lever took by name,
+/// what the margin stands for, the deciding rank, and "What to change", most useful first.
 #[derive(Debug, Clone, Serialize)]
 pub struct Advice {
     pub engine: String,
@@ -16,33 +19,24 @@ pub struct Advice {
     pub flag: String,
     pub value: f64,
     pub value_source: String,
-    /// `lower` or `raise`; `none` when no value of the parameter fits.
+    /// `lower`, `raise` or `none`.
     pub direction: &'static str,
-    /// The value to set (two decimals), when one fits.
     pub recommended: Option<f64>,
-    /// The bound before rounding.
     pub bound: f64,
-    /// The values that start, as the checks and the failure bound them.
     pub interval: Interval,
-    /// The pool (per rank) at the run's value and at the recommended one.
     pub pool_before_bytes: i64,
     pub pool_after_bytes: Option<i64>,
-    /// What the formula reserved for everything after the pool at the run's value.
     pub reserve_bytes: i64,
     pub reserve_words: String,
-    /// What arrived after the sizing query on the deciding rank, largest first.
     pub arrivals: Vec<(String, i64)>,
     pub arrivals_bytes: i64,
-    /// Left for what the failed run never reached.
     pub margin_bytes: i64,
     pub margin_what: String,
-    /// Features whose call sites caused part of the arrivals, and how much.
+    /// The levers.
     pub alternatives: Vec<AltAdvice>,
-    /// Every way to start, most pool kept first.
     pub choices: Vec<Choice>,
-    /// The rank whose numbers decide (`rank 1 (pid 5102)`).
+    /// `rank 1 (pid 5102) on GPU 1`.
     pub deciding: String,
-    /// "What to change", most useful first.
     pub lines: Vec<String>,
 }
 
