@@ -4,6 +4,8 @@
 //! the recorded run, the free memory left, and whether it fits: the pool changes by the
 //! formula, everything else is taken as the run recorded it, and for a rank whose start
 //! failed the margin of `explain`'s recommendation is kept for what the run never reached.
+//! The replay is the analysis crate's (`culedger_analysis::whatif::replay`, typed values);
+//! this reads the flags, says what is wrong with them, and words the notes and the table.
 //! Exit status 0 when every rank fits, 1 when one does not, 2 on bad input.
 
 use crate::doc::{Block, Doc, Table};
@@ -12,24 +14,8 @@ use crate::explain::advice;
 use culedger_analysis::engines;
 use crate::run_analysis::Analysis;
 use crate::units::fmt_bytes;
-pub use culedger_analysis::whatif::{RankResult, WhatIf, WHATIF_SCHEMA};
-
-/// A rank's row with its process's identity from the replay's outlook, nothing else filled.
-fn row(o: &advice::Outlook) -> RankResult {
-    RankResult {
-        rank: o.rank.clone(),
-        pool_bytes: 0,
-        recorded_pool_bytes: 0,
-        arrivals_bytes: 0,
-        left_bytes: 0,
-        margin_bytes: 0,
-        startup_left_bytes: 0,
-        fits_at_startup: false,
-        fits: false,
-        refused: None,
-        cannot_tell: false,
-    }
-}
+pub use culedger_analysis::whatif::WhatIf;
+use culedger_analysis::whatif::replay::{replay, NeverReached, Note};
 
 fn known() -> String {
     engines::all()
@@ -97,148 +83,53 @@ pub fn whatif(a: &Analysis, sets: &[String], engine: Option<&str>) -> Result<Wha
             s.inputs.iter().map(|(k, i)| format!("{k} from {}", i.callers.join("/"))).collect::<Vec<_>>().join(", ")
         ))
     })?;
+    let r = replay(run, gs, &s, &ev, value, &crate::explain::recon::Words);
+    let mut w = r.whatif;
     // What the margin stands for, in explain's words: the engine's own estimate of what follows
-    // the pool when a rank measured it without applying it (vLLM's CUDA-graph estimate with
-    // VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0), else the pack's fixed after_pool.
-    let estimated = ev.ranks.iter().any(|r| {
-        crate::analysis::by_id(gs, &r.rank.gpu)
-            .and_then(|g| g.member_at(r.rank.pid, r.rank.start_us))
-            .is_some_and(|m| advice::after_pool::estimate(run, &s, m).is_some())
-    });
-    let never_reached = match s.after_pool.estimate.as_ref() {
-        Some(e) if estimated => e.what.clone(),
+    // the pool when a rank measured it without applying it, else the pack's fixed after_pool.
+    w.never_reached = match (r.never_reached, s.after_pool.estimate.as_ref()) {
+        (NeverReached::Estimate, Some(e)) => e.what.clone(),
         _ => advice::after_pool::fixed(run, &s).1,
     };
-    let finish = |ranks: Vec<RankResult>, notes: Vec<String>, fits: bool| WhatIf {
-        schema: WHATIF_SCHEMA,
-        label: run.label.clone(),
-        engine: s.engine.clone(),
-        function: s.function.clone(),
-        formula: s.formula.clone(),
-        parameter: s.parameter.name.clone(),
-        recorded_value: ev.value,
-        value,
-        fits_at_startup: ranks.iter().all(|r| r.fits_at_startup),
-        never_reached: never_reached.clone(),
-        ranks,
-        fits,
-        exit_code: i32::from(!fits),
-        notes,
-    };
-    let mut notes: Vec<String> = Vec::new();
-    // The KV cache set in bytes (vLLM's --kv-cache-memory-bytes): the engine skips the
-    // profiling the formula reads and the parameter no longer sizes the pool; it is left with
-    // the engine's start-up check (Worker.init_device: the free memory must hold total x
-    // utilization), which the run's first query replays.
-    let pool_flag = s.pool_bytes_flag.as_ref().and_then(|p| Some((p.flag.clone(), advice::after_pool::flag_number(run, &p.flag)? as i64)));
-    if let Some((flag, bytes)) = pool_flag {
-        notes.push(format!(
+    for n in &r.notes {
+        let n = note_words(n, &s, w.recorded_value);
+        if !w.notes.contains(&n) {
+            w.notes.push(n);
+        }
+    }
+    Ok(w)
+}
+
+/// A note of the replay in words (`recorded`: the run's value of the parameter).
+fn note_words(n: &Note, s: &engines::Sizing, recorded: f64) -> String {
+    match n {
+        Note::PoolSetInBytes { flag, bytes } => format!(
             "The run set {flag} {bytes}: {} skips the profiling its formula reads and the KV cache is {} at any {}; \
              the value changes only the start-up check (\"{}\"), which is replayed; everything else is as the run \
              recorded it ({})",
             s.engine,
-            fmt_bytes(bytes),
+            fmt_bytes(*bytes),
             s.parameter.name,
             s.refusals.first().map_or("", |x| x.message.as_str()),
             s.pool_bytes_flag.as_ref().map_or("", |p| p.source.as_str())
-        ));
-        let mut ranks = Vec::new();
-        for o in advice::outlook(run, gs, &ev) {
-            let same = |r: &&advice::RankSizing| r.rank.pid == o.rank.pid && r.rank.gpu == o.rank.gpu;
-            let Some(r) = ev.ranks.iter().find(same) else { continue };
-            let g = crate::analysis::by_id(gs, &r.rank.gpu);
-            let m = g.and_then(|g| g.member_at(r.rank.pid, r.rank.start_us));
-            let failed = m.is_some_and(|m| {
-                m.report.process.exit_code.is_some_and(|c| c != 0)
-                    || m.report.process.signal.is_some()
-                    || !m.dev.failures.is_empty()
-            });
-            let refused = ev.refusals(r, value).into_iter().find(|x| !x.3).map(|x| x.0);
-            // Refused by the check at its own value, the run never got past it: what follows at
-            // a value the check lets through is unseen.
-            let stopped = ev.refusals(r, ev.value).iter().any(|x| !x.3);
-            let cannot_tell = stopped && refused.is_none();
-            let left = if failed { -1 } else { o.free_end_bytes };
-            ranks.push(RankResult {
-                pool_bytes: bytes,
-                recorded_pool_bytes: bytes,
-                arrivals_bytes: 0,
-                left_bytes: left,
-                margin_bytes: 0,
-                startup_left_bytes: left,
-                fits_at_startup: !failed && refused.is_none(),
-                fits: !failed && refused.is_none(),
-                refused,
-                cannot_tell,
-                ..row(&o)
-            });
+        ),
+        Note::StoppedAtCheck => {
+            format!("The recorded run stopped at that check at {recorded}: what the start does past it is unseen")
         }
-        if ranks.iter().any(|r| r.cannot_tell) {
-            notes.push(format!(
-                "The recorded run stopped at that check at {}: what the start does past it is unseen",
-                ev.value
-            ));
-        } else if ranks.iter().any(|r| r.startup_left_bytes < 0 && r.refused.is_none()) {
-            notes.push("The recorded run failed with this KV cache size: it fails at any value".to_string());
-        }
-        let fits = !ranks.is_empty() && ranks.iter().all(|r| r.fits);
-        return Ok(finish(ranks, notes, fits));
+        Note::FailsAtAnyValue => "The recorded run failed with this KV cache size: it fails at any value".to_string(),
+        Note::DraftCountedWhole { path, per_rank_bytes } => format!(
+            "The failed request was part of the draft model's weights ({} {path}): counted whole, {} a rank, as \
+             explain counts them",
+            advice::draft::FLAG,
+            fmt_bytes(*per_rank_bytes)
+        ),
+        Note::UnsizedWeights => format!(
+            "What failed was part of weights still loading after the pool (a speculative-decoding draft model, \
+             say): the reports do not show how much more that load needed, so whatif cannot tell whether any \
+             value fits ({} names a draft model whose weight files, readable here, let it count them whole)",
+            advice::draft::FLAG
+        ),
     }
-    let mut ranks = Vec::new();
-    for o in advice::outlook(run, gs, &ev) {
-        if let Some(b) = o.draft_bytes {
-            let n = format!(
-                "The failed request was part of the draft model's weights ({} {}): counted whole, {} a rank, as \
-                 explain counts them",
-                advice::draft::FLAG,
-                advice::draft::named(run).map(|d| d.path).unwrap_or_default(),
-                fmt_bytes(b)
-            );
-            if !notes.contains(&n) {
-                notes.push(n);
-            }
-        }
-        if o.unsized_weights {
-            let n = format!(
-                "What failed was part of weights still loading after the pool (a speculative-decoding draft model, \
-                 say): the reports do not show how much more that load needed, so whatif cannot tell whether any \
-                 value fits ({} names a draft model whose weight files, readable here, let it count them whole)",
-                advice::draft::FLAG
-            );
-            if !notes.contains(&n) {
-                notes.push(n);
-            }
-        }
-        let same = |r: &&advice::RankSizing| r.rank.pid == o.rank.pid && r.rank.gpu == o.rank.gpu;
-        let Some(r) = ev.ranks.iter().find(same) else { continue };
-        let pool0 = r.pool_bytes;
-        let pool = ev.pool_at(r, value);
-        // A pool the formula makes negative takes nothing (the engine refuses it); and nothing
-        // is left beyond what the sizing query told the rank was free after the weights.
-        let taken = pool.max(0);
-        let startup_left = (o.free_end_bytes + (pool0 - taken) - o.still_bytes).min(o.told_bytes - taken);
-        // What grows with the pool's tokens (after_pool.per_token) grows and shrinks with it.
-        let margin = (o.margin_bytes as f64 + o.margin_per_pool_byte * (taken - pool0) as f64).max(0.0) as i64;
-        let left = startup_left - margin;
-        let refused = ev.refusals(r, value).into_iter().next().map(|x| x.0);
-        // Weights whose load the reports cannot size: no value can be said to fit.
-        let seen = !o.unsized_weights;
-        ranks.push(RankResult {
-            pool_bytes: pool,
-            recorded_pool_bytes: pool0,
-            arrivals_bytes: o.arrivals_bytes,
-            left_bytes: left,
-            margin_bytes: margin,
-            startup_left_bytes: startup_left,
-            fits_at_startup: seen && startup_left >= 0 && refused.is_none(),
-            fits: seen && left >= 0 && refused.is_none(),
-            refused,
-            cannot_tell: !seen,
-            ..row(&o)
-        });
-    }
-    let fits = ranks.iter().all(|r| r.fits);
-    Ok(finish(ranks, notes, fits))
 }
 
 pub fn document(w: &WhatIf) -> Doc {

@@ -86,11 +86,6 @@ pub fn evaluate_run(run: &Run, gs: &[DeviceGroup]) -> Option<Evaluation> {
     culedger_analysis::sizing::evaluate_run(run, gs, &Words)
 }
 
-/// [`culedger_analysis::sizing::outlook`].
-pub fn outlook(run: &Run, gs: &[DeviceGroup], ev: &Evaluation) -> Vec<Outlook> {
-    culedger_analysis::sizing::outlook(run, gs, ev, &Words)
-}
-
 #[cfg(test)]
 mod tests {
     use super::fraction;

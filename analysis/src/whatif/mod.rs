@@ -1,10 +1,14 @@
 //! The values of `culedger whatif --format json` (`culedger-whatif/1`, docs/cli-json.md): the
 //! recorded start replayed through the engine's sizing formula with another value of its
-//! parameter, per rank. The CLI computes them and fills the fields that hold words
-//! (`process`, `formula`, `refused`, `never_reached`, `notes`).
+//! parameter, per rank, computed by [`replay::replay`]. The fields that hold the CLI's words
+//! (`never_reached`, `notes`) are filled by the CLI from the replay's typed values
+//! ([`replay::NeverReached`], [`replay::Note`]); `process`, `formula` and `refused` are the
+//! report's and the rule pack's own.
 
 use crate::process::RankId;
 use serde::Serialize;
+
+pub mod replay;
 
 /// The schema id of `culedger whatif --format json`.
 pub const WHATIF_SCHEMA: &str = "culedger-whatif/1";
