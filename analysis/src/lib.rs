@@ -8,7 +8,8 @@
 //! callers' rows of a device, the callers that grew between two runs), how a process is named
 //! ([`process`]), the device figures the commands name ([`figures`]), a failure's or a
 //! window's reconciliation item by item ([`recon`]), the engine's sizing formula evaluated on
-//! the run ([`sizing`]), how many times each part was computed
+//! the run ([`sizing`]), the findings of `explain` ([`findings`]), how many times each part
+//! was computed
 //! ([`counts`]), and the thresholds the findings decide by ([`thresholds`]), and the values of
 //! the CLI's JSON outputs (`report`'s [`summary`], `explain`'s [`explain`], [`diff`],
 //! [`whatif`]).
@@ -29,6 +30,7 @@ pub mod diff;
 pub mod explain;
 pub mod explanation;
 pub mod figures;
+pub mod findings;
 pub mod groups;
 pub mod load;
 pub mod process;

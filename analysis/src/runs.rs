@@ -233,6 +233,30 @@ fn filter(mut run: Run, sel: &Selection) -> Result<Run, SelectError> {
 }
 
 
+/// Signals that stop a process rather than tell of a crash: what a user (Ctrl-C), a
+/// terminal closing, a launcher or a service manager sends to end a server
+/// (`SIGHUP`, `SIGINT`, `SIGTERM`).
+pub fn is_stop_signal(sig: i64) -> bool {
+    matches!(sig, 1 | 2 | 15)
+}
+
+/// How long before the run's last report a process may have ended and still be part of the
+/// stop that ended the run (a launcher's shutdown waits a few seconds for its workers).
+pub const STOP_GRACE_US: i64 = 10_000_000;
+
+/// Whether the process ended as stopped, not failed: by a stop signal of its own (its final
+/// report says so), or, with no signal of its own, as part of a `culedger run` whose command a
+/// stop signal ended, within [`STOP_GRACE_US`] of the run's last report (a process that failed
+/// earlier, leaving its launcher to hang until the user's Ctrl-C, did fail).
+pub fn stopped(r: &Report, run: &Run) -> bool {
+    if r.process.signal.is_some_and(is_stop_signal) {
+        return true;
+    }
+    let by_run = run.summary.as_ref().and_then(|s| s.signal).is_some_and(is_stop_signal);
+    let last = run.procs.iter().map(|p| p.process.end_us()).max().unwrap_or(0);
+    by_run && r.process.signal.is_none() && last - r.process.end_us() <= STOP_GRACE_US
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,7 +50,7 @@ impl<'r> Analysis<'r> {
     /// The findings, most important first.
     pub fn findings(&self) -> &[Finding] {
         self.findings.get_or_init(|| {
-            let mut found = crate::explain::findings::all(self.run, self.groups(), self.evaluation(), &crate::explain::recon::Words);
+            let mut found = culedger_analysis::findings::all(self.run, self.groups(), self.evaluation(), &crate::explain::recon::Words);
             // The words, from the figures.
             for f in &mut found {
                 crate::explain::prose::word(f, !self.run.skipped.is_empty());

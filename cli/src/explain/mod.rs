@@ -4,7 +4,7 @@
 //! are in docs/explain.md; the JSON (`culedger-explain/1`) too.
 //!
 //! - `recon`: the reconciliation from a query to a failure (or a pool);
-//! - `findings`: the findings, computed as typed values;
+//! - `findings`: the findings, computed as typed values (`culedger_analysis::findings`);
 //! - `prose`: each finding's title and conclusion, written from its figures;
 //! - `render`: text and markdown;
 //! - `callers`: call sites in words;
@@ -14,14 +14,16 @@
 //! The steps of a process (bursts, sizing queries) are the analysis crate's
 //! (`culedger_analysis::steps`).
 //! The layers only call down (`scripts/import-circles.py cli/src`: no circle): `engines`,
-//! `callers`, `recon` and `sizing` (the formula evaluated) compute; `findings` build typed
-//! values on them (no words: a finding's title and text are empty there); `prose::word`
+//! `callers`, `recon` and `sizing` (the formula evaluated) compute; `findings` (the analysis
+//! crate's) build typed values on them (no words: a finding's title and text are empty
+//! there; its processes named by `recon::Words`); `prose::word`
 //! writes those words from the figures when the run's analysis (`run_analysis`) computes the
 //! findings; `render` and the other commands take the finished values. Words shared with
 //! other commands (a process in a sentence, lists) are in `crate::words`.
 
 pub mod advice;
-pub mod findings;
+#[cfg(test)]
+mod findings_tests;
 pub mod prose;
 pub mod recon;
 pub mod render;
@@ -32,7 +34,7 @@ use crate::load::Run;
 use crate::words::who;
 use culedger_analysis::callers;
 
-pub use findings::{Detail, FailDetail, Finding, Kind, Severity};
+pub use culedger_analysis::findings::{Detail, FailDetail, Finding, Kind, Severity};
 
 pub use culedger_analysis::explanation::{Explanation, EXPLAIN_SCHEMA};
 

@@ -3,8 +3,8 @@
 //! time here is already on the run's clock.
 
 use culedger_analysis::callers;
-use super::findings::{AfterPool, CatGrowth, SizingRow, UntrackedDetail, WhyDiffers};
-use super::findings::{
+use culedger_analysis::findings::{AfterPool, CatGrowth, SizingRow, UntrackedDetail, WhyDiffers};
+use culedger_analysis::findings::{
     Detail, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Minimum, Part, Severity, SizingDetail, StartDetail,
 };
 use crate::words::who_is;

@@ -2,7 +2,7 @@
 //! important first. Failed allocations with the same mechanism on several GPUs are shown
 //! once in full and then as one row per GPU.
 
-use super::findings::{Detail, FailDetail, Finding, Kind, Severity};
+use culedger_analysis::findings::{Detail, FailDetail, Finding, Kind, Severity};
 use super::recon::{Item, ItemKind, Recon};
 use super::Explanation;
 use crate::clock::{fmt_secs, Clock, ClockWords};

@@ -1,19 +1,7 @@
 //! "What to change": the engine's sizing formula (`engines`) evaluated on the run's own
 //! queries, and the value of its parameter that makes the failed (or refused) start fit.
 //!
-//! For each rank the formula's inputs come from the queries their call sites name. Then:
-//! - a refusal (the formula's own check: SGLang's pool must come out positive, vLLM's initial
-//!   free memory must hold `total x utilization`) bounds the parameter where the check's
-//!   linear expression crosses zero;
-//! - a failed allocation after the sizing query bounds it by the deficit at the failure:
-//!   what was still to come there (the rest of the pool, when the failure is inside it, else
-//!   the failed request) plus the margin for what the failed run never reached (the pack's
-//!   `after_pool`), minus the free memory left; the parameter moves the pool by `scale`
-//!   bytes per unit (SGLang: `total`; vLLM: the GPU's memory), so lowering it by
-//!   `deficit / scale` makes room.
-//!
-//! The most constraining rank decides; "lower" values round down and "raise" values round up
-//! to two decimals. `whatif` replays the same evaluation with other values.
+//! How the checks and the failures bound the value: `culedger_analysis::advice`.
 //!
 //! `culedger_analysis::sizing` evaluates the formula on the run (`sizing_words` words it);
 //! `culedger_analysis::advice` turns it into the recommendation as typed values; `words` writes

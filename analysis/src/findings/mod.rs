@@ -1,7 +1,8 @@
 //! The findings of `culedger explain` (docs/explain.md), computed as typed values: what
 //! each finding is about, its figures (its [`Detail`]) and the processes and call sites
-//! involved. The words of each (its title and conclusion) are written from those figures
-//! by [`super::prose::word`], above this module: nothing here calls it.
+//! involved, with no words in them: the words of each (its title and conclusion, and the
+//! fields the JSON gives in words but `process`) are written from those figures by the CLI
+//! (its `explain::prose::word`), and the processes are named by the words [`all`] is given.
 //!
 //! 1. failed allocations, reconciled from the query the process sized from, and starts that
 //!    failed without one (`failure`);
@@ -15,28 +16,26 @@ mod failure;
 mod growth;
 mod imbalance;
 mod sizing;
-#[cfg(test)]
-mod tests;
 mod types;
 mod untracked;
 
-use crate::analysis::DeviceGroup;
+use crate::groups::DeviceGroup;
 use crate::load::Run;
-use culedger_analysis::recon::ReconWords;
+use crate::recon::ReconWords;
 
 pub use types::*;
 
 /// Every finding of a run, most important first.
 /// `ev`: the engine's sizing formula evaluated on the run, when one applies. `words` name
 /// processes (the JSON's `process` fields) and write the reconciliations' lines; every other
-/// word of a finding is written afterwards from its figures (`prose::word`).
+/// word of a finding is written afterwards from its figures (the CLI's `prose::word`).
 pub fn all(
     run: &Run,
     gs: &[DeviceGroup],
-    ev: Option<&culedger_analysis::sizing::Evaluation>,
+    ev: Option<&crate::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Vec<Finding> {
-    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Findings);
+    crate::counts::computed(crate::counts::Part::Findings);
     let mut failures = failure::failed_allocations(gs, ev, words);
     failures.extend(failure::failed_start(run, gs, ev, words));
     let mut out = failures.clone();
@@ -67,4 +66,31 @@ pub fn all(
     // Failures, then warnings, then the rest; in the order above within each (a stable sort).
     out.sort_by_key(|f| f.severity);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_severities_are_written_as_the_json_names_them() {
+        let json = |v: serde_json::Value| v.as_str().unwrap().to_string();
+        let kinds =
+            [Kind::FailedAllocation, Kind::FailedStart, Kind::Sizing, Kind::UntrackedGrowth, Kind::Growth, Kind::Imbalance]
+                .map(|k| json(serde_json::to_value(k).unwrap()));
+        assert_eq!(kinds, ["failed_allocation", "failed_start", "sizing", "untracked_growth", "growth", "imbalance"]);
+        let severities =
+            [Severity::Failure, Severity::Warning, Severity::Info].map(|s| json(serde_json::to_value(s).unwrap()));
+        assert_eq!(severities, ["failure", "warning", "info"]);
+        assert_eq!(severities, [Severity::Failure, Severity::Warning, Severity::Info].map(|s| s.as_str().to_string()));
+    }
+
+    #[test]
+    fn reconciliation_items_are_written_as_the_json_names_them() {
+        use crate::explain::ItemKind::*;
+        let kinds = [Pool, Allocated, DriverCost, OtherProcesses, Context];
+        let names = kinds.map(|k| serde_json::to_value(k).unwrap());
+        assert_eq!(names, ["pool", "allocated", "driver_cost", "other_processes", "context"]);
+        assert_eq!(names, kinds.map(|k| k.as_str()));
+    }
 }

@@ -1,10 +1,10 @@
 //! Peaks, and categories that kept growing at the end of the run.
 
-use culedger_analysis::callers;
+use crate::callers;
 use super::types::{CatGrowth, Detail, Finding, GrowthDetail, Kind, Severity};
-use crate::analysis::{DeviceGroup, Point};
+use crate::groups::{DeviceGroup, Point};
 use crate::model::CATEGORIES;
-use culedger_analysis::thresholds::NOISE;
+use crate::thresholds::NOISE;
 
 fn value_at(points: &[Point], c: usize, t: i64) -> i64 {
     let n = points.partition_point(|p| p.t_unix_us <= t);

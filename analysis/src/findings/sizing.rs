@@ -1,14 +1,14 @@
 //! The sizing formula: what each rank was told by the query it sized its pool from, and
 //! what share of it the pool took; ranks whose pool differs from the others'.
 
-use culedger_analysis::process::RankId;
-use culedger_analysis::callers;
-use culedger_analysis::steps;
+use crate::process::RankId;
+use crate::callers;
+use crate::steps;
 use super::types::{median, pct, Detail, Finding, Kind, Severity, SizingDetail, SizingRow, WhyDiffers};
-use crate::analysis::{by_id, DeviceGroup, Member};
-use culedger_analysis::process::Who;
-use culedger_analysis::recon::ReconWords;
-use culedger_analysis::thresholds::POOL_DIFF_PCT;
+use crate::groups::{by_id, DeviceGroup, Member};
+use crate::process::Who;
+use crate::recon::ReconWords;
+use crate::thresholds::POOL_DIFF_PCT;
 
 /// Why a rank was told `delta` more (negative: less) free memory than the others: who else
 /// held memory on its GPU at its query (processes with live allocations, and those that held
@@ -36,7 +36,7 @@ fn told_why(g: &DeviceGroup, m: Member, at: i64, delta: i64) -> WhyDiffers {
 pub(super) fn sizing(
     gs: &[DeviceGroup],
     any_failure: bool,
-    ev: Option<&culedger_analysis::sizing::Evaluation>,
+    ev: Option<&crate::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Option<Finding> {
     let mut rows: Vec<(SizingRow, i64)> = Vec::new();

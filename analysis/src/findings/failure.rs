@@ -1,16 +1,16 @@
 //! Failed allocations, each reconciled from the query the process sized from (failed
 //! attempts of one burst are one finding), and starts that failed without one. Which part of
 //! its burst an attempt is, and the reconciliation a device's pool went through (for
-//! `culedger diff`), are the analysis crate's (`culedger_analysis::recon`).
+//! `culedger diff`), are the analysis crate's (`crate::recon`).
 
-use culedger_analysis::callers;
-use culedger_analysis::recon::{burst_category, part_of, reconcile, ReconWords};
-use culedger_analysis::steps::{self, burst_ending_at, query_before, Step};
+use crate::callers;
+use crate::recon::{burst_category, part_of, reconcile, ReconWords};
+use crate::steps::{self, burst_ending_at, query_before, Step};
 use super::types::{
     AfterPool, Detail, Ended, FailDetail, Finding, Kind, Minimum, Severity, SizedBy, StartDetail, StartRefusal,
     StartRow,
 };
-use crate::analysis::{DeviceGroup, Member};
+use crate::groups::{DeviceGroup, Member};
 use crate::load::Run;
 use crate::model::Report;
 
@@ -25,7 +25,7 @@ use crate::model::Report;
 pub(super) fn failed_start(
     run: &Run,
     gs: &[DeviceGroup],
-    ev: Option<&culedger_analysis::sizing::Evaluation>,
+    ev: Option<&crate::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Vec<Finding> {
     // The run's command failed of itself (an exit status other than 0, no signal) and no
@@ -117,7 +117,7 @@ pub(super) fn failed_start(
 /// `words` name each process and write its reconciliation's lines.
 pub(super) fn failed_allocations(
     gs: &[DeviceGroup],
-    ev: Option<&culedger_analysis::sizing::Evaluation>,
+    ev: Option<&crate::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Vec<Finding> {
     let mut out: Vec<(i64, Finding)> = Vec::new();
@@ -189,7 +189,7 @@ fn failure_finding(
         Some(r) => (Some(r.free_bytes), r.closed_by.is_some()),
         None => (None, false),
     };
-    let needed = culedger_analysis::sizing::needed(m, f);
+    let needed = crate::sizing::needed(m, f);
     let short_by = free.map(|fr| needed - fr);
     let mut all_callers: Vec<String> = Vec::new();
     let mut add = |c: &Option<String>| {

@@ -1,7 +1,7 @@
-//! The findings as typed values (`culedger_analysis::explain`: what each is about, how much
-//! it matters, and its figures), and the helpers the findings' modules compute them with.
+//! The findings as typed values ([`crate::explain`]: what each is about, how much it
+//! matters, and its figures), and the helpers the findings' modules compute them with.
 
-pub use culedger_analysis::explain::{
+pub use crate::explain::{
     AfterPool, CatGrowth, Detail, Ended, FailDetail, Finding, GrowthDetail, ImbalanceDetail, Kind, Minimum, Part,
     RankPeaks, Severity, SizedBy, StartRefusal, SizingDetail, SizingRow, Spread, StartDetail, StartRow,
     UntrackedDetail, WhyDiffers,

@@ -2,16 +2,16 @@
 //! two free-memory queries, with the hidden costs measured and the contexts created in
 //! between.
 
-use culedger_analysis::explain::Item;
-use culedger_analysis::recon::{hidden_in_window, query_ref, ReconWords};
-use culedger_analysis::steps;
+use crate::explain::Item;
+use crate::recon::{hidden_in_window, query_ref, ReconWords};
+use crate::steps;
 use super::types::{Detail, Finding, Kind, Severity, UntrackedDetail};
-use crate::analysis::{DeviceGroup, Member};
-use culedger_analysis::thresholds::UNTRACKED_GROWTH;
+use crate::groups::{DeviceGroup, Member};
+use crate::thresholds::UNTRACKED_GROWTH;
 
 /// A failure's reconciliation, on the run's clock: a rise inside it is the failure's.
 pub(super) struct FailureWindow {
-    pub gpu: crate::analysis::GpuId,
+    pub gpu: crate::groups::GpuId,
     pub from_us: i64,
     pub to_us: i64,
 }
@@ -23,12 +23,12 @@ pub(super) struct FailureWindow {
 pub(super) fn untracked_growth(
     g: &DeviceGroup,
     failure_windows: &[FailureWindow],
-    ev: Option<&culedger_analysis::sizing::Evaluation>,
+    ev: Option<&crate::sizing::Evaluation>,
     words: &dyn ReconWords,
 ) -> Option<Finding> {
     let clock = g.clock;
     let probes = g.probes();
-    let readings: Vec<(Member, &crate::model::Probe, crate::analysis::Reading)> =
+    let readings: Vec<(Member, &crate::model::Probe, crate::groups::Reading)> =
         probes.iter().filter_map(|(m, p)| g.reading(*m, p).map(|r| (*m, *p, r))).collect();
     if readings.len() < 2 {
         return None;
@@ -127,7 +127,7 @@ pub(super) fn untracked_growth(
         sized_before,
         estimated_before,
         free_after_bytes: to.2.free_bytes,
-        names: g.members.iter().rev().map(|m| (m.pid(), culedger_analysis::process::Who::of(m.report))).collect(),
+        names: g.members.iter().rev().map(|m| (m.pid(), crate::process::Who::of(m.report))).collect(),
         signature,
     };
     Some(Finding {

@@ -3,10 +3,10 @@
 use super::types::{pct, Detail, Finding, ImbalanceDetail, Kind, RankPeaks, Severity, Spread};
 use crate::load::Run;
 use crate::model::{Report, CATEGORIES};
-use culedger_analysis::thresholds::{IMBALANCE_PCT, NOISE};
+use crate::thresholds::{IMBALANCE_PCT, NOISE};
 
 fn is_rank(r: &Report) -> bool {
-    culedger_analysis::process::rank_hint(&r.process.env).is_some()
+    crate::process::rank_hint(&r.process.env).is_some()
 }
 
 fn allocates(r: &Report) -> bool {
@@ -16,7 +16,7 @@ fn allocates(r: &Report) -> bool {
 /// Categories whose peaks differ across the ranks of the launch by more than
 /// [`IMBALANCE_PCT`] and at least [`NOISE`] (ranks whose allocation failed left out).
 /// `words` name each rank.
-pub(super) fn imbalance(run: &Run, words: &dyn culedger_analysis::recon::ReconWords) -> Option<Finding> {
+pub(super) fn imbalance(run: &Run, words: &dyn crate::recon::ReconWords) -> Option<Finding> {
     let ranked: Vec<&Report> = run.procs.iter().filter(|r| is_rank(r) && allocates(r)).collect();
     let candidates: Vec<&Report> =
         if ranked.len() >= 2 { ranked } else { run.procs.iter().filter(|r| allocates(r)).collect() };
