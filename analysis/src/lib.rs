@@ -28,6 +28,7 @@ pub mod compare;
 pub mod counts;
 pub mod diff;
 pub mod explain;
+pub mod explanation;
 pub mod figures;
 pub mod findings;
 pub mod groups;

@@ -62,7 +62,7 @@ pub fn document(a: &Analysis, dir: &str) -> Doc {
 /// The first line of explain's "What to change" (the knob, its direction and value), shown
 /// under explain's headline.
 fn first_recommendation(e: &Explanation) -> Option<String> {
-    e.gist().1
+    crate::explain::gist(e).1
 }
 
 /// How the command `culedger run` started ended, from its summary.

@@ -33,42 +33,10 @@ use crate::clock::Clock;
 use crate::load::Run;
 use crate::words::who;
 use culedger_analysis::callers;
-use serde::Serialize;
 
 pub use culedger_analysis::findings::{Detail, FailDetail, Finding, Kind, Severity};
 
-/// The schema id of `culedger explain --format json` (docs/explain.md).
-pub const EXPLAIN_SCHEMA: &str = "culedger-explain/1";
-
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Explanation {
-    /// Always [`EXPLAIN_SCHEMA`].
-    pub schema: &'static str,
-    pub label: String,
-    pub run_ids: Vec<String>,
-    /// The origin of every `at_us`: when the run's first process started (µs since the epoch).
-    pub t0_unix_us: i64,
-    pub processes: usize,
-    pub devices: usize,
-    /// One line: how many findings of each severity, or that there is none.
-    pub verdict: String,
-    /// The exit status: 1 when a finding is a failure or a warning, else 0.
-    pub exit_code: i32,
-    pub findings: Vec<Finding>,
-    /// Whether the reports record call sites (not every writer's reports hold them).
-    pub sites_recorded: bool,
-    /// What limits the explanation: reports that could not be read, processes without a
-    /// final report, lost events.
-    pub notes: Vec<String>,
-    /// For a failed or refused start of an engine whose sizing formula the rule packs give:
-    /// the parameter to change, its value, and the numbers behind it (null otherwise).
-    pub what_to_change: Option<advice::Advice>,
-    /// Figures that cannot all be true (`DeviceGroup::impossible`), one line each; left out
-    /// when none. They make the exit status 1 and are never "nothing alarming".
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub impossible: Vec<String>,
-}
+pub use culedger_analysis::explanation::{Explanation, EXPLAIN_SCHEMA};
 
 /// Findings with the same mechanism (a failure or a rise of untracked memory alike in all
 /// but its rank, GPU and figures) share a signature; each after the first names the first
@@ -183,14 +151,12 @@ pub fn explain(
     }
 }
 
-impl Explanation {
-    /// Its headline (the first finding's title, else the verdict) and its first "What to
-    /// change" line: the gist that commands showing only that much print (`culedger diff`
-    /// for the side whose start failed, the one screen of `culedger run`'s ending).
-    pub fn gist(&self) -> (String, Option<String>) {
-        let head = self.findings.first().map_or_else(|| self.verdict.clone(), |f| f.title.clone());
-        (head, self.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
-    }
+/// An explanation's headline (the first finding's title, else the verdict) and its first
+/// "What to change" line: the gist that commands showing only that much print (the one screen
+/// of `culedger run`'s ending).
+pub fn gist(e: &Explanation) -> (String, Option<String>) {
+    let head = e.findings.first().map_or_else(|| e.verdict.clone(), |f| f.title.clone());
+    (head, e.what_to_change.as_ref().and_then(|a| a.lines.first()).map(|l| format!("{l}.")))
 }
 
 /// What limits the explanation.

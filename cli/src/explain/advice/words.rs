@@ -2,52 +2,11 @@
 //! recommendation (`culedger_analysis::advice::Advised`), and `culedger-explain/1`'s `what_to_change` (`Advice`):
 //! the numbers as computed, with the words beside them.
 
-use culedger_analysis::advice::{Advised, Arrived, Choice, Direction, Formula, Interval, Lever, Margin, PoolBytesSet, Sentence, Why};
+use culedger_analysis::advice::{Advised, Arrived, Choice, Direction, Formula, Lever, Margin, PoolBytesSet, Sentence, Why};
 use super::sizing_words::{fraction, gib, value_source, RankWords, ReserveWords};
 use culedger_analysis::sizing::{draft, Evaluation};
 use crate::words::join_and;
-use serde::Serialize;
-
-/// `culedger-explain/1`'s `what_to_change`: the numbers of `culedger_analysis::advice::Advised`
-/// (see there) in the order the schema has them, with their words beside them: where the
-/// value comes from, the reserve filled in, what arrived and what each lever took by name,
-/// what the margin stands for, the deciding rank, and "What to change", most useful first.
-#[derive(Debug, Clone, Serialize)]
-pub struct Advice {
-    pub engine: String,
-    pub parameter: String,
-    pub flag: String,
-    pub value: f64,
-    pub value_source: String,
-    /// `lower`, `raise` or `none`.
-    pub direction: &'static str,
-    pub recommended: Option<f64>,
-    pub bound: f64,
-    pub interval: Interval,
-    pub pool_before_bytes: i64,
-    pub pool_after_bytes: Option<i64>,
-    pub reserve_bytes: i64,
-    pub reserve_words: String,
-    pub arrivals: Vec<(String, i64)>,
-    pub arrivals_bytes: i64,
-    pub margin_bytes: i64,
-    pub margin_what: String,
-    /// The levers.
-    pub alternatives: Vec<AltAdvice>,
-    pub choices: Vec<Choice>,
-    /// `rank 1 (pid 5102) on GPU 1`.
-    pub deciding: String,
-    pub lines: Vec<String>,
-}
-
-/// A lever in `culedger-explain/1`: what its feature took, the parts named in words.
-#[derive(Debug, Clone, Serialize)]
-pub struct AltAdvice {
-    pub flag: String,
-    pub what: String,
-    pub bytes: i64,
-    pub apis: Vec<String>,
-}
+pub use culedger_analysis::explanation::{AltAdvice, Advice};
 
 /// A part of what arrived (or of what a lever took) in words: `peer access`, `other ranks'
 /// contexts`, `weights allocations`, ...
