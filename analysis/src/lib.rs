@@ -11,8 +11,8 @@
 //! the run ([`sizing`]), the findings of `explain` ([`findings`]), how many times each part
 //! was computed
 //! ([`counts`]), and the thresholds the findings decide by ([`thresholds`]), and the values of
-//! the CLI's JSON outputs (`report`'s [`summary`], `explain`'s [`explain`], [`diff`],
-//! [`whatif`]).
+//! the CLI's JSON outputs (`report`'s [`summary`], `explain`'s [`explain`] and [`explanation`], [`diff`],
+//! [`whatif`]), and one run's analysis with each part computed once ([`run_analysis`]).
 //! Everything here is numbers and typed values; the words that tell them (messages,
 //! sentences, tables) are written by the CLI's renderers.
 //!
@@ -35,6 +35,7 @@ pub mod groups;
 pub mod load;
 pub mod process;
 pub mod recon;
+pub mod run_analysis;
 pub mod runs;
 pub mod sites;
 pub mod sizing;

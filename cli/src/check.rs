@@ -302,7 +302,7 @@ pub fn command(req: &Request) -> Result<i32> {
         return Err(Fail::input("check: nothing to check: give --budget 'KEY<=SIZE', --budgets FILE or --no-failures"));
     }
     let run = crate::runs::select(load_run(std::slice::from_ref(req.path))?, req.selection)?;
-    let analysis = crate::run_analysis::Analysis::new(&run);
+    let analysis = crate::run_analysis::of(&run);
     let gs = analysis.groups();
     let outcomes = evaluate(gs, &budgets, req.no_failures);
     let of = |status: Status| outcomes.iter().filter(|o| o.status == status).count();

@@ -438,7 +438,7 @@ fn script_json(v: &Value) -> String {
 
 /// The whole page.
 pub fn page(runs: &[Run]) -> Result<String> {
-    let analyses: Vec<Analysis> = runs.iter().map(Analysis::new).collect();
+    let analyses: Vec<Analysis> = runs.iter().map(crate::run_analysis::of).collect();
     let mut data = json!({
         "tool": format!("culedger {}", env!("CARGO_PKG_VERSION")),
         "runs": analyses.iter().map(run_data).collect::<Result<Vec<_>>>()?,

@@ -46,7 +46,7 @@ fn steps(n: usize) -> u64 {
     let snap = crate::metrics::snapshot(&paths);
     let text = crate::metrics::render(&snap, &Default::default(), 0);
     assert!(text.contains("culedger_"), "{text}");
-    crate::run_analysis::Analysis::new(&snap.run).explanation();
+    crate::run_analysis::of(&snap.run).explanation();
     take_steps()
 }
 

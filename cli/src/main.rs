@@ -50,7 +50,6 @@ use error::{Fail, Result};
 use flags::{CheckFormat, Cli, Command, ShellArg};
 use layout::{ColorChoice, Stream, Style};
 use output::print_stdout;
-use run_analysis::Analysis;
 use std::path::PathBuf;
 
 fn main() {
@@ -99,7 +98,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Report { paths, format, all_categories, fold, no_fold, brief, select } => {
             let run = load(&paths, &select.selection())?;
-            let analysis = Analysis::new(&run);
+            let analysis = crate::run_analysis::of(&run);
             if brief {
                 let dir =
                     paths.iter().map(|p| screen::shell_word(&p.display().to_string())).collect::<Vec<_>>().join(" ");
@@ -115,7 +114,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Explain { paths, format, select } => {
             let run = load(&paths, &select.selection())?;
-            let analysis = Analysis::new(&run);
+            let analysis = crate::run_analysis::of(&run);
             let e = analysis.explanation();
             emit(format.into(), color, || explain::render::document(e), e)?;
             Ok(e.exit_code)
@@ -123,7 +122,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Diff { a, b, format, all_categories, fold, no_fold, select } => {
             let sel = select.selection();
             let (ra, rb) = (load(&[a], &sel)?, load(&[b], &sel)?);
-            let d = diff::diff(&Analysis::new(&ra), &Analysis::new(&rb), all_categories);
+            let d = diff::diff(&crate::run_analysis::of(&ra), &crate::run_analysis::of(&rb), all_categories);
             let fold = if no_fold { Some(false) } else { fold.then_some(true) };
             emit(format.into(), color, || diff::render::document(&d, fold), &d)?;
             Ok(0)
@@ -156,7 +155,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 return Err(Fail::input("export: only one of --perfetto and --memory-viz can write to stdout (-)"));
             }
             let run = load(&[path], &merge_only(merge_runs))?;
-            let analysis = Analysis::new(&run);
+            let analysis = crate::run_analysis::of(&run);
             if let Some(out) = perfetto {
                 eprintln!("culedger: wrote {}", export::write_perfetto(&analysis, &out)?);
             }
@@ -168,7 +167,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Plot { path, output, all_categories, from, to, select } => {
             let run = load(&[path], &select.selection())?;
             let window = plot::Window { from_s: from, to_s: to };
-            eprintln!("culedger: wrote {}", plot::write_svg(&Analysis::new(&run), &output, all_categories, window)?);
+            eprintln!("culedger: wrote {}", plot::write_svg(&crate::run_analysis::of(&run), &output, all_categories, window)?);
             Ok(0)
         }
         Command::Top { paths, once, fold, wait } => top::command(&paths, top::Options { once, fold, wait }),
@@ -183,7 +182,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Whatif { path, sets, engine, format, select } => {
             let run = load(&[path], &select.selection())?;
-            let w = whatif::whatif(&Analysis::new(&run), &sets, engine.as_deref())?;
+            let w = whatif::whatif(&crate::run_analysis::of(&run), &sets, engine.as_deref())?;
             emit(format.into(), color, || whatif::document(&w), &w)?;
             Ok(w.exit_code)
         }

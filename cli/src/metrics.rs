@@ -46,7 +46,7 @@ pub fn snapshot(paths: &[PathBuf]) -> Snapshot {
         Ok(mut chosen) => {
             chosen.skipped = skipped;
             chosen.missing = missing;
-            let summary = crate::run_analysis::Analysis::new(&chosen).summary(false).clone();
+            let summary = crate::run_analysis::of(&chosen).summary(false).clone();
             Snapshot { run: chosen, summary: Some(summary) }
         }
         Err(_) => Snapshot { run, summary: None },

@@ -2,7 +2,6 @@
 //! module of its own: it calls the commands, which sit above `run_analysis`).
 
 use crate::load::Run;
-use crate::run_analysis::Analysis;
 use culedger_analysis::counts::{take_counts, Part};
 use std::collections::BTreeMap;
 
@@ -38,12 +37,12 @@ fn every_command_computes_each_part_once() {
     use Part::*;
     let (a, b) = (fixture("custom-ar"), fixture("nccl"));
     take_counts();
-    crate::diff::diff(&Analysis::new(&a), &Analysis::new(&b), false);
+    crate::diff::diff(&crate::run_analysis::of(&a), &crate::run_analysis::of(&b), false);
     let diff = take_counts();
     assert_eq!(diff.get(&Explanation), None, "{diff:?}");
     assert_eq!(diff, counts(&[(Groups, 2), (Evaluation, 2), (Findings, 2), (Fold, 2), (Advice, 2)]));
 
-    let analysis = Analysis::new(&a);
+    let analysis = crate::run_analysis::of(&a);
     crate::export::perfetto(&analysis);
     crate::export::memory_viz(&analysis);
     crate::plot::svg(&analysis, false, Default::default()).unwrap();

@@ -292,7 +292,7 @@ pub fn run(req: Request) -> Result<i32> {
     run.procs.sort_by_key(|r| (r.process.host.clone(), r.process.start_us(), r.process.pid));
     run.run_ids = vec![run_id];
     let style = Style::for_stream(color, Stream::Stderr);
-    let analysis = crate::run_analysis::Analysis::new(&run);
+    let analysis = crate::run_analysis::of(&run);
     let doc = if report {
         crate::report::document(analysis.summary(false), Default::default())
     } else {

@@ -209,7 +209,7 @@ mod tests {
     fn eight_ranks_fit_one_screen() {
         let run = fixture("custom-ar-tp8");
         for width in [80, 100] {
-            let text = document(&Analysis::new(&run), "tests/fixtures/custom-ar-tp8")
+            let text = document(&crate::run_analysis::of(&run), "tests/fixtures/custom-ar-tp8")
                 .render(Format::Text, Style { color: false, width });
             let lines: Vec<&str> = text.lines().collect();
             assert!(lines.len() <= 30, "{width}: {} lines\n{text}", lines.len());
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn nothing_failed_no_headline() {
         let text =
-            document(&Analysis::new(&fixture("nccl")), "d").render(Format::Text, Style { color: false, width: 200 });
+            document(&crate::run_analysis::of(&fixture("nccl")), "d").render(Format::Text, Style { color: false, width: 200 });
         assert!(text.starts_with("culedger: d (3 processes, 2 GPUs)\nno allocation failed"), "{text}");
         assert!(!text.contains("culedger explain:"), "{text}");
         assert_eq!(

@@ -96,8 +96,3 @@ fn sequential_runs_note(runs: &[RunPeak]) -> String {
         peaks.join("; ")
     )
 }
-
-/// The run's summary, from its device groups (`run_analysis::Analysis` computes them once).
-pub fn summarize(run: &Run, gs: &[DeviceGroup], all_categories: bool) -> RunSummary {
-    culedger_analysis::summary::summarize(run, gs, all_categories, &ReportWords)
-}

@@ -68,6 +68,33 @@ pub fn all(
     out
 }
 
+/// Findings with the same mechanism (a failure or a rise of untracked memory alike in all
+/// but its rank, GPU and figures) share a signature; each after the first names the first
+/// (`folded_into`), under which every output shows it as one row; the first gets a title
+/// that names them all (`folded_title`, written by `title` from the row's findings, ordered
+/// by host and GPU).
+pub fn fold(mut found: Vec<Finding>, title: &dyn Fn(&[&Finding]) -> Option<String>) -> Vec<Finding> {
+    crate::counts::computed(crate::counts::Part::Fold);
+    let signature = |f: &Finding| match &f.detail {
+        Detail::Failure(d) => Some(d.signature.clone()),
+        Detail::Untracked(d) => Some(d.signature.clone()),
+        _ => None,
+    };
+    let sigs: Vec<Option<String>> = found.iter().map(signature).collect();
+    for k in 0..found.len() {
+        found[k].folded_into = None;
+        if sigs[k].is_some() {
+            found[k].folded_into = (0..k).find(|&j| found[j].folded_into.is_none() && sigs[j] == sigs[k]);
+        }
+    }
+    for k in 0..found.len() {
+        let mut all: Vec<&Finding> = found.iter().enumerate().filter(|(j, f)| *j == k || f.folded_into == Some(k)).map(|(_, f)| f).collect();
+        all.sort_by_key(|f| (f.host.clone(), f.device, f.mig_index));
+        found[k].folded_title = title(&all);
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! them: the failure's reconciliation, its call sites, its words; a failed start.
 
 use culedger_analysis::findings::{all, Detail, Finding, Kind};
+use culedger_analysis::sizing::evaluate_run;
 use crate::analysis::DeviceGroup;
 use crate::load::Run;
 use serde_json::{json, Value};
@@ -87,7 +88,7 @@ fn run() -> Run {
 fn a_failure_is_reconciled_with_its_call_sites() {
     let run = run();
     let gs = crate::analysis::groups(&run);
-    let found = worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
+    let found = worded(&run, &gs, evaluate_run(&run, &gs, &crate::explain::recon::Words).as_ref());
     let f = found.iter().find(|f| f.kind == Kind::FailedAllocation).expect("the failure");
     let Detail::Failure(d) = &f.detail else { unreachable!() };
     let r = d.reconciliation.as_ref().expect("a sizing query before it");
@@ -140,7 +141,7 @@ fn a_failure_without_a_query_before_it_says_so() {
     let r: crate::model::Report = serde_json::from_value(v).unwrap();
     let run = Run { label: "t/".into(), procs: vec![r], ..Run::default() };
     let gs = crate::analysis::groups(&run);
-    let found = worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref());
+    let found = worded(&run, &gs, evaluate_run(&run, &gs, &crate::explain::recon::Words).as_ref());
     assert_eq!(found.len(), 1, "{found:?}");
     let Detail::Failure(d) = &found[0].detail else { unreachable!() };
     assert!(d.reconciliation.is_none() && d.short_by_bytes.is_none());
@@ -159,9 +160,9 @@ fn without_call_sites_the_text_says_so() {
         }
     }
     let gs = crate::analysis::groups(&run);
-    let ev = crate::explain::advice::evaluate_run(&run, &gs);
+    let ev = evaluate_run(&run, &gs, &crate::explain::recon::Words);
     let found = worded(&run, &gs, ev.as_ref());
-    let e = super::explain(&run, &gs, found, None);
+    let e = culedger_analysis::explanation::explanation(&run, &gs, found, None, &super::ExplainWords);
     assert!(!e.sites_recorded);
     let text = super::render::document(&e).render(crate::doc::Format::Text, crate::layout::Style::default());
     assert!(text.contains("Call site unknown: these reports record no call sites"), "{text}");
@@ -181,7 +182,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
         run.procs[1].process.signal = Some(signal);
         run.summary = summary;
         let gs = crate::analysis::groups(&run);
-        worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+        worded(&run, &gs, evaluate_run(&run, &gs, &crate::explain::recon::Words).as_ref())
             .iter()
             .filter(|f| f.kind == Kind::FailedStart)
             .map(|f| {
@@ -201,7 +202,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.summary = Some(stopped);
     let gs = crate::analysis::groups(&run);
     assert!(
-        worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+        worded(&run, &gs, evaluate_run(&run, &gs, &crate::explain::recon::Words).as_ref())
             .iter()
             .all(|f| f.kind != Kind::FailedStart),
         "rank 0's exit 1 is part of the stop"
@@ -217,7 +218,7 @@ fn a_process_stopped_by_a_stop_signal_did_not_fail_its_start() {
     run.procs[1].process.end_unix_ms = 60_010;
     let gs = crate::analysis::groups(&run);
     assert!(
-        worded(&run, &gs, crate::explain::advice::evaluate_run(&run, &gs).as_ref())
+        worded(&run, &gs, evaluate_run(&run, &gs, &crate::explain::recon::Words).as_ref())
             .iter()
             .any(|f| f.kind == Kind::FailedStart),
         "an earlier failure stays one"
@@ -229,12 +230,12 @@ fn a_report_without_its_final_write_says_when_failures_came_past_the_urgent_budg
     let mut run = run();
     run.procs[0].health.urgent_deferred = 3;
     let has_note = |run: &Run| {
-        crate::run_analysis::Analysis::new(run).explanation().notes.iter().any(|n| n.contains("past culedger's budget"))
+        crate::run_analysis::of(run).explanation().notes.iter().any(|n| n.contains("past culedger's budget"))
     };
     assert!(!has_note(&run), "a final report holds everything");
     run.procs[0].process.exit = culedger_format::report::Exit::Running;
     assert!(has_note(&run));
-    let notes = crate::run_analysis::Analysis::new(&run).explanation().notes.clone();
+    let notes = crate::run_analysis::of(&run).explanation().notes.clone();
     assert!(notes.iter().all(|n| !n.contains("  ")), "one space between words: {notes:?}");
     run.procs[0].health.urgent_deferred = 0;
     assert!(!has_note(&run));

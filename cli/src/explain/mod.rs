@@ -3,23 +3,20 @@
 //! involved. The definitions (bursts, sizing queries, the reconciliation, the thresholds)
 //! are in docs/explain.md; the JSON (`culedger-explain/1`) too.
 //!
-//! - `recon`: the reconciliation from a query to a failure (or a pool);
-//! - `findings`: the findings, computed as typed values (`culedger_analysis::findings`);
-//! - `prose`: each finding's title and conclusion, written from its figures;
+//! - `recon`: the reconciliation's words (`culedger_analysis::recon` reconciles);
+//! - `prose`: each finding's title and conclusion, written from its figures (the findings
+//!   are computed as typed values by `culedger_analysis::findings`);
 //! - `render`: text and markdown;
-//! - `callers`: call sites in words;
-//! - `engines`: the engines' sizing formulas, as the rule packs give them;
-//! - `advice`: "What to change", from the formula evaluated on the run.
+//! - `advice`: "What to change" in words (`culedger_analysis::sizing` evaluates the formula,
+//!   `culedger_analysis::advice` computes the recommendation);
+//! - here: the explanation's verdict and notes ([`ExplainWords`]; the document is
+//!   `culedger_analysis::explanation`'s).
 //!
-//! The steps of a process (bursts, sizing queries) are the analysis crate's
-//! (`culedger_analysis::steps`).
-//! The layers only call down (`scripts/import-circles.py cli/src`: no circle): `engines`,
-//! `callers`, `recon` and `sizing` (the formula evaluated) compute; `findings` (the analysis
-//! crate's) build typed values on them (no words: a finding's title and text are empty
-//! there; its processes named by `recon::Words`); `prose::word`
-//! writes those words from the figures when the run's analysis (`run_analysis`) computes the
-//! findings; `render` and the other commands take the finished values. Words shared with
-//! other commands (a process in a sentence, lists) are in `crate::words`.
+//! The layers only call down (`scripts/import-circles.py cli/src`: no circle): the analysis
+//! crate computes each part once per run (`culedger_analysis::run_analysis::Analysis`), with no
+//! words in it; the run's analysis in the CLI's words (`crate::run_analysis`) has them written
+//! by these modules from the figures; `render` and the other commands take the finished values.
+//! Words shared with other commands (a process in a sentence, lists) are in `crate::words`.
 
 pub mod advice;
 #[cfg(test)]
@@ -29,125 +26,78 @@ pub mod recon;
 pub mod render;
 
 use crate::analysis::{DeviceGroup, GroupWords};
-use crate::clock::Clock;
 use crate::load::Run;
 use crate::words::who;
-use culedger_analysis::callers;
 
 pub use culedger_analysis::findings::{Detail, FailDetail, Finding, Kind, Severity};
 
-pub use culedger_analysis::explanation::{Explanation, EXPLAIN_SCHEMA};
+pub use culedger_analysis::explanation::{Advice, Explanation};
+use culedger_analysis::explanation::{ExplanationWords, Tally};
 
-/// Findings with the same mechanism (a failure or a rise of untracked memory alike in all
-/// but its rank, GPU and figures) share a signature; each after the first names the first
-/// (`folded_into`), under which every output shows it as one row; the first gets a title
-/// that names them all (`folded_title`).
-pub fn fold(mut found: Vec<Finding>) -> Vec<Finding> {
-    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Fold);
-    let signature = |f: &Finding| match &f.detail {
-        Detail::Failure(d) => Some(d.signature.clone()),
-        Detail::Untracked(d) => Some(d.signature.clone()),
-        _ => None,
-    };
-    let sigs: Vec<Option<String>> = found.iter().map(signature).collect();
-    for k in 0..found.len() {
-        found[k].folded_into = None;
-        if sigs[k].is_some() {
-            found[k].folded_into = (0..k).find(|&j| found[j].folded_into.is_none() && sigs[j] == sigs[k]);
-        }
+/// The explanation's words: its verdict from what it counts, its notes, and a device's
+/// impossible figures.
+pub struct ExplainWords;
+
+impl ExplanationWords for ExplainWords {
+    fn verdict(&self, t: &Tally) -> String {
+        verdict(t)
     }
-    for k in 0..found.len() {
-        let mut all: Vec<&Finding> = found.iter().enumerate().filter(|(j, f)| *j == k || f.folded_into == Some(k)).map(|(_, f)| f).collect();
-        all.sort_by_key(|f| (f.host.clone(), f.device, f.mig_index));
-        found[k].folded_title = prose::group_title(&all);
+
+    fn notes(&self, run: &Run, gs: &[DeviceGroup]) -> Vec<String> {
+        notes(run, gs)
     }
-    found
+
+    fn impossible(&self, g: &DeviceGroup) -> Vec<String> {
+        g.impossible_lines()
+    }
 }
 
-/// Explains a run from the parts of its analysis (`run_analysis::Analysis` computes them
-/// once): its device groups, its findings (folded, by `Analysis::findings`) and the
-/// recommendation.
-pub fn explain(
-    run: &Run,
-    gs: &[DeviceGroup],
-    found: Vec<Finding>,
-    what_to_change: Option<advice::Advice>,
-) -> Explanation {
-    culedger_analysis::counts::computed(culedger_analysis::counts::Part::Explanation);
-    let clock = Clock::of(&run.procs);
-    let impossible: Vec<String> = gs.iter().flat_map(|g| g.impossible_lines()).collect();
-
-    let count = |sev: Severity| found.iter().filter(|f| f.severity == sev).count();
-    let (failures, warnings) = (count(Severity::Failure), count(Severity::Warning));
-    // Observations with the same mechanism on several GPUs are one (as they are shown).
-    let infos = found.iter().filter(|f| f.severity == Severity::Info && f.folded_into.is_none()).count();
-    let verdict = if failures + warnings == 0 && !impossible.is_empty() {
+/// The verdict: how many findings of each severity, or that there is none.
+fn verdict(t: &Tally) -> String {
+    if t.failures + t.warnings == 0 && t.impossible > 0 {
         format!(
             "{} that cannot all be true: these are not the figures of one GPU each",
-            crate::units::count(impossible.len(), "figure", "figures")
+            crate::units::count(t.impossible, "figure", "figures")
         )
-    } else if failures + warnings == 0 && infos > 0 {
-        format!("nothing alarming; {} below", crate::units::count(infos, "observation", "observations"))
-    } else if failures + warnings == 0 {
+    } else if t.failures + t.warnings == 0 && t.infos > 0 {
+        format!("nothing alarming; {} below", crate::units::count(t.infos, "observation", "observations"))
+    } else if t.failures + t.warnings == 0 {
         "no findings: no allocation failed, the ranks sized their pools alike, untracked memory never rose by more \
          than 256 MiB between two queries, no category kept growing at the end of the run, and the ranks are \
          balanced"
             .to_string()
     } else {
         let mut parts = Vec::new();
-        // Failed ranks counted as report's verdict counts them (one process with a failed
-        // allocation is one, whatever its findings); then those that failed without one.
-        let (failed_ranks, ranks) = crate::summary::failed_ranks(run, gs);
-        let rows: Vec<&culedger_analysis::explain::StartRow> = found
-            .iter()
-            .filter(|f| f.kind == Kind::FailedStart)
-            .flat_map(|f| if let Detail::Start(d) = &f.detail { d.processes.iter().collect() } else { Vec::new() })
-            .collect();
-        // Those the engine refused by its own check are said so, with the check.
-        let refused: Vec<&culedger_analysis::explain::StartRow> = rows.iter().copied().filter(|r| r.refused_by.is_some()).collect();
-        let starts = rows.len() - refused.len();
-        if failed_ranks > 0 {
-            parts.push(if ranks == 1 {
+        // Failed ranks counted as report's verdict counts them; then those that failed
+        // without one.
+        if t.failed_ranks > 0 {
+            parts.push(if t.ranks == 1 {
                 "the process failed to allocate".to_string()
             } else {
-                format!("{failed_ranks} of {ranks} ranks failed to allocate")
+                format!("{} of {} ranks failed to allocate", t.failed_ranks, t.ranks)
             });
         }
-        if let Some(f) = refused.first().and_then(|r| r.refused_by.as_ref()) {
-            let whom = if refused.len() == 1 { "1 process".to_string() } else { format!("{} processes", refused.len()) };
-            let check = match &refused[0].last_query_function {
+        // Those the engine refused by its own check are said so, with the check.
+        if let Some(r) = &t.refused {
+            let whom = if r.processes == 1 { "1 process".to_string() } else { format!("{} processes", r.processes) };
+            let check = match &r.function {
                 Some(function) => format!("by its check in {function}"),
                 None => "by its own check".to_string(),
             };
-            parts.push(format!("{} refused to start ({whom}, no failed allocation) {check}", f.engine));
+            parts.push(format!("{} refused to start ({whom}, no failed allocation) {check}", r.engine));
         }
-        if starts > 0 {
-            let more = if failed_ranks > 0 || !refused.is_empty() { " more" } else { "" };
-            let noun = if starts == 1 { "process" } else { "processes" };
-            parts.push(format!("{starts}{more} {noun} failed without a failed allocation"));
+        if t.starts > 0 {
+            let more = if t.failed_ranks > 0 || t.refused.is_some() { " more" } else { "" };
+            let noun = if t.starts == 1 { "process" } else { "processes" };
+            parts.push(format!("{}{more} {noun} failed without a failed allocation", t.starts));
         }
-        if parts.is_empty() && failures > 0 {
-            parts.push(crate::units::count(failures, "failure", "failures"));
+        if parts.is_empty() && t.failures > 0 {
+            parts.push(crate::units::count(t.failures, "failure", "failures"));
         }
-        if warnings > 0 {
-            parts.push(crate::units::count(warnings, "warning", "warnings"));
+        if t.warnings > 0 {
+            parts.push(crate::units::count(t.warnings, "warning", "warnings"));
         }
         format!("{}, most important first", parts.join(" and "))
-    };
-    Explanation {
-        schema: EXPLAIN_SCHEMA,
-        label: run.label.clone(),
-        run_ids: run.run_ids.clone(),
-        t0_unix_us: clock.t0_us,
-        processes: run.procs.len(),
-        devices: gs.len(),
-        verdict,
-        exit_code: i32::from(failures + warnings > 0 || !impossible.is_empty()),
-        findings: found,
-        sites_recorded: run.procs.iter().any(callers::recorded),
-        notes: notes(run, gs),
-        what_to_change,
-        impossible,
     }
 }
 
@@ -160,7 +110,7 @@ pub fn gist(e: &Explanation) -> (String, Option<String>) {
 }
 
 /// What limits the explanation.
-fn notes(run: &Run, gs: &[crate::analysis::DeviceGroup]) -> Vec<String> {
+fn notes(run: &Run, gs: &[DeviceGroup]) -> Vec<String> {
     let mut out: Vec<String> = crate::analysis::ordinal_fallback_note(run).into_iter().collect();
     out.extend(crate::analysis::pci_numbering_note(gs));
     out.extend(run.skipped.iter().map(|s| {

@@ -525,7 +525,7 @@ mod tests {
     fn perfetto_writes_a_device_in_record_order() {
         let mut r = report(true);
         r.devices[0].probes.reverse();
-        let trace = perfetto(&Analysis::new(&run(r)));
+        let trace = perfetto(&crate::run_analysis::of(&run(r)));
         // (kind, seq) of the device's events as written: probes carry their seq in args;
         // counters are matched by their live bytes.
         let order: Vec<String> = trace["traceEvents"]
@@ -552,7 +552,7 @@ mod tests {
             "error_name": "cudaErrorMemoryAllocation",
             "last_probe": {"t_ms": 7, "seq": 5, "api": "cudaMemGetInfo", "free_bytes": 300 << 20}}))
         .unwrap()];
-        let snap = memory_viz(&Analysis::new(&run(r)));
+        let snap = memory_viz(&crate::run_analysis::of(&run(r)));
         let ooms: Vec<&TraceEntry> = snap.device_traces[0].iter().filter(|e| e.action == "oom").collect();
         assert_eq!(ooms.len(), 1);
         assert_eq!((ooms[0].size, ooms[0].device_free, ooms[0].time_us), (400 << 20, Some(300 << 20), 7000));

@@ -81,11 +81,6 @@ pub fn evaluate(run: &Run, gs: &[DeviceGroup], pack: &str, s: &Sizing) -> Option
     culedger_analysis::sizing::evaluate(run, gs, pack, s, &Words)
 }
 
-/// [`culedger_analysis::sizing::evaluate_run`], each rank's process named in the CLI's words.
-pub fn evaluate_run(run: &Run, gs: &[DeviceGroup]) -> Option<Evaluation> {
-    culedger_analysis::sizing::evaluate_run(run, gs, &Words)
-}
-
 #[cfg(test)]
 mod tests {
     use super::fraction;
