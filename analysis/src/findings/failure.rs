@@ -94,23 +94,8 @@ pub(super) fn failed_start(
         }
         v
     });
-    vec![Finding {
-        kind: Kind::FailedStart,
-        severity: Severity::Failure,
-        // Written from the figures by the words (`prose::word`).
-        title: String::new(),
-        text: String::new(),
-        host: None,
-        device: None,
-        mig_index: None,
-        gpu: None,
-        pids: detail.processes.iter().map(|r| r.pid).collect(),
-        callers,
-        detail: Detail::Start(detail),
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    }]
+    let pids = detail.processes.iter().map(|r| r.pid).collect();
+    vec![super::finding(Kind::FailedStart, Severity::Failure, None, pids, callers, Detail::Start(detail))]
 }
 
 /// The failure findings, in device order; failed attempts of one burst are one finding.
@@ -256,23 +241,7 @@ fn failure_finding(
         minimum,
         sized_by: sized.map(|x| x.1),
     };
-    Finding {
-        kind: Kind::FailedAllocation,
-        severity: Severity::Failure,
-        // Written from the figures by the words (`prose::word`).
-        title: String::new(),
-        text: String::new(),
-        host: Some(g.host.clone()),
-        device: Some(g.index),
-        mig_index: g.mig_index,
-        gpu: Some(g.id()),
-        pids,
-        callers: all_callers,
-        detail: Detail::Failure(Box::new(detail)),
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    }
+    super::finding(Kind::FailedAllocation, Severity::Failure, Some(g), pids, all_callers, Detail::Failure(Box::new(detail)))
 }
 
 /// A failed request of the CUDA graphs' (its own call site's category) made after the process

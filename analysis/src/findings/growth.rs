@@ -74,21 +74,5 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
         pids = g.members.iter().filter(|m| m.dev.alloc_count > 0).map(|m| m.pid()).collect();
     }
     let detail = GrowthDetail { from_us: clock.since(third), to_us: clock.since(end), categories: cats };
-    Some(Finding {
-        kind: Kind::Growth,
-        severity: Severity::Warning,
-        // Written from the figures by the words (`prose::word`).
-        title: String::new(),
-        text: String::new(),
-        host: Some(g.host.clone()),
-        device: Some(g.index),
-        mig_index: g.mig_index,
-        gpu: Some(g.id()),
-        pids,
-        callers,
-        detail: Detail::Growth(detail),
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    })
+    Some(super::finding(Kind::Growth, Severity::Warning, Some(g), pids, callers, Detail::Growth(detail)))
 }

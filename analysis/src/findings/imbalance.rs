@@ -57,21 +57,6 @@ pub(super) fn imbalance(run: &Run, words: &dyn crate::recon::ReconWords) -> Opti
         return None;
     }
     let detail = ImbalanceDetail { ranks, categories: spreads, failed_left_out };
-    Some(Finding {
-        kind: Kind::Imbalance,
-        severity: Severity::Warning,
-        // Written from the figures by the words (`prose::word`).
-        title: String::new(),
-        text: String::new(),
-        host: None,
-        device: None,
-        mig_index: None,
-        gpu: None,
-        pids: detail.ranks.iter().map(|r| r.pid).collect(),
-        callers: Vec::new(),
-        detail: Detail::Imbalance(detail),
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    })
+    let pids = detail.ranks.iter().map(|r| r.pid).collect();
+    Some(super::finding(Kind::Imbalance, Severity::Warning, None, pids, Vec::new(), Detail::Imbalance(detail)))
 }

@@ -135,23 +135,9 @@ pub(super) fn sizing(
         }
         v
     });
-    Some(Finding {
-        kind: Kind::Sizing,
-        severity: if flagged_any { Severity::Warning } else { Severity::Info },
-        // Written from the figures by the words (`prose::word`).
-        title: String::new(),
-        text: String::new(),
-        host: None,
-        device: None,
-        mig_index: None,
-        gpu: None,
-        pids: detail.ranks.iter().map(|r| r.rank.pid).collect(),
-        callers,
-        detail: Detail::Sizing(detail),
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    })
+    let severity = if flagged_any { Severity::Warning } else { Severity::Info };
+    let pids = detail.ranks.iter().map(|r| r.rank.pid).collect();
+    Some(super::finding(Kind::Sizing, severity, None, pids, callers, Detail::Sizing(detail)))
 }
 
 /// The median of the largest group of pools lying within [`POOL_DIFF_PCT`] of the group's

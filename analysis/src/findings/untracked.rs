@@ -130,21 +130,5 @@ pub(super) fn untracked_growth(
         names: g.members.iter().rev().map(|m| (m.pid(), crate::process::Who::of(m.report))).collect(),
         signature,
     };
-    Some(Finding {
-        kind: Kind::UntrackedGrowth,
-        severity,
-        // Written from the figures by the words (`prose::word`).
-        title: String::new(),
-        text: String::new(),
-        host: Some(g.host.clone()),
-        device: Some(g.index),
-        mig_index: g.mig_index,
-        gpu: Some(g.id()),
-        pids,
-        callers,
-        detail: Detail::Untracked(Box::new(detail)),
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    })
+    Some(super::finding(Kind::UntrackedGrowth, severity, Some(g), pids, callers, Detail::Untracked(Box::new(detail))))
 }
