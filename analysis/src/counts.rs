@@ -1,7 +1,7 @@
 //! How many times each part of a run's analysis was computed on this thread: the parts'
-//! own functions count themselves (`groups::groups`, the CLI's `explain::explain`, ...), so a
-//! test sees any command that computes one twice, through the CLI's one analysis per run or
-//! around it.
+//! own functions count themselves (`groups::groups`, `explanation::explanation`, ...), so a
+//! test sees any command that computes one twice, through the one analysis per run
+//! (`run_analysis::Analysis`) or around it.
 
 /// The parts of an analysis, as the count of computations names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -9,7 +9,7 @@ pub enum Part {
     Groups,
     Evaluation,
     Findings,
-    /// Alike findings folded into one (`explain::fold`).
+    /// Alike findings folded into one (`findings::fold`).
     Fold,
     Advice,
     Explanation,

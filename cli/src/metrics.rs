@@ -2,7 +2,7 @@
 //! text exposition format (version 0.0.4), printed once (for node_exporter's textfile
 //! collector) or served over HTTP at `/metrics`, the reports read anew at each scrape.
 //!
-//! Every figure is the one `culedger report` shows (`summary::summarize`), so a dashboard
+//! Every figure is the one `culedger report` shows (`culedger_analysis::summary::summarize`), so a dashboard
 //! and the report never disagree. Names and labels: docs/metrics.md. Cardinality stays low
 //! by default: series per host, device, category, API and process; call sites only with
 //! `--sites` (their number is bounded there too).
