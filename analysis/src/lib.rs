@@ -41,6 +41,8 @@ pub mod sites;
 pub mod sizing;
 pub mod steps;
 pub mod summary;
+#[cfg(test)]
+mod testing;
 pub mod thresholds;
 pub mod whatif;
 

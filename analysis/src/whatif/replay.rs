@@ -198,3 +198,37 @@ pub fn replay(run: &Run, gs: &[DeviceGroup], s: &Sizing, ev: &Evaluation, value:
     let fits = ranks.iter().all(|r| r.fits);
     finish(ranks, notes, fits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{fixture, NoWords};
+
+    /// custom-ar (SGLang, --mem-fraction-static 0.97) failed inside its pool: replayed at its
+    /// own value it does not fit; at 0.86 every rank passes start-up but rank 0 not what
+    /// follows; at 0.84, explain's recommendation (its golden what_to_change), every rank fits.
+    #[test]
+    fn the_replay_agrees_with_the_run_and_the_recommendation() {
+        let run = fixture("custom-ar");
+        let gs = crate::groups::groups(&run);
+        let ev = crate::sizing::evaluate_run(&run, &gs, &NoWords).expect("SGLang's formula applies");
+        let at = |v: f64| replay(&run, &gs, &ev.sizing, &ev, v, &NoWords);
+
+        let own = at(0.97);
+        assert!(!own.whatif.fits && own.whatif.exit_code == 1, "{:?}", own.whatif);
+        assert_eq!(own.whatif.ranks.len(), 2);
+        assert!(own.whatif.ranks.iter().all(|r| r.pool_bytes == r.recorded_pool_bytes));
+        assert_eq!((own.never_reached, own.notes.as_slice()), (NeverReached::Fixed, &[][..]));
+
+        let mid = at(0.86);
+        assert!(mid.whatif.fits_at_startup && !mid.whatif.fits, "{:?}", mid.whatif);
+        assert!(mid.whatif.ranks.iter().any(|r| r.fits_at_startup && !r.fits));
+
+        let rec = at(0.84);
+        assert!(rec.whatif.fits && rec.whatif.exit_code == 0, "{:?}", rec.whatif);
+        // The pool shrinks by the formula, as explain's recommendation says (12144271687
+        // bytes per rank at 0.84 in cli/tests/golden/explain-custom-ar.json, on the deciding rank).
+        assert!(rec.whatif.ranks.iter().any(|r| r.pool_bytes == 12_144_271_687), "{:?}", rec.whatif.ranks);
+        assert!(rec.whatif.ranks.iter().all(|r| r.pool_bytes < r.recorded_pool_bytes && r.left_bytes >= 0));
+    }
+}
