@@ -146,6 +146,47 @@ mod tests {
     use serde_json::{json, Value};
     use std::path::Path;
 
+    impl AnalysisWords for NoWords {
+        fn recon(&self) -> &dyn ReconWords {
+            self
+        }
+        fn summary(&self) -> &dyn SummaryWords {
+            self
+        }
+        fn explanation(&self) -> &dyn ExplanationWords {
+            self
+        }
+        fn finding(&self, _: &mut Finding, _: bool) {}
+        fn folded_title(&self, _: &[&Finding]) -> Option<String> {
+            None
+        }
+        fn advice(&self, a: &Advised, ev: &Evaluation) -> Advice {
+            Advice {
+                engine: ev.sizing.engine.clone(),
+                parameter: ev.sizing.parameter.name.clone(),
+                flag: ev.sizing.parameter.flag.clone(),
+                value: a.value,
+                value_source: String::new(),
+                direction: a.direction.as_str(),
+                recommended: a.recommended,
+                bound: a.bound,
+                interval: a.interval,
+                pool_before_bytes: a.pool_before_bytes,
+                pool_after_bytes: a.pool_after_bytes,
+                reserve_bytes: a.reserve_bytes,
+                reserve_words: String::new(),
+                arrivals: Vec::new(),
+                arrivals_bytes: a.arrivals_bytes,
+                margin_bytes: a.margin_bytes,
+                margin_what: String::new(),
+                alternatives: Vec::new(),
+                choices: a.choices.clone(),
+                deciding: String::new(),
+                lines: Vec::new(),
+            }
+        }
+    }
+
     /// The figures of `culedger-explain/1` that hold no words.
     fn figures(e: &Value) -> Value {
         let findings: Vec<Value> = e["findings"]

@@ -1,17 +1,14 @@
 //! What the crate's unit tests share: words that say nothing (the analysis computes its
 //! figures without the CLI's) and the CLI's fixtures, loaded as the commands load them.
 
-use crate::advice::Advised;
 use crate::clock::Clock;
 use crate::costs::CostNote;
-use crate::explain::{Finding, Item};
-use crate::explanation::{Advice, ExplanationWords, Tally};
+use crate::explain::Item;
+use crate::explanation::{ExplanationWords, Tally};
 use crate::groups::{DeviceGroup, Why};
 use crate::load::Run;
 use crate::model::Report;
 use crate::recon::ReconWords;
-use crate::run_analysis::AnalysisWords;
-use crate::sizing::Evaluation;
 use crate::summary::{DeviceSummary, RunPeak, SummaryWords, VerdictOf};
 use std::path::Path;
 
@@ -56,47 +53,6 @@ impl ExplanationWords for NoWords {
     }
     fn impossible(&self, _: &DeviceGroup) -> Vec<String> {
         Vec::new()
-    }
-}
-
-impl AnalysisWords for NoWords {
-    fn recon(&self) -> &dyn ReconWords {
-        self
-    }
-    fn summary(&self) -> &dyn SummaryWords {
-        self
-    }
-    fn explanation(&self) -> &dyn ExplanationWords {
-        self
-    }
-    fn finding(&self, _: &mut Finding, _: bool) {}
-    fn folded_title(&self, _: &[&Finding]) -> Option<String> {
-        None
-    }
-    fn advice(&self, a: &Advised, ev: &Evaluation) -> Advice {
-        Advice {
-            engine: ev.sizing.engine.clone(),
-            parameter: ev.sizing.parameter.name.clone(),
-            flag: ev.sizing.parameter.flag.clone(),
-            value: a.value,
-            value_source: String::new(),
-            direction: a.direction.as_str(),
-            recommended: a.recommended,
-            bound: a.bound,
-            interval: a.interval,
-            pool_before_bytes: a.pool_before_bytes,
-            pool_after_bytes: a.pool_after_bytes,
-            reserve_bytes: a.reserve_bytes,
-            reserve_words: String::new(),
-            arrivals: Vec::new(),
-            arrivals_bytes: a.arrivals_bytes,
-            margin_bytes: a.margin_bytes,
-            margin_what: String::new(),
-            alternatives: Vec::new(),
-            choices: a.choices.clone(),
-            deciding: String::new(),
-            lines: Vec::new(),
-        }
     }
 }
 

@@ -95,7 +95,7 @@ pub(super) fn failed_start(
         v
     });
     let pids = detail.processes.iter().map(|r| r.pid).collect();
-    vec![super::finding(Kind::FailedStart, Severity::Failure, None, pids, callers, Detail::Start(detail))]
+    vec![super::types::finding(Kind::FailedStart, Severity::Failure, None, pids, callers, Detail::Start(detail))]
 }
 
 /// The failure findings, in device order; failed attempts of one burst are one finding.
@@ -241,7 +241,7 @@ fn failure_finding(
         minimum,
         sized_by: sized.map(|x| x.1),
     };
-    super::finding(Kind::FailedAllocation, Severity::Failure, Some(g), pids, all_callers, Detail::Failure(Box::new(detail)))
+    super::types::finding(Kind::FailedAllocation, Severity::Failure, Some(g), pids, all_callers, Detail::Failure(Box::new(detail)))
 }
 
 /// A failed request of the CUDA graphs' (its own call site's category) made after the process

@@ -74,5 +74,5 @@ pub(super) fn growth(g: &DeviceGroup) -> Option<Finding> {
         pids = g.members.iter().filter(|m| m.dev.alloc_count > 0).map(|m| m.pid()).collect();
     }
     let detail = GrowthDetail { from_us: clock.since(third), to_us: clock.since(end), categories: cats };
-    Some(super::finding(Kind::Growth, Severity::Warning, Some(g), pids, callers, Detail::Growth(detail)))
+    Some(super::types::finding(Kind::Growth, Severity::Warning, Some(g), pids, callers, Detail::Growth(detail)))
 }

@@ -58,5 +58,5 @@ pub(super) fn imbalance(run: &Run, words: &dyn crate::recon::ReconWords) -> Opti
     }
     let detail = ImbalanceDetail { ranks, categories: spreads, failed_left_out };
     let pids = detail.ranks.iter().map(|r| r.pid).collect();
-    Some(super::finding(Kind::Imbalance, Severity::Warning, None, pids, Vec::new(), Detail::Imbalance(detail)))
+    Some(super::types::finding(Kind::Imbalance, Severity::Warning, None, pids, Vec::new(), Detail::Imbalance(detail)))
 }

@@ -68,34 +68,6 @@ pub fn all(
     out
 }
 
-/// A finding with no words yet (its title and text are written from its figures by the
-/// words, the CLI's `prose::word`), about the run or about one device group `g`.
-fn finding(
-    kind: Kind,
-    severity: Severity,
-    g: Option<&DeviceGroup>,
-    pids: Vec<i64>,
-    callers: Vec<String>,
-    detail: Detail,
-) -> Finding {
-    Finding {
-        kind,
-        severity,
-        title: String::new(),
-        text: String::new(),
-        host: g.map(|g| g.host.clone()),
-        device: g.map(|g| g.index),
-        mig_index: g.and_then(|g| g.mig_index),
-        gpu: g.map(|g| g.id()),
-        pids,
-        callers,
-        detail,
-        folded_into: None,
-        folded_title: None,
-        gpu_name: None,
-    }
-}
-
 /// Findings with the same mechanism (a failure or a rise of untracked memory alike in all
 /// but its rank, GPU and figures) share a signature; each after the first names the first
 /// (`folded_into`), under which every output shows it as one row; the first gets a title

@@ -137,7 +137,7 @@ pub(super) fn sizing(
     });
     let severity = if flagged_any { Severity::Warning } else { Severity::Info };
     let pids = detail.ranks.iter().map(|r| r.rank.pid).collect();
-    Some(super::finding(Kind::Sizing, severity, None, pids, callers, Detail::Sizing(detail)))
+    Some(super::types::finding(Kind::Sizing, severity, None, pids, callers, Detail::Sizing(detail)))
 }
 
 /// The median of the largest group of pools lying within [`POOL_DIFF_PCT`] of the group's

@@ -7,6 +7,34 @@ pub use crate::explain::{
     UntrackedDetail, WhyDiffers,
 };
 
+/// A finding with no words yet (its title and text are written from its figures by the
+/// words, the CLI's `prose::word`), about the run or about one device group `g`.
+pub(super) fn finding(
+    kind: Kind,
+    severity: Severity,
+    g: Option<&crate::groups::DeviceGroup>,
+    pids: Vec<i64>,
+    callers: Vec<String>,
+    detail: Detail,
+) -> Finding {
+    Finding {
+        kind,
+        severity,
+        title: String::new(),
+        text: String::new(),
+        host: g.map(|g| g.host.clone()),
+        device: g.map(|g| g.index),
+        mig_index: g.and_then(|g| g.mig_index),
+        gpu: g.map(|g| g.id()),
+        pids,
+        callers,
+        detail,
+        folded_into: None,
+        folded_title: None,
+        gpu_name: None,
+    }
+}
+
 pub(super) fn pct(part: i64, whole: i64) -> f64 {
     if whole == 0 {
         0.0

@@ -130,5 +130,5 @@ pub(super) fn untracked_growth(
         names: g.members.iter().rev().map(|m| (m.pid(), crate::process::Who::of(m.report))).collect(),
         signature,
     };
-    Some(super::finding(Kind::UntrackedGrowth, severity, Some(g), pids, callers, Detail::Untracked(Box::new(detail))))
+    Some(super::types::finding(Kind::UntrackedGrowth, severity, Some(g), pids, callers, Detail::Untracked(Box::new(detail))))
 }
