@@ -128,15 +128,7 @@ fn probe_of<'a>(s: &Step<'a>) -> Option<&'a crate::model::Probe> {
 /// The largest rise of `m`'s tracked memory from step `from` to step `to`.
 fn peak_rise(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
     let Some(base) = probe_of(&st[from]).map(|p| p.live_bytes) else { return 0 };
-    let (t0, t1) = (st[from].stamp, st[to].stamp);
-    m.dev
-        .timeline
-        .iter()
-        .filter(|s| t0.precedes(crate::model::Stamped::stamp(*s)) && crate::model::Stamped::stamp(*s).precedes(t1))
-        .map(|s| s.live_bytes - base)
-        .max()
-        .unwrap_or(0)
-        .max(0)
+    peak_above(m, st, from, to, base)
 }
 
 /// The largest rise of `m`'s tracked memory from step `from` to step `to` above what is
@@ -144,12 +136,18 @@ fn peak_rise(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
 /// transient_peak_headroom, torch's peak less what stays allocated after the profile run).
 fn peak_headroom(m: Member, st: &[Step], from: usize, to: usize) -> i64 {
     let Some(end) = probe_of(&st[to]).map(|p| p.live_bytes) else { return 0 };
+    peak_above(m, st, from, to, end)
+}
+
+/// How far `m`'s tracked memory rose above `base` between steps `from` and `to` (its
+/// timeline's samples strictly between them; 0 when it never did).
+fn peak_above(m: Member, st: &[Step], from: usize, to: usize, base: i64) -> i64 {
     let (t0, t1) = (st[from].stamp, st[to].stamp);
     m.dev
         .timeline
         .iter()
         .filter(|s| t0.precedes(crate::model::Stamped::stamp(*s)) && crate::model::Stamped::stamp(*s).precedes(t1))
-        .map(|s| s.live_bytes - end)
+        .map(|s| s.live_bytes - base)
         .max()
         .unwrap_or(0)
         .max(0)

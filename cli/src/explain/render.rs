@@ -341,7 +341,7 @@ pub fn document(e: &Explanation) -> Doc {
 }
 
 /// "What to change", most useful first.
-pub fn what_to_change(d: &mut Doc, a: &crate::explain::advice::Advice) {
+pub fn what_to_change(d: &mut Doc, a: &crate::explain::Advice) {
     d.push(Block::Heading("What to change".into()));
     for (k, line) in a.lines.iter().enumerate() {
         d.para(format!("{}. {line}.", k + 1));

@@ -10,4 +10,3 @@ pub mod sizing_words;
 pub mod words;
 
 pub use sizing_words::*;
-pub use words::Advice;

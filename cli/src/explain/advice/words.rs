@@ -6,7 +6,7 @@ use culedger_analysis::advice::{Advised, Arrived, Choice, Direction, Formula, Le
 use super::sizing_words::{fraction, gib, value_source, RankWords, ReserveWords};
 use culedger_analysis::sizing::{draft, Evaluation};
 use crate::words::join_and;
-pub use culedger_analysis::explanation::{AltAdvice, Advice};
+use culedger_analysis::explanation::{AltAdvice, Advice};
 
 /// A part of what arrived (or of what a lever took) in words: `peer access`, `other ranks'
 /// contexts`, `weights allocations`, ...
